@@ -1,0 +1,27 @@
+/* The one settings registry: every CLI flag and DEEPINFER_* variable is declared here, once.
+ * DI_SETTING(field, TYPE, "--flag", "ENV_VAR", "default", "one-line doc")
+ * TYPE is STR, INT, BOOL or FLOAT. A NULL flag or env means the setting has no such spelling.
+ * `0` means off. docs/SETTINGS.md is generated from this list (`deepinfer settings --markdown`). */
+DI_SETTING(model_dir, STR, "--model", "DEEPINFER_HF_MODEL_DIR", "",
+           "HF checkpoint directory (config.json, safetensors shards, tokenizer.json)")
+DI_SETTING(threads, INT, "--threads", "DEEPINFER_NUM_THREADS", "0",
+           "CPU worker threads; 0 = one per core. Results do not depend on it")
+DI_SETTING(backend, STR, "--backend", NULL, "cpu", "compute backend: cpu (cuda in a later release)")
+DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "", "DeepInfer's backend knob: cpu | nvidia")
+DI_SETTING(batch_invariant, BOOL, NULL, "DEEPINFER_BATCH_INVARIANT", "0",
+           "bit-identical logits whatever the batch (the CPU backend always is)")
+DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
+           "DeepInfer knob: variable-length DSpark verification (accepted, used by the spec-decode issue)")
+DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
+           "DeepInfer knob: DSpark speculative decoding (accepted, used by the spec-decode issue)")
+DI_SETTING(yoco_prefill_keep_tokens, INT, NULL, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", "0",
+           "decoder SWA bounded replay window (0 = exact reference prefill; DeepInfer uses 140)")
+DI_SETTING(ids, STR, "--ids", NULL, "", "logits: comma-separated token ids")
+DI_SETTING(prefill, INT, "--prefill", NULL, "-1", "logits: ids run as one prefill (-1 = all)")
+DI_SETTING(replay_topk, STR, "--replay-topk", NULL, "",
+           "logits: FILE:TENSOR of forced indexer selections [n_index_sources, n_ids, topk] I32")
+DI_SETTING(out, STR, "--out", NULL, "", "output file (stdout if empty)")
+DI_SETTING(tokenizer, STR, "--tokenizer", NULL, "", "tokenizer.json path")
+DI_SETTING(special, BOOL, "--special", NULL, "0", "tokenize: match added/special tokens in the text")
+DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
+DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")

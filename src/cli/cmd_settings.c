@@ -1,0 +1,20 @@
+/* `deepinfer settings [--markdown]`: prints the settings registry (docs/SETTINGS.md is its output). */
+#include <stdio.h>
+
+#include "cli/commands.h"
+
+bool di_cli_parse(di_settings *s, int argc, char **argv, int *n_positional) {
+    di_err err = {0};
+    if (di_settings_parse_args(s, argc, argv, 1, n_positional, &err)) {
+        fprintf(stderr, "deepinfer %s: %s\n", argv[0], err.msg);
+        return false;
+    }
+    return true;
+}
+
+int di_cmd_settings(di_settings *s, int argc, char **argv) {
+    int n_pos = 0;
+    if (!di_cli_parse(s, argc, argv, &n_pos)) return 2;
+    di_settings_print_markdown(stdout);
+    return 0;
+}

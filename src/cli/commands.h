@@ -1,0 +1,20 @@
+/* The `deepinfer` subcommands. Each takes the settings already filled from the environment and the
+ * remaining argv (argv[0] is the subcommand name) and returns a process exit status. */
+#ifndef DI_CLI_COMMANDS_H
+#define DI_CLI_COMMANDS_H
+
+#include "base/settings.h"
+
+typedef int (*di_command_fn)(di_settings *s, int argc, char **argv);
+
+int di_cmd_logits(di_settings *s, int argc, char **argv);
+int di_cmd_tokenize(di_settings *s, int argc, char **argv);
+int di_cmd_detokenize(di_settings *s, int argc, char **argv);
+int di_cmd_render(di_settings *s, int argc, char **argv);
+int di_cmd_settings(di_settings *s, int argc, char **argv);
+int di_cmd_inspect(di_settings *s, int argc, char **argv);
+
+/* Parses flags of argv[1..] into s; prints the error and returns false on failure. */
+bool di_cli_parse(di_settings *s, int argc, char **argv, int *n_positional);
+
+#endif

@@ -1,0 +1,60 @@
+/* `deepinfer` entry point: reads the settings registry from the environment, then dispatches to a
+ * subcommand (src/cli/cmd_*.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct {
+    const char *name;
+    di_command_fn fn;
+    const char *summary;
+} command;
+
+static const command k_commands[] = {
+    {"logits", di_cmd_logits, "run ids through the model, write float32 logits of every position"},
+    {"inspect", di_cmd_inspect, "load and validate a checkpoint, print its configuration"},
+    {"tokenize", di_cmd_tokenize, "text on stdin -> JSON array of token ids"},
+    {"detokenize", di_cmd_detokenize, "JSON array of ids on stdin -> text"},
+    {"render", di_cmd_render, "OpenAI-style chat request JSON on stdin -> prompt token ids"},
+    {"settings", di_cmd_settings, "list every flag and DEEPINFER_* variable"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "deepinfer %s - inference engine for DeepSeek-V4.1-Flash\n\nusage: deepinfer COMMAND "
+               "[options]\n\ncommands:\n", DI_VERSION_STRING);
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", k_commands[i].name, k_commands[i].summary);
+    fprintf(f, "\n`deepinfer settings` lists the options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("deepinfer %s\n", DI_VERSION_STRING);
+        return 0;
+    }
+    di_settings s;
+    di_err err = {0};
+    if (di_settings_init(&s, &err)) {
+        fprintf(stderr, "deepinfer: %s\n", err.msg);
+        return 2;
+    }
+    int rc = -1;
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) {
+        if (!strcmp(argv[1], k_commands[i].name)) {
+            rc = k_commands[i].fn(&s, argc - 1, argv + 1);
+            break;
+        }
+    }
+    if (rc < 0) {
+        fprintf(stderr, "deepinfer: unknown command '%s'\n\n", argv[1]);
+        usage(stderr);
+        rc = 2;
+    }
+    di_settings_free(&s);
+    return rc;
+}
