@@ -1,0 +1,33 @@
+/* CPU reference kernels (internal header). Each is the numerical definition the CUDA backend is
+ * tested against: fixed reduction orders, no fast-math, results independent of the thread count
+ * (threads only split independent outputs). Within a 32-wide GEMM block or a dot product the sum is
+ * taken in double and rounded once to fp32: the closest fp32 to the exact sum, which every
+ * reference summation order approaches to within an ulp. */
+#ifndef DI_BACKEND_CPU_OPS_H
+#define DI_BACKEND_CPU_OPS_H
+
+#include "backend/ops.h"
+#include "base/numerics.h"
+
+void di_cpu_linear(const di_weight *w, const float *x, int64_t m, float *y, di_linear_mode mode);
+void di_cpu_act_quant_inplace(float *x, int64_t n, int block);
+void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind);
+void di_cpu_rmsnorm(const float *x, const void *w_bf16, int64_t m, int64_t d, float eps, float *y);
+/* One 32-value (or n-value) block of act_quant: q = e4m3 grid values, *scale = power of two. */
+void di_cpu_act_quant_block(const float *x, int n, float *q, float *scale_out);
+
+#endif
+
+#include <stdbool.h>
+/* RoPE on n_vec vectors of `stride` floats, rotating the rot_dim values from `offset`. */
+void di_cpu_rope(float *x, int64_t n_vec, int64_t stride, int64_t offset, int rot_dim,
+                 const float *cos_row, const float *sin_row, bool inverse);
+/* sparse_attn of one query row: q [n_heads, dim]; kv [n_idx] row pointers (NULL = -1); out [n_heads, dim] */
+void di_cpu_sparse_attn(const float *q, int n_heads, int dim, const float *const *kv, int n_idx,
+                        const float *sink, float scale, float *out);
+void di_cpu_hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int n,
+                              int iters, float eps, float *pre, float *post, float *comb);
+void di_cpu_hc_mix_logits(const float *x, int n, int64_t d, const void *fn, float eps, float *mix);
+void di_cpu_hc_pre(const float *x, int n, int64_t d, const float *p, float *out);
+void di_cpu_hc_post(const float *y, const float *r, int n, int64_t d, const float *post,
+                    const float *comb, float *out);

@@ -1,0 +1,72 @@
+/* Engram (model-spec §2.2 (c)): for each row, the n-gram hash rows of its position are looked up
+ * in the layer's FP8 table (1x32 scales), projected by wkv into per-copy keys and one value, and
+ * each hc copy gets value * gate, gate = sigmoid(signed sqrt of a normalised key.stream dot). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward/forward_internal.h"
+
+/* last_ids[0..n) for row r: compressed ids of its token and the tokens before it (newest first) */
+static int row_history(const fwd_ctx *c, int r, int32_t *last_ids, int max_n) {
+    const di_model *m = c->m;
+    const int s = c->row_seq[r];
+    const di_seq_state *st = c->b->seqs[s];
+    int n = 0;
+    for (int64_t q = c->row_pos[r]; q >= 0 && n < max_n; q--, n++) {
+        if (q >= c->seq_pos0[s]) {
+            int32_t tok = c->b->tokens[c->seq_row0[s] + (q - c->seq_pos0[s])];
+            last_ids[n] = di_engram_token_map_get(&m->token_map, tok);
+        } else {
+            int back = (int)(c->seq_pos0[s] - 1 - q); /* 0 = newest token in the state */
+            if (back >= st->n_hist) break;
+            last_ids[n] = st->engram_hist[back];
+        }
+    }
+    return n;
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void di_fwd_engram(fwd_ctx *c, const di_layer *L, float *X) {
+    const di_model *m = c->m;
+    const di_config *cf = &m->cfg;
+    const di_engram_weights *ew = &L->engram;
+    const int R = c->R, n = cf->hc_mult, hd = cf->engram_head_dim, ncols = m->engram.n_cols;
+    const int64_t D = cf->hidden_size, E = (int64_t)ncols * hd, KV = (int64_t)(n + 1) * D;
+    const float eps = (float)cf->rms_norm_eps, inv_sqrt_d = (float)(1.0 / sqrt((double)D));
+    float *e = malloc(sizeof(float) * (size_t)R * E);   /* [R, cols*hd] bf16 gathered rows */
+    float *kv = malloc(sizeof(float) * (size_t)R * KV); /* [R, (hc+1)*D] bf16 keys + value */
+    for (int r = 0; r < R; r++) {
+        int32_t last[DI_ENGRAM_MAX_NGRAM];
+        int64_t rows[DI_ENGRAM_MAX_COLS];
+        int nl = row_history(c, r, last, cf->engram_max_ngram_size);
+        di_engram_hash_position(&m->engram, L->engram_slot, m->engram_pad_id, last, nl, rows);
+        for (int col = 0; col < ncols; col++) {
+            const uint8_t *q = ew->table + (size_t)rows[col] * hd;
+            const uint8_t *sc = ew->table_scale + (size_t)rows[col] * (hd / 32);
+            for (int d = 0; d < hd; d++)
+                e[r * E + col * hd + d] = di_bf16_round(di_e4m3_to_f32(q[d]) * di_e8m0_to_f32(sc[d / 32]));
+        }
+    }
+    di_cpu_linear(&ew->wkv, e, R, kv, DI_LIN_QUANT);
+    for (int r = 0; r < R; r++) {
+        const float *value = kv + r * KV + n * D;
+        for (int i = 0; i < n; i++) {
+            float *x = X + (r * n + i) * D;
+            const float *key = kv + r * KV + i * D, *w = ew->qk + i * D;
+            double sx = 0.0, sk = 0.0, dot = 0.0;
+            for (int64_t d = 0; d < D; d++) {
+                sx += (double)x[d] * x[d];
+                sk += (double)key[d] * key[d];
+                dot += (double)(x[d] * w[d] * key[d]);
+            }
+            float rx = 1.0f / sqrtf((float)(sx / (double)D) + eps);
+            float rk = 1.0f / sqrtf((float)(sk / (double)D) + eps);
+            float g = (float)dot * (rx * rk) * inv_sqrt_d;
+            g = sigmoidf(copysignf(sqrtf(fmaxf(fabsf(g), 1e-6f)), g));
+            for (int64_t d = 0; d < D; d++) x[d] = di_bf16_round(x[d] + g * value[d]);
+        }
+    }
+    free(e);
+    free(kv);
+}

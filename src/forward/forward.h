@@ -1,0 +1,53 @@
+/* The V4.1 forward pass over a batch of ragged sequences (model-spec §2).
+ *
+ * A batch is a list of rows (tokens). Rows are grouped by sequence, in order; the rows of sequence
+ * s continue it from position seqs[s]->n_tokens, so one call can hold whole prefills, chunks of a
+ * chunked prefill and single decode tokens of different sequences at once. Every op treats rows
+ * independently with a fixed reduction order, so a row's result never depends on what else is in
+ * the batch (batch-invariant by construction on the CPU).
+ *
+ * A sequence whose rows start at position 0 is a "fresh prefill" and uses the reference's prefill
+ * window lists; every other row uses the decode layout (model-spec §2.4 (2)). Incremental decode
+ * follows the intended semantics: every indexer scores against its own KV source's index keys
+ * (model-spec §7 Q13; the reference's stale-key quirk is not reproduced). */
+#ifndef DI_FORWARD_FORWARD_H
+#define DI_FORWARD_FORWARD_H
+
+#include "forward/model.h"
+#include "forward/state.h"
+
+typedef struct di_batch {
+    int n_rows;
+    const int32_t *tokens;        /* [n_rows] token ids */
+    int n_seqs;
+    di_seq_state **seqs;          /* [n_seqs] */
+    const int *seq_n_rows;        /* [n_seqs] rows of each sequence (>= 1) */
+    float *logits;                /* out [n_rows, vocab] fp32, or NULL */
+    const uint8_t *want_logits;   /* [n_rows] nonzero = compute that row's logits; NULL = all */
+    float *main_hidden;           /* out [n_rows, n_targets*D] DSpark inputs (bf16 values), or NULL */
+    /* test hook (--replay-topk): forced indexer selections, compressed positions ascending, -1 pad,
+     * [n_index_sources, n_rows, index_topk]; NULL = the model's own top-k */
+    const int32_t *forced_topk;
+    /* optional out: own selections, same layout as forced_topk (for comparing with references) */
+    int32_t *topk_out;
+} di_batch;
+
+di_status di_forward(const di_model *m, di_batch *b, di_err *err);
+
+/* DSpark draft (model-spec §4.2): seeds the draft rings from main_hidden rows and/or drafts.
+ * See dspark.c. */
+typedef struct di_dspark_out {
+    int32_t tokens[8];            /* [block_size + 1]: column 0 = anchor token, then greedy drafts */
+    float *logits;                /* [block_size, vocab] draft logits, or NULL */
+    float confidence[8];          /* [block_size] confidence logits */
+} di_dspark_out;
+
+/* Writes the DSpark context rows of `n` positions starting at `pos0` from their main_hidden rows
+ * ([n, n_targets*D] bf16 values) into the sequence's draft rings. */
+void di_dspark_seed(const di_model *m, di_seq_state *s, const float *main_hidden, int64_t pos0,
+                    int n);
+/* Runs the draft block anchored at position p = s->n_tokens - 1 with anchor token `next_token`
+ * (the token the backbone chose for position p+1): ring row p must already be seeded. */
+void di_dspark_draft(const di_model *m, di_seq_state *s, int32_t next_token, di_dspark_out *out);
+
+#endif
