@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 /* Reads a whole file; returns a NUL-terminated malloc'd buffer (NULL on failure). */
-static char *tu_read(const char *path, size_t *len) {
+static __attribute__((unused)) char *tu_read(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
