@@ -7,7 +7,3 @@ int di_cmd_logits(di_settings *s, int argc, char **argv) {
     fprintf(stderr, "deepinfer logits: not built yet\n");
     return 2;
 }
-int di_cmd_inspect(di_settings *s, int argc, char **argv) {
-    fprintf(stderr, "deepinfer inspect: not built yet\n");
-    return 2;
-}

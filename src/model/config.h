@@ -48,8 +48,10 @@ typedef struct di_config {
     int dspark_block_size, dspark_noise_token_id;
     int n_dspark_targets, dspark_target_layer_ids[DI_MAX_SOURCES];
     int dspark_markov_rank, dspark_n_routed_experts, dspark_num_experts_per_tok;
-    /* vision_config */
+    /* vision_config (the sizes are required only when vision_num_hidden_layers > 0; else 0) */
     int vision_num_hidden_layers;
+    int vision_hidden_size, vision_intermediate_size, vision_num_attention_heads;
+    int vision_patch_size, vision_downsample_ratio;
 } di_config;
 
 /* Parses and validates config.json at `path`. */
@@ -63,5 +65,7 @@ int di_config_index_owner(const di_config *cfg, int layer); /* newest index sour
 bool di_config_is_kv_source(const di_config *cfg, int layer);
 bool di_config_is_index_source(const di_config *cfg, int layer);
 int di_config_engram_slot(const di_config *cfg, int layer); /* index into engram_layer_ids, or -1 */
+/* Compress ratio of any layer 0 .. num_hidden_layers + num_nextn_predict_layers - 1; 0 outside. */
+int di_config_compress_ratio(const di_config *cfg, int layer);
 
 #endif

@@ -55,6 +55,11 @@ const di_tensor *di_checkpoint_find(const di_checkpoint *ck, const char *name); 
 size_t di_checkpoint_count(const di_checkpoint *ck);
 const di_tensor *di_checkpoint_at(const di_checkpoint *ck, size_t i);
 const char *di_checkpoint_dir(const di_checkpoint *ck);
+/* Shards in the order they were opened (index order of first mention), and the sum of all tensor
+ * byte sizes (the index's metadata.total_size for an official checkpoint). */
+int di_checkpoint_shard_count(const di_checkpoint *ck);
+const char *di_checkpoint_shard_name(const di_checkpoint *ck, int i);
+uint64_t di_checkpoint_total_bytes(const di_checkpoint *ck);
 
 /* Checks a tensor's dtype and shape; the error names the tensor, expected and found. */
 di_status di_tensor_expect(const di_checkpoint *ck, const char *name, di_dtype dtype, int ndim,
