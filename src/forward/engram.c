@@ -34,7 +34,7 @@ void di_fwd_engram(fwd_ctx *c, const di_layer *L, float *X) {
     const int R = c->R, n = cf->hc_mult, hd = cf->engram_head_dim, ncols = m->engram.n_cols;
     const int64_t D = cf->hidden_size, E = (int64_t)ncols * hd, KV = (int64_t)(n + 1) * D;
     const float eps = (float)cf->rms_norm_eps, inv_sqrt_d = (float)(1.0 / sqrt((double)D));
-    float *e = malloc(sizeof(float) * (size_t)R * E);   /* [R, cols*hd] bf16 gathered rows */
+    float *e = calloc((size_t)R * E, sizeof(float));     /* [R, cols*hd] bf16 gathered rows */
     float *kv = malloc(sizeof(float) * (size_t)R * KV); /* [R, (hc+1)*D] bf16 keys + value */
     for (int r = 0; r < R; r++) {
         int32_t last[DI_ENGRAM_MAX_NGRAM];

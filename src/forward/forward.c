@@ -37,18 +37,21 @@ void di_fwd_block(fwd_ctx *c, const di_layer *L, float *X, float *pre) {
     float *a_comb = malloc(sizeof(float) * (size_t)R * n * n); /* [R, hc, hc] */
     float *f_post = malloc(sizeof(float) * (size_t)R * n);
     float *f_comb = malloc(sizeof(float) * (size_t)R * n * n);
-    float *tmp = malloc(sizeof(float) * (size_t)R * D);        /* [R, D] bf16 */
+    float *tmp = calloc((size_t)R * D, sizeof(float));         /* [R, D] bf16 */
     float *sub_in = malloc(sizeof(float) * (size_t)R * D);     /* [R, D] bf16 */
     float *sub_out = malloc(sizeof(float) * (size_t)R * D);    /* [R, D] bf16 */
     float *Y = malloc(sizeof(float) * (size_t)R * HD);         /* [R, hc, D] bf16 */
 
+    di_fwd_debug(c, "pre_mix_in", L->id, pre, (int64_t)R * n);
     for (int r = 0; r < R; r++) {
         hc_mixes(m, X + r * HD, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre + r * n,
                  a_post + r * n, a_comb + r * n * n);
         di_cpu_hc_pre(X + r * HD, n, D, pre + r * n, tmp + r * D);
     }
     di_cpu_rmsnorm(tmp, L->attn_norm, R, D, eps, sub_in);
+    di_fwd_debug(c, "attn_in", L->id, sub_in, R * D);
     di_fwd_attention(c, L, sub_in, sub_out);
+    di_fwd_debug(c, "attn_out", L->id, sub_out, R * D);
     for (int r = 0; r < R; r++) {
         di_cpu_hc_post(sub_out + r * D, X + r * HD, n, D, a_post + r * n, a_comb + r * n * n, Y + r * HD);
         hc_mixes(m, Y + r * HD, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, pre + r * n,
@@ -56,7 +59,10 @@ void di_fwd_block(fwd_ctx *c, const di_layer *L, float *X, float *pre) {
         di_cpu_hc_pre(Y + r * HD, n, D, a_pre + r * n, tmp + r * D);
     }
     di_cpu_rmsnorm(tmp, L->ffn_norm, R, D, eps, sub_in);
-    di_fwd_moe(m, L, sub_in, R, sub_out);
+    di_fwd_debug(c, "ffn_in", L->id, sub_in, R * D);
+    di_fwd_moe(c, L, sub_in, sub_out);
+    di_fwd_debug(c, "ffn_out", L->id, sub_out, R * D);
+    di_fwd_debug(c, "pre_mix_out", L->id, pre, (int64_t)R * n);
     for (int r = 0; r < R; r++)
         di_cpu_hc_post(sub_out + r * D, Y + r * HD, n, D, f_post + r * n, f_comb + r * n * n, X + r * HD);
     free(a_pre);
@@ -161,6 +167,7 @@ static void head(fwd_ctx *c, const float *X, const float *pre) {
         if (c->b->want_logits && !c->b->want_logits[r]) continue;
         di_cpu_hc_pre(X + r * n * D, n, D, pre + r * n, y);
         di_cpu_rmsnorm(y, m->norm, 1, D, (float)m->cfg.rms_norm_eps, yn);
+        di_fwd_debug(c, "final_norm_out_row", r, yn, D);
         di_cpu_linear(&m->head, yn, 1, c->b->logits + r * V, DI_LIN_F32);
     }
     free(y);
@@ -208,13 +215,25 @@ di_status di_forward(const di_model *m, di_batch *b, di_err *err) {
             for (int64_t k = 0; k < D; k++) X[(r * n + i) * D + k] = di_bf16_load(e + 2 * k);
         pre[r * n] = 1.0f; /* identity pre-mix: copy 0 */
     }
+    if (b->debug_fn) {
+        float *e = malloc(sizeof(float) * (size_t)R * D);
+        for (int r = 0; r < R; r++) memcpy(e + r * D, X + r * n * D, sizeof(float) * (size_t)D);
+        di_fwd_debug(&c, "embed_out", -1, e, R * D);
+        free(e);
+    }
     for (int l = 0; l < m->n_layers; l++) {
         const di_layer *L = &m->layers[l];
-        if (L->engram_slot >= 0) di_fwd_engram(&c, L, X);
+        if (L->engram_slot >= 0) {
+            di_fwd_engram(&c, L, X);
+            di_fwd_debug(&c, "engram_out", l, X, R * n * D);
+        }
         for (int t = 0; t < cf->n_dspark_targets; t++)
             if (cf->dspark_target_layer_ids[t] == l) capture_target(&c, t, X);
+        di_fwd_debug(&c, "block_in", l, X, R * n * D);
         di_fwd_block(&c, L, X, pre);
+        di_fwd_debug(&c, "block_out", l, X, R * n * D);
     }
+    di_fwd_debug(&c, "main_hidden", -1, c.main_hidden, R * (int64_t)cf->n_dspark_targets * D);
     if (b->logits) head(&c, X, pre);
     if (b->main_hidden)
         memcpy(b->main_hidden, c.main_hidden, sizeof(float) * (size_t)R * cf->n_dspark_targets * D);

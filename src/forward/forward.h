@@ -30,6 +30,11 @@ typedef struct di_batch {
     const int32_t *forced_topk;
     /* optional out: own selections, same layout as forced_topk (for comparing with references) */
     int32_t *topk_out;
+    /* optional debug hook: called with named intermediate tensors (names as in the fixture's
+     * debug.safetensors; integer tensors are passed as float values); layer -1 for global ones.
+     * The hook may overwrite "block_in", "pre_mix_in", "attn_in" and "ffn_in" (teacher forcing). */
+    void (*debug_fn)(void *user, const char *name, int layer, float *data, int64_t n);
+    void *debug_user;
 } di_batch;
 
 di_status di_forward(const di_model *m, di_batch *b, di_err *err);

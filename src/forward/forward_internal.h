@@ -31,9 +31,15 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x);
 /* indexer.c: the indexer of an index source: publishes c->sel[L->index_slot] */
 void di_fwd_indexer(fwd_ctx *c, const di_layer *L, const float *x, const float *qr);
 /* moe.c: x [R, D] ffn input (normed) -> out [R, D] */
-void di_fwd_moe(const di_model *m, const di_layer *L, const float *x, int R, float *out);
+void di_fwd_moe(fwd_ctx *c, const di_layer *L, const float *x, float *out);
 /* engram.c: X [R, hc, D] in place */
 void di_fwd_engram(fwd_ctx *c, const di_layer *L, float *X);
+
+/* Debug hook (see di_batch.debug_fn) */
+static inline void di_fwd_debug(const fwd_ctx *c, const char *name, int layer, const float *data,
+                                int64_t n) {
+    if (c->b->debug_fn) c->b->debug_fn(c->b->debug_user, name, layer, (float *)data, n);
+}
 
 /* Helpers shared by the stages */
 void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_row, int64_t stride,

@@ -9,13 +9,15 @@
 #include "forward/forward_internal.h"
 
 /* One finished latent [Dh] (pre-norm, bf16) of group g -> compressed entry + index key. */
-static void emit_entry(const di_model *m, const di_layer *L, di_kv_source_state *ks, float *latent,
+static void emit_entry(const fwd_ctx *c, const di_layer *L, di_kv_source_state *ks, float *latent,
                        int64_t g) {
+    const di_model *m = c->m;
     const di_config *cf = &m->cfg;
     const int Dh = cf->head_dim, idim = cf->index_head_dim, rd = cf->qk_rope_head_dim;
     const float eps = (float)cf->rms_norm_eps;
     float normed[1024], key_raw[1024], key[1024], cs[256], sn[256];
     di_cpu_rmsnorm(latent, L->attn.cmp_norm, 1, Dh, eps, normed);
+    di_fwd_debug(c, "compressor_latent_row", L->id, normed, Dh);
     di_cpu_linear(&L->attn.idx_wk, normed, 1, key_raw, DI_LIN_BF16);
     di_cpu_rmsnorm(key_raw, L->attn.idx_k_norm, 1, idim, eps, key);
     di_model_rope_row(m, 1, g * L->ratio, cs, sn); /* an entry stands for the first token of its group */
@@ -44,7 +46,7 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
         const int64_t p = c->row_pos[r];
         const float *kr = k + (size_t)r * Dh;
         if (L->ratio == 1) {
-            emit_entry(m, L, ks, (float *)memcpy(latent, kr, sizeof(float) * Dh), p);
+            emit_entry(c, L, ks, (float *)memcpy(latent, kr, sizeof(float) * Dh), p);
             continue;
         }
         const float *zr = z + (size_t)r * Dh;
@@ -62,7 +64,7 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
             latent[d] = di_bf16_round(ks->pend_k[d] * (e0 / sum) + kr[d] * (e1 / sum));
         }
         ks->has_pending = false;
-        emit_entry(m, L, ks, latent, (p - 1) / 2);
+        emit_entry(c, L, ks, latent, (p - 1) / 2);
     }
     free(k);
     free(z);
@@ -98,6 +100,7 @@ static void candidate_pool(fwd_ctx *c, int r, const float *score, int64_t P, int
         bscore[b] = mx;
     }
     if (visible > 0) bscore[(visible - 1) / bs] = INFINITY;
+    di_fwd_debug(c, "candidate_block_score_row", cf->candidate_source_layer_id, bscore, nb);
     int keep = cf->candidate_topk_blocks < nb ? cf->candidate_topk_blocks : (int)nb;
     int32_t *blocks = malloc(sizeof(int32_t) * (size_t)(keep ? keep : 1));
     topk_select(bscore, nb, keep, blocks);
@@ -167,6 +170,7 @@ void di_fwd_indexer(fwd_ctx *c, const di_layer *L, const float *x, const float *
             for (int64_t t = 0; t < P; t++)
                 if (t / bs >= c->cand_nblocks[r] || !c->cand[r][t / bs]) score[t] = -INFINITY;
         }
+        di_fwd_debug(c, "index_score_row", L->id, score, P);
         topk_select(score, P, K, sel);
         free(score);
     }

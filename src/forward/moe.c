@@ -62,12 +62,25 @@ static void expert_ffn(const di_model *m, const di_weight *w1, const di_weight *
     free(u);
 }
 
-void di_fwd_moe(const di_model *m, const di_layer *L, const float *x, int R, float *out) {
+void di_fwd_moe(fwd_ctx *c, const di_layer *L, const float *x, float *out) {
+    const di_model *m = c->m;
+    const int R = c->R;
     const di_ffn_weights *f = &L->ffn;
     const int64_t D = m->cfg.hidden_size;
     const int E = f->n_experts, K = f->top_k;
     route *routes = malloc(sizeof(route) * (size_t)R);
     for (int r = 0; r < R; r++) route_row(m, f, x + r * D, &routes[r]);
+    if (c->b->debug_fn) {
+        float *dbg = malloc(sizeof(float) * (size_t)R * K * 2); /* [R, K] experts, then weights */
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < K; j++) {
+                dbg[r * K + j] = (float)routes[r].expert[j];
+                dbg[R * K + r * K + j] = routes[r].weight[j];
+            }
+        di_fwd_debug(c, "route_experts", L->id, dbg, (int64_t)R * K);
+        di_fwd_debug(c, "route_weights", L->id, dbg + R * K, (int64_t)R * K);
+        free(dbg);
+    }
     /* expert outputs per (row, slot) [R, K, D] bf16 */
     float *eo = malloc(sizeof(float) * (size_t)R * K * D);
     float *xg = malloc(sizeof(float) * (size_t)R * D), *yg = malloc(sizeof(float) * (size_t)R * D);
