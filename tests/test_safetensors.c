@@ -152,6 +152,46 @@ static void test_malformed(void) {
     di_checkpoint_close(ck);
 }
 
+/* Deterministic mini-fuzz: random byte edits of the tiny fixture's header (data left sparse) must
+ * give DI_OK or an error with a message, never a crash (meaningful under ASan). */
+static void test_fuzz_header(void) {
+    size_t len = 0;
+    char *file = tu_read(DI_TINY_FIXTURE_DIR "/model.safetensors", &len);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | (unsigned char)file[i];
+    char path[512];
+    tu_path(path, sizeof path, g_dir, "fuzz.safetensors");
+    uint64_t rng = 41001;
+    int n_err = 0, n_ok = 0;
+    char *buf = malloc(8 + hl);
+    for (int it = 0; it < 300; it++) {
+        memcpy(buf, file, 8 + hl);
+        int edits = 1 + it % 4;
+        for (int k = 0; k < edits; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)((rng >> 33) % (it % 10 == 0 ? 8 : 8 + hl));
+            static const char alphabet[] = "{}[],:\"0123456789-.eE aFIB_";
+            buf[at] = alphabet[(rng >> 20) % (sizeof alphabet - 1)];
+        }
+        tu_write(path, buf, 8 + hl);
+        if (truncate(path, (off_t)len)) continue;
+        di_checkpoint *ck = NULL;
+        di_err err = {0};
+        di_status st = di_safetensors_open_file(&ck, path, &err);
+        if (st) {
+            n_err++;
+            CHECKF(err.msg[0] && !ck, "iteration %d: status %d without a message", it, st);
+        } else {
+            n_ok++;
+        }
+        di_checkpoint_close(ck);
+    }
+    printf("fuzz: %d opened, %d rejected\n", n_ok, n_err);
+    CHECK(n_err > 0);
+    free(buf);
+    free(file);
+}
+
 int main(void) {
     if (tu_mkdtemp(g_dir, sizeof g_dir, "st")) return 1;
     test_dtypes();
@@ -159,6 +199,7 @@ int main(void) {
     test_tiny_dir();
     test_expect_message();
     test_malformed();
+    test_fuzz_header();
     tu_rm_rf(g_dir);
     return TEST_SUMMARY();
 }
