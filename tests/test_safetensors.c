@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/safetensors.h"
+#include "model/tensor_list.h"
 #include "test_checkpoint_util.h"
 #include "test_harness.h"
 
@@ -93,6 +94,11 @@ static void test_tiny_dir(void) {
         n_same += t && !memcmp(t->data, file + 8 + hl + begin, t->nbytes);
     }
     CHECK(n_entries == 1797 && n_same == 1797);
+    /* ...and the fixture is exactly the inventory its config expects. */
+    di_config cfg;
+    CHECKF(!di_config_load(&cfg, DI_TINY_FIXTURE_DIR "/config.json", &err), "%s", err.msg);
+    CHECK(di_tensor_list_count(&cfg) == 1797);
+    CHECKF(!di_checkpoint_validate(ck, &cfg, &err), "%s", err.msg);
     cJSON_Delete(hdr);
     free(text);
     free(file);
