@@ -52,6 +52,13 @@ static void test_normalize(void) {
     di_err err = {0};
     CHECK(di_engram_normalize("\xff", 1, &out, &n, &err) == DI_EINVAL);
     CHECK(strstr(err.msg, "UTF-8") != NULL);
+    CHECK(di_engram_normalize(NULL, 0, &out, &n, &err) == DI_OK && n == 0);
+    free(out);
+    char *big = calloc(DI_ENGRAM_NORMALIZE_MAX_BYTES + 1, 1);
+    CHECK(di_engram_normalize(big, DI_ENGRAM_NORMALIZE_MAX_BYTES + 1, &out, &n, &err) == DI_EINVAL);
+    CHECK(di_engram_normalize(big, 1000, &out, &n, &err) == DI_OK && n == 1000);
+    free(out);
+    free(big);
 }
 
 /* Raw keys for U+FFFD texts, one dictionary for both key kinds, empty normalisation keeps text. */

@@ -95,7 +95,11 @@ static UChar32 newer_lower(UChar32 c) {
 }
 
 static di_status utf8_to_u16(const char *s, size_t len, ubuf *out, di_err *err) {
-    if (len > INT32_MAX / 2) return di_errf(err, DI_EINVAL, "engram normalize: text too long");
+    /* NFKC may grow a string 18-fold and lowercasing 3-fold; this keeps every length in int32 */
+    if (len > DI_ENGRAM_NORMALIZE_MAX_BYTES)
+        return di_errf(err, DI_EINVAL, "engram normalize: text of %zu bytes (at most %d)", len,
+                       DI_ENGRAM_NORMALIZE_MAX_BYTES);
+    if (len == 0) s = "";
     UErrorCode st = U_ZERO_ERROR;
     int32_t n = 0;
     u_strFromUTF8(NULL, 0, &n, s, (int32_t)len, &st);
