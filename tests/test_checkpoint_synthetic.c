@@ -2,6 +2,7 @@
  * 48-shard release layout, real headers, sparse data. All 96,085 tensors must bind with their names,
  * dtypes and shapes; the byte total must equal the release's metadata.total_size. Also the tiny
  * config sharded the same way (19 shards), which exercises the index path on a second config. */
+#include <cjson/cJSON.h>
 #include <time.h>
 
 #include "model/synthetic_checkpoint.h"
@@ -37,6 +38,82 @@ static void expect_tensor(const di_checkpoint *ck, const char *name, di_dtype dt
     CHECKF(!di_tensor_expect(ck, name, dt, d1 ? 2 : 1, shape, &t, &err), "%s", err.msg);
     if (t && shard) CHECKF(!strcmp(di_checkpoint_shard_name(ck, t->shard), shard), "%s in %s", name,
                            di_checkpoint_shard_name(ck, t->shard));
+}
+
+/* Drops `name` from the header of `shard` (data left as is, sparse) and from the index. */
+static void drop_tensor(const char *dir, const char *shard, const char *name) {
+    char p[512];
+    tu_path(p, sizeof p, dir, shard);
+    FILE *f = fopen(p, "rb");
+    unsigned char len8[8];
+    CHECK(f && fread(len8, 1, 8, f) == 8);
+    uint64_t hl = 0, total = 0;
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | len8[i];
+    char *text = calloc(1, hl + 1);
+    CHECK(fread(text, 1, hl, f) == hl);
+    fseek(f, 0, SEEK_END);
+    total = (uint64_t)ftell(f);
+    fclose(f);
+    cJSON *hdr = cJSON_Parse(text);
+    cJSON_DeleteItemFromObject(hdr, name);
+    char *out = cJSON_PrintUnformatted(hdr);
+    size_t nl = strlen(out);
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)nl >> (8 * i));
+    f = fopen(p, "wb");
+    fwrite(len8, 1, 8, f);
+    fwrite(out, 1, nl, f);
+    fclose(f);
+    CHECK(!truncate(p, (off_t)(8 + nl + (total - 8 - hl))));
+    free(out);
+    free(text);
+    cJSON_Delete(hdr);
+    tu_path(p, sizeof p, dir, "model.safetensors.index.json");
+    text = tu_read(p, NULL);
+    cJSON *ix = cJSON_Parse(text);
+    cJSON *wm = cJSON_GetObjectItem(ix, "weight_map");
+    cJSON_DeleteItemFromObject(wm, name);
+    out = cJSON_PrintUnformatted(ix);
+    tu_write(p, out, strlen(out));
+    free(out);
+    free(text);
+    cJSON_Delete(ix);
+}
+
+/* Removes a whole shard and its index entries. */
+static void drop_shard(const char *dir, const char *shard) {
+    char p[512];
+    tu_path(p, sizeof p, dir, shard);
+    unlink(p);
+    tu_path(p, sizeof p, dir, "model.safetensors.index.json");
+    char *text = tu_read(p, NULL);
+    cJSON *ix = cJSON_Parse(text);
+    cJSON *wm = cJSON_GetObjectItem(ix, "weight_map");
+    for (cJSON *e = wm->child, *next; e; e = next) {
+        next = e->next;
+        if (!strcmp(e->valuestring, shard)) cJSON_DeleteItemFromObject(wm, e->string);
+    }
+    char *out = cJSON_PrintUnformatted(ix);
+    tu_write(p, out, strlen(out));
+    free(out);
+    free(text);
+    cJSON_Delete(ix);
+}
+
+/* A text engine may drop the vision tower (shard 1); a partial tower is an error naming a tensor. */
+static void test_vision_optional(const char *dir, const di_config *cfg) {
+    di_err err = {0};
+    di_checkpoint *ck = NULL;
+    drop_tensor(dir, "model-00001-of-00048.safetensors", "aligner.w2.bias");
+    CHECKF(!di_checkpoint_open(&ck, dir, &err), "%s", err.msg);
+    CHECK(di_checkpoint_validate(ck, cfg, &err) == DI_EFORMAT);
+    CHECKF(!strcmp(err.msg, "aligner.w2.bias: missing from the checkpoint, which holds 262 of the 263 "
+                   "vision tower / aligner tensors (expected all or none)"), "%s", err.msg);
+    di_checkpoint_close(ck);
+    drop_shard(dir, "model-00001-of-00048.safetensors");
+    CHECKF(!di_checkpoint_open(&ck, dir, &err), "%s", err.msg);
+    CHECK(di_checkpoint_count(ck) == 96085 - 263 && di_checkpoint_shard_count(ck) == 47);
+    CHECKF(!di_checkpoint_validate(ck, cfg, &err), "%s", err.msg);
+    di_checkpoint_close(ck);
 }
 
 static void test_released(void) {
@@ -97,6 +174,7 @@ static void test_released(void) {
         CHECK(tab && ((const unsigned char *)tab->data)[tab->nbytes - 1] == 0);
     }
     di_checkpoint_close(ck);
+    test_vision_optional(dir, &cfg);
     double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
     printf("released config: 48 shards written, opened and validated in %.2f s CPU, %.1f MB on disk\n", secs,
            disk / 1e6);

@@ -1,5 +1,5 @@
 /* Engram compressed token map: the normaliser chain on hand-picked strings (expected values printed
- * by HF `tokenizers` 0.23 with the reference's normalizer Sequence), the builder's key rules, and
+ * by HF `tokenizers` 0.23.3 with the reference's normalizer Sequence), the builder's key rules, and
  * the map of the tiny fixture's tokenizer_stub.json (773 ids, pad id 2, equal to its stored
  * `engram_token_map`). */
 #include "model/engram_consts.h"
@@ -39,11 +39,26 @@ static void test_normalize(void) {
     NORM(" \xee\x80\x80 ", " ");
     NORM("x\x1c", "x\x1c");            /* U+001C is not White_Space */
     NORM("\x00", "\x00");              /* NUL is kept, length-aware */
+    /* HF's normalisation and mark tables are Unicode 9.0, its lowercase is newer than ICU 72's */
+    NORM("a\xe1\xb3\xb2", "a");          /* U+1CF2 was Mc in 9.0 (Lo now): stripped */
+    NORM("a\xf0\x91\x87\x89", "a\xf0\x91\x87\x89"); /* U+111C9 Mn only since 11.0: kept */
+    NORM("a\xdf\xbd", "a\xdf\xbd");      /* U+07FD, a mark new in 11.0: kept */
+    NORM("e\xcc\x81\xdf\xbd", "e\xdf\xbd");
+    NORM("\xe3\x8b\xbf", "\xe3\x8b\xbf"); /* U+32FF (12.1) has no NFKC mapping there */
+    NORM("\xe1\xb2\x89", "\xe1\xb2\x8a"); /* U+1C89 -> U+1C8A (Unicode 16 lowercase) */
+    NORM("\xea\x9f\x9c", "\xc6\x9b");     /* U+A7DC -> U+019B */
     char *out = NULL;
     size_t n;
     di_err err = {0};
     CHECK(di_engram_normalize("\xff", 1, &out, &n, &err) == DI_EINVAL);
     CHECK(strstr(err.msg, "UTF-8") != NULL);
+    CHECK(di_engram_normalize(NULL, 0, &out, &n, &err) == DI_OK && n == 0);
+    free(out);
+    char *big = calloc(DI_ENGRAM_NORMALIZE_MAX_BYTES + 1, 1);
+    CHECK(di_engram_normalize(big, DI_ENGRAM_NORMALIZE_MAX_BYTES + 1, &out, &n, &err) == DI_EINVAL);
+    CHECK(di_engram_normalize(big, 1000, &out, &n, &err) == DI_OK && n == 1000);
+    free(out);
+    free(big);
 }
 
 /* Raw keys for U+FFFD texts, one dictionary for both key kinds, empty normalisation keeps text. */

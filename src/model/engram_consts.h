@@ -76,9 +76,12 @@ typedef struct di_engram_token_map {
     int n_compressed;  /* distinct keys = engram_compressed_vocab_size when the tokenizer matches */
 } di_engram_token_map;
 
-/* The reference normalizer chain on one UTF-8 string: NFKC, NFD, strip marks (general category
+#define DI_ENGRAM_NORMALIZE_MAX_BYTES (1 << 20)
+
+/* The reference normalizer chain on one UTF-8 string of at most DI_ENGRAM_NORMALIZE_MAX_BYTES: NFKC, NFD, strip marks (general category
  * M), per-character full lowercase, [ \t\r\n]+ -> " ", "^ $" -> U+E000, strip White_Space on both
- * sides, U+E000 -> " ". text may contain NUL bytes. *out is malloc'ed and NUL-terminated. */
+ * sides, U+E000 -> " ", with the Unicode data versions of HF `tokenizers` (engram_token_map.c).
+ * text may contain NUL bytes. *out is malloc'ed and NUL-terminated. */
 di_status di_engram_normalize(const char *text, size_t len, char **out, size_t *out_len,
                               di_err *err);
 

@@ -6,9 +6,9 @@
  * dictionary (an open-addressing hash table over the key bytes).
  *
  * The normaliser reproduces the HF `tokenizers` sequence the reference uses, with ICU:
- *   NFKC, NFD                      unorm2
- *   StripAccents                   drop every code point of general category Mark (Mn, Mc, Me);
- *                                  HF tests `is_combining_mark`, which is the whole category
+ *   NFKC, NFD                      unorm2, filtered to code points assigned by Unicode 9.0
+ *   StripAccents                   drop code points of general category Mark (Mn, Mc, Me) as of
+ *                                  Unicode 9.0; HF tests `is_combining_mark`, the whole category
  *   Lowercase                      per code point, full mapping (u_strToLower on that code point
  *                                  alone): HF lowercases char by char with Rust's
  *                                  char::to_lowercase, so multi-char mappings apply (U+0130 ->
@@ -18,24 +18,88 @@
  *                                  line anchors to match elsewhere)
  *   Strip                          White_Space code points, both sides (Rust char::is_whitespace)
  *   Replace(U+E000 -> " ")
- * The result is compared against HF itself on the V3 tokenizer (tests/test_engram_token_map_hf.sh). */
+ *
+ * Unicode versions. HF's NFKC/NFD and mark tables come from the crate
+ * unicode-normalization-alignments and behave as Unicode 9.0 data (found by comparing every code
+ * point with HF), while its lowercase comes from
+ * Rust's std (Unicode 16+). ICU 72 carries Unicode 15. Hence the age filter, three category
+ * changes since 9.0 and a small table of lowercase mappings newer than ICU 72. With them every
+ * Unicode scalar value alone, 100,000 random short strings and the whole V3 vocabulary normalise
+ * exactly as HF `tokenizers` 0.23.3 does (tests/test_engram_token_map_hf.sh). */
 #include "model/engram_consts.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unicode/uchar.h>
+#include <unicode/uset.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
+
+/* The Unicode version of the normalisation and mark tables in HF `tokenizers`
+ * (crate unicode-normalization-alignments). */
+#define HF_NORM_UNICODE_AGE "9.0"
 
 typedef struct ubuf {
     UChar *p;
     int32_t n;
 } ubuf;
 
+/* ICU objects limited to HF's Unicode data version, made once per process (never freed). */
+static struct {
+    USet *assigned;               /* code points assigned in HF_NORM_UNICODE_AGE or earlier */
+    UNormalizer2 *nfkc, *nfd;     /* normalisers filtered to that set */
+    UErrorCode status;
+} g_hf;
+static pthread_once_t g_hf_once = PTHREAD_ONCE_INIT;
+
+static void hf_tables_init(void) {
+    UErrorCode st = U_ZERO_ERROR;
+    static const char pattern[] = "[:age=" HF_NORM_UNICODE_AGE ":]";
+    UChar upat[32];
+    u_charsToUChars(pattern, upat, (int32_t)sizeof pattern);
+    g_hf.assigned = uset_openPattern(upat, -1, &st);
+    if (U_SUCCESS(st)) uset_freeze(g_hf.assigned);
+    const UNormalizer2 *nfkc = unorm2_getNFKCInstance(&st);
+    const UNormalizer2 *nfd = unorm2_getNFDInstance(&st);
+    if (U_SUCCESS(st)) g_hf.nfkc = unorm2_openFiltered(nfkc, g_hf.assigned, &st);
+    if (U_SUCCESS(st)) g_hf.nfd = unorm2_openFiltered(nfd, g_hf.assigned, &st);
+    g_hf.status = st;
+}
+
+/* StripAccents: general category Mark as of Unicode 9.0. Since then U+1CF2/U+1CF3 became Lo and
+ * U+111C9 became Mn; nothing else assigned by 9.0 changed in or out of the category. */
+static int hf_is_mark(UChar32 c) {
+    if (c == 0x1CF2 || c == 0x1CF3) return 1;
+    if (c == 0x111C9) return 0;
+    return (U_GET_GC_MASK(c) & U_GC_M_MASK) && uset_contains(g_hf.assigned, c);
+}
+
+/* Lowercase mappings that Rust's std (Unicode 16/17, used by tokenizers 0.23) has and ICU 72
+ * (Unicode 15) lacks: code points first..last map to c + delta. Harmless with a newer ICU. */
+static const struct { UChar32 first, last, delta; } k_newer_lower[] = {
+    {0x1C89, 0x1C89, 1},      {0xA7CB, 0xA7CB, -42343}, {0xA7CC, 0xA7CC, 1},
+    {0xA7CE, 0xA7CE, 1},      {0xA7D2, 0xA7D2, 1},      {0xA7D4, 0xA7D4, 1},
+    {0xA7DA, 0xA7DA, 1},      {0xA7DC, 0xA7DC, -42561}, {0x10D50, 0x10D65, 32},
+    {0x16EA0, 0x16EB8, 27},
+};
+
+/* The newer lowercase of c, or -1 if the table has none. */
+static UChar32 newer_lower(UChar32 c) {
+    for (size_t i = 0; i < sizeof k_newer_lower / sizeof k_newer_lower[0]; i++)
+        if (c >= k_newer_lower[i].first && c <= k_newer_lower[i].last)
+            return c + k_newer_lower[i].delta;
+    return -1;
+}
+
 static di_status utf8_to_u16(const char *s, size_t len, ubuf *out, di_err *err) {
-    if (len > INT32_MAX / 2) return di_errf(err, DI_EINVAL, "engram normalize: text too long");
+    /* NFKC may grow a string 18-fold and lowercasing 3-fold; this keeps every length in int32 */
+    if (len > DI_ENGRAM_NORMALIZE_MAX_BYTES)
+        return di_errf(err, DI_EINVAL, "engram normalize: text of %zu bytes (at most %d)", len,
+                       DI_ENGRAM_NORMALIZE_MAX_BYTES);
+    if (len == 0) s = "";
     UErrorCode st = U_ZERO_ERROR;
     int32_t n = 0;
     u_strFromUTF8(NULL, 0, &n, s, (int32_t)len, &st);
@@ -80,7 +144,12 @@ static di_status u16_strip_marks_lower(ubuf *b, di_err *err) {
         int32_t start = i;
         UChar32 c;
         U16_NEXT(b->p, i, b->n, c);
-        if (U_GET_GC_MASK(c) & U_GC_M_MASK) continue;
+        if (hf_is_mark(c)) continue;
+        UChar32 lc = newer_lower(c);
+        if (lc >= 0) {
+            U16_APPEND_UNSAFE(dst, o, lc);
+            continue;
+        }
         UErrorCode st = U_ZERO_ERROR;
         int32_t n = u_strToLower(dst + o, (int32_t)(b->n * 3 + 1) - o, b->p + start, i - start,
                                  "", &st);
@@ -153,16 +222,14 @@ static di_status u16_to_utf8(const ubuf *b, char **out, size_t *out_len, di_err 
 
 di_status di_engram_normalize(const char *text, size_t len, char **out, size_t *out_len,
                               di_err *err) {
-    UErrorCode st = U_ZERO_ERROR;
-    const UNormalizer2 *nfkc = unorm2_getNFKCInstance(&st);
-    const UNormalizer2 *nfd = unorm2_getNFDInstance(&st);
-    if (U_FAILURE(st))
+    pthread_once(&g_hf_once, hf_tables_init);
+    if (U_FAILURE(g_hf.status))
         return di_errf(err, DI_EINTERNAL, "engram normalize: ICU normalizers: %s",
-                       u_errorName(st));
+                       u_errorName(g_hf.status));
     ubuf b = {0};
     di_status r = utf8_to_u16(text, len, &b, err);
-    if (!r) r = u16_normalize(nfkc, &b, err);
-    if (!r) r = u16_normalize(nfd, &b, err);
+    if (!r) r = u16_normalize(g_hf.nfkc, &b, err);
+    if (!r) r = u16_normalize(g_hf.nfd, &b, err);
     if (!r) r = u16_strip_marks_lower(&b, err);
     if (!r) {
         u16_space_steps(&b);

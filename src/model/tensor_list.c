@@ -11,9 +11,11 @@
  *
  * For the released config this yields 96,085 tensors and 510,286,023,000 bytes, the official index's
  * count and metadata.total_size; tests pin both. Validation walks the same list: each expected tensor
- * must be present with its dtype and shape (di_tensor_expect names it, expected and found), vision
- * tensors are all present or all absent (a text engine may drop them), and any checkpoint tensor the
- * list did not claim is reported by name. */
+ * must be present with its dtype and shape (di_tensor_expect names it, expected and found). Vision
+ * tensors may be left out (a text engine never reads them) but are checked when present, in two
+ * all-or-none groups: the tower + aligner (`vision.*`, `aligner.*`, shard 1 of the release) and the
+ * `image_*` rows (shard 2, next to embed.weight). Any checkpoint tensor the list did not claim is
+ * reported by name. */
 #include "model/tensor_list.h"
 
 #include <stdarg.h>
@@ -237,8 +239,9 @@ typedef struct {
     di_err *err;
     di_status st;
     unsigned char *claimed; /* per checkpoint tensor: matched by an expected spec */
-    size_t n_vision, n_vision_present;
-    char first_missing_vision[160];
+    /* vision groups: [0] the tower and aligner, [1] the image_* embeddings; each all or none */
+    size_t n_vision[2], n_vision_present[2];
+    char first_missing_vision[2][160];
 } validator;
 
 static void validate_one(const di_tensor_spec *s, void *user) {
@@ -246,12 +249,13 @@ static void validate_one(const di_tensor_spec *s, void *user) {
     if (v->st != DI_OK) return;
     const di_tensor *t = di_checkpoint_find(v->ck, s->name);
     if (s->is_vision) {
-        v->n_vision++;
+        int g = !strncmp(s->name, "image_", 6);
+        v->n_vision[g]++;
         if (!t) {
-            if (!v->first_missing_vision[0]) snprintf(v->first_missing_vision, 160, "%s", s->name);
+            if (!v->first_missing_vision[g][0]) snprintf(v->first_missing_vision[g], 160, "%s", s->name);
             return;
         }
-        v->n_vision_present++;
+        v->n_vision_present[g]++;
     }
     v->st = di_tensor_expect(v->ck, s->name, s->dtype, s->ndim, s->shape, &t, v->err);
     if (t) v->claimed[t - di_checkpoint_at(v->ck, 0)] = 1;
@@ -259,12 +263,13 @@ static void validate_one(const di_tensor_spec *s, void *user) {
 
 di_status di_checkpoint_validate(const di_checkpoint *ck, const di_config *cfg, di_err *err) {
     size_t n = di_checkpoint_count(ck);
-    validator v = {ck, err, DI_OK, di_xcalloc(n ? n : 1, 1), 0, 0, {0}};
+    validator v = {.ck = ck, .err = err, .st = DI_OK, .claimed = di_xcalloc(n ? n : 1, 1)};
     di_tensor_list_for_each(cfg, validate_one, &v);
-    if (v.st == DI_OK && v.n_vision_present && v.n_vision_present < v.n_vision)
-        v.st = di_errf(err, DI_EFORMAT, "%s: missing from the checkpoint, which holds %zu of the %zu vision "
-                       "tensors (expected all or none)", v.first_missing_vision, v.n_vision_present,
-                       v.n_vision);
+    for (int g = 0; g < 2 && v.st == DI_OK; g++)
+        if (v.n_vision_present[g] && v.n_vision_present[g] < v.n_vision[g])
+            v.st = di_errf(err, DI_EFORMAT, "%s: missing from the checkpoint, which holds %zu of the %zu %s "
+                           "tensors (expected all or none)", v.first_missing_vision[g], v.n_vision_present[g],
+                           v.n_vision[g], g ? "image_*" : "vision tower / aligner");
     for (size_t i = 0; v.st == DI_OK && i < n; i++)
         if (!v.claimed[i]) {
             const di_tensor *t = di_checkpoint_at(ck, i);

@@ -23,7 +23,8 @@ void di_tensor_list_for_each(const di_config *cfg, di_tensor_spec_fn fn, void *u
 size_t di_tensor_list_count(const di_config *cfg);
 
 /* Checks that every expected tensor is present with its dtype and shape, and that the checkpoint
- * holds no tensor the config does not expect. Text-only: vision tensors are checked when present. */
+ * holds no tensor the config does not expect. Text-only: vision tensors are checked when present;
+ * the vision tower + aligner, and the image_* rows, must each be complete or absent. */
 di_status di_checkpoint_validate(const di_checkpoint *ck, const di_config *cfg, di_err *err);
 
 #endif
