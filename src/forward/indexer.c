@@ -1,8 +1,7 @@
 /* CSA2 compressed global KV (model-spec §2.4 (3)-(6)): the compressor of KV-source layers (ratio 2
  * gated pairs in fp32, ratio 1 per token), their index keys, the lightning indexer's scores with
  * the reference's bf16 roundings, the hierarchical candidate pool and the top-k selection.
- * Top-k ties are broken toward the lowest position (the fixture README measures this choice as the
- * closer one to the reference). */
+ * Exact top-k ties go to the lower position (see topk_select). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,7 +69,10 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
     free(z);
 }
 
-/* Positions of the k highest scores (ties to the lower position), ascending; -inf ones -> -1. */
+/* Positions of the k highest scores, ascending; -inf ones -> -1. Exact ties go to the lower
+ * position. torch.topk leaves tie order unspecified: at the first selection difference of the
+ * fixture prompts (each an exact bf16 tie) the reference kept the higher position in some and the
+ * lower in others; over whole runs the lower-position rule is the closer one (fixture README). */
 static void topk_select(const float *score, int64_t n, int k, int32_t *out) {
     uint8_t *taken = calloc((size_t)(n ? n : 1), 1);
     int got = 0;

@@ -30,9 +30,9 @@ void di_cpu_sparse_attn(const float *q, int n_heads, int dim, const float *const
                     logit[j - r0] = -INFINITY;
                     continue;
                 }
-                double dot = 0.0;
-                for (int i = 0; i < dim; i++) dot += (double)qh[i] * kv[j][i];
-                logit[j - r0] = (float)dot * scale;
+                float dot = 0.0f;
+                for (int i = 0; i < dim; i++) dot += qh[i] * kv[j][i];
+                logit[j - r0] = dot * scale;
                 m_new = fmaxf(m_new, logit[j - r0]);
             }
             float a = expf(m - m_new);
