@@ -14,12 +14,12 @@ typedef struct logit_stats {
     int rows, argmax_agree;
 } logit_stats;
 
-static int cmp_double(const void *a, const void *b) {
+static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-static int argmax_f(const float *x, int64_t n) {
+static inline int argmax_f(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
@@ -27,7 +27,7 @@ static int argmax_f(const float *x, int64_t n) {
 }
 
 /* a, b: [rows, V] */
-static logit_stats compare_logits(const float *a, const float *b, int rows, int64_t V) {
+static inline logit_stats compare_logits(const float *a, const float *b, int rows, int64_t V) {
     logit_stats s = {0};
     s.rows = rows;
     size_t n = (size_t)rows * V;
@@ -47,7 +47,7 @@ static logit_stats compare_logits(const float *a, const float *b, int rows, int6
 }
 
 /* Reads a tensor of a golden file as float (F32 or BF16) or int32 (I32); NULL if absent. */
-static float *golden_f32(const di_checkpoint *g, const char *name, int64_t *numel) {
+static inline float *golden_f32(const di_checkpoint *g, const char *name, int64_t *numel) {
     const di_tensor *t = di_checkpoint_find(g, name);
     if (!t) return NULL;
     int64_t n = di_tensor_numel(t);
@@ -66,7 +66,7 @@ static float *golden_f32(const di_checkpoint *g, const char *name, int64_t *nume
     return out;
 }
 
-static int32_t *golden_i32(const di_checkpoint *g, const char *name, int64_t *numel) {
+static inline int32_t *golden_i32(const di_checkpoint *g, const char *name, int64_t *numel) {
     const di_tensor *t = di_checkpoint_find(g, name);
     if (!t || t->dtype != DI_DT_I32) return NULL;
     int64_t n = di_tensor_numel(t);

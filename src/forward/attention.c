@@ -105,6 +105,10 @@ void di_fwd_q_kv(const di_model *m, const di_layer *L, const float *x, int R, co
 }
 
 void di_fwd_attention(fwd_ctx *c, const di_layer *L, const float *x, float *out) {
+    if (L->is_dspark) {
+        di_fwd_dspark_attention(c, L, x, out);
+        return;
+    }
     const di_model *m = c->m;
     const di_config *cf = &m->cfg;
     const int R = c->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;

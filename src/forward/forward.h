@@ -51,8 +51,9 @@ typedef struct di_dspark_out {
  * ([n, n_targets*D] bf16 values) into the sequence's draft rings. */
 void di_dspark_seed(const di_model *m, di_seq_state *s, const float *main_hidden, int64_t pos0,
                     int n);
-/* Runs the draft block anchored at position p = s->n_tokens - 1 with anchor token `next_token`
- * (the token the backbone chose for position p+1): ring row p must already be seeded. */
-void di_dspark_draft(const di_model *m, di_seq_state *s, int32_t next_token, di_dspark_out *out);
+/* Runs the draft block anchored at position p (whose ring row must already be seeded) with anchor
+ * token `next_token` (the token the backbone chose for position p+1). Drafts are greedy. */
+di_status di_dspark_draft(const di_model *m, di_seq_state *s, int64_t p, int32_t next_token,
+                          di_dspark_out *out, di_err *err);
 
 #endif

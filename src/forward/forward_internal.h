@@ -26,6 +26,12 @@ typedef struct fwd_ctx {
 
 /* attention.c: x [R, D] attention input (normed) -> out [R, D] */
 void di_fwd_attention(fwd_ctx *c, const di_layer *L, const float *x, float *out);
+/* dspark.c: attention of a draft block (ring slots + all block rows) */
+void di_fwd_dspark_attention(fwd_ctx *c, const di_layer *L, const float *x, float *out);
+/* attention.c helpers shared with dspark.c */
+void di_fwd_q_kv(const di_model *m, const di_layer *L, const float *x, int R, const int64_t *pos,
+                 float *qr, float *q, float *kv);
+void di_fwd_output_proj(const di_model *m, const di_attn_weights *a, const float *o, int R, float *out);
 /* indexer.c: compressor + index keys of a KV source, for the rows of this call */
 void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x);
 /* indexer.c: the indexer of an index source: publishes c->sel[L->index_slot] */
