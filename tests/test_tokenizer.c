@@ -219,7 +219,13 @@ static void test_encode_errors(di_tokenizer *t) {
     di_token_vec_free(&v);
     /* NEL is White_Space in Oniguruma: it splits from the following letter (HF: a, Â, ħ, b) */
     CHECK(di_tokenizer_encode(t, "a\xC2\x85" "b", 4, false, &v, &err) == DI_OK);
-    CHECKF(v.n == 4, "NEL split gave %zu ids", v.n);
+    CHECKF(v.n == 4 && v.ids[0] == 67 && v.ids[1] == 129 && v.ids[2] == 230 && v.ids[3] == 68,
+           "NEL split gave %zu ids", v.n);
+    di_token_vec_free(&v);
+    /* U+13F6A (Unicode 16) is a letter to HF's Oniguruma, so the space joins it: [86387, 244, 124, 106] */
+    CHECK(di_tokenizer_encode(t, " \xF0\x93\xBD\xAA", 5, false, &v, &err) == DI_OK);
+    CHECKF(v.n == 4 && v.ids[0] == 86387 && v.ids[3] == 106, "U+13F6A gave %zu ids, first %d", v.n,
+           v.n ? v.ids[0] : -1);
     di_token_vec_free(&v);
 }
 

@@ -1,6 +1,7 @@
 /* `deepinfer tokenize | detokenize | render`: the tokenizer on the command line.
  *
  *   tokenize   --tokenizer FILE [--special]       UTF-8 text on stdin  -> JSON array of ids
+ *              [--jsonl]                         JSON lines {"text": ...} -> one id array per line
  *   detokenize --tokenizer FILE [--skip-special]  JSON array of ids    -> text on stdout
  *   render     --tokenizer FILE                   OpenAI-style chat JSON -> JSON array of ids
  *
@@ -59,6 +60,34 @@ static void print_ids(const di_token_vec *v) {
     fputs("]\n", stdout);
 }
 
+/* --jsonl: one JSON object per line with a "text" string (cJSON strings stop at a \u0000). */
+static int tokenize_jsonl(di_tokenizer *t, bool special, char *all, size_t len) {
+    di_token_vec v = {0};
+    di_err err = {0};
+    int line_no = 0, rc = 0;
+    for (char *line = all, *end; line < all + len && !rc; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(all + len - line));
+        if (!end) end = all + len;
+        line_no++;
+        if (end == line) continue;
+        cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
+        v.n = 0;
+        if (!cJSON_IsString(text)) {
+            fprintf(stderr, "deepinfer tokenize: stdin line %d: not a JSON object with a \"text\" string\n", line_no);
+            rc = 1;
+        } else if (di_tokenizer_encode(t, text->valuestring, strlen(text->valuestring), special, &v, &err)) {
+            fprintf(stderr, "deepinfer tokenize: stdin line %d: %s\n", line_no, err.msg);
+            rc = 1;
+        } else {
+            print_ids(&v);
+        }
+        cJSON_Delete(j);
+    }
+    di_token_vec_free(&v);
+    return rc;
+}
+
 int di_cmd_tokenize(di_settings *s, int argc, char **argv) {
     int rc;
     di_tokenizer *t = open_tokenizer(s, argc, argv, &rc);
@@ -68,7 +97,9 @@ int di_cmd_tokenize(di_settings *s, int argc, char **argv) {
     di_token_vec v = {0};
     di_err err = {0};
     rc = 0;
-    if (di_tokenizer_encode(t, text, len, s->special, &v, &err)) {
+    if (s->jsonl) {
+        rc = tokenize_jsonl(t, s->special, text, len);
+    } else if (di_tokenizer_encode(t, text, len, s->special, &v, &err)) {
         fprintf(stderr, "deepinfer tokenize: stdin: %s\n", err.msg);
         rc = 1;
     } else {
