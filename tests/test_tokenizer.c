@@ -6,11 +6,21 @@
 #include <time.h>
 
 #include "test_harness.h"
+
+/* CHECK for loops of many items: only failures are counted and printed (once). */
+#define CHECK_QUIET(cond)                                                                 \
+    do {                                                                                  \
+        static bool reported_;                                                            \
+        if (!(cond) && !reported_) {                                                      \
+            reported_ = true;                                                             \
+            CHECK(cond);                                                                  \
+        }                                                                                 \
+    } while (0)
 #include "tokenizer/tokenizer.h"
 
 #define V3_PATH "tests/data/tokenizer/deepseek_v3_tokenizer.json"
 #define GOLDEN_PATH "tests/data/tokenizer/golden_v3_hf_tokenizers_0.23.2.jsonl"
-#define V41_PATH "assets/tokenizer/deepseek_v41_tokenizer.json"
+#define V41_PATH "assets/tokenizer/tokenizer.json"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -266,6 +276,41 @@ static void test_load_errors(void) {
                       DI_EFORMAT, "added_tokens[0].content");
 }
 
+/* The shipped V4.1 file: id layout, the flags that changed from V4, and plain text unchanged. */
+static void test_v41(void) {
+    di_tokenizer *t = NULL;
+    di_err err = {0};
+    double t0 = now_ms();
+    di_status st = di_tokenizer_load(V41_PATH, &t, &err);
+    CHECKF(st == DI_OK, "%s", err.msg);
+    if (st) return;
+    printf("loaded %s in %.1f ms\n", V41_PATH, now_ms() - t0);
+    CHECK(di_tokenizer_vocab_size(t) == 129280);
+    static const struct { const char *s; int32_t id; bool special; } k[] = {
+        {"<｜begin▁of▁sentence｜>", 0, true}, {"<｜end▁of▁sentence｜>", 1, true}, {"<｜▁pad▁｜>", 2, true},
+        {"<｜System｜>", 128799, false}, {"<｜User｜>", 128803, false}, {"<｜Assistant｜>", 128804, false},
+        {"<think>", 128821, false}, {"</think>", 128822, false}, {"｜DSML｜", 128825, false},
+        {"<｜latest_reminder｜>", 128828, false}, {"<｜deepseek_image｜>", 129264, false},
+        {"<|place_holder_mm_span_0442|>", 129279, true},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        CHECKF(di_tokenizer_token_id(t, k[i].s, strlen(k[i].s)) == k[i].id, "%s", k[i].s);
+        CHECKF(di_tokenizer_is_special(t, k[i].id) == k[i].special, "%s special flag", k[i].s);
+    }
+    for (int32_t id = 0; id < 129280; id++) CHECK_QUIET(di_tokenizer_id_to_token(t, id, NULL) != NULL);
+    const char *text = "<｜System｜>sys<｜User｜>hi<｜Assistant｜><think>";
+    di_token_vec v = {0};
+    CHECK(di_tokenizer_encode(t, text, strlen(text), true, &v, &err) == DI_OK);
+    CHECK(v.n == 6 && v.ids[0] == 128799 && v.ids[2] == 128803 && v.ids[5] == 128821);
+    char *out;
+    size_t len;
+    CHECK(di_tokenizer_decode(t, v.ids, v.n, true, &out, &len, &err) == DI_OK);
+    CHECK(!strcmp(out, text)); /* <｜System｜> is not special in V4.1: skip_special keeps it */
+    free(out);
+    di_token_vec_free(&v);
+    di_tokenizer_free(t);
+}
+
 int main(void) {
     di_tokenizer *t = NULL;
     di_err err = {0};
@@ -282,5 +327,6 @@ int main(void) {
     test_encode_errors(t);
     test_load_errors();
     di_tokenizer_free(t);
+    test_v41();
     return TEST_SUMMARY();
 }

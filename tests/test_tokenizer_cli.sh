@@ -44,5 +44,12 @@ check_err "negative id" 1 "token id -3" bash -c "echo '[-3]' | '$BIN' detokenize
 check_err "not an array" 1 "not a JSON array" bash -c "echo '{\"a\":1}' | '$BIN' detokenize --tokenizer '$TOK'"
 check_err "non-integer id" 1 "element 1 of the id array" bash -c "echo '[1, 2.5]' | '$BIN' detokenize --tokenizer '$TOK'"
 
+# The shipped V4.1 tokenizer: official hash, and its chat tokens.
+V41=assets/tokenizer/tokenizer.json
+check "V4.1 sha256" "c90dfa01249db1be4245780a052ede752e1361c612ac6d08e2bdada7d599476b" \
+    "$(sha256sum "$V41" | cut -d' ' -f1)"
+check "V4.1 tokenize --special" "[0, 128799, 128803, 19923, 128804, 128821]" \
+    "$(printf '<｜begin▁of▁sentence｜><｜System｜><｜User｜>Hello<｜Assistant｜><think>' | "$BIN" tokenize --tokenizer "$V41" --special)"
+
 echo "$pass passed, $fail failed"
 [ "$fail" == 0 ]

@@ -12,3 +12,8 @@ SHARED=../shared
 [ -d "$SHARED/corpora" ] || echo "note: $SHARED/corpora is absent; the prose part of the cross-check is skipped"
 python3 tools/tokenizer/crosscheck_hf.py --bin "$BIN" \
     --tokenizer tests/data/tokenizer/deepseek_v3_tokenizer.json --shared "$SHARED"
+rc=$?
+# The shipped V4.1 file (same base BPE, V4.1 added tokens) on a smaller sample.
+python3 tools/tokenizer/crosscheck_hf.py --bin "$BIN" --tokenizer assets/tokenizer/tokenizer.json \
+    --shared "$SHARED" --max-mb 3 --min-mb 0 || rc=1
+exit $rc
