@@ -255,9 +255,7 @@ static di_status load_token_map(di_model *m, const char *dir, di_err *err) {
     snprintf(path, sizeof path, "%s/tokenizer_stub.json", dir);
     if (stat(path, &st) == 0) return di_engram_token_map_from_stub(path, &m->token_map, err);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (stat(path, &st) == 0)
-        return di_errf(err, DI_EUNSUPPORTED, "%s: building the Engram map from tokenizer.json needs "
-                       "the tokenizer (not built yet)", path);
+    if (stat(path, &st) == 0) return di_engram_token_map_from_tokenizer(path, &m->token_map, err);
     return di_errf(err, DI_EIO, "%s: no tokenizer.json (needed for the Engram token map)", dir);
 }
 

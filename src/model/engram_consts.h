@@ -93,6 +93,9 @@ di_status di_engram_token_map_build(const char *const *decoded, const size_t *de
                                     const char *const *raw, const size_t *raw_len,
                                     int vocab_size, di_engram_token_map *out, di_err *err);
 
+/* Builds the map from a checkpoint's tokenizer.json (engram_token_map_tok.c). */
+di_status di_engram_token_map_from_tokenizer(const char *path, di_engram_token_map *out, di_err *err);
+
 /* Builds the map from a fixture's tokenizer_stub.json (`decode`, `id_to_token`). */
 di_status di_engram_token_map_from_stub(const char *path, di_engram_token_map *out, di_err *err);
 
