@@ -95,7 +95,7 @@ static int check_attn(const float *q, int H, int dim, const float *const *kv, in
  * the sink in the denominator only, bf16 output. The tolerance check above cannot see these
  * rounding points (they move the result by less than its allowance), so the kernel is also
  * required to agree with this emulation bit for bit. The one freedom of the spec, the summation
- * order inside a run (§7 Q5), is fixed here as the kernel fixes it: dot products and the run's
+ * order inside a run (§7 Q5), is fixed here as the kernel fixes it: q.k in fp32 in index order, the run's
  * sums in double, rounded once to fp32. Returns the number of differing elements. */
 static int emulate_attn(const float *q, int H, int dim, const float *const *kv, int n, const float *sink,
                         float scale) {
@@ -112,9 +112,9 @@ static int emulate_attn(const float *q, int H, int dim, const float *const *kv, 
             for (int j = r0; j < r1; j++) {
                 l[j - r0] = -INFINITY;
                 if (!kv[j]) continue;
-                double dot = 0.0;
-                for (int i = 0; i < dim; i++) dot += (double)q[h * dim + i] * kv[j][i];
-                l[j - r0] = (float)dot * scale;
+                float dot = 0.0f; /* fp32 in index order, as the reference (fixture prompt 3 is bit-exact so) */
+                for (int i = 0; i < dim; i++) dot += q[h * dim + i] * kv[j][i];
+                l[j - r0] = dot * scale;
                 if (l[j - r0] > m_new) m_new = l[j - r0];
             }
             float a = expf(m - m_new);

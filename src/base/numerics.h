@@ -69,11 +69,13 @@ static inline float di_minifloat_rne(float x, int mant_bits, int min_exp) {
 static inline float di_e4m3_rne(float x) { return di_minifloat_rne(x, 3, -6); }
 static inline float di_e2m1_rne(float x) { return di_minifloat_rne(x, 1, 0); }
 
-/* Smallest power of two >= v (v > 0): the kernels' fast_round_scale (exponent + (mantissa != 0)). */
+/* The kernels' fast_round_scale, from the fp32 bits: 2^(exponent + (mantissa != 0)). For normal v
+ * this is the smallest power of two >= v; every positive subnormal gives 2^-126. */
 static inline float di_pow2_ceil(float v) {
-    int e;
-    float m = frexpf(v, &e);
-    return m == 0.5f ? v : ldexpf(1.0f, e);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    int e = (int)((u >> 23) & 0xffu) - 127 + ((u & 0x7fffffu) != 0);
+    return ldexpf(1.0f, e);
 }
 
 static inline float di_clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }

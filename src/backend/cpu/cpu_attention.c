@@ -6,7 +6,8 @@
  * the running max starts at -1e30, probabilities are taken against the max after each run, the PV
  * product uses bf16-rounded probabilities, and the per-head sink adds exp(sink - m) to the
  * denominator only. The run an entry falls in decides which max its probability is rounded
- * against, so callers must build the list in the reference's order (window first). */
+ * against, so callers must build the list in the reference's order (window first). Logits q.k are
+ * summed in fp32 in index order, as the reference does; the PV sums of a run are exact-then-rounded. */
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_ops.h"

@@ -2,7 +2,9 @@
  * tested against: fixed reduction orders, no fast-math, results independent of the thread count
  * (threads only split independent outputs). Within a 32-wide GEMM block or a dot product the sum is
  * taken in double and rounded once to fp32: the closest fp32 to the exact sum, which every
- * reference summation order approaches to within an ulp. */
+ * reference summation order approaches to within an ulp. One exception matches the reference
+ * exactly instead: attention logits q.k accumulate in fp32 in index order (with that order the
+ * fixture's layer-by-layer prefill is bit-identical; with a double sum one row in 40 differed). */
 #ifndef DI_BACKEND_CPU_OPS_H
 #define DI_BACKEND_CPU_OPS_H
 

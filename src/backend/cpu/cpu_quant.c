@@ -34,7 +34,7 @@ void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind)
             s = di_pow2_ceil(amax * (1.0f / 6.0f));
         } else {
             amax = fmaxf(amax, 6.0f * 0x1p-9f);
-            s = di_e4m3_rne(amax / 6.0f);
+            s = di_e4m3_rne(fminf(amax / 6.0f, 448.0f)); /* saturating: s is stored as an e4m3 byte */
         }
         for (int i = 0; i < block; i++) {
             float q = di_e2m1_rne(di_clampf(x[b + i] / s, -6.0f, 6.0f));
