@@ -178,11 +178,20 @@ int main(void) {
         snprintf(key, sizeof key, "layer.%d.window_kv_cache", l);
         check_tensor(dbg, key, st->swa[l], (int64_t)cf->sliding_window * cf->head_dim, EXACT);
         if (!m->layers[l].is_kv_source) continue;
-        const di_kv_source_state *ks = &st->kv[m->layers[l].kv_slot];
+        const int src = m->layers[l].kv_slot;
+        const int64_t n = st->kv[src].n;
+        float *ckv = malloc(sizeof(float) * (size_t)n * cf->head_dim);
+        float *ik = malloc(sizeof(float) * (size_t)n * cf->index_head_dim);
+        for (int64_t g = 0; g < n; g++) {
+            memcpy(ckv + g * cf->head_dim, di_seq_ckv(st, src, g), sizeof(float) * (size_t)cf->head_dim);
+            memcpy(ik + g * cf->index_head_dim, di_seq_ikey(st, src, g), sizeof(float) * (size_t)cf->index_head_dim);
+        }
         snprintf(key, sizeof key, "layer.%d.compress_kv_cache", l);
-        check_tensor(dbg, key, ks->ckv, ks->n * cf->head_dim, EXACT);
+        check_tensor(dbg, key, ckv, n * cf->head_dim, EXACT);
         snprintf(key, sizeof key, "layer.%d.index_k_cache", l);
-        check_tensor(dbg, key, ks->ikeys, ks->n * cf->index_head_dim, EXACT);
+        check_tensor(dbg, key, ik, n * cf->index_head_dim, EXACT);
+        free(ckv);
+        free(ik);
     }
     /* own selections, on the reference's layer inputs (teacher forcing as above), vs the
      * reference's raw indexer output (kv row = position + L): the indexer and the candidate pool

@@ -39,10 +39,10 @@ static int build_index_list(const fwd_ctx *c, const di_layer *L, int r, const fl
         }
     }
     if (L->ratio > 0 && L->index_slot >= 0 && c->sel_valid[L->index_slot]) {
-        const di_kv_source_state *ks = &c->b->seqs[s]->kv[L->kv_slot];
+        const di_seq_state *st = c->b->seqs[s];
         const int32_t *sel = c->sel[L->index_slot] + (size_t)r * cf->index_topk;
         for (int j = 0; j < c->sel_len[L->index_slot]; j++)
-            list[n++] = sel[j] >= 0 && sel[j] < ks->n ? ks->ckv + (size_t)sel[j] * cf->head_dim : NULL;
+            list[n++] = sel[j] >= 0 && sel[j] < st->kv[L->kv_slot].n ? di_seq_ckv(st, L->kv_slot, sel[j]) : NULL;
     }
     return n;
 }

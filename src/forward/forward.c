@@ -94,6 +94,12 @@ static di_status check_batch(const di_model *m, const di_batch *b, di_err *err) 
     if (total != b->n_rows)
         return di_errf(err, DI_EINVAL, "forward: rows per sequence add up to %d, batch has %d", total,
                        b->n_rows);
+    /* compressed-entry blocks for every sequence, before anything is written */
+    for (int s = 0; s < b->n_seqs; s++) {
+        di_seq_state *st = b->seqs[s];
+        if (di_seq_state_reserve(st, st->n_tokens + b->seq_n_rows[s], err))
+            return di_err_prefix(err, "forward: sequence %d", s);
+    }
     for (int r = 0; r < b->n_rows; r++)
         if (b->tokens[r] < 0 || b->tokens[r] >= m->cfg.vocab_size)
             return di_errf(err, DI_ERANGE, "forward: token id %d at row %d outside [0, %d)",

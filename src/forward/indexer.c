@@ -8,7 +8,7 @@
 #include "forward/forward_internal.h"
 
 /* One finished latent [Dh] (pre-norm, bf16) of group g -> compressed entry + index key. */
-static void emit_entry(const fwd_ctx *c, const di_layer *L, di_kv_source_state *ks, float *latent,
+static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, float *latent,
                        int64_t g) {
     const di_model *m = c->m;
     const di_config *cf = &m->cfg;
@@ -24,7 +24,7 @@ static void emit_entry(const fwd_ctx *c, const di_layer *L, di_kv_source_state *
     di_cpu_fp4_quant_inplace(key, idim, 32, DI_FP4_SCALE_UE8M0);
     di_cpu_rope(normed, 1, Dh, Dh - rd, rd, cs, sn, false);
     di_cpu_fp4_quant_inplace(normed, Dh, 16, DI_FP4_SCALE_E4M3);
-    di_kv_source_append(ks, normed, key, Dh, idim);
+    di_seq_append_entry(st, L->kv_slot, normed, key);
 }
 
 void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
@@ -41,11 +41,12 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
         di_cpu_linear(&L->attn.cmp_wkv, x, R, k, DI_LIN_BF16);
     }
     for (int r = 0; r < R; r++) {
-        di_kv_source_state *ks = &c->b->seqs[c->row_seq[r]]->kv[L->kv_slot];
+        di_seq_state *st = c->b->seqs[c->row_seq[r]];
+        di_kv_source_state *ks = &st->kv[L->kv_slot];
         const int64_t p = c->row_pos[r];
         const float *kr = k + (size_t)r * Dh;
         if (L->ratio == 1) {
-            emit_entry(c, L, ks, (float *)memcpy(latent, kr, sizeof(float) * Dh), p);
+            emit_entry(c, L, st, (float *)memcpy(latent, kr, sizeof(float) * Dh), p);
             continue;
         }
         const float *zr = z + (size_t)r * Dh;
@@ -63,7 +64,7 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
             latent[d] = di_bf16_round(ks->pend_k[d] * (e0 / sum) + kr[d] * (e1 / sum));
         }
         ks->has_pending = false;
-        emit_entry(c, L, ks, latent, (p - 1) / 2);
+        emit_entry(c, L, st, latent, (p - 1) / 2);
     }
     free(k);
     free(z);
@@ -116,11 +117,11 @@ static void candidate_pool(fwd_ctx *c, int r, const float *score, int64_t P, int
 }
 
 /* score[t] = bf16(sum_h bf16(relu(bf16(q_h . k_t)) * w_h)) over the owner's index keys */
-static void index_scores(const di_model *m, const float *qi, const float *w, const float *keys,
-                         int64_t P, float *score) {
+static void index_scores(const di_model *m, const float *qi, const float *w, const di_seq_state *st,
+                         int src, int64_t P, float *score) {
     const int nh = m->cfg.index_n_heads, idim = m->cfg.index_head_dim;
     for (int64_t t = 0; t < P; t++) {
-        const float *kt = keys + (size_t)t * idim;
+        const float *kt = di_seq_ikey(st, src, t);
         double sum = 0.0;
         for (int h = 0; h < nh; h++) {
             double dot = 0.0;
@@ -158,13 +159,13 @@ void di_fwd_indexer(fwd_ctx *c, const di_layer *L, const float *x, const float *
     for (int i = 0; i < R * nh; i++) w[i] = di_bf16_round(w[i] * wscale);
     int sel_len = 0;
     for (int r = 0; r < R; r++) {
-        const di_kv_source_state *ks = &c->b->seqs[c->row_seq[r]]->kv[L->kv_slot];
-        const int64_t P = ks->n, visible = (c->row_pos[r] + 1) / L->ratio;
+        const di_seq_state *st = c->b->seqs[c->row_seq[r]];
+        const int64_t P = st->kv[L->kv_slot].n, visible = (c->row_pos[r] + 1) / L->ratio;
         int32_t *sel = c->sel[slot] + (size_t)r * K;
         const int k = P < K ? (int)P : K;
         if (k > sel_len) sel_len = k;
         float *score = malloc(sizeof(float) * (size_t)(P ? P : 1));
-        index_scores(m, qi + (size_t)r * nh * idim, w + (size_t)r * nh, ks->ikeys, P, score);
+        index_scores(m, qi + (size_t)r * nh * idim, w + (size_t)r * nh, st, L->kv_slot, P, score);
         for (int64_t t = visible; t < P; t++) score[t] = -INFINITY;
         if (L->is_candidate_source) candidate_pool(c, r, score, P, visible);
         if (L->uses_candidates && c->cand[r]) {

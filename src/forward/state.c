@@ -1,12 +1,29 @@
 /* Per-sequence state allocation (see state.h). */
 #include "forward/state.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+enum { BLOCK_ENTRIES = 64 };
+
+int di_kv_entry_floats(const di_model *m) { return m->cfg.head_dim + m->cfg.index_head_dim; }
+
 di_seq_state *di_seq_state_new(const di_model *m) {
+    di_kv_pool *pool = di_xmalloc(sizeof *pool);
+    di_kv_pool_init(pool, BLOCK_ENTRIES, di_kv_entry_floats(m), 0);
+    di_seq_state *s = di_seq_state_new_in(m, pool);
+    s->owns_pool = true;
+    return s;
+}
+
+di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool) {
     const di_config *c = &m->cfg;
+    assert(pool->entry_floats == di_kv_entry_floats(m));
     di_seq_state *s = di_xcalloc(1, sizeof *s);
+    s->pool = pool;
+    s->dh = c->head_dim;
+    s->idx_dim = c->index_head_dim;
     s->n_layers = m->n_total_layers;
     s->n_kv = c->n_kv_sources;
     s->swa = di_xcalloc((size_t)m->n_total_layers, sizeof(float *));
@@ -14,6 +31,7 @@ di_seq_state *di_seq_state_new(const di_model *m) {
         s->swa[l] = di_xcalloc((size_t)c->sliding_window * c->head_dim, sizeof(float));
     s->kv = di_xcalloc((size_t)c->n_kv_sources, sizeof(di_kv_source_state));
     for (int i = 0; i < c->n_kv_sources; i++) {
+        s->kv[i].ratio = c->compress_ratios[c->kv_source_layer_ids[i]];
         s->kv[i].pend_k = di_xcalloc((size_t)c->head_dim, sizeof(float));
         s->kv[i].pend_z = di_xcalloc((size_t)c->head_dim, sizeof(float));
     }
@@ -27,26 +45,56 @@ void di_seq_state_free(di_seq_state *s) {
     for (int l = 0; l < s->n_layers; l++) free(s->swa[l]);
     free(s->swa);
     for (int i = 0; i < s->n_kv; i++) {
-        free(s->kv[i].ckv);
-        free(s->kv[i].ikeys);
+        for (int64_t b = 0; b < s->kv[i].n_blocks; b++) di_kv_pool_free(s->pool, s->kv[i].blocks[b]);
+        free(s->kv[i].blocks);
         free(s->kv[i].pend_k);
         free(s->kv[i].pend_z);
     }
     free(s->kv);
     free(s->main_hidden);
+    if (s->owns_pool) {
+        di_kv_pool_destroy(s->pool);
+        free(s->pool);
+    }
     free(s);
 }
 
-void di_kv_source_append(di_kv_source_state *ks, const float *ckv_row, const float *ikey_row,
-                         int dh, int idx_dim) {
-    if (ks->n == ks->cap) {
-        ks->cap = ks->cap ? ks->cap * 2 : 64;
-        ks->ckv = di_xrealloc(ks->ckv, sizeof(float) * (size_t)(ks->cap * dh));
-        ks->ikeys = di_xrealloc(ks->ikeys, sizeof(float) * (size_t)(ks->cap * idx_dim));
-    }
-    memcpy(ks->ckv + ks->n * dh, ckv_row, sizeof(float) * (size_t)dh);
-    memcpy(ks->ikeys + ks->n * idx_dim, ikey_row, sizeof(float) * (size_t)idx_dim);
+void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const float *ikey_row) {
+    di_kv_source_state *ks = &s->kv[src];
+    assert(ks->n / s->pool->block_entries < ks->n_blocks); /* reserved beforehand */
+    float *e = di_seq_ckv(s, src, ks->n);
+    memcpy(e, ckv_row, sizeof(float) * (size_t)s->dh);
+    memcpy(e + s->dh, ikey_row, sizeof(float) * (size_t)s->idx_dim);
     ks->n++;
+}
+
+int64_t di_seq_state_blocks_needed(const di_seq_state *s, int64_t n_tokens) {
+    int64_t total = 0;
+    const int64_t be = s->pool->block_entries;
+    for (int i = 0; i < s->n_kv; i++) total += (n_tokens / s->kv[i].ratio + be - 1) / be;
+    return total;
+}
+
+di_status di_seq_state_reserve(di_seq_state *s, int64_t n_tokens_total, di_err *err) {
+    int64_t missing = 0;
+    const int64_t be = s->pool->block_entries;
+    for (int i = 0; i < s->n_kv; i++) {
+        int64_t need = (n_tokens_total / s->kv[i].ratio + be - 1) / be;
+        if (need > s->kv[i].n_blocks) missing += need - s->kv[i].n_blocks;
+    }
+    if (missing > di_kv_pool_available(s->pool))
+        return di_errf(err, DI_ENOMEM, "KV pool exhausted: %lld more blocks needed, %lld free",
+                       (long long)missing, (long long)di_kv_pool_available(s->pool));
+    for (int i = 0; i < s->n_kv; i++) {
+        di_kv_source_state *ks = &s->kv[i];
+        int64_t need = (n_tokens_total / ks->ratio + be - 1) / be;
+        if (need > ks->cap_blocks) {
+            ks->cap_blocks = need * 2;
+            ks->blocks = di_xrealloc(ks->blocks, sizeof(int32_t) * (size_t)ks->cap_blocks);
+        }
+        while (ks->n_blocks < need) ks->blocks[ks->n_blocks++] = di_kv_pool_alloc(s->pool);
+    }
+    return DI_OK;
 }
 
 void di_seq_state_reset(di_seq_state *s) {
@@ -54,6 +102,8 @@ void di_seq_state_reset(di_seq_state *s) {
     s->n_hist = 0;
     s->has_main_hidden = false;
     for (int i = 0; i < s->n_kv; i++) {
+        for (int64_t b = 0; b < s->kv[i].n_blocks; b++) di_kv_pool_free(s->pool, s->kv[i].blocks[b]);
+        s->kv[i].n_blocks = 0;
         s->kv[i].n = 0;
         s->kv[i].has_pending = false;
     }
@@ -63,7 +113,6 @@ size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s) {
     const di_config *c = &m->cfg;
     size_t bytes = sizeof *s + (size_t)s->n_layers * c->sliding_window * c->head_dim * sizeof(float);
     for (int i = 0; i < s->n_kv; i++)
-        bytes += (size_t)s->kv[i].cap * (c->head_dim + c->index_head_dim) * sizeof(float) +
-                 2 * (size_t)c->head_dim * sizeof(float);
+        bytes += (size_t)s->kv[i].n_blocks * di_kv_pool_block_bytes(s->pool) + 2 * (size_t)c->head_dim * sizeof(float);
     return bytes;
 }

@@ -5,25 +5,31 @@
  *   - per ratio-2 KV source: the pending first token of an incomplete pair (k and gate logits, fp32)
  *   - the Engram n-gram history (compressed ids of the last max_ngram-1 tokens)
  *   - the DSpark input of the newest position (main_hidden), for drafting
- * The CPU reference keeps each as plain arrays (values bf16-exact, the fake-quantised form the
- * reference stores); the paged block pools of the engine issue replace the growing arrays. */
+ * Values are bf16-exact floats (the fake-quantised form the reference stores). The compressed
+ * entries live in a paged block pool (kv/kv_pool.h) through a block table per KV source; the fixed
+ * part (rings, pending pair, history) is allocated with the state. */
 #ifndef DI_FORWARD_STATE_H
 #define DI_FORWARD_STATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include "forward/model.h"
+#include "kv/kv_pool.h"
 
 typedef struct di_kv_source_state {
-    float *ckv;        /* [cap, Dh] compressed KV entries (post-RoPE, FP4 fake-quantised) */
-    float *ikeys;      /* [cap, idx_dim] index keys (post-RoPE, FP4 fake-quantised) */
-    int64_t n, cap;    /* entries present / allocated */
+    int ratio;         /* compression ratio of this KV source (entries = tokens / ratio) */
+    int32_t *blocks;   /* [n_blocks] block table into the pool; each entry = [Dh ckv | idx_dim key] */
+    int64_t n_blocks, cap_blocks;
+    int64_t n;         /* entries present */
     float *pend_k;     /* [Dh] fp32: k of the pending (even-position) token, ratio 2 only */
     float *pend_z;     /* [Dh] fp32: its gate logits */
     bool has_pending;
 } di_kv_source_state;
 
 typedef struct di_seq_state {
+    di_kv_pool *pool;                  /* where the compressed entries live (shared or owned) */
+    bool owns_pool;
+    int dh, idx_dim;                   /* entry layout: compressed KV row, then index key */
     int64_t n_tokens;                  /* positions 0..n_tokens-1 are in the state */
     int n_layers, n_kv;                /* array lengths of swa and kv */
     float **swa;                       /* [n_total_layers] -> [window, Dh] ring */
@@ -34,15 +40,34 @@ typedef struct di_seq_state {
     bool has_main_hidden;
 } di_seq_state;
 
+/* A state with its own unbounded pool (tools, tests, single-sequence runs). */
 di_seq_state *di_seq_state_new(const di_model *m);
+/* A state whose compressed entries come from a shared (usually bounded) pool. */
+di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool);
+/* The pool geometry a model needs: floats per entry. */
+int di_kv_entry_floats(const di_model *m);
 void di_seq_state_free(di_seq_state *s);
+/* Makes sure blocks exist for every compressed entry that tokens up to position n_tokens_total-1
+ * can produce. Returns DI_ENOMEM (allocating nothing) if a bounded pool has too few free blocks. */
+di_status di_seq_state_reserve(di_seq_state *s, int64_t n_tokens_total, di_err *err);
+/* Blocks a sequence needs in total for n_tokens (for admission control). */
+int64_t di_seq_state_blocks_needed(const di_seq_state *s, int64_t n_tokens);
+/* Compressed entry g of KV source `src`: its KV row [Dh] and its index key [idx_dim]. */
+static inline float *di_seq_ckv(const di_seq_state *s, int src, int64_t g) {
+    const di_kv_source_state *ks = &s->kv[src];
+    return di_kv_pool_entry(s->pool, ks->blocks[g / s->pool->block_entries],
+                            (int)(g % s->pool->block_entries));
+}
+static inline float *di_seq_ikey(const di_seq_state *s, int src, int64_t g) {
+    return di_seq_ckv(s, src, g) + s->dh;
+}
 /* Bytes held by the state (for reporting memory per sequence). */
 size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s);
 /* Forgets every token (the state of an empty sequence), keeping the allocations. */
 void di_seq_state_reset(di_seq_state *s);
 
-/* Appends one compressed entry (and its index key) to a KV source. */
-void di_kv_source_append(di_kv_source_state *ks, const float *ckv_row, const float *ikey_row,
-                         int dh, int idx_dim);
+/* Appends one compressed entry (and its index key) to KV source `src`; its block must have been
+ * reserved (di_seq_state_reserve). */
+void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const float *ikey_row);
 
 #endif
