@@ -1,13 +1,15 @@
 /* Sampler tests: Philox against Random123's known answers; parameter validation naming the field;
  * greedy argmax and ties; the temperature distribution (a chi-square bound over many positions with
  * a fixed seed, so the test is deterministic); the exact sets top_k / top_p / min_p keep (hand cases
- * read through processed logprobs, and a 129,280-token row against a full-sort reference);
+ * read through processed logprobs; a 129,280-token row and 400 random rows of several shapes against
+ * a full-sort reference);
  * penalties, logit bias, masks and logprobs against hand-computed values; determinism, seed
  * sensitivity and independence from the other rows and the call order; non-finite logits. */
 #include <float.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/numerics.h"
 #include "sample/philox.h"
 #include "sample/sampler.h"
 #include "test_harness.h"
@@ -408,6 +410,47 @@ static void test_big_row_against_reference(void) {
     free(z);
 }
 
+/* Random rows of several shapes (flat, heavy exact ties, the bf16 grid, many -inf, Gumbel) and random
+ * filter settings against the same reference: the bucketed top_p and the radix top_k must pick exactly
+ * the full sort's tokens. */
+static void test_random_rows_against_reference(void) {
+    int mismatches = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        int32_t v = 1 + (int32_t)(di_philox_uniform(5, (uint64_t)trial, 0) * 3000);
+        float *z = malloc(sizeof(float) * (size_t)v);
+        int shape = trial % 5;
+        for (int32_t i = 0; i < v; i++) {
+            double u = di_philox_uniform(6 + (uint64_t)trial, (uint64_t)i, 0);
+            float x = (float)(8 * u);
+            if (shape == 1) x = (float)(int)(u * 6) * 0.5f;
+            if (shape == 2) x = di_bf16_round((float)(20 * u - 10));
+            if (shape == 3) x = u < 0.3 ? -INFINITY : (float)(3 * u);
+            if (shape == 4) x = (float)-log(-log(u + 1e-12) + 1e-12);
+            z[i] = x;
+        }
+        if (shape == 3) z[v / 2] = 1.0f;
+        di_sampling_params p = params((float)(0.05 + 3 * di_philox_uniform(7, (uint64_t)trial, 0)));
+        if (di_philox_uniform(7, (uint64_t)trial, 1) >= 0.4)
+            p.top_k = (int32_t)(1 + di_philox_uniform(7, (uint64_t)trial, 2) * v * 1.2);
+        if (di_philox_uniform(7, (uint64_t)trial, 3) >= 0.3)
+            p.top_p = (float)(0.01 + 0.99 * di_philox_uniform(7, (uint64_t)trial, 4));
+        if (di_philox_uniform(7, (uint64_t)trial, 5) >= 0.6)
+            p.min_p = (float)(0.3 * di_philox_uniform(7, (uint64_t)trial, 6));
+        p.seed = (uint64_t)trial;
+        di_sampler *s;
+        di_err err = {0};
+        di_sampler_create(v, &s, &err);
+        for (uint64_t pos = 0; pos < 5; pos++) {
+            int32_t n_keep;
+            int32_t want = reference_sample(z, v, &p, di_philox_uniform(p.seed, pos, 0), &n_keep);
+            if (sample1(s, z, &p, pos) != want) mismatches++;
+        }
+        di_sampler_free(s);
+        free(z);
+    }
+    CHECKF(mismatches == 0, "%d of 2000 draws differ from the reference", mismatches);
+}
+
 /* ---- penalties, bias, mask ---- */
 
 /* The processed logits (up to a constant) through processed logprobs at temperature 0. */
@@ -687,6 +730,7 @@ int main(void) {
     test_temperature_distribution();
     test_filter_sets();
     test_big_row_against_reference();
+    test_random_rows_against_reference();
     test_penalties();
     test_bias_and_mask();
     test_logprobs();

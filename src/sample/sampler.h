@@ -94,8 +94,8 @@ di_status di_sampling_params_validate(const di_sampling_params *p, int32_t vocab
 di_status di_sampler_create(int32_t vocab_size, di_sampler **out, di_err *err);
 void di_sampler_free(di_sampler *s);
 
-/* Samples one row. Validates the params (as above) and the history (ids outside the vocabulary:
- * DI_ERANGE). The logits row is not modified. */
+/* Samples one row. Validates the params (as above) and, where a penalty reads it, the history (ids
+ * outside the vocabulary: DI_ERANGE). The logits row is not modified. On failure out->token_id = -1. */
 di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_result *out, di_err *err);
 
 /* Samples rows[0..n) one after another into out[0..n); the same as n calls of di_sampler_sample.
