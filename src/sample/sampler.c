@@ -1,0 +1,446 @@
+/* The sampler (see sampler.h and docs/SAMPLING.md for the semantics).
+ *
+ * How one row is processed, and what each stage costs for a vocabulary of V (129,280 for V4.1):
+ *   - the row is copied into scratch z[V] with NaN -> -inf and +inf -> FLT_MAX (one pass);
+ *   - bias, mask and penalties touch only the listed ids (penalties read the history; the seen/count
+ *     scratch arrays are set and cleared over the same ids, so they are all zero between calls);
+ *   - one pass finds the max and the argmax (lowest id on ties): greedy stops here;
+ *   - top_k: the k-th largest logit by a radix select on the float bits (16 + 8 + 8 bits; O(V), no sort);
+ *   - one pass computes w = exp((z - max) / T) in double for tokens at or above the top_k threshold
+ *     and keeps those with w >= min_p (w is p / p_max, so this is min_p's test) in id order;
+ *   - top_p: a histogram of candidate mass over 2^(1/4)-wide weight buckets finds the bucket where the
+ *     mass in (w desc, id asc) order crosses top_p; only that bucket's tokens are sorted (never the
+ *     whole nucleus), and the kept set is compacted in place in id order;
+ *   - the draw: u from Philox keyed by (seed, position), inverse CDF over the survivors in ascending
+ *     id order with double accumulation.
+ * Nothing here reads a clock, a thread id, another row or a previous call. */
+#include "sample/sampler.h"
+
+#include <assert.h>
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sample/philox.h"
+
+#define DI_SAMPLER_N_BUCKETS 4096 /* weight_bucket() of w in (0, 1] is at most 4092 */
+
+typedef struct weighted_id {
+    double w;
+    int32_t id;
+} weighted_id;
+
+struct di_sampler {
+    int32_t vocab;
+    float *z;            /* [vocab] f32 processed logits, indexed by token id */
+    int32_t *cand_id;    /* [vocab] candidate token ids, ascending */
+    double *cand_w;      /* [vocab] f64 exp((z - max) / T) of cand_id[j] */
+    uint32_t *keys;      /* [vocab] radix-select scratch: order-preserving keys of z */
+    uint32_t *hist16;    /* [65536] radix-select histogram of the keys' top 16 bits */
+    weighted_id *sorted; /* [vocab] top_p scratch: the tokens of one weight bucket */
+    double bucket_mass[DI_SAMPLER_N_BUCKETS]; /* top_p: candidate mass per weight bucket */
+    uint8_t *seen;       /* [vocab] repetition-penalty marks; all zero between calls */
+    uint32_t *counts;    /* [vocab] output-token counts; all zero between calls */
+};
+
+void di_sampling_params_init(di_sampling_params *p) {
+    memset(p, 0, sizeof *p);
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->repetition_penalty = 1.0f;
+    p->logprobs_mode = DI_LOGPROBS_RAW;
+}
+
+di_status di_sampling_params_validate(const di_sampling_params *p, int32_t vocab_size, di_err *err) {
+    if (!(isfinite(p->temperature) && p->temperature >= 0.0f))
+        return di_errf(err, DI_EINVAL, "sampling: temperature = %g: must be a finite number >= 0 (0 = greedy)",
+                       p->temperature);
+    if (p->top_k < 0)
+        return di_errf(err, DI_EINVAL, "sampling: top_k = %d: must be >= 0 (0 = off)", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return di_errf(err, DI_EINVAL, "sampling: top_p = %g: must be in (0, 1] (1 = off)", p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return di_errf(err, DI_EINVAL, "sampling: min_p = %g: must be in [0, 1] (0 = off)", p->min_p);
+    if (!(isfinite(p->repetition_penalty) && p->repetition_penalty > 0.0f))
+        return di_errf(err, DI_EINVAL, "sampling: repetition_penalty = %g: must be a finite number > 0 (1 = off)",
+                       p->repetition_penalty);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return di_errf(err, DI_EINVAL, "sampling: presence_penalty = %g: must be in [-2, 2] (0 = off)",
+                       p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return di_errf(err, DI_EINVAL, "sampling: frequency_penalty = %g: must be in [-2, 2] (0 = off)",
+                       p->frequency_penalty);
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return di_errf(err, DI_EINVAL, "sampling: logit_bias: %d entries but %s", p->n_logit_bias,
+                       p->n_logit_bias < 0 ? "a negative count" : "no array");
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const di_logit_bias *b = &p->logit_bias[i];
+        if (b->token_id < 0 || b->token_id >= vocab_size)
+            return di_errf(err, DI_EINVAL, "sampling: logit_bias[%d].token_id = %d: outside the vocabulary [0, %d)",
+                           i, b->token_id, vocab_size);
+        if (!isfinite(b->bias))
+            return di_errf(err, DI_EINVAL, "sampling: logit_bias[%d].bias = %g (token %d): must be finite", i,
+                           b->bias, b->token_id);
+    }
+    if (p->logprobs < 0 || p->logprobs > DI_SAMPLER_MAX_LOGPROBS)
+        return di_errf(err, DI_EINVAL, "sampling: logprobs = %d: must be in [0, %d] (0 = off)", p->logprobs,
+                       DI_SAMPLER_MAX_LOGPROBS);
+    if (p->logprobs_mode != DI_LOGPROBS_RAW && p->logprobs_mode != DI_LOGPROBS_PROCESSED)
+        return di_errf(err, DI_EINVAL, "sampling: logprobs_mode = %d: must be 0 (raw) or 1 (processed)",
+                       (int)p->logprobs_mode);
+    return DI_OK;
+}
+
+di_status di_sampler_create(int32_t vocab_size, di_sampler **out, di_err *err) {
+    *out = NULL;
+    if (vocab_size <= 0)
+        return di_errf(err, DI_EINVAL, "sampler: vocab_size = %d: must be > 0", vocab_size);
+    di_sampler *s = di_xcalloc(1, sizeof *s);
+    size_t v = (size_t)vocab_size;
+    s->vocab = vocab_size;
+    s->z = di_xmalloc(v * sizeof *s->z);
+    s->cand_id = di_xmalloc(v * sizeof *s->cand_id);
+    s->cand_w = di_xmalloc(v * sizeof *s->cand_w);
+    s->keys = di_xmalloc(v * sizeof *s->keys);
+    s->hist16 = di_xmalloc(65536 * sizeof *s->hist16);
+    s->sorted = di_xmalloc(v * sizeof *s->sorted);
+    s->seen = di_xcalloc(v, sizeof *s->seen);
+    s->counts = di_xcalloc(v, sizeof *s->counts);
+    *out = s;
+    return DI_OK;
+}
+
+void di_sampler_free(di_sampler *s) {
+    if (!s) return;
+    free(s->z);
+    free(s->cand_id);
+    free(s->cand_w);
+    free(s->keys);
+    free(s->hist16);
+    free(s->sorted);
+    free(s->seen);
+    free(s->counts);
+    free(s);
+}
+
+/* NaN -> -inf (never sampled), +inf -> FLT_MAX (the largest finite logit, so +inf tokens share the mass). */
+static inline float sanitize(float x) {
+    x = x != x ? -INFINITY : x; /* branch-free: this runs over every logit of every row */
+    return x > FLT_MAX ? FLT_MAX : x;
+}
+
+static di_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const char *what, di_err *err) {
+    if (n < 0 || (n > 0 && !ids))
+        return di_errf(err, DI_EINVAL, "sampling: history.%s: %lld ids but %s", what, (long long)n,
+                       n < 0 ? "a negative count" : "no array");
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return di_errf(err, DI_ERANGE, "sampling: history.%s[%lld] = %d: outside the vocabulary [0, %d)", what,
+                           (long long)i, ids[i], vocab);
+    return DI_OK;
+}
+
+/* Steps 1-3 of sampler.h: bias, mask, penalties, on the sanitised copy z. */
+static void process_logits(di_sampler *s, const di_sample_row *row) {
+    const di_sampling_params *p = row->params;
+    const di_sample_history *h = row->history;
+    float *z = s->z; /* [vocab] f32 */
+    for (int32_t i = 0; i < s->vocab; i++) z[i] = sanitize(row->logits[i]);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias[i].token_id;
+        z[id] = sanitize(z[id] + p->logit_bias[i].bias);
+    }
+    if (row->allowed_mask)
+        for (int32_t i = 0; i < s->vocab; i++)
+            if (!((row->allowed_mask[i >> 5] >> (i & 31)) & 1u)) z[i] = -INFINITY;
+    if (!h) return;
+    float rp = p->repetition_penalty;
+    if (rp != 1.0f) { /* once per distinct token of prompt + output */
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *ids = pass ? h->output_ids : h->prompt_ids;
+            int64_t n = pass ? h->n_output : h->n_prompt;
+            for (int64_t i = 0; i < n; i++) {
+                int32_t id = ids[i];
+                if (s->seen[id]) continue;
+                s->seen[id] = 1;
+                z[id] = sanitize(z[id] < 0.0f ? z[id] * rp : z[id] / rp); /* a tiny rp can overflow */
+            }
+        }
+        for (int64_t i = 0; i < h->n_prompt; i++) s->seen[h->prompt_ids[i]] = 0;
+        for (int64_t i = 0; i < h->n_output; i++) s->seen[h->output_ids[i]] = 0;
+    }
+    float fp = p->frequency_penalty, pp = p->presence_penalty;
+    if (fp != 0.0f || pp != 0.0f) { /* vLLM: z -= fp * count; z -= pp * (count > 0), in f32 */
+        for (int64_t i = 0; i < h->n_output; i++) s->counts[h->output_ids[i]]++;
+        for (int64_t i = 0; i < h->n_output; i++) {
+            int32_t id = h->output_ids[i];
+            if (!s->counts[id]) continue; /* already applied */
+            z[id] = z[id] - fp * (float)s->counts[id];
+            z[id] = sanitize(z[id] - pp);
+            s->counts[id] = 0;
+        }
+    }
+}
+
+/* Order-preserving map of a non-NaN float to uint32 (larger float -> larger key) and back. */
+static inline uint32_t float_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+static inline float key_float(uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* In a histogram hist[0..n_buckets) of keys, the bucket holding the `*remaining`-th largest key;
+ * *remaining becomes its rank within that bucket. */
+static uint32_t rank_bucket(const uint32_t *hist, uint32_t n_buckets, uint32_t *remaining) {
+    uint32_t b = n_buckets - 1;
+    while (hist[b] < *remaining) { /* terminates: the histogram sums to at least *remaining */
+        *remaining -= hist[b];
+        b--;
+    }
+    return b;
+}
+
+/* The k-th largest value of z (1 <= k <= vocab): radix select on order-preserving keys. The first
+ * digit is the top 16 bits (sign, exponent, 7 mantissa bits), which splits a logit row finely enough
+ * that few keys survive it; two 8-bit digits finish on those few. */
+static float kth_largest(di_sampler *s, int32_t k) {
+    assert(k >= 1 && k <= s->vocab);
+    uint32_t *keys = s->keys;   /* [vocab] */
+    uint32_t *hist = s->hist16; /* [65536] */
+    uint32_t remaining = (uint32_t)k;
+    memset(hist, 0, 65536 * sizeof *hist);
+    for (int32_t i = 0; i < s->vocab; i++) hist[(keys[i] = float_key(s->z[i])) >> 16]++;
+    uint32_t top = rank_bucket(hist, 65536, &remaining);
+    int64_t n = 0;
+    for (int32_t i = 0; i < s->vocab; i++)
+        if ((keys[i] >> 16) == top) keys[n++] = keys[i];
+    uint32_t answer = top << 16;
+    for (int shift = 8; shift >= 0; shift -= 8) {
+        uint32_t hist8[256] = {0};
+        for (int64_t i = 0; i < n; i++) hist8[(keys[i] >> shift) & 255u]++;
+        uint32_t b = rank_bucket(hist8, 256, &remaining);
+        answer |= b << shift;
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (((keys[i] >> shift) & 255u) == b) keys[m++] = keys[i];
+        n = m;
+    }
+    return key_float(answer);
+}
+
+/* Fills cand_id/cand_w (ascending ids) with the tokens that pass top_k and min_p and have w > 0;
+ * returns their count and sets *total to the sum of w in id order. max is the row's max of z. */
+static int32_t collect_candidates(di_sampler *s, const di_sampling_params *p, float max, double *total) {
+    float threshold = -INFINITY;
+    if (p->top_k > 0 && p->top_k < s->vocab) threshold = kth_largest(s, p->top_k);
+    double t = p->temperature, min_p = p->min_p, sum = 0.0;
+    /* Below this exponent exp() is certainly < min_p (or 0 in double: exp(-746) underflows), so the
+     * exp call is skipped; the exact test on w follows for the rest. */
+    double skip_below = min_p > 0.0 ? log(min_p) - 1e-6 : -746.0;
+    int32_t n = 0;
+    for (int32_t id = 0; id < s->vocab; id++) {
+        float zi = s->z[id];
+        if (zi == -INFINITY || zi < threshold) continue;
+        double x = ((double)zi - (double)max) / t;
+        if (x < skip_below) continue;
+        double w = exp(x);
+        if (!(w > 0.0) || w < min_p) continue;
+        s->cand_id[n] = id;
+        s->cand_w[n] = w;
+        sum += w;
+        n++;
+    }
+    *total = sum;
+    return n;
+}
+
+static int cmp_w_desc_id_asc(const void *a, const void *b) {
+    const weighted_id *x = a, *y = b;
+    if (x->w != y->w) return x->w > y->w ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Bucket of a weight w in (0, 1]: its exponent and top two mantissa bits (buckets 2^(1/4) apart),
+ * monotone in w. w = 1 is bucket 4092. */
+static inline uint32_t weight_bucket(double w) {
+    uint64_t bits;
+    memcpy(&bits, &w, 8);
+    return (uint32_t)(bits >> 50);
+}
+
+/* top_p: keeps the shortest prefix of the candidates in (w desc, id asc) order whose mass reaches
+ * top_p of the total; a token is kept when the mass before it is < top_p * total. Without sorting the
+ * nucleus: a histogram of mass by weight bucket, walked from the top, finds the bucket where the
+ * cumulative mass crosses the target; only that bucket's tokens are sorted. The kept set is then
+ * everything at or above the last kept (w, id) in that order, so the candidates are compacted in place
+ * and stay in ascending id order. Returns the new count. */
+static int32_t apply_top_p(di_sampler *s, int32_t n, double total, double top_p) {
+    double target = top_p * total;
+    memset(s->bucket_mass, 0, sizeof s->bucket_mass);
+    for (int32_t j = 0; j < n; j++) s->bucket_mass[weight_bucket(s->cand_w[j])] += s->cand_w[j];
+    double cum = 0.0;
+    weighted_id last = {0.0, -1};
+    for (int32_t b = DI_SAMPLER_N_BUCKETS - 1; b >= 0 && last.id < 0; b--) {
+        double mass = s->bucket_mass[b];
+        if (mass == 0.0) continue;
+        if (cum + mass < target) { /* the whole bucket lies before the cut */
+            cum += mass;
+            continue;
+        }
+        int32_t nb = 0;
+        for (int32_t j = 0; j < n; j++)
+            if (weight_bucket(s->cand_w[j]) == (uint32_t)b) s->sorted[nb++] = (weighted_id){s->cand_w[j], s->cand_id[j]};
+        qsort(s->sorted, (size_t)nb, sizeof *s->sorted, cmp_w_desc_id_asc);
+        int32_t keep = 0;
+        while (keep < nb && cum < target) cum += s->sorted[keep++].w;
+        /* cum < target on entry to every bucket, so keep >= 1; if the bucket ran out first (rounding
+         * between the id-order and the sorted-order sums), the cut lies in a lower bucket. */
+        if (cum >= target) last = s->sorted[keep - 1];
+    }
+    if (last.id < 0) return n; /* the target is reached only with every candidate */
+    int32_t m = 0;
+    for (int32_t j = 0; j < n; j++) {
+        double w = s->cand_w[j];
+        if (w > last.w || (w == last.w && s->cand_id[j] <= last.id)) {
+            s->cand_id[m] = s->cand_id[j];
+            s->cand_w[m] = w;
+            m++;
+        }
+    }
+    return m;
+}
+
+/* The n best (value desc, id asc) of a stream of (value, id) pushed in ascending id order. */
+typedef struct top_list {
+    int32_t n, cap;
+    double value[DI_SAMPLER_MAX_LOGPROBS];
+    int32_t id[DI_SAMPLER_MAX_LOGPROBS];
+} top_list;
+
+static void top_push(top_list *t, double value, int32_t id) {
+    if (t->cap == 0 || !isfinite(value)) return;
+    if (t->n == t->cap) {
+        if (!(value > t->value[t->n - 1])) return; /* equal value: the earlier (lower) id stays */
+        t->n--;
+    }
+    int32_t i = t->n++;
+    for (; i > 0 && t->value[i - 1] < value; i--) {
+        t->value[i] = t->value[i - 1];
+        t->id[i] = t->id[i - 1];
+    }
+    t->value[i] = value;
+    t->id[i] = id;
+}
+
+static void top_store(const top_list *t, di_sample_result *out) {
+    out->n_top = t->n;
+    for (int32_t i = 0; i < t->n; i++) out->top[i] = (di_token_logprob){t->id[i], (float)t->value[i]};
+}
+
+/* log_softmax over a whole row x (sanitised on the fly), in double with id-order summation. */
+static void full_logprobs(const float *x, int32_t vocab, int32_t n_top, di_sample_result *out) {
+    double max = -INFINITY, sum = 0.0;
+    for (int32_t i = 0; i < vocab; i++) max = fmax(max, (double)sanitize(x[i]));
+    for (int32_t i = 0; i < vocab; i++) sum += exp((double)sanitize(x[i]) - max);
+    double lse = max + log(sum);
+    top_list t = {.cap = n_top};
+    for (int32_t i = 0; i < vocab; i++) top_push(&t, (double)sanitize(x[i]) - lse, i);
+    out->logprob = (float)((double)sanitize(x[out->token_id]) - lse);
+    top_store(&t, out);
+}
+
+/* Log-probabilities of the distribution sampled from: the candidates, renormalised. */
+static void candidate_logprobs(const di_sampler *s, int32_t n, double total, float max, double temperature,
+                               int32_t n_top, di_sample_result *out) {
+    double log_total = log(total);
+    top_list t = {.cap = n_top};
+    for (int32_t j = 0; j < n; j++) {
+        int32_t id = s->cand_id[j];
+        double lp = ((double)s->z[id] - (double)max) / temperature - log_total;
+        top_push(&t, lp, id);
+        if (id == out->token_id) out->logprob = (float)lp;
+    }
+    top_store(&t, out);
+}
+
+di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_result *out, di_err *err) {
+    const di_sampling_params *p = row->params;
+    const di_sample_history *h = row->history;
+    memset(out, 0, sizeof *out);
+    out->token_id = -1;
+    di_status st = di_sampling_params_validate(p, s->vocab, err);
+    if (st) return st;
+    if (h && p->repetition_penalty != 1.0f && (st = check_ids(h->prompt_ids, h->n_prompt, s->vocab, "prompt_ids", err)))
+        return st;
+    if (h && (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) &&
+        (st = check_ids(h->output_ids, h->n_output, s->vocab, "output_ids", err)))
+        return st;
+
+    process_logits(s, row);
+    float max = -INFINITY;
+    int32_t argmax = -1;
+    for (int32_t i = 0; i < s->vocab; i++)
+        if (s->z[i] > max) { /* strict: ties go to the lowest id */
+            max = s->z[i];
+            argmax = i;
+        }
+    if (argmax < 0)
+        return di_errf(err, DI_EINVAL,
+                       "sampling: no token can be sampled at position %llu: every logit is -inf or NaN after "
+                       "bias, mask and penalties",
+                       (unsigned long long)row->position);
+
+    if (p->temperature == 0.0f) {
+        out->token_id = argmax;
+        if (p->logprobs > 0)
+            full_logprobs(p->logprobs_mode == DI_LOGPROBS_RAW ? row->logits : s->z, s->vocab, p->logprobs, out);
+        return DI_OK;
+    }
+
+    double total;
+    int32_t n = collect_candidates(s, p, max, &total);
+    assert(n >= 1); /* the argmax has w = 1 and passes every filter */
+    if (p->top_p < 1.0f) {
+        n = apply_top_p(s, n, total, p->top_p);
+        total = 0.0;
+        for (int32_t j = 0; j < n; j++) total += s->cand_w[j];
+    }
+    double target = di_philox_uniform(p->seed, row->position, DI_PHILOX_STREAM_SAMPLE) * total;
+    double acc = 0.0;
+    int32_t pick = n - 1; /* if rounding leaves acc <= target at the end: the last candidate */
+    for (int32_t j = 0; j < n; j++) {
+        acc += s->cand_w[j];
+        if (acc > target) {
+            pick = j;
+            break;
+        }
+    }
+    out->token_id = s->cand_id[pick];
+    if (p->logprobs > 0) {
+        if (p->logprobs_mode == DI_LOGPROBS_RAW)
+            full_logprobs(row->logits, s->vocab, p->logprobs, out);
+        else
+            candidate_logprobs(s, n, total, max, p->temperature, p->logprobs, out);
+    }
+    return DI_OK;
+}
+
+di_status di_sampler_sample_rows(di_sampler *s, const di_sample_row *rows, int64_t n, di_sample_result *out,
+                                 di_err *err) {
+    for (int64_t i = 0; i < n; i++) {
+        di_status st = di_sampler_sample(s, &rows[i], &out[i], err);
+        if (st) {
+            if (err) di_err_prefix(err, "row %lld", (long long)i);
+            return st;
+        }
+    }
+    return DI_OK;
+}

@@ -1,0 +1,743 @@
+/* Sampler tests: Philox against Random123's known answers; parameter validation naming the field;
+ * greedy argmax and ties; the temperature distribution (a chi-square bound over many positions with
+ * a fixed seed, so the test is deterministic); the exact sets top_k / top_p / min_p keep (hand cases
+ * read through processed logprobs; a 129,280-token row and 400 random rows of several shapes against
+ * a full-sort reference);
+ * penalties, logit bias, masks and logprobs against hand-computed values; determinism, seed
+ * sensitivity and independence from the other rows and the call order; non-finite logits. */
+#include <float.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/numerics.h"
+#include "sample/philox.h"
+#include "sample/sampler.h"
+#include "test_harness.h"
+
+#define BIG_VOCAB 129280
+
+static di_sampler *g_s;   /* vocab 8 */
+static di_sampler *g_big; /* vocab BIG_VOCAB */
+
+static bool close_to(double a, double b, double tol) { return fabs(a - b) <= tol; }
+
+/* ---- Philox ---- */
+
+static void test_philox_kat(void) {
+    static const uint32_t ctr[3][4] = {{0, 0, 0, 0},
+                                       {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                                       {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
+    static const uint32_t key[3][2] = {{0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
+    static const uint32_t want[3][4] = {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
+                                        {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
+                                        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}};
+    for (int v = 0; v < 3; v++) {
+        uint32_t out[4];
+        di_philox4x32_10(ctr[v], key[v], out);
+        for (int i = 0; i < 4; i++) CHECKF(out[i] == want[v][i], "KAT %d word %d: %08x != %08x", v, i, out[i], want[v][i]);
+    }
+    /* The uniform is the first two words of the (position, seed) block, 53 bits, in [0, 1). */
+    uint32_t c[4] = {7, 0, DI_PHILOX_STREAM_SAMPLE, 0}, k[2] = {42, 0}, r[4];
+    di_philox4x32_10(c, k, r);
+    double u = di_philox_uniform(42, 7, DI_PHILOX_STREAM_SAMPLE);
+    CHECK(u == (double)(((uint64_t)r[0] << 21) | (r[1] >> 11)) * 0x1p-53);
+    double lo = 1, hi = 0, mean = 0;
+    for (uint64_t pos = 0; pos < 100000; pos++) {
+        double x = di_philox_uniform(0x123456789abcdefull, pos, 0);
+        lo = fmin(lo, x);
+        hi = fmax(hi, x);
+        mean += x;
+    }
+    mean /= 100000;
+    CHECK(lo >= 0.0 && hi < 1.0);
+    CHECKF(fabs(mean - 0.5) < 0.005, "mean %g", mean);
+    CHECK(di_philox_uniform(1, 5, 0) != di_philox_uniform(1, 5, 1));
+    CHECK(di_philox_uniform(1, 5, 0) != di_philox_uniform(2, 5, 0));
+    CHECK(di_philox_uniform(1, (uint64_t)1 << 32, 0) != di_philox_uniform(1, 0, 0));
+}
+
+/* ---- helpers ---- */
+
+static di_sampling_params params(float temperature) {
+    di_sampling_params p;
+    di_sampling_params_init(&p);
+    p.temperature = temperature;
+    return p;
+}
+
+static int32_t sample_full(di_sampler *s, const float *logits, const di_sampling_params *p,
+                           const di_sample_history *h, const uint32_t *mask, uint64_t pos, di_sample_result *res) {
+    di_sample_row row = {logits, p, h, mask, pos};
+    di_err err = {0};
+    di_status st = di_sampler_sample(s, &row, res, &err);
+    CHECKF(st == DI_OK, "sample failed: %s", err.msg);
+    return st == DI_OK ? res->token_id : -1;
+}
+
+static int32_t sample1(di_sampler *s, const float *logits, const di_sampling_params *p, uint64_t pos) {
+    di_sample_result res;
+    return sample_full(s, logits, p, NULL, NULL, pos, &res);
+}
+
+/* The survivor set of a small-vocab row, read through processed logprobs (a filtered token has
+ * logprob -inf and is not listed). Returns a bit mask of the ids. */
+static uint32_t survivors(const float *logits, di_sampling_params p, const di_sample_history *h) {
+    p.logprobs = DI_SAMPLER_MAX_LOGPROBS;
+    p.logprobs_mode = DI_LOGPROBS_PROCESSED;
+    di_sample_result res;
+    if (sample_full(g_s, logits, &p, h, NULL, 0, &res) < 0) return 0;
+    uint32_t set = 0;
+    for (int i = 0; i < res.n_top; i++) set |= 1u << res.top[i].token_id;
+    return set;
+}
+
+/* ---- validation ---- */
+
+static void expect_invalid(di_sampling_params p, const char *field) {
+    di_err err = {0};
+    di_status st = di_sampling_params_validate(&p, 8, &err);
+    CHECKF(st == DI_EINVAL && strstr(err.msg, field), "%s: status %d, message '%s'", field, st, err.msg);
+    /* The sampler validates too, and does not touch anything on failure. */
+    float logits[8] = {0};
+    di_sample_row row = {logits, &p, NULL, NULL, 0};
+    di_sample_result res;
+    di_err err2 = {0};
+    st = di_sampler_sample(g_s, &row, &res, &err2);
+    CHECKF(st == DI_EINVAL && strstr(err2.msg, field) && res.token_id == -1, "%s via sample: '%s'", field,
+           err2.msg);
+}
+
+static void test_validation(void) {
+    di_sampling_params p = params(1.0f);
+    di_err err = {0};
+    CHECK(di_sampling_params_validate(&p, 8, &err) == DI_OK);
+    p.temperature = -0.5f;
+    expect_invalid(p, "temperature");
+    p.temperature = NAN;
+    expect_invalid(p, "temperature");
+    p.temperature = INFINITY;
+    expect_invalid(p, "temperature");
+    p = params(1.0f), p.top_k = -1;
+    expect_invalid(p, "top_k");
+    p = params(1.0f), p.top_p = 0.0f;
+    expect_invalid(p, "top_p");
+    p.top_p = 1.01f;
+    expect_invalid(p, "top_p");
+    p.top_p = NAN;
+    expect_invalid(p, "top_p");
+    p = params(1.0f), p.min_p = -0.1f;
+    expect_invalid(p, "min_p");
+    p.min_p = 1.5f;
+    expect_invalid(p, "min_p");
+    p.min_p = NAN;
+    expect_invalid(p, "min_p");
+    p = params(1.0f), p.repetition_penalty = 0.0f;
+    expect_invalid(p, "repetition_penalty");
+    p.repetition_penalty = NAN;
+    expect_invalid(p, "repetition_penalty");
+    p = params(1.0f), p.presence_penalty = 2.5f;
+    expect_invalid(p, "presence_penalty");
+    p.presence_penalty = NAN;
+    expect_invalid(p, "presence_penalty");
+    p = params(1.0f), p.frequency_penalty = -3.0f;
+    expect_invalid(p, "frequency_penalty");
+    di_logit_bias bad_id[2] = {{1, 1.0f}, {8, 1.0f}};
+    p = params(1.0f), p.logit_bias = bad_id, p.n_logit_bias = 2;
+    expect_invalid(p, "logit_bias[1].token_id");
+    bad_id[1].token_id = -1;
+    expect_invalid(p, "logit_bias[1].token_id");
+    di_logit_bias bad_bias[1] = {{3, NAN}};
+    p.logit_bias = bad_bias, p.n_logit_bias = 1;
+    expect_invalid(p, "logit_bias[0].bias");
+    p.logit_bias = NULL;
+    expect_invalid(p, "logit_bias");
+    p = params(1.0f), p.logprobs = 21;
+    expect_invalid(p, "logprobs");
+    p.logprobs = -1;
+    expect_invalid(p, "logprobs");
+    p = params(1.0f), p.logprobs_mode = (di_logprobs_mode)7;
+    expect_invalid(p, "logprobs_mode");
+    p = params(1.0f), p.top_k = 1000, p.top_p = 1.0f, p.min_p = 1.0f, p.logprobs = 20;
+    CHECK(di_sampling_params_validate(&p, 8, &err) == DI_OK); /* boundaries are valid */
+
+    /* A history id outside the vocabulary is DI_ERANGE when a penalty reads it. */
+    float logits[8] = {0};
+    int32_t ids[2] = {3, 9};
+    di_sample_history h = {ids, 2, NULL, 0};
+    p = params(1.0f), p.repetition_penalty = 1.2f;
+    di_sample_row row = {logits, &p, &h, NULL, 0};
+    di_sample_result res;
+    di_status st = di_sampler_sample(g_s, &row, &res, &err);
+    CHECKF(st == DI_ERANGE && strstr(err.msg, "history.prompt_ids[1]"), "%s", err.msg);
+    h = (di_sample_history){NULL, 0, ids, 2};
+    p = params(1.0f), p.frequency_penalty = 0.5f;
+    st = di_sampler_sample(g_s, &row, &res, &err);
+    CHECKF(st == DI_ERANGE && strstr(err.msg, "history.output_ids[1]"), "%s", err.msg);
+    di_sampler *none = NULL;
+    CHECK(di_sampler_create(0, &none, &err) == DI_EINVAL && none == NULL);
+}
+
+/* ---- greedy ---- */
+
+static void test_greedy(void) {
+    di_sampling_params p = params(0.0f);
+    float a[8] = {1, 3, 3, 2, -5, 0, 3, 2.5f};
+    CHECK(sample1(g_s, a, &p, 0) == 1); /* three-way tie at 3: lowest id */
+    p.seed = 99;
+    CHECK(sample1(g_s, a, &p, 12345) == 1); /* greedy ignores seed and position */
+    p.top_k = 1, p.top_p = 0.1f, p.min_p = 0.9f;
+    CHECK(sample1(g_s, a, &p, 3) == 1);
+    float b[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -1e30f};
+    p = params(0.0f);
+    CHECK(sample1(g_s, b, &p, 0) == 7);
+    float c[8] = {NAN, 1, INFINITY, 2, INFINITY, NAN, 0, 0};
+    CHECK(sample1(g_s, c, &p, 0) == 2); /* NaN never wins; +inf ties go to the lowest id */
+    float d[8] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    di_sample_row row = {d, &p, NULL, NULL, 0};
+    di_sample_result res;
+    di_err err = {0};
+    CHECK(di_sampler_sample(g_s, &row, &res, &err) == DI_EINVAL && strstr(err.msg, "no token"));
+    for (int i = 0; i < 8; i++) d[i] = -INFINITY;
+    p.temperature = 1.0f;
+    CHECK(di_sampler_sample(g_s, &row, &res, &err) == DI_EINVAL && strstr(err.msg, "no token"));
+}
+
+/* ---- temperature: the sampled distribution ---- */
+
+/* Samples `n` positions and returns the chi-square statistic against `expect` (probabilities). */
+static double chi_square(const float *logits, const di_sampling_params *p, const double *expect, int n,
+                         int *outside) {
+    int count[8] = {0};
+    *outside = 0;
+    for (int pos = 0; pos < n; pos++) count[sample1(g_s, logits, p, (uint64_t)pos)]++;
+    double chi = 0;
+    for (int i = 0; i < 8; i++) {
+        if (expect[i] == 0) {
+            *outside += count[i];
+            continue;
+        }
+        double e = expect[i] * n;
+        chi += (count[i] - e) * (count[i] - e) / e;
+    }
+    return chi;
+}
+
+static void softmax_ref(const float *logits, double t, const uint32_t keep, double *out) {
+    double m = -INFINITY, sum = 0;
+    for (int i = 0; i < 8; i++)
+        if (keep >> i & 1) m = fmax(m, logits[i]);
+    for (int i = 0; i < 8; i++) sum += out[i] = (keep >> i & 1) ? exp((logits[i] - m) / t) : 0;
+    for (int i = 0; i < 8; i++) out[i] /= sum;
+}
+
+static void test_temperature_distribution(void) {
+    float logits[8] = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.2f, -0.3f};
+    double expect[8];
+    int outside;
+    const float temps[3] = {0.6f, 1.0f, 1.7f};
+    for (int t = 0; t < 3; t++) {
+        di_sampling_params p = params(temps[t]);
+        p.seed = 20261129 + (uint64_t)t;
+        softmax_ref(logits, temps[t], 0xff, expect);
+        double chi = chi_square(logits, &p, expect, 40000, &outside);
+        /* 7 degrees of freedom: P(chi2 > 24.3) = 0.001. Deterministic for this seed. */
+        CHECKF(chi < 24.3, "T=%g: chi2 %g", temps[t], chi);
+    }
+    /* With top_k = 3 the renormalised survivors {6, 1, 4} and nothing else. */
+    di_sampling_params p = params(0.8f);
+    p.top_k = 3, p.seed = 7;
+    softmax_ref(logits, 0.8, (1u << 6) | (1u << 1) | (1u << 4), expect);
+    double chi = chi_square(logits, &p, expect, 30000, &outside);
+    CHECKF(chi < 13.8 && outside == 0, "top_k 3: chi2 %g outside %d", chi, outside); /* 2 dof, p = 0.001 */
+}
+
+/* ---- the sets top_k, top_p and min_p keep ---- */
+
+static void test_filter_sets(void) {
+    float a[8] = {0, 5, 3, 5, 1, 4, -2, 2};
+    di_sampling_params p = params(1.0f);
+    p.top_k = 2;
+    CHECK(survivors(a, p, NULL) == ((1u << 1) | (1u << 3)));
+    p.top_k = 3;
+    CHECK(survivors(a, p, NULL) == ((1u << 1) | (1u << 3) | (1u << 5)));
+    p.top_k = 1; /* ties at the k-th value are all kept (HF/vLLM) */
+    CHECK(survivors(a, p, NULL) == ((1u << 1) | (1u << 3)));
+    p.top_k = 8;
+    CHECK(survivors(a, p, NULL) == 0xff);
+    p.top_k = 100;
+    CHECK(survivors(a, p, NULL) == 0xff);
+    p.top_k = 0;
+    CHECK(survivors(a, p, NULL) == 0xff);
+    float neg[8] = {-3, -INFINITY, -1.5f, NAN, -7, -INFINITY, -0.0f, 0.0f};
+    p.top_k = 2; /* negative values and signed zeros order right; -0 and +0 tie */
+    CHECK(survivors(neg, p, NULL) == ((1u << 6) | (1u << 7)));
+    p.top_k = 3;
+    CHECK(survivors(neg, p, NULL) == ((1u << 2) | (1u << 6) | (1u << 7)));
+    p.top_k = 6; /* fewer than k finite tokens: all finite ones */
+    CHECK(survivors(neg, p, NULL) == ((1u << 0) | (1u << 2) | (1u << 4) | (1u << 6) | (1u << 7)));
+
+    /* top_p on probabilities 0.4 0.25 0.15 0.1 0.05 0.03 0.02 0 (last one -inf). */
+    const double prob[8] = {0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.02, 0};
+    float b[8];
+    for (int i = 0; i < 8; i++) b[i] = prob[i] > 0 ? (float)log(prob[i]) : -INFINITY;
+    p = params(1.0f);
+    p.top_p = 0.3f;
+    CHECK(survivors(b, p, NULL) == 0x01);
+    p.top_p = 0.6f;
+    CHECK(survivors(b, p, NULL) == 0x03);
+    p.top_p = 0.7f;
+    CHECK(survivors(b, p, NULL) == 0x07);
+    p.top_p = 0.85f;
+    CHECK(survivors(b, p, NULL) == 0x0f);
+    p.top_p = 0.97f;
+    CHECK(survivors(b, p, NULL) == 0x3f);
+    p.top_p = 0.99f;
+    CHECK(survivors(b, p, NULL) == 0x7f);
+    p.top_p = 1e-6f;
+    CHECK(survivors(b, p, NULL) == 0x01); /* at least one token */
+    /* top_p after top_k, on the renormalised top_k set: 0.4/0.8 = 0.5, 0.65/0.8 = 0.81 */
+    p.top_k = 3, p.top_p = 0.75f;
+    CHECK(survivors(b, p, NULL) == 0x03);
+    /* Equal probabilities: the sort is (prob desc, id asc), so the lowest ids make the nucleus. */
+    float c[8] = {0, 1, 1, 1, 1, 0, 0, 0};
+    p = params(1.0f);
+    p.top_p = 0.3f; /* each 1-token has e/(4e+4) = 0.2 */
+    CHECK(survivors(c, p, NULL) == 0x06);
+
+    /* min_p relative to the top probability (0.4): keeps p >= min_p * 0.4. */
+    p = params(1.0f);
+    p.min_p = 0.5f; /* >= 0.2 */
+    CHECK(survivors(b, p, NULL) == 0x03);
+    p.min_p = 0.3f; /* >= 0.12 */
+    CHECK(survivors(b, p, NULL) == 0x07);
+    p.min_p = 0.2f; /* >= 0.08 */
+    CHECK(survivors(b, p, NULL) == 0x0f);
+    p.min_p = 1.0f; /* the top token and its exact ties */
+    CHECK(survivors(b, p, NULL) == 0x01);
+    CHECK(survivors(c, p, NULL) == 0x1e);
+    /* min_p then top_p on the min_p survivors {0.4, 0.25, 0.15}: 0.4/0.8 = 0.5 < 0.55 */
+    p.min_p = 0.3f, p.top_p = 0.55f;
+    CHECK(survivors(b, p, NULL) == 0x03);
+    /* temperature changes what min_p and top_p see: at T = 0.5, p ~ prob^2 */
+    p = params(0.5f);
+    p.min_p = 0.3f; /* prob^2 >= 0.3 * 0.16 = 0.048: 0.4, 0.25 (0.0625) */
+    CHECK(survivors(b, p, NULL) == 0x03);
+}
+
+/* A full-sort reference of the filters for a big row: fills keep[] and returns the sampled token for
+ * uniform u, by inverse CDF in id order (the sampler's documented procedure). */
+static int cmp_desc_ref(const void *a, const void *b) {
+    const double *x = a, *y = b; /* pairs (w, id) */
+    if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+static int cmp_float_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static int32_t reference_sample(const float *z, int32_t v, const di_sampling_params *p, double u, int32_t *n_keep) {
+    float *copy = malloc(sizeof(float) * (size_t)v);
+    double *pairs = malloc(sizeof(double) * 2 * (size_t)v);
+    double *w = calloc((size_t)v, sizeof(double));
+    memcpy(copy, z, sizeof(float) * (size_t)v);
+    qsort(copy, (size_t)v, sizeof(float), cmp_float_desc);
+    float m = copy[0];
+    float kth = (p->top_k > 0 && p->top_k < v) ? copy[p->top_k - 1] : -INFINITY;
+    int32_t n = 0;
+    double total = 0;
+    for (int32_t i = 0; i < v; i++) {
+        if (z[i] < kth) continue;
+        double wi = exp(((double)z[i] - m) / p->temperature);
+        if (!(wi > 0) || wi < p->min_p) continue;
+        w[i] = wi;
+        total += wi;
+        pairs[2 * n] = wi, pairs[2 * n + 1] = i, n++;
+    }
+    if (p->top_p < 1.0f) {
+        qsort(pairs, (size_t)n, 2 * sizeof(double), cmp_desc_ref);
+        double cum = 0, target = (double)p->top_p * total;
+        int32_t keep = 0;
+        while (keep < n && cum < target) cum += pairs[2 * keep++];
+        for (int32_t j = keep; j < n; j++) w[(int32_t)pairs[2 * j + 1]] = 0;
+        n = keep;
+        total = 0;
+        for (int32_t i = 0; i < v; i++) total += w[i];
+    }
+    *n_keep = n;
+    double acc = 0, target = u * total;
+    int32_t pick = -1, last = -1;
+    for (int32_t i = 0; i < v && pick < 0; i++) {
+        if (w[i] == 0) continue;
+        last = i;
+        acc += w[i];
+        if (acc > target) pick = i;
+    }
+    free(copy), free(pairs), free(w);
+    return pick >= 0 ? pick : last;
+}
+
+static void test_big_row_against_reference(void) {
+    float *z = malloc(sizeof(float) * BIG_VOCAB);
+    /* Logits like a model's: a few strong candidates above a wide flat tail (Philox for the noise). */
+    for (int32_t i = 0; i < BIG_VOCAB; i++) z[i] = (float)(6.0 * di_philox_uniform(3, (uint64_t)i, 9) - 3.0);
+    for (int32_t i = 0; i < 40; i++) z[(i * 7919) % BIG_VOCAB] = 10.0f - 0.25f * (float)i;
+    z[5000] = z[6000] = z[7000] = 9.0f; /* exact ties */
+    struct { float t; int32_t k; float p, min_p; } cases[] = {
+        {1.0f, 0, 0.9f, 0}, {1.0f, 0, 0.999f, 0}, {0.7f, 0, 0.5f, 0}, {1.0f, 50, 0.95f, 0},
+        {2.0f, 0, 0.95f, 0},  /* a flat distribution: the nucleus reaches deep into the tail */
+        {5.0f, 0, 0.99f, 0},  /* nearly uniform: every threshold level is needed */
+        {1.0f, 1000, 1.0f, 0}, {1.0f, 3, 1.0f, 0}, {1.0f, 5, 1.0f, 0} /* k-th value tied 4 ways */,
+        {0.5f, 7, 0.9f, 0}, {1.0f, 0, 1.0f, 0.05f}, {1.3f, 200, 0.8f, 0.01f},
+        {1.0f, 0, 1.0f, 0},
+    };
+    int mismatches = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        di_sampling_params p = params(cases[c].t);
+        p.top_k = cases[c].k, p.top_p = cases[c].p, p.min_p = cases[c].min_p, p.seed = 1000 + c;
+        for (uint64_t pos = 0; pos < 12; pos++) {
+            int32_t n_keep;
+            int32_t want = reference_sample(z, BIG_VOCAB, &p, di_philox_uniform(p.seed, pos, 0), &n_keep);
+            int32_t got = sample1(g_big, z, &p, pos);
+            if (got != want) {
+                mismatches++;
+                fprintf(stderr, "case %zu pos %llu: got %d want %d (reference keeps %d)\n", c,
+                        (unsigned long long)pos, got, want, n_keep);
+            }
+        }
+    }
+    CHECK(mismatches == 0);
+    free(z);
+}
+
+/* Random rows of several shapes (flat, heavy exact ties, the bf16 grid, many -inf, Gumbel) and random
+ * filter settings against the same reference: the bucketed top_p and the radix top_k must pick exactly
+ * the full sort's tokens. */
+static void test_random_rows_against_reference(void) {
+    int mismatches = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        int32_t v = 1 + (int32_t)(di_philox_uniform(5, (uint64_t)trial, 0) * 3000);
+        float *z = malloc(sizeof(float) * (size_t)v);
+        int shape = trial % 5;
+        for (int32_t i = 0; i < v; i++) {
+            double u = di_philox_uniform(6 + (uint64_t)trial, (uint64_t)i, 0);
+            float x = (float)(8 * u);
+            if (shape == 1) x = (float)(int)(u * 6) * 0.5f;
+            if (shape == 2) x = di_bf16_round((float)(20 * u - 10));
+            if (shape == 3) x = u < 0.3 ? -INFINITY : (float)(3 * u);
+            if (shape == 4) x = (float)-log(-log(u + 1e-12) + 1e-12);
+            z[i] = x;
+        }
+        if (shape == 3) z[v / 2] = 1.0f;
+        di_sampling_params p = params((float)(0.05 + 3 * di_philox_uniform(7, (uint64_t)trial, 0)));
+        if (di_philox_uniform(7, (uint64_t)trial, 1) >= 0.4)
+            p.top_k = (int32_t)(1 + di_philox_uniform(7, (uint64_t)trial, 2) * v * 1.2);
+        if (di_philox_uniform(7, (uint64_t)trial, 3) >= 0.3)
+            p.top_p = (float)(0.01 + 0.99 * di_philox_uniform(7, (uint64_t)trial, 4));
+        if (di_philox_uniform(7, (uint64_t)trial, 5) >= 0.6)
+            p.min_p = (float)(0.3 * di_philox_uniform(7, (uint64_t)trial, 6));
+        p.seed = (uint64_t)trial;
+        di_sampler *s;
+        di_err err = {0};
+        di_sampler_create(v, &s, &err);
+        for (uint64_t pos = 0; pos < 5; pos++) {
+            int32_t n_keep;
+            int32_t want = reference_sample(z, v, &p, di_philox_uniform(p.seed, pos, 0), &n_keep);
+            if (sample1(s, z, &p, pos) != want) mismatches++;
+        }
+        di_sampler_free(s);
+        free(z);
+    }
+    CHECKF(mismatches == 0, "%d of 2000 draws differ from the reference", mismatches);
+}
+
+/* ---- penalties, bias, mask ---- */
+
+/* The processed logits (up to a constant) through processed logprobs at temperature 0. */
+static void processed_logprobs(const float *logits, di_sampling_params p, const di_sample_history *h,
+                               const uint32_t *mask, di_sample_result *res) {
+    p.logprobs = 8, p.logprobs_mode = DI_LOGPROBS_PROCESSED;
+    sample_full(g_s, logits, &p, h, mask, 0, res);
+}
+
+/* Checks that res lists exactly the log_softmax of want[] (finite entries), in order. */
+static void check_logsoftmax(const di_sample_result *res, const double *want, const char *label) {
+    double m = -INFINITY, sum = 0;
+    int finite = 0;
+    for (int i = 0; i < 8; i++) m = fmax(m, want[i]);
+    for (int i = 0; i < 8; i++) sum += exp(want[i] - m), finite += isfinite(want[i]);
+    double lse = m + log(sum);
+    CHECKF(res->n_top == finite, "%s: n_top %d want %d", label, res->n_top, finite);
+    for (int j = 0; j < res->n_top; j++) {
+        int32_t id = res->top[j].token_id;
+        CHECKF(close_to(res->top[j].logprob, want[id] - lse, 1e-5), "%s: token %d logprob %g want %g", label, id,
+               res->top[j].logprob, want[id] - lse);
+        if (j > 0) CHECK(res->top[j - 1].logprob >= res->top[j].logprob);
+    }
+    CHECKF(close_to(res->logprob, want[res->token_id] - lse, 1e-5), "%s: chosen", label);
+}
+
+static void test_penalties(void) {
+    const float logits[8] = {2.0f, -1.0f, 0.5f, 1.5f, 0.0f, -3.0f, 1.0f, 0.25f};
+    di_sample_result res;
+    /* repetition 2 over prompt {0, 5} + output {1, 1, 4}: positives halved, negatives doubled, zero
+     * stays, each distinct token once. */
+    int32_t prompt[2] = {0, 5}, output[3] = {1, 1, 4};
+    di_sample_history h = {prompt, 2, output, 3};
+    di_sampling_params p = params(0.0f);
+    p.repetition_penalty = 2.0f;
+    processed_logprobs(logits, p, &h, NULL, &res);
+    double want_rep[8] = {1.0, -2.0, 0.5, 1.5, 0.0, -6.0, 1.0, 0.25};
+    CHECK(res.token_id == 3);
+    check_logsoftmax(&res, want_rep, "repetition");
+    /* frequency 0.5 and presence 0.25 over output {2, 2, 0, 7} only (prompt {3} is not penalised). */
+    int32_t prompt2[1] = {3}, output2[4] = {2, 2, 0, 7};
+    h = (di_sample_history){prompt2, 1, output2, 4};
+    p = params(0.0f);
+    p.frequency_penalty = 0.5f, p.presence_penalty = 0.25f;
+    processed_logprobs(logits, p, &h, NULL, &res);
+    double want_fp[8] = {1.25, -1.0, -0.75, 1.5, 0.0, -3.0, 1.0, -0.5};
+    CHECK(res.token_id == 3);
+    check_logsoftmax(&res, want_fp, "frequency/presence");
+    /* negative penalties encourage repetition */
+    p.frequency_penalty = -1.0f, p.presence_penalty = -0.5f;
+    processed_logprobs(logits, p, &h, NULL, &res);
+    double want_neg[8] = {3.5, -1.0, 3.0, 1.5, 0.0, -3.0, 1.0, 1.75};
+    CHECK(res.token_id == 0);
+    check_logsoftmax(&res, want_neg, "negative penalties");
+    /* all three: repetition first (prompt + output), then frequency and presence (output). */
+    p = params(0.0f);
+    p.repetition_penalty = 1.25f, p.frequency_penalty = 0.5f, p.presence_penalty = 0.25f;
+    processed_logprobs(logits, p, &h, NULL, &res);
+    double want_all[8] = {2.0 / 1.25 - 0.75, -1.0, 0.5 / 1.25 - 1.25, 1.5 / 1.25, 0.0, -3.0, 1.0, 0.25 / 1.25 - 0.75};
+    check_logsoftmax(&res, want_all, "all penalties");
+    /* The scratch marks are cleared: the same call on a fresh sampler and a plain call after agree. */
+    di_sampler *fresh;
+    di_err err = {0};
+    di_sampler_create(8, &fresh, &err);
+    di_sampling_params plain = params(0.0f);
+    plain.logprobs = 8, plain.logprobs_mode = DI_LOGPROBS_PROCESSED;
+    di_sample_result a, b;
+    sample_full(g_s, logits, &plain, &h, NULL, 0, &a);
+    sample_full(fresh, logits, &plain, &h, NULL, 0, &b);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    double want_plain[8] = {2.0, -1.0, 0.5, 1.5, 0.0, -3.0, 1.0, 0.25};
+    check_logsoftmax(&a, want_plain, "no penalty after penalties");
+    di_sampler_free(fresh);
+}
+
+static void test_bias_and_mask(void) {
+    float zero[8] = {0};
+    di_sample_result res;
+    di_logit_bias bias[3] = {{2, 5.0f}, {6, 3.0f}, {2, -10.0f}};
+    di_sampling_params p = params(0.0f);
+    p.logit_bias = bias, p.n_logit_bias = 2;
+    CHECK(sample1(g_s, zero, &p, 0) == 2);
+    p.n_logit_bias = 3; /* entries for one id add up: token 2 ends at -5 */
+    CHECK(sample1(g_s, zero, &p, 0) == 6);
+    /* The bias comes before the repetition penalty: (-2 + 5) / 2 = 1.5, not -2 * 2 + 5 = 1. */
+    float a[8] = {1.0f, -2.0f, 0, 0, 0, 0, 0, 0};
+    di_logit_bias b1[1] = {{1, 5.0f}};
+    int32_t prompt[1] = {1};
+    di_sample_history h = {prompt, 1, NULL, 0};
+    p = params(0.0f);
+    p.logit_bias = b1, p.n_logit_bias = 1, p.repetition_penalty = 2.0f;
+    processed_logprobs(a, p, &h, NULL, &res);
+    double want[8] = {1.0, 1.5, 0, 0, 0, 0, 0, 0};
+    CHECK(res.token_id == 1);
+    check_logsoftmax(&res, want, "bias then repetition");
+    /* A strong negative bias removes a token from sampling in practice. */
+    float c[8] = {0, 0, 0, 0, 0, 0, 0, 10};
+    di_logit_bias ban[1] = {{7, -100.0f}};
+    p = params(1.0f);
+    p.logit_bias = ban, p.n_logit_bias = 1;
+    int seen7 = 0;
+    for (uint64_t pos = 0; pos < 500; pos++) seen7 += sample1(g_s, c, &p, pos) == 7;
+    CHECK(seen7 == 0);
+
+    /* Mask: only tokens 3 and 5 allowed. Greedy takes the better allowed one; sampling stays inside. */
+    float d[8] = {9, 8, 7, 1, 6, 2, 5, 4};
+    uint32_t mask[1] = {(1u << 3) | (1u << 5)};
+    p = params(0.0f);
+    di_sample_history none = {0};
+    CHECK(sample_full(g_s, d, &p, &none, mask, 0, &res) == 5);
+    p = params(1.0f);
+    int hit[8] = {0};
+    for (uint64_t pos = 0; pos < 2000; pos++) hit[sample_full(g_s, d, &p, NULL, mask, pos, &res)]++;
+    CHECK(hit[3] + hit[5] == 2000 && hit[3] > 100 && hit[5] > 1000); /* p(3) = 1/(1 + e) = 0.27 */
+    /* A mask that allows nothing is an error, not a token. */
+    uint32_t empty[1] = {0};
+    di_sample_row row = {d, &p, NULL, empty, 0};
+    di_err err = {0};
+    CHECK(di_sampler_sample(g_s, &row, &res, &err) == DI_EINVAL && res.token_id == -1);
+}
+
+/* ---- logprobs ---- */
+
+static void test_logprobs(void) {
+    const float logits[8] = {1.0f, 2.0f, 3.0f, 0.5f, 3.0f, -1.0f, -INFINITY, NAN};
+    double lse = 0;
+    for (int i = 0; i < 6; i++) lse += exp((double)logits[i]);
+    lse = log(lse);
+    /* raw (default): log_softmax of the logits as given, whatever the temperature, bias or filters. */
+    di_logit_bias bias[1] = {{0, 4.0f}};
+    di_sampling_params p = params(0.8f);
+    p.logprobs = 3, p.top_k = 2, p.logit_bias = bias, p.n_logit_bias = 1, p.seed = 5;
+    di_sample_result res;
+    for (uint64_t pos = 0; pos < 20; pos++) {
+        int32_t tok = sample_full(g_s, logits, &p, NULL, NULL, pos, &res);
+        CHECK(tok == 0 || tok == 2 || tok == 4); /* top_k 2 of the biased row: 5 (id 0), then the tie at 3 */
+        CHECK(close_to(res.logprob, logits[tok] - lse, 1e-6));
+        CHECK(res.n_top == 3);
+        CHECK(res.top[0].token_id == 2 && res.top[1].token_id == 4 && res.top[2].token_id == 1);
+        CHECK(close_to(res.top[0].logprob, 3.0 - lse, 1e-6) && close_to(res.top[2].logprob, 2.0 - lse, 1e-6));
+    }
+    /* logprobs = 20 over 8 tokens: only the 6 with a finite logprob are listed. */
+    p = params(1.0f);
+    p.logprobs = 20;
+    sample_full(g_s, logits, &p, NULL, NULL, 0, &res);
+    CHECK(res.n_top == 6 && res.top[5].token_id == 5);
+    /* processed: the distribution sampled from, here top_k 2 at T = 0.5 over {2, 4} tied -> log(1/2). */
+    p = params(0.5f);
+    p.logprobs = 5, p.top_k = 2, p.logprobs_mode = DI_LOGPROBS_PROCESSED;
+    sample_full(g_s, logits, &p, NULL, NULL, 0, &res);
+    CHECK(res.n_top == 2 && res.top[0].token_id == 2 && res.top[1].token_id == 4);
+    CHECK(close_to(res.logprob, log(0.5), 1e-6) && close_to(res.top[1].logprob, log(0.5), 1e-6));
+    /* processed at T = 0.5 with no filter: log_softmax(logits / 0.5) */
+    p.top_k = 0;
+    sample_full(g_s, logits, &p, NULL, NULL, 3, &res);
+    double lse2 = 0;
+    for (int i = 0; i < 6; i++) lse2 += exp(2.0 * logits[i]);
+    lse2 = log(lse2);
+    CHECK(res.n_top == 5 && res.top[2].token_id == 1 && close_to(res.top[2].logprob, 4.0 - lse2, 1e-6));
+    CHECK(close_to(res.logprob, 2.0 * logits[res.token_id] - lse2, 1e-6));
+    /* logprobs = 0: nothing returned */
+    p = params(1.0f);
+    sample_full(g_s, logits, &p, NULL, NULL, 0, &res);
+    CHECK(res.n_top == 0 && res.logprob == 0.0f);
+}
+
+/* ---- determinism and independence ---- */
+
+static void test_determinism(void) {
+    float *z = malloc(sizeof(float) * BIG_VOCAB);
+    for (int32_t i = 0; i < BIG_VOCAB; i++) z[i] = (float)(4.0 * di_philox_uniform(11, (uint64_t)i, 0));
+    di_sampling_params p = params(1.0f);
+    p.seed = 31337, p.top_p = 0.95f;
+    di_sampler *other;
+    di_err err = {0};
+    di_sampler_create(BIG_VOCAB, &other, &err);
+    int32_t a[100], b[100], c[100];
+    for (uint64_t pos = 0; pos < 100; pos++) a[pos] = sample1(g_big, z, &p, pos);
+    for (uint64_t pos = 100; pos-- > 0;) b[pos] = sample1(other, z, &p, pos); /* other sampler, reverse order */
+    p.seed = 31338;
+    int differ = 0, distinct = 0;
+    for (uint64_t pos = 0; pos < 100; pos++) c[pos] = sample1(g_big, z, &p, pos);
+    for (int i = 0; i < 100; i++) {
+        differ += a[i] != c[i];
+        distinct += i > 0 && a[i] != a[i - 1];
+    }
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECKF(differ >= 95, "seeds 31337 and 31338 agree at %d of 100 positions", 100 - differ);
+    CHECKF(distinct >= 95, "a stream repeats itself: %d changes", distinct);
+    di_sampler_free(other);
+    free(z);
+}
+
+/* Rows with different params, histories and seeds give the same tokens and logprobs whatever the
+ * order they are sampled in and whatever else is sampled in between. */
+static void test_row_independence(void) {
+    enum { ROWS = 8 };
+    static float logits[ROWS][8];
+    di_sampling_params p[ROWS];
+    static int32_t hist_ids[ROWS][4];
+    di_sample_history h[ROWS];
+    di_sample_row rows[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        for (int i = 0; i < 8; i++) logits[r][i] = (float)(3.0 * di_philox_uniform(77, (uint64_t)(r * 8 + i), 3));
+        p[r] = params(r == 0 ? 0.0f : 0.5f + 0.2f * (float)r);
+        p[r].seed = (uint64_t)r * 1000003u;
+        p[r].top_k = r % 3 == 1 ? 4 : 0;
+        p[r].top_p = r % 4 == 2 ? 0.8f : 1.0f;
+        p[r].min_p = r == 5 ? 0.1f : 0.0f;
+        p[r].repetition_penalty = r % 2 ? 1.3f : 1.0f;
+        p[r].frequency_penalty = r == 3 ? 0.7f : 0.0f;
+        p[r].logprobs = r % 4;
+        for (int i = 0; i < 4; i++) hist_ids[r][i] = (r + 3 * i) % 8;
+        h[r] = (di_sample_history){hist_ids[r], 2, hist_ids[r] + 2, 2};
+        rows[r] = (di_sample_row){logits[r], &p[r], &h[r], NULL, (uint64_t)(17 + r)};
+    }
+    di_sample_result alone[ROWS], batch[ROWS], shuffled[ROWS];
+    di_err err = {0};
+    for (int r = 0; r < ROWS; r++) {
+        di_sampler *fresh;
+        di_sampler_create(8, &fresh, &err);
+        CHECK(di_sampler_sample(fresh, &rows[r], &alone[r], &err) == DI_OK);
+        di_sampler_free(fresh);
+    }
+    CHECK(di_sampler_sample_rows(g_s, rows, ROWS, batch, &err) == DI_OK);
+    const int order[ROWS] = {5, 2, 7, 0, 3, 6, 1, 4};
+    for (int i = 0; i < ROWS; i++) {
+        int r = order[i];
+        di_sample_result junk;
+        di_sampler_sample(g_s, &rows[(r + 1) % ROWS], &junk, &err); /* something else in between */
+        CHECK(di_sampler_sample(g_s, &rows[r], &shuffled[r], &err) == DI_OK);
+    }
+    CHECK(memcmp(alone, batch, sizeof alone) == 0);
+    CHECK(memcmp(alone, shuffled, sizeof alone) == 0);
+    /* A failing row is named. */
+    di_sampling_params bad = params(-1.0f);
+    rows[3].params = &bad;
+    CHECK(di_sampler_sample_rows(g_s, rows, ROWS, batch, &err) == DI_EINVAL && strstr(err.msg, "row 3: "));
+}
+
+/* NaN and inf in a sampled (non-greedy) row. */
+static void test_nonfinite(void) {
+    float a[8] = {NAN, 1, 2, NAN, 0, -INFINITY, 1.5f, NAN};
+    di_sampling_params p = params(1.0f);
+    p.logprobs = 8;
+    int hit[8] = {0};
+    di_sample_result res;
+    for (uint64_t pos = 0; pos < 1000; pos++) {
+        hit[sample_full(g_s, a, &p, NULL, NULL, pos, &res)]++;
+        CHECK(isfinite(res.logprob));
+    }
+    CHECK(hit[0] == 0 && hit[3] == 0 && hit[5] == 0 && hit[7] == 0 && hit[2] > hit[1]);
+    CHECK(res.n_top == 4);
+    float b[8] = {INFINITY, 1e30f, 2, INFINITY, 0, NAN, 1, 3};
+    memset(hit, 0, sizeof hit);
+    p.logprobs = 0;
+    for (uint64_t pos = 0; pos < 1000; pos++) hit[sample1(g_s, b, &p, pos)]++;
+    CHECK(hit[0] + hit[3] == 1000 && hit[0] > 400 && hit[3] > 400); /* +inf tokens share the mass */
+    /* A penalty that overflows f32 saturates at FLT_MAX instead of poisoning the row with inf - inf. */
+    float c[8] = {1e10f, 1, 2, 3, 4, 5, 6, -1e10f};
+    int32_t prompt[2] = {0, 7};
+    di_sample_history h = {prompt, 2, NULL, 0};
+    p = params(1.0f);
+    p.repetition_penalty = 1e-30f;
+    for (uint64_t pos = 0; pos < 50; pos++) CHECK(sample_full(g_s, c, &p, &h, NULL, pos, &res) == 0);
+    p.temperature = 0.0f, p.logprobs = 2, p.logprobs_mode = DI_LOGPROBS_PROCESSED;
+    CHECK(sample_full(g_s, c, &p, &h, NULL, 0, &res) == 0 && res.logprob == 0.0f && res.n_top == 2);
+}
+
+int main(void) {
+    di_err err = {0};
+    CHECK(di_sampler_create(8, &g_s, &err) == DI_OK);
+    CHECK(di_sampler_create(BIG_VOCAB, &g_big, &err) == DI_OK);
+    test_philox_kat();
+    test_validation();
+    test_greedy();
+    test_temperature_distribution();
+    test_filter_sets();
+    test_big_row_against_reference();
+    test_random_rows_against_reference();
+    test_penalties();
+    test_bias_and_mask();
+    test_logprobs();
+    test_determinism();
+    test_row_independence();
+    test_nonfinite();
+    di_sampler_free(g_s);
+    di_sampler_free(g_big);
+    return TEST_SUMMARY();
+}
