@@ -269,9 +269,21 @@ void di_out_parser_finish(di_out_parser *p, di_out_fn fn, void *user) {
 
 typedef struct collect {
     di_parsed_output *out;
-    di_sbuf reasoning, content, name, args;
+    di_sbuf reasoning, content, name, args; /* name/args: the call in progress */
     bool in_call;
 } collect;
+
+/* Stores the call in progress (also when the output was cut before the call closed, as
+ * deepseek-recipe reports what arrived). */
+static void flush_call(collect *c) {
+    if (!c->in_call) return;
+    c->in_call = false;
+    if (!c->name.len && !c->args.len) return; /* cut right after `invoke name="`: nothing to report */
+    di_parsed_output *o = c->out;
+    o->calls = di_xrealloc(o->calls, (o->n_calls + 1) * sizeof *o->calls);
+    o->calls[o->n_calls++] = (di_tool_call){di_xstrdup(""), di_xstrdup(c->name.s ? c->name.s : ""),
+                                            di_xstrdup(c->args.s ? c->args.s : "")};
+}
 
 static void collect_fn(void *user, di_out_kind kind, const char *text, size_t len) {
     collect *c = user;
@@ -279,6 +291,7 @@ static void collect_fn(void *user, di_out_kind kind, const char *text, size_t le
     case DI_OUT_REASONING: di_sbuf_put(&c->reasoning, text, len); break;
     case DI_OUT_CONTENT: di_sbuf_put(&c->content, text, len); break;
     case DI_OUT_TOOL_BEGIN:
+        flush_call(c);
         c->in_call = true;
         c->name.len = c->args.len = 0;
         di_sbuf_put(&c->name, "", 0);
@@ -286,13 +299,7 @@ static void collect_fn(void *user, di_out_kind kind, const char *text, size_t le
         break;
     case DI_OUT_TOOL_NAME: di_sbuf_put(&c->name, text, len); break;
     case DI_OUT_TOOL_ARGS: di_sbuf_put(&c->args, text, len); break;
-    case DI_OUT_TOOL_END: {
-        di_parsed_output *o = c->out;
-        o->calls = di_xrealloc(o->calls, (o->n_calls + 1) * sizeof *o->calls);
-        o->calls[o->n_calls++] = (di_tool_call){di_xstrdup(""), di_xstrdup(c->name.s), di_xstrdup(c->args.s)};
-        c->in_call = false;
-        break;
-    }
+    case DI_OUT_TOOL_END: flush_call(c); break;
     }
 }
 
@@ -305,6 +312,7 @@ void di_output_parse(const char *text, size_t len, bool thinking, bool in_calls,
     di_out_parser_init(&p, thinking, in_calls);
     di_out_parser_feed(&p, text, len, collect_fn, &c);
     di_out_parser_finish(&p, collect_fn, &c);
+    flush_call(&c);
     di_out_parser_free(&p);
     out->reasoning = c.reasoning.s;
     out->reasoning_len = c.reasoning.len;

@@ -99,7 +99,8 @@ void di_out_parser_feed(di_out_parser *p, const char *text, size_t len, di_out_f
 void di_out_parser_finish(di_out_parser *p, di_out_fn fn, void *user);
 void di_out_parser_free(di_out_parser *p);
 
-/* Whole-output convenience: reasoning, content and the tool calls (id left ""). */
+/* Whole-output convenience: reasoning, content and the tool calls (id left ""). A call cut off by
+ * the end of the output is included with what arrived (its arguments then are not complete JSON). */
 typedef struct di_parsed_output {
     char *reasoning, *content;
     size_t reasoning_len, content_len;
