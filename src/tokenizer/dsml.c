@@ -247,7 +247,7 @@ static void process(di_out_parser *p, bool final, di_out_fn fn, void *user) {
         off += n - hold;
         break;
     }
-    memmove(p->pending, p->pending + off, p->n_pending - off);
+    if (off && p->n_pending > off) memmove(p->pending, p->pending + off, p->n_pending - off);
     p->n_pending -= off;
 }
 
@@ -256,7 +256,7 @@ void di_out_parser_feed(di_out_parser *p, const char *text, size_t len, di_out_f
         p->cap_pending = (p->n_pending + len) * 2 + 64;
         p->pending = di_xrealloc(p->pending, p->cap_pending);
     }
-    memcpy(p->pending + p->n_pending, text, len);
+    if (len) memcpy(p->pending + p->n_pending, text, len);
     p->n_pending += len;
     process(p, false, fn, user);
 }

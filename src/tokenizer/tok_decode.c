@@ -20,7 +20,7 @@ static void buf_put(char **buf, size_t *len, size_t *cap, const void *p, size_t 
         *buf = di_xrealloc(*buf, c);
         *cap = c;
     }
-    memcpy(*buf + *len, p, n);
+    if (n) memcpy(*buf + *len, p, n);
     *len += n;
     (*buf)[*len] = 0;
 }
