@@ -230,6 +230,7 @@ static size_t undecided_tail(const marker *ms, size_t nm, const char *s, size_t 
 
 static void process(di_out_parser *p, bool final, di_out_fn fn, void *user) {
     size_t off = 0;
+    if (!p->n_pending) return;
     for (;;) {
         size_t nm, start = 0, end = 0;
         const marker *ms = markers_of(p->stage, &nm);
