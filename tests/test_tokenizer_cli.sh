@@ -51,5 +51,18 @@ check "V4.1 sha256" "c90dfa01249db1be4245780a052ede752e1361c612ac6d08e2bdada7d59
 check "V4.1 tokenize --special" "[0, 128799, 128803, 19923, 128804, 128821]" \
     "$(printf '<｜begin▁of▁sentence｜><｜System｜><｜User｜>Hello<｜Assistant｜><think>' | "$BIN" tokenize --tokenizer "$V41" --special)"
 
+# render: OpenAI-style chat request -> prompt ids
+check "render empty user" "[0, 128803, 128804, 128822]" \
+    "$(echo '{"messages":[{"role":"user","content":""}],"thinking":{"type":"disabled"}}' | "$BIN" render --tokenizer "$V41")"
+check "render jsonl" "$(printf '[0, 128803, 128804, 128822]\n[0, 128803, 90, 128804, 128822]')" \
+    "$(printf '%s\n%s\n' '{"messages":[{"role":"user","content":""}],"thinking":false}' \
+        '{"messages":[{"role":"user","content":"x"}],"thinking":false}' | "$BIN" render --tokenizer "$V41" --jsonl)"
+check_err "render bad role" 1 "messages[0].role" \
+    bash -c "echo '{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}' | '$BIN' render --tokenizer '$V41'"
+check_err "render malformed json" 1 "chat request: JSON" \
+    bash -c "echo '{\"messages\": [' | '$BIN' render --tokenizer '$V41'"
+check_err "render with a V3 tokenizer" 1 "no token" \
+    bash -c "echo '{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}' | '$BIN' render --tokenizer '$TOK'"
+
 echo "$pass passed, $fail failed"
 [ "$fail" == 0 ]

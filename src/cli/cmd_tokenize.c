@@ -3,7 +3,8 @@
  *   tokenize   --tokenizer FILE [--special]       UTF-8 text on stdin  -> JSON array of ids
  *              [--jsonl]                         JSON lines {"text": ...} -> one id array per line
  *   detokenize --tokenizer FILE [--skip-special]  JSON array of ids    -> text on stdout
- *   render     --tokenizer FILE                   OpenAI-style chat JSON -> JSON array of ids
+ *   render     --tokenizer FILE [--jsonl]         OpenAI-style chat JSON -> JSON array of ids
+ *                                                 (--jsonl: one request per line, one array per line)
  *
  * No BOS or other tokens are added by tokenize. Errors (bad file, invalid UTF-8, malformed JSON, an
  * id out of range) go to stderr as one line naming what is wrong, with exit status 1; usage errors
@@ -167,11 +168,22 @@ int di_cmd_render(di_settings *s, int argc, char **argv) {
     di_token_vec v = {0};
     di_err err = {0};
     rc = 0;
-    if (di_prompt_render_request(t, json, len, &v, &err)) {
-        fprintf(stderr, "deepinfer render: %s\n", err.msg);
-        rc = 1;
-    } else {
-        print_ids(&v);
+    int line_no = 0;
+    for (char *line = json, *end; line < json + len || (!s->jsonl && line == json); line = end + 1) {
+        end = s->jsonl ? memchr(line, '\n', (size_t)(json + len - line)) : NULL;
+        if (!end) end = json + len;
+        line_no++;
+        if (s->jsonl && end == line) continue;
+        v.n = 0;
+        if (di_prompt_render_request(t, line, (size_t)(end - line), &v, &err)) {
+            if (s->jsonl) fprintf(stderr, "deepinfer render: stdin line %d: %s\n", line_no, err.msg);
+            else fprintf(stderr, "deepinfer render: %s\n", err.msg);
+            rc = 1;
+            if (s->jsonl) puts("null");
+        } else {
+            print_ids(&v);
+        }
+        if (!s->jsonl) break;
     }
     di_token_vec_free(&v);
     free(json);

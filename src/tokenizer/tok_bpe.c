@@ -169,7 +169,7 @@ void di_bpe_piece(di_tokenizer *t, const uint8_t *piece, size_t len, di_token_ve
     merge_all(t, id, prev, next, n, &h);
     size_t n0 = out->n;
     for (int32_t i = n ? 0 : -1; i >= 0; i = next[i]) di_token_vec_push(out, id[i]);
-    if (cacheable) cache_put(&t->cache, piece, len, hash, out->ids + n0, out->n - n0);
+    if (cacheable && out->n > n0) cache_put(&t->cache, piece, len, hash, out->ids + n0, out->n - n0);
     if (big) {
         free(id);
         free(h.a);

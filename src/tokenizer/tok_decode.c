@@ -20,7 +20,7 @@ static void buf_put(char **buf, size_t *len, size_t *cap, const void *p, size_t 
         *buf = di_xrealloc(*buf, c);
         *cap = c;
     }
-    memcpy(*buf + *len, p, n);
+    if (n) memcpy(*buf + *len, p, n);
     *len += n;
     (*buf)[*len] = 0;
 }
@@ -30,6 +30,10 @@ static const char k_replacement[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 size_t di_utf8_lossy_append(const uint8_t *s, size_t n, bool final, char **buf, size_t *len,
                             size_t *cap) {
     size_t i = 0, run = 0; /* s[run..i) is valid and not yet copied */
+    if (!n) {
+        buf_put(buf, len, cap, "", 0);
+        return 0;
+    }
     while (i < n) {
         uint8_t c = s[i];
         if (c < 0x80) {
