@@ -23,9 +23,15 @@ di_status di_err_prefix(di_err *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[sizeof err->msg];
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    size_t np = strlen(prefix), cap = sizeof err->msg;
+    if (np + 2 >= cap) np = cap - 3;
+    size_t nold = strnlen(err->msg, cap - 1);
+    if (np + 2 + nold >= cap) nold = cap - 1 - np - 2;
+    memmove(err->msg + np + 2, err->msg, nold);
+    memcpy(err->msg, prefix, np);
+    err->msg[np] = ':';
+    err->msg[np + 1] = ' ';
+    err->msg[np + 2 + nold] = 0;
     return err->status;
 }
 

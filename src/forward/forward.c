@@ -169,12 +169,13 @@ static void head(fwd_ctx *c, const float *X, const float *pre) {
     const int n = m->cfg.hc_mult;
     const int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     float *y = malloc(sizeof(float) * (size_t)D), *yn = malloc(sizeof(float) * (size_t)D);
+    int64_t out_row = 0;
     for (int r = 0; r < c->R; r++) {
         if (c->b->want_logits && !c->b->want_logits[r]) continue;
         di_cpu_hc_pre(X + r * n * D, n, D, pre + r * n, y);
         di_cpu_rmsnorm(y, m->norm, 1, D, (float)m->cfg.rms_norm_eps, yn);
         di_fwd_debug(c, "final_norm_out_row", r, yn, D);
-        di_cpu_linear(&m->head, yn, 1, c->b->logits + r * V, DI_LIN_F32);
+        di_cpu_linear(&m->head, yn, 1, c->b->logits + out_row++ * V, DI_LIN_F32);
     }
     free(y);
     free(yn);

@@ -22,8 +22,9 @@ typedef struct di_batch {
     int n_seqs;
     di_seq_state **seqs;          /* [n_seqs] */
     const int *seq_n_rows;        /* [n_seqs] rows of each sequence (>= 1) */
-    float *logits;                /* out [n_rows, vocab] fp32, or NULL */
-    const uint8_t *want_logits;   /* [n_rows] nonzero = compute that row's logits; NULL = all */
+    float *logits;                /* out [n_rows, vocab] fp32 (or [n_wanted, vocab], see below), or NULL */
+    const uint8_t *want_logits;   /* [n_rows] nonzero = compute that row's logits, written compactly
+                                     in row order: logits is then [n_wanted, vocab]; NULL = all rows */
     float *main_hidden;           /* out [n_rows, n_targets*D] DSpark inputs (bf16 values), or NULL */
     /* test hook (--replay-topk): forced indexer selections, compressed positions ascending, -1 pad,
      * [n_index_sources, n_rows, index_topk]; NULL = the model's own top-k */

@@ -25,32 +25,9 @@
 
 #include "base/error.h"
 
-#define DI_SAMPLER_MAX_LOGPROBS 20
-
-typedef struct di_logit_bias {
-    int32_t token_id;
-    float bias; /* finite; several entries for one id add up */
-} di_logit_bias;
-
-typedef enum di_logprobs_mode {
-    DI_LOGPROBS_RAW = 0,       /* log_softmax of the logits as the model gave them (vLLM's default) */
-    DI_LOGPROBS_PROCESSED = 1, /* log of the distribution actually sampled from (see SAMPLING.md) */
-} di_logprobs_mode;
-
-typedef struct di_sampling_params {
-    float temperature;        /* >= 0; 0 = greedy */
-    int32_t top_k;            /* >= 0; 0 = off (also off when >= the vocabulary) */
-    float top_p;              /* (0, 1]; 1 = off */
-    float min_p;              /* [0, 1]; 0 = off */
-    float repetition_penalty; /* > 0; 1 = off */
-    float presence_penalty;   /* [-2, 2]; 0 = off */
-    float frequency_penalty;  /* [-2, 2]; 0 = off */
-    const di_logit_bias *logit_bias; /* [n_logit_bias], borrowed; NULL when n_logit_bias == 0 */
-    int32_t n_logit_bias;
-    int32_t logprobs; /* 0..DI_SAMPLER_MAX_LOGPROBS: return the chosen token's logprob and the top n; 0 = off */
-    di_logprobs_mode logprobs_mode;
-    uint64_t seed;
-} di_sampling_params;
+/* di_sampling_params, di_logit_bias, di_logprobs_mode and di_token_logprob are public types
+ * (include/deepinfer.h). */
+#define DI_SAMPLER_MAX_LOGPROBS DI_MAX_LOGPROBS
 
 /* A request's tokens so far: the prompt and what has been generated. Borrowed; either may be empty. */
 typedef struct di_sample_history {
@@ -70,10 +47,6 @@ typedef struct di_sample_row {
     uint64_t position;                  /* the sequence position of the token being sampled */
 } di_sample_row;
 
-typedef struct di_token_logprob {
-    int32_t token_id;
-    float logprob;
-} di_token_logprob;
 
 typedef struct di_sample_result {
     int32_t token_id;

@@ -1,0 +1,83 @@
+/* Engine internals shared by engine.c (lifecycle, requests, results), schedule.c (planning a
+ * step) and step.c (running a planned step, sampling, stopping). */
+#ifndef DI_ENGINE_INTERNAL_H
+#define DI_ENGINE_INTERNAL_H
+
+#include "base/error.h"
+#include "forward/forward.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum req_phase { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } req_phase;
+
+typedef struct engine_req {
+    uint64_t id;
+    req_phase phase;
+    di_finish_reason finish;
+    char *error;
+    /* tokens: the prompt, then everything generated; a preempted request recomputes all of them */
+    int32_t *tokens;
+    int64_t n_tokens, cap_tokens;
+    int64_t n_prompt;          /* prompt length (generated tokens start here) */
+    int64_t n_computed;        /* tokens whose state is in `state` (the next chunk starts here) */
+    int max_tokens;
+    di_sampling_params sampling;
+    di_logit_bias *logit_bias; /* owned copy */
+    char **stop;               /* owned copies */
+    int n_stop;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    bool ignore_eos;
+    di_seq_state *state;       /* NULL unless running */
+    int64_t admit_order;       /* for preemption: the newest running request goes first */
+    /* output */
+    char *text;                /* detokenized output, stop string cut off */
+    size_t text_len, text_cap;
+    size_t streamed;           /* bytes of text already delivered to the callback */
+    di_detok detok;
+    bool has_detok;
+    float *logprobs;           /* [n generated] */
+    di_token_logprob *top;     /* [n generated * sampling.logprobs] */
+} engine_req;
+
+struct di_engine {
+    di_model *model;
+    di_tokenizer *tok;          /* NULL when the model dir has no tokenizer.json */
+    di_sampler *sampler;
+    di_kv_pool pool;
+    di_engine_options opt;
+    di_token_callback cb;
+    void *cb_user;
+    engine_req **reqs;          /* every request not yet released, in arrival order */
+    int n_reqs, cap_reqs;
+    uint64_t next_id;
+    int64_t admit_counter;
+    int64_t seq_fixed_bytes;    /* rings and pair state of one running sequence */
+    int64_t max_prompt_tokens;  /* longest prompt + generation that fits the budget alone */
+    di_engine_stats stats;
+};
+
+/* A planned step: for each scheduled request, how many of its tokens to run. */
+typedef struct step_plan {
+    engine_req **req;           /* [n] */
+    int *n_rows;                /* [n] */
+    bool *samples;              /* [n] whether the last row's logits are sampled (prompt complete) */
+    int n, cap;
+    int total_rows;
+} step_plan;
+
+/* schedule.c */
+void di_step_plan_free(step_plan *p);
+/* Plans the next step; preempts running requests (state freed, recomputed later) when the memory
+ * budget cannot hold the planned growth. */
+void di_engine_plan(di_engine *e, step_plan *plan);
+int64_t di_engine_kv_bytes_in_use(const di_engine *e);
+
+/* step.c */
+di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err);
+
+/* engine.c */
+void di_engine_finish_req(di_engine *e, engine_req *r, di_finish_reason why, const char *error);
+void di_engine_preempt(di_engine *e, engine_req *r);
+
+#endif

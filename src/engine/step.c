@@ -1,0 +1,158 @@
+/* Running a planned step (the backend half of the step loop): one forward over the planned rows of
+ * every scheduled request, then sampling, stop checks, streaming and commit for the requests whose
+ * prompt is complete. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_internal.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void text_append(engine_req *r, const char *s, size_t n) {
+    if (r->text_len + n + 1 > r->text_cap) {
+        r->text_cap = (r->text_len + n + 1) * 2;
+        r->text = di_xrealloc(r->text, r->text_cap);
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = 0;
+}
+
+/* Finds the earliest stop string ending in the text added since `from`; returns its start or -1. */
+static int64_t find_stop(const engine_req *r, size_t from) {
+    int64_t best = -1;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t n = strlen(r->stop[i]);
+        if (!n || r->text_len < n) continue;
+        size_t start = from >= n - 1 ? from - (n - 1) : 0;
+        for (size_t at = start; at + n <= r->text_len; at++)
+            if (!memcmp(r->text + at, r->stop[i], n)) {
+                if (best < 0 || (int64_t)at < best) best = (int64_t)at;
+                break;
+            }
+    }
+    return best;
+}
+
+static size_t longest_stop(const engine_req *r) {
+    size_t m = 0;
+    for (int i = 0; i < r->n_stop; i++)
+        if (strlen(r->stop[i]) > m) m = strlen(r->stop[i]);
+    return m;
+}
+
+/* Appends a sampled token, decides whether the request stops, streams what became final. */
+static void commit_token(di_engine *e, engine_req *r, const di_sample_result *s) {
+    const int64_t gen_index = r->n_tokens - r->n_prompt;
+    if (r->n_tokens == r->cap_tokens) {
+        r->cap_tokens *= 2;
+        r->tokens = di_xrealloc(r->tokens, sizeof(int32_t) * (size_t)r->cap_tokens);
+    }
+    r->tokens[r->n_tokens++] = s->token_id;
+    if (r->sampling.logprobs > 0) {
+        r->logprobs = di_xrealloc(r->logprobs, sizeof(float) * (size_t)(gen_index + 1));
+        r->logprobs[gen_index] = s->logprob;
+        r->top = di_xrealloc(r->top, sizeof(di_token_logprob) * (size_t)(gen_index + 1) * r->sampling.logprobs);
+        memcpy(r->top + gen_index * r->sampling.logprobs, s->top, sizeof(di_token_logprob) * (size_t)s->n_top);
+        for (int k = s->n_top; k < r->sampling.logprobs; k++)
+            r->top[gen_index * r->sampling.logprobs + k] = (di_token_logprob){-1, -INFINITY};
+    }
+    di_finish_reason finish = DI_FINISH_NONE;
+    bool stop_token = (!r->ignore_eos && s->token_id == e->model->cfg.eos_token_id);
+    for (int i = 0; i < r->n_stop_ids; i++) stop_token |= s->token_id == r->stop_ids[i];
+    size_t emitted_before = r->text_len; /* text already final before this token */
+    if (r->has_detok && !stop_token) {
+        const char *t;
+        size_t n;
+        di_err err = {0};
+        if (di_detok_push(&r->detok, s->token_id, &t, &n, &err) == DI_OK) text_append(r, t, n);
+    }
+    if (stop_token) finish = DI_FINISH_STOP;
+    if (r->n_stop && !finish) {
+        int64_t at = find_stop(r, emitted_before);
+        if (at >= 0) {
+            r->text_len = (size_t)at;
+            r->text[at] = 0;
+            finish = DI_FINISH_STOP;
+        }
+    }
+    if (!finish && gen_index + 1 >= r->max_tokens) finish = DI_FINISH_LENGTH;
+    if (finish && r->has_detok && finish != DI_FINISH_STOP) {
+        const char *t;
+        size_t n;
+        di_detok_finish(&r->detok, &t, &n);
+        text_append(r, t, n);
+    }
+    if (e->cb) {
+        /* hold back text that could still become the start of a stop string */
+        size_t hold = finish ? 0 : (longest_stop(r) ? longest_stop(r) - 1 : 0);
+        size_t final_len = r->text_len > hold ? r->text_len - hold : 0;
+        size_t from = r->streamed < final_len ? r->streamed : final_len;
+        di_token_event ev = {.request_id = r->id, .token_id = s->token_id, .text = r->text ? r->text + from : "",
+                             .text_len = final_len - from, .logprob = s->logprob, .top = s->top,
+                             .n_top = s->n_top, .finish = finish};
+        r->streamed = final_len;
+        e->cb(e->cb_user, &ev);
+    }
+    if (finish) di_engine_finish_req(e, r, finish, NULL);
+}
+
+di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
+    if (plan->n == 0) return DI_OK;
+    const int64_t V = e->model->cfg.vocab_size;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)plan->total_rows);
+    di_seq_state **seqs = malloc(sizeof(di_seq_state *) * (size_t)plan->n);
+    uint8_t *want = calloc((size_t)plan->total_rows, 1);
+    int n_want = 0, row = 0;
+    int64_t prefill_rows = 0, decode_rows = 0;
+    for (int i = 0; i < plan->n; i++) {
+        engine_req *r = plan->req[i];
+        memcpy(tokens + row, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)plan->n_rows[i]);
+        seqs[i] = r->state;
+        row += plan->n_rows[i];
+        if (plan->samples[i]) {
+            want[row - 1] = 1;
+            n_want++;
+        }
+        if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
+        else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
+    }
+    float *logits = malloc(sizeof(float) * (size_t)(n_want ? n_want : 1) * V);
+    di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
+                  .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want};
+    double t0 = now_seconds();
+    di_status st = di_forward(e->model, &b, err);
+    double dt = now_seconds() - t0;
+    if (prefill_rows >= decode_rows) e->stats.prefill_seconds += dt;
+    else e->stats.decode_seconds += dt;
+    e->stats.prefill_tokens += prefill_rows;
+    e->stats.decode_tokens += decode_rows;
+    int w = 0;
+    for (int i = 0; i < plan->n && !st; i++) {
+        engine_req *r = plan->req[i];
+        r->n_computed += plan->n_rows[i];
+        if (!plan->samples[i]) continue;
+        const float *row_logits = logits + (size_t)w++ * V;
+        di_sample_history hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+        di_sample_row sr = {.logits = row_logits, .params = &r->sampling, .history = &hist,
+                            .position = (uint64_t)r->n_tokens};
+        di_sample_result res;
+        di_err serr = {0};
+        if (di_sampler_sample(e->sampler, &sr, &res, &serr)) {
+            di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
+            continue;
+        }
+        commit_token(e, r, &res);
+    }
+    free(tokens);
+    free(seqs);
+    free(want);
+    free(logits);
+    return st;
+}
