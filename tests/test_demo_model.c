@@ -172,13 +172,19 @@ static void check_ensure(const char *root) {
     CHECK(gen && !strcmp(out, cache) && di_demo_model_is_current(cache));
     CHECK(di_demo_model_ensure(cache, out, sizeof out, &gen, &err) == DI_OK && !gen); /* reused */
     CHECK(di_demo_model_ensure(cache, out, 8, &gen, &err) == DI_ERANGE);              /* small buffer */
+    char slashed[600];
+    snprintf(slashed, sizeof slashed, "%s//", cache); /* trailing slashes name the same directory */
+    CHECK(di_demo_model_ensure(slashed, out, sizeof out, &gen, &err) == DI_OK && !gen && !strcmp(out, cache));
+    CHECK(di_demo_model_ensure("/", out, sizeof out, &gen, &err) == DI_EINVAL);
+    CHECK(di_demo_model_ensure("", out, sizeof out, &gen, &err) == DI_EINVAL);
 
     /* An outdated stamp: the model is regenerated in place of the old one. */
     tu_path(p, sizeof p, cache, DI_DEMO_MODEL_STAMP);
     CHECK(!tu_write(p, "deepinfer-demo-v0\n", 18));
     CHECK(!di_demo_model_is_current(cache));
-    CHECKF(di_demo_model_ensure(cache, out, sizeof out, &gen, &err) == DI_OK && gen, "%s", err.msg);
-    CHECK(di_demo_model_is_current(cache));
+    snprintf(slashed, sizeof slashed, "%s/", cache);
+    CHECKF(di_demo_model_ensure(slashed, out, sizeof out, &gen, &err) == DI_OK && gen, "%s", err.msg);
+    CHECK(di_demo_model_is_current(cache) && !strcmp(out, cache));
     /* Without its stamp the directory no longer identifies itself as a demo model (ensure never
      * leaves one so): it is refused and left as it is, like any other directory. */
     CHECK(!unlink(p));
