@@ -7,6 +7,7 @@
  * that produced other bytes fails. Timings are printed, not asserted. */
 #include <math.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "forward/model.h"
@@ -199,6 +200,31 @@ static void check_ensure(const char *root) {
     for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
     if (d) closedir(d);
     CHECKF(entries == 1, "%d entries in %s", entries, parent);
+    tu_rm_rf(cache);
+
+    /* Concurrent first use: three processes generate at once; all succeed, one copy remains. */
+    pid_t kids[3];
+    for (int k = 0; k < 3; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            di_err e = {0};
+            char o[4096];
+            _exit(di_demo_model_ensure(cache, o, sizeof o, NULL, &e) == DI_OK ? 0 : 1);
+        }
+    }
+    int ok = 0;
+    for (int k = 0; k < 3; k++) {
+        int status = 0;
+        ok += kids[k] > 0 && waitpid(kids[k], &status, 0) == kids[k] && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0;
+    }
+    CHECKF(ok == 3, "%d of 3 concurrent ensure calls succeeded", ok);
+    CHECK(di_demo_model_is_current(cache));
+    d = opendir(parent);
+    entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
+    if (d) closedir(d);
+    CHECKF(entries == 1, "%d entries in %s after concurrent generation", entries, parent);
     tu_rm_rf(cache);
 
     /* A directory holding something else is never touched. */
