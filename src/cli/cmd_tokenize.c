@@ -63,7 +63,7 @@ static void print_ids(const di_token_vec *v) {
     fputs("]\n", stdout);
 }
 
-/* --jsonl: one JSON object per line with a "text" string (cJSON strings stop at a \u0000). */
+/* --jsonl: one JSON object per line with a "text" string. */
 static int tokenize_jsonl(di_tokenizer *t, bool special, char *all, size_t len) {
     di_token_vec v = {0};
     di_err err = {0};
@@ -73,19 +73,24 @@ static int tokenize_jsonl(di_tokenizer *t, bool special, char *all, size_t len) 
         if (!end) end = all + len;
         line_no++;
         if (end == line) continue;
-        cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
+        di_json j;
         v.n = 0;
-        if (!cJSON_IsString(text)) {
+        if (di_json_parse(line, (size_t)(end - line), &j, &err)) {
+            fprintf(stderr, "deepinfer tokenize: stdin line %d: %s\n", line_no, err.msg);
+            rc = 1;
+            continue;
+        }
+        const di_json *text = di_json_get(&j, "text");
+        if (!text || text->type != DI_JSON_STRING) {
             fprintf(stderr, "deepinfer tokenize: stdin line %d: not a JSON object with a \"text\" string\n", line_no);
             rc = 1;
-        } else if (di_tokenizer_encode(t, text->valuestring, strlen(text->valuestring), special, &v, &err)) {
+        } else if (di_tokenizer_encode(t, text->str, text->len, special, &v, &err)) {
             fprintf(stderr, "deepinfer tokenize: stdin line %d: %s\n", line_no, err.msg);
             rc = 1;
         } else {
             print_ids(&v);
         }
-        cJSON_Delete(j);
+        di_json_free(&j);
     }
     di_token_vec_free(&v);
     return rc;
