@@ -27,7 +27,7 @@ DI_SETTING(out, STR, "--out", NULL, "", "output file (stdout if empty)")
 DI_SETTING(tokenizer, STR, "--tokenizer", NULL, "", "tokenizer.json path")
 DI_SETTING(special, BOOL, "--special", NULL, "0", "tokenize: match added/special tokens in the text")
 DI_SETTING(jsonl, BOOL, "--jsonl", NULL, "0",
-           "tokenize: stdin is JSON lines {\"text\": ...}; print one id array per line")
+           "tokenize/render/detokenize: one input per stdin line, one result per output line")
 DI_SETTING(skip_special, BOOL, "--skip-special", NULL, "0",
            "detokenize: drop tokens flagged special (BOS, EOS, ...) as HF skip_special_tokens")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
