@@ -66,14 +66,17 @@ static void *dev_upload(const void *h, size_t bytes) {
     void *d;
     CK(cudaMalloc(&d, bytes ? bytes : 1));
     if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* the context's stream must not overtake the copy */
     return d;
 }
-static void *dev_poisoned(size_t bytes) {
+static void *dev_poisoned_with(size_t bytes, int byte) {
     void *d;
     CK(cudaMalloc(&d, bytes ? bytes : 1));
-    CK(cudaMemset(d, 0xff, bytes)); /* NaN floats, -1 ints */
+    CK(cudaMemset(d, byte, bytes));
+    CK(cudaDeviceSynchronize());
     return d;
 }
+static void *dev_poisoned(size_t bytes) { return dev_poisoned_with(bytes, 0xff); } /* NaN floats */
 static void dev_download(void *h, const void *d, size_t bytes) {
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
@@ -436,7 +439,7 @@ static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
     int32_t *ref = (int32_t *)malloc(4 * R * k), *got = (int32_t *)malloc(4 * R * k);
     for (int64_t r = 0; r < R; r++) ref_topk(s + r * P, P, k, ref + r * k);
     float *ds = (float *)dev_upload(s, 4 * R * P);
-    int32_t *dout = (int32_t *)dev_poisoned(4 * R * k);
+    int32_t *dout = (int32_t *)dev_poisoned_with(4 * R * k, 0x7f); /* not -1, the padding value */
     di_cuda_topk(ds, R, P, k, dout, 0);
     dev_download(got, dout, 4 * R * k);
     int64_t ndiff = 0;

@@ -34,7 +34,9 @@ extern "C" bool di_cuda_ctx_init(di_cuda_ctx *ctx) {
         cudaGetLastError();
         return false;
     }
-    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    /* a blocking stream: it orders with the legacy default stream, so callers that copy or time
+     * on stream 0 see the ops' work in order (the engine will pick its own streams later) */
+    DI_CUDA_CHECK(cudaStreamCreate(&ctx->stream));
     cublasHandle_t h;
     DI_CUBLAS_CHECK(cublasCreate(&h));
     DI_CUBLAS_CHECK(cublasSetStream(h, ctx->stream));
