@@ -14,7 +14,8 @@
  *   f32-ulp    within 2 fp32 ulps (same reason, fp32 output) -- hc_mix_logits
  *   cublas     BF16/F32 linears through cuBLAS (fp32 accumulation in its own order, the CPU sums
  *              exactly): |gpu - cpu| <= 1 bf16 ulp of the CPU value (BF16) or <= 1e-5 * max|row|
- * Prints "SKIPPED: no CUDA device" and exits 0 where no GPU is present; exits 1 on any FAIL. */
+ * Prints "SKIPPED: no CUDA device" and exits 0 where no GPU is present; exits 1 on any FAIL.
+ * `test_cuda_ops --quick` runs small shapes only (for compute-sanitizer). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,6 +132,15 @@ static void compare(const char *op, const char *shape, const float *gpu, const f
     const bool pass = nbad == 0;
     printf("%s  %-22s %-34s max_rel_err %.3e  differing %lld / %lld  [%s]\n", pass ? "PASS" : "FAIL", op,
            shape, maxrel, (long long)ndiff, (long long)n, crit_name[c]);
+    if (!pass) { /* the first few differences, for diagnosis from the log alone */
+        int shown = 0;
+        for (int64_t i = 0; i < n && shown < 4; i++) {
+            if (memcmp(&gpu[i], &cpu[i], 4) == 0) continue;
+            printf("      [row %lld, col %lld] gpu %a (%.9g)  cpu %a (%.9g)\n", (long long)(i / cols),
+                   (long long)(i % cols), gpu[i], gpu[i], cpu[i], cpu[i]);
+            shown++;
+        }
+    }
     fflush(stdout);
     if (pass) g_pass++;
     else g_fail++;
@@ -442,18 +452,46 @@ static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
     int32_t *dout = (int32_t *)dev_poisoned_with(4 * R * k, 0x7f); /* not -1, the padding value */
     di_cuda_topk(ds, R, P, k, dout, 0);
     dev_download(got, dout, 4 * R * k);
-    int64_t ndiff = 0;
-    for (int64_t i = 0; i < R * k; i++) ndiff += got[i] != ref[i];
+    int64_t ndiff = 0, first = -1;
+    for (int64_t i = 0; i < R * k; i++)
+        if (got[i] != ref[i]) {
+            ndiff++;
+            if (first < 0) first = i;
+        }
     printf("%s  %-22s R=%lld P=%lld k=%d levels=%d -inf=%d%%%*s differing %lld / %lld  [exact]\n",
            ndiff ? "FAIL" : "PASS", "topk", (long long)R, (long long)P, k, levels, pct_ninf, 2, "",
            (long long)ndiff, (long long)(R * k));
-    if (ndiff) g_fail++;
-    else g_pass++;
+    if (ndiff) {
+        g_fail++;
+        printf("      first difference at row %lld slot %lld: gpu %d cpu %d\n", (long long)(first / k),
+               (long long)(first % k), got[first], ref[first]);
+    } else {
+        g_pass++;
+    }
     cudaFree(ds), cudaFree(dout);
     free(s), free(ref), free(got);
 }
 
-int main(void) {
+/* --quick: small shapes of every op (for compute-sanitizer runs, where kernels run ~100x slower) */
+static void run_quick(void) {
+    test_act_quant(2048, 32, 1.0f);
+    test_fp4_quant(1024, 32, DI_FP4_SCALE_UE8M0, 1.0f);
+    test_fp4_quant(1024, 16, DI_FP4_SCALE_E4M3, 1.0f);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 3, 256, 200);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 9, 1280, 64);
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 5, 512, 96);
+    test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
+    test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
+    test_rmsnorm(3, 512);
+    test_rope(2, 4, 128, 64, 64, false);
+    test_attention(2, 8, 512, 130, 200, 10);
+    test_mhc(2, 4, 256);
+    test_index_score(2, 100, 32, 128);
+    test_topk(2, 3000, 512, 20, 5);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -467,6 +505,12 @@ int main(void) {
         return 0;
     }
 
+    if (quick) {
+        run_quick();
+        di_cuda_ctx_free(&g_ctx);
+        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_act_quant(5120 * 4, 32, 1.0f);
     test_act_quant(8192 * 3, 32, 1e-6f);
     test_act_quant(4096, 128, 300.0f);

@@ -74,6 +74,19 @@ if [ -x "$BIN/deepinfer-cuda-bench" ]; then
 fi
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$OUT/machine.txt" 2>&1
 
+# compute-sanitizer on the small-shape suite, time permitting (memcheck, then racecheck)
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+SAN_RC="skipped"
+if [ -n "$SAN" ] && [ -x "$BIN/test_cuda_ops" ] && [ $(( $(date +%s) - T0 )) -lt 300 ]; then
+    SAN_RC=""
+    for tool in memcheck racecheck; do
+        timeout 75 "$SAN" --tool $tool --error-exitcode 9 "$BIN/test_cuda_ops" --quick >"$OUT/sanitizer-$tool.log" 2>&1
+        rc=$?
+        SAN_RC="$SAN_RC $tool=$rc"
+        log "compute-sanitizer $tool exit code $rc (124 = timed out)"
+    done
+fi
+
 echo
 echo "================ parity: CUDA ops vs CPU reference (exit $PARITY_RC) ================"
 [ -f "$OUT/parity.log" ] && cat "$OUT/parity.log"
@@ -81,4 +94,9 @@ echo
 echo "================ benchmark (exit $BENCH_RC) ================"
 [ -f "$OUT/bench.log" ] && cat "$OUT/bench.log"
 echo
-log "total wall time; logs in $OUT: machine.txt build.log parity.log bench.log"
+echo "================ compute-sanitizer on test_cuda_ops --quick:$SAN_RC ================"
+for f in "$OUT"/sanitizer-*.log; do
+    [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^PASS:|^FAIL:|Error|error" "$f" | head -8; }
+done
+echo
+log "total wall time; logs in $OUT: machine.txt build.log parity.log bench.log sanitizer-*.log"
