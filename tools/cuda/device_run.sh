@@ -26,6 +26,12 @@ log() { echo "[device_run $(( $(date +%s) - T0 ))s] $*"; }
 } >"$OUT/machine.txt" 2>&1
 log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 
+# the CPU reference's expf on this machine vs the device twin's algorithm (attention and Sinkhorn
+# parity rest on it)
+gcc -O2 -std=c11 -ffp-contract=off tools/cuda/check_expf.c -o /tmp/di_check_expf -lm &&
+    /tmp/di_check_expf >"$OUT/expf.log" 2>&1
+log "$(tail -1 "$OUT/expf.log" 2>/dev/null)"
+
 BIN=""
 JOBS=$(nproc)
 if cmake -S . -B build-cuda-dev -DCMAKE_BUILD_TYPE=Release -DDI_CUDA=ON >"$OUT/build.log" 2>&1 &&
@@ -89,6 +95,7 @@ fi
 
 echo
 echo "================ parity: CUDA ops vs CPU reference (exit $PARITY_RC) ================"
+echo "expf twin check: $(tail -1 "$OUT/expf.log" 2>/dev/null)"
 [ -f "$OUT/parity.log" ] && cat "$OUT/parity.log"
 echo
 echo "================ benchmark (exit $BENCH_RC) ================"
