@@ -13,8 +13,8 @@
  * padded to 36 ints so that the 16-byte shared loads of a quarter warp hit distinct banks) in
  * shared memory, then each warp walks output rows n (grid-stride). For one n the 32 lanes take
  * K blocks lane, lane+32, ...: each lane reads its 32 weight bytes (FP8: two 16-byte loads; FP4:
- * one), forms its block sums for the MT rows, and the warp then folds the terms into the
- * accumulators in block order through shuffles. This is a straightforward CUDA-core kernel, far
+ * one; the next step's are prefetched), forms its block sums for the MT rows into shared memory,
+ * and lane m then folds row m's 32 terms into its fp32 accumulator in block order. This is a straightforward CUDA-core kernel, far
  * from the tensor-core rate for large M (see docs/CUDA.md and the benchmark); a wgmma version must
  * keep the exact block sums (e.g. int8 split products) to stay bit-exact. */
 #include "backend/cuda/cuda_common.cuh"
@@ -24,20 +24,35 @@
 #define LQ_PAD 36 /* ints per staged 32-value block */
 #define LQ_SMEM_MAX (200 * 1024)
 
-/* 32 weights of block b of row n as integers: FP8 -> value * 2^9, FP4 -> value * 2 */
+/* The raw 32 weights of block b of a row: FP8 32 bytes (two 16-byte loads), FP4 16 bytes. */
+struct wraw {
+    uint4 lo, hi;
+};
 template <bool FP4>
-static __device__ __forceinline__ void load_wblock(const uint8_t *wrow, int b, int *wv) {
+static __device__ __forceinline__ wraw load_wraw(const uint8_t *wrow, int b) {
+    wraw r;
     if (FP4) {
-        uint4 u = *reinterpret_cast<const uint4 *>(wrow + 16 * b);
-        uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+        r.lo = *reinterpret_cast<const uint4 *>(wrow + 16 * b);
+        r.hi = make_uint4(0, 0, 0, 0);
+    } else {
+        const uint4 *p = reinterpret_cast<const uint4 *>(wrow + 32 * b);
+        r.lo = p[0];
+        r.hi = p[1];
+    }
+    return r;
+}
+
+/* 32 weights as integers: FP8 -> value * 2^9, FP4 -> value * 2 (K order) */
+template <bool FP4>
+static __device__ __forceinline__ void decode_wraw(const wraw &r, int *wv) {
+    if (FP4) {
+        const uint32_t w4[4] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w};
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
             for (int j = 0; j < 8; j++) wv[8 * i + j] = di_dev_e2m1_to_int2((w4[i] >> (4 * j)) & 15);
     } else {
-        const uint4 *p = reinterpret_cast<const uint4 *>(wrow + 32 * b);
-        uint4 u0 = p[0], u1 = p[1];
-        uint32_t w8[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        const uint32_t w8[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
 #pragma unroll
         for (int i = 0; i < 8; i++)
 #pragma unroll
@@ -92,36 +107,44 @@ linear_quant_kernel(const uint8_t *__restrict__ wdata, const uint8_t *__restrict
     }
     __syncthreads();
 
+    /* [warp][m][lane] scaled block sums of one 32-block step; row stride 33 so that lane m
+     * reading row m and the 32 lanes writing one row are both conflict-free */
+    __shared__ float term_s[LQ_WARPS][MT][33];
     const int64_t wrow_bytes = FP4 ? K / 2 : K;
     for (int64_t n = (int64_t)blockIdx.x * LQ_WARPS + warp; n < N; n += (int64_t)gridDim.x * LQ_WARPS) {
         const uint8_t *wrow = wdata + n * wrow_bytes;
         const uint8_t *srow = FP4 ? wscale + n * nb : wscale + (n / 32) * nb;
-        float acc[MT];
-#pragma unroll
-        for (int m = 0; m < MT; m++) acc[m] = 0.0f;
+        float acc = 0.0f; /* lane m < MT: the fp32 accumulator of output (m0 + m, n) */
+        wraw cur = {}, nxt = {};
+        uint8_t cur_s = 0, nxt_s = 0;
+        if (lane < nb) {
+            cur = load_wraw<FP4>(wrow, lane);
+            cur_s = srow[lane];
+        }
         for (int b0 = 0; b0 < nb; b0 += 32) {
             const int b = b0 + lane;
-            float term[MT]; /* [MT] this lane's scaled block sums */
-#pragma unroll
-            for (int m = 0; m < MT; m++) term[m] = 0.0f;
+            if (b + 32 < nb) { /* prefetch the next step's weights while this one computes */
+                nxt = load_wraw<FP4>(wrow, b + 32);
+                nxt_s = srow[b + 32];
+            }
             if (b < nb) {
                 int wv[32];
-                load_wblock<FP4>(wrow, b, wv);
-                const float ws = di_dev_e8m0(srow[b]);
+                decode_wraw<FP4>(cur, wv);
+                const float ws = di_dev_e8m0(cur_s);
 #pragma unroll
                 for (int m = 0; m < MT; m++)
-                    term[m] = block_sum<FP4>(xi + (m * nb + b) * LQ_PAD, wv) * xs[m * nb + b] * ws;
+                    term_s[warp][m][lane] = block_sum<FP4>(xi + (m * nb + b) * LQ_PAD, wv) * xs[m * nb + b] * ws;
             }
-            const int cnt = nb - b0 < 32 ? nb - b0 : 32;
-            for (int j = 0; j < cnt; j++)
-#pragma unroll
-                for (int m = 0; m < MT; m++) acc[m] += __shfl_sync(0xffffffffu, term[m], j);
+            __syncwarp();
+            if (lane < MT) { /* the CPU's order: one fp32 add per K block, ascending */
+                const int cnt = nb - b0 < 32 ? nb - b0 : 32;
+                for (int j = 0; j < cnt; j++) acc += term_s[warp][lane][j];
+            }
+            __syncwarp();
+            cur = nxt;
+            cur_s = nxt_s;
         }
-        if (lane == 0) {
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-                if (m0 + m < M) y[(m0 + m) * N + n] = di_dev_bf16_round(acc[m]);
-        }
+        if (lane < MT && m0 + lane < M) y[(m0 + lane) * N + n] = di_dev_bf16_round(acc);
     }
 }
 
