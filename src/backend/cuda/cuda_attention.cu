@@ -5,10 +5,11 @@
  * 64 entries, as the reference kernel does: the 64 KV rows of a run (addressed through a device
  * array of row pointers, NULL = index -1) are staged in shared memory, rows padded by one float so
  * that the logit phase (thread = (head, entry), a sequential fp32 dot product over the head
- * dimension, exactly the CPU's order) reads without bank conflicts. Then per head: the new running
- * max, p = expf(logit - max) (di_dev_expf, glibc's algorithm), the fp32 p summed in double in
- * list order, bf16(p), and the PV sums (thread = (head, dim), a double sum over the run in list
- * order) folded into the fp32 accumulators with the CPU's expressions. Everything the CPU rounds
+ * dimension, exactly the CPU's order) reads without bank conflicts. Then per head the new running
+ * max; p = expf(logit - max) per (head, entry) (di_dev_expf, glibc's algorithm) and bf16(p); the
+ * fp32 p summed in double in list order (one thread per head); and the PV sums (thread = (head,
+ * dim), a double sum over the run in list order) folded into the fp32 accumulators with the
+ * CPU's expressions. Everything the CPU rounds
  * is rounded at the same point in the same order, so the result is bit-identical.
  *
  * This is the parity version: it re-stages each run once per group of 8 heads (8 times for 64
@@ -34,7 +35,7 @@ sparse_attn_kernel(const float *__restrict__ q, int n_heads, int dim, const floa
     float *pb_s = logit_s + ATT_HB * ATT_RUN;      /* [ATT_HB][ATT_RUN] bf16(p) */
     float *a_s = pb_s + ATT_HB * ATT_RUN;          /* [ATT_HB] rescale of this run */
     __shared__ const float *row_s[ATT_RUN];
-    __shared__ float m_s[ATT_HB], den_s[ATT_HB];
+    __shared__ float m_s[ATT_HB], den_s[ATT_HB], mnew_s[ATT_HB];
 
     const int64_t qi = blockIdx.y;
     const int h0 = blockIdx.x * ATT_HB, t = threadIdx.x;
@@ -72,26 +73,30 @@ sparse_attn_kernel(const float *__restrict__ q, int n_heads, int dim, const floa
             logit_s[h * ATT_RUN + j] = lg;
         }
         __syncthreads();
-        if (t < hb) { /* per head: running max, p in list order, denominator */
+        if (t < hb) { /* per head: the new running max and the rescale of the old state */
             const int h = t;
-            const float m = m_s[h];
-            float m_new = m;
+            float m_new = m_s[h];
             for (int j = 0; j < cnt; j++)
                 if (row_s[j]) m_new = fmaxf(m_new, logit_s[h * ATT_RUN + j]);
-            const float a = di_dev_expf(m - m_new);
+            a_s[h] = di_dev_expf(m_s[h] - m_new);
+            mnew_s[h] = m_new;
+        }
+        __syncthreads();
+        { /* p against the new max, thread = (head, entry); fp32 p kept for the denominator */
+            const int h = t / ATT_RUN, j = t % ATT_RUN;
+            float p = 0.0f;
+            if (h < hb && j < cnt && row_s[j]) p = di_dev_expf(logit_s[h * ATT_RUN + j] - mnew_s[h]);
+            logit_s[h * ATT_RUN + j] = p;
+            pb_s[h * ATT_RUN + j] = di_dev_bf16_round(p);
+        }
+        __syncthreads();
+        if (t < hb) { /* per head: sum of p in double in list order, the denominator */
+            const int h = t;
             double psum = 0.0;
-            for (int j = 0; j < ATT_RUN; j++) {
-                float pb = 0.0f;
-                if (j < cnt && row_s[j]) {
-                    const float p = di_dev_expf(logit_s[h * ATT_RUN + j] - m_new);
-                    psum += p;
-                    pb = di_dev_bf16_round(p);
-                }
-                pb_s[h * ATT_RUN + j] = pb;
-            }
-            den_s[h] = den_s[h] * a + (float)psum;
-            m_s[h] = m_new;
-            a_s[h] = a;
+            for (int j = 0; j < cnt; j++)
+                if (row_s[j]) psum += logit_s[h * ATT_RUN + j];
+            den_s[h] = den_s[h] * a_s[h] + (float)psum;
+            m_s[h] = mnew_s[h];
         }
         __syncthreads();
 #pragma unroll
