@@ -1,0 +1,68 @@
+/* The runtime side of cuda_emu.h: host memory as device memory, a naive GemmEx. */
+#include "cublas_v2.h"
+
+namespace emu {
+thread_local dim3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+block_state *g_block;
+std::vector<unsigned char> g_dyn_smem;
+} // namespace emu
+
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    strcpy(p->name, "CPU emulation (tools/cuda/emu)");
+    p->major = 9;
+    p->multiProcessorCount = 4;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 4; return cudaSuccess; }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    memset(*p, 0xa5, n); /* garbage */
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
+cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = nullptr; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { *s = nullptr; return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = (cublasHandle_t)1; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+
+static float load_as(const void *p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* column-major C[m, n] = op(A)[m, k] op(B)[k, n], fp32 sums in k order */
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
+                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType, int ldc,
+                            cublasComputeType_t, cublasGemmAlgo_t) {
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    float *c = (float *)C;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float s = 0.0f;
+            for (int l = 0; l < k; l++) {
+                float a = ta == CUBLAS_OP_N ? load_as(A, at, (size_t)l * lda + i) : load_as(A, at, (size_t)i * lda + l);
+                float b = tb == CUBLAS_OP_N ? load_as(B, bt, (size_t)j * ldb + l) : load_as(B, bt, (size_t)l * ldb + j);
+                s += a * b;
+            }
+            c[(size_t)j * ldc + i] = al * s + (be != 0.0f ? be * c[(size_t)j * ldc + i] : 0.0f);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,182 @@
+/* A CPU stand-in for the parts of CUDA the backend's kernels use, to run their LOGIC without a GPU
+ * (tools/cuda/emu/run_emu.sh). Each thread block runs on blockDim real threads (std::thread);
+ * __syncthreads and the warp primitives (shuffles, ballot, __syncwarp) are barriers; __shared__
+ * becomes static storage (blocks run one after another); device memory is host memory.
+ *
+ * What it checks: indexing, bounds, barrier placement, warp-collective usage -- the bugs that make
+ * a kernel wrong at every size. What it does not: nvcc's code generation and the device's
+ * arithmetic (host libm, g++ instead of nvcc), timing, memory coalescing. Races show up only by
+ * chance. Results from it are not GPU results. */
+#ifndef DI_CUDA_EMU_H
+#define DI_CUDA_EMU_H
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <math.h>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __restrict__ __restrict
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+
+typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100 } cudaError_t;
+typedef struct emu_stream *cudaStream_t;
+typedef struct emu_event *cudaEvent_t;
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
+#define cudaStreamNonBlocking 1
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount, l2CacheSize;
+    size_t totalGlobalMem;
+};
+
+namespace emu {
+extern thread_local dim3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+struct block_state {
+    std::barrier<> *block_bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
+    std::vector<uint64_t> xbuf; /* [threads] warp exchange */
+};
+extern block_state *g_block;
+extern std::vector<unsigned char> g_dyn_smem;
+static inline void *dyn_smem() { return g_dyn_smem.data(); }
+
+template <class... P>
+struct launcher {
+    void (*k)(P...);
+    dim3 g, b;
+    size_t smem;
+    template <class... A>
+    void operator()(A... args) {
+        gridDim = g;
+        blockDim = b;
+        g_dyn_smem.assign(smem + 16, 0xcd); /* garbage, like uninitialised shared memory */
+        const unsigned nt = b.x * b.y * b.z;
+        if (nt % 32 != 0) {
+            fprintf(stderr, "emu: block of %u threads is not whole warps\n", nt);
+            abort();
+        }
+        for (unsigned bz = 0; bz < g.z; bz++)
+            for (unsigned by = 0; by < g.y; by++)
+                for (unsigned bx = 0; bx < g.x; bx++) {
+                    std::barrier<> bar((std::ptrdiff_t)nt);
+                    block_state st;
+                    st.block_bar = &bar;
+                    for (unsigned w = 0; w < nt / 32; w++) st.warp_bar.emplace_back(new std::barrier<>(32));
+                    st.xbuf.assign(nt, 0);
+                    g_block = &st;
+                    std::vector<std::thread> th;
+                    th.reserve(nt);
+                    for (unsigned t = 0; t < nt; t++)
+                        th.emplace_back([&, t, bx, by, bz]() {
+                            threadIdx = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+                            blockIdx = dim3(bx, by, bz);
+                            k(((P)args)...);
+                            st.warp_bar[t / 32]->arrive_and_drop();
+                            bar.arrive_and_drop();
+                        });
+                    for (auto &x : th) x.join();
+                    g_block = nullptr;
+                }
+    }
+};
+template <class... P>
+launcher<P...> launch(void (*k)(P...), dim3 g, dim3 b, size_t smem = 0, cudaStream_t = nullptr) {
+    return launcher<P...>{k, g, b, smem};
+}
+
+static inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+static inline uint64_t exchange(uint64_t v, unsigned src_lane) {
+    const unsigned t = flat_tid(), w = t / 32;
+    g_block->xbuf[t] = v;
+    g_block->warp_bar[w]->arrive_and_wait();
+    uint64_t r = g_block->xbuf[w * 32 + (src_lane & 31)];
+    g_block->warp_bar[w]->arrive_and_wait();
+    return r;
+}
+} // namespace emu
+
+using emu::blockDim;
+using emu::blockIdx;
+using emu::gridDim;
+using emu::threadIdx;
+
+static inline void __syncthreads() { emu::g_block->block_bar->arrive_and_wait(); }
+static inline void __syncwarp(unsigned = 0xffffffffu) { emu::g_block->warp_bar[emu::flat_tid() / 32]->arrive_and_wait(); }
+template <class T>
+static inline T __shfl_sync(unsigned, T v, int src) {
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    u = emu::exchange(u, (unsigned)src);
+    T r;
+    memcpy(&r, &u, sizeof(T));
+    return r;
+}
+template <class T>
+static inline T __shfl_xor_sync(unsigned m, T v, int x) { return __shfl_sync(m, v, (int)((emu::flat_tid() & 31) ^ x)); }
+static inline unsigned __ballot_sync(unsigned, int pred) {
+    const unsigned t = emu::flat_tid(), w = t / 32;
+    emu::g_block->xbuf[t] = pred ? 1 : 0;
+    emu::g_block->warp_bar[w]->arrive_and_wait();
+    unsigned m = 0;
+    for (int i = 0; i < 32; i++) m |= (unsigned)emu::g_block->xbuf[w * 32 + i] << i;
+    emu::g_block->warp_bar[w]->arrive_and_wait();
+    return m;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline float __int2float_rn(int v) { return (float)v; }
+static inline float __ll2float_rn(long long v) { return (float)v; }
+
+/* ---- runtime API ---- */
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev);
+cudaError_t cudaGetDevice(int *d);
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev);
+cudaError_t cudaMalloc(void **p, size_t n);
+template <class T> cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k);
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st);
+cudaError_t cudaMemset(void *d, int v, size_t n);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaGetLastError(void);
+const char *cudaGetErrorString(cudaError_t e);
+template <class T> cudaError_t cudaFuncSetAttribute(T, cudaFuncAttribute, int) { return cudaSuccess; }
+template <class T>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T, int, size_t) { *n = 1; return cudaSuccess; }
+
+#endif
