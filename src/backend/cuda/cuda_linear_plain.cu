@@ -1,10 +1,10 @@
 /* BF16 and F32 linear layers through cuBLAS, the context, and the linear dispatcher.
  *
  * The CPU reference sums each output exactly-then-rounded (a double sum rounded once to fp32);
- * cuBLAS accumulates in fp32 in its own order, so these are NOT bit-exact: DI_LIN_BF16 output
- * is within 1 bf16 ulp of the CPU's (a difference only where the fp32 sums straddle a bf16
- * rounding boundary), DI_LIN_F32 within a few fp32 ulps of the row's scale (K * 2^-24 relative to
- * sum |x w| in the worst case). CUBLAS_COMPUTE_32F is plain fp32 (no TF32). The tests state these
+ * cuBLAS accumulates in fp32 in its own order, so these are NOT bit-exact: the difference is
+ * within the fp32 summation bound (K + 1) 2^-24 sum_k |x_k w_k| (plus one bf16 ulp where DI_LIN_BF16
+ * rounds nearby sums differently); usually a bf16 output is identical or 1 ulp off, but under
+ * cancellation (a result much smaller than its terms) it can be several ulps off. CUBLAS_COMPUTE_32F is plain fp32 (no TF32). The tests state these
  * bounds; an exact kernel for the router and the head (whose argmax can hinge on one ulp) is
  * left for the forward-pass port (docs/CUDA.md).
  *
