@@ -27,6 +27,7 @@
 extern "C" {
 #include "backend/cpu/cpu_ops.h"
 }
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define CK(call)                                                                            \
@@ -253,6 +254,66 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
     if (wdev.scale) cudaFree((void *)wdev.scale);
     cudaFree(dx), cudaFree(dy);
     free(wd), free(ws), free(x), free(ref), free(got);
+}
+
+/* A row's output must not depend on the other rows of the batch: row r of an M-row call equals
+ * the same row computed alone (bit for bit for the quantised linears, whose reductions are fixed;
+ * the cuBLAS ones are reported, not required: cuBLAS may pick another algorithm for another M). */
+static void test_linear_batch_invariance(const char *name, di_dtype dt, di_linear_mode mode, int64_t m,
+                                         int64_t K, int64_t N) {
+    size_t wbytes = dt == DI_DT_F8_E4M3 ? (size_t)(N * K) : dt == DI_DT_I8 ? (size_t)(N * K / 2) : (size_t)(N * K * 2);
+    size_t sbytes = dt == DI_DT_F8_E4M3 ? (size_t)(((N + 31) / 32) * (K / 32)) : dt == DI_DT_I8 ? (size_t)(N * K / 32) : 0;
+    uint8_t *wd = (uint8_t *)malloc(wbytes), *ws = sbytes ? (uint8_t *)malloc(sbytes) : NULL;
+    for (size_t i = 0; i < wbytes; i++) wd[i] = dt == DI_DT_F8_E4M3 ? rnd_e4m3() : (uint8_t)rnd_u64();
+    if (dt == DI_DT_BF16)
+        for (int64_t i = 0; i < N * K; i++) ((uint16_t *)wd)[i] = di_f32_to_bf16(rnd_normalish() * 0.05f);
+    for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(118 + rnd_u64() % 12);
+    float *x = (float *)malloc(4 * m * K), *all = (float *)malloc(4 * m * N), *one = (float *)malloc(4 * m * N);
+    fill_act(x, m * K, 1.0f);
+    di_weight w = {dt, dev_upload(wd, wbytes), sbytes ? (const uint8_t *)dev_upload(ws, sbytes) : NULL, N, K};
+    float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
+    di_cuda_linear(&g_ctx, &w, dx, m, dy, mode);
+    dev_download(all, dy, 4 * m * N);
+    for (int64_t r = 0; r < m; r++) di_cuda_linear(&g_ctx, &w, dx + r * K, 1, dy + r * N, mode);
+    dev_download(one, dy, 4 * m * N);
+    int64_t ndiff = 0;
+    for (int64_t i = 0; i < m * N; i++) ndiff += memcmp(&all[i], &one[i], 4) != 0;
+    const bool required = mode == DI_LIN_QUANT;
+    printf("%s  %-22s M=%lld K=%lld N=%lld (rows alone vs in batch) differing %lld / %lld  [%s]\n",
+           ndiff == 0 ? "PASS" : (required ? "FAIL" : "INFO"), name, (long long)m, (long long)K, (long long)N,
+           (long long)ndiff, (long long)(m * N), required ? "exact" : "reported only");
+    if (ndiff && required) g_fail++;
+    else g_pass++;
+    cudaFree((void *)w.data);
+    if (w.scale) cudaFree((void *)w.scale);
+    cudaFree(dx), cudaFree(dy);
+    free(wd), free(ws), free(x), free(all), free(one);
+}
+
+/* di_dev_expf against this machine's expf over 2^24 inputs spread over the finite range (the
+ * attention and Sinkhorn parity rest on it; tools/cuda/check_expf.c checks the same on the host) */
+__global__ void expf_twin_kernel(const float *x, float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = di_dev_expf(x[i]);
+}
+static void test_expf_twin(void) {
+    const int64_t n = 1 << 24;
+    float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rnd_u64();
+        float v;
+        memcpy(&v, &u, 4);
+        if (!isfinite(v) || fabsf(v) > 120.0f) v = (rnd_unit() - 0.5f) * 220.0f;
+        x[i] = v;
+        ref[i] = expf(v);
+    }
+    float *dx = (float *)dev_upload(x, 4 * n), *dy = (float *)dev_poisoned(4 * n);
+    expf_twin_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dx, dy, n);
+    CK(cudaGetLastError());
+    dev_download(got, dy, 4 * n);
+    compare("expf (device twin)", "2^24 random inputs", got, ref, 1, n, CRIT_EXACT);
+    cudaFree(dx), cudaFree(dy);
+    free(x), free(ref), free(got);
 }
 
 /* ---- RMSNorm, RoPE ---- */
@@ -498,6 +559,7 @@ static void run_quick(void) {
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 5, 512, 96);
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
+    test_linear_batch_invariance("batch_inv fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 9, 256, 64);
     test_rmsnorm(3, 512);
     test_rope(2, 4, 128, 64, 64, false);
     test_attention(2, 8, 512, 130, 200, 10);
@@ -555,6 +617,11 @@ int main(int argc, char **argv) {
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 5120, 16384);
     test_linear("linear_f32(bf16 w)", DI_DT_BF16, DI_LIN_F32, 3, 5120, 512);
 
+    test_linear_batch_invariance("batch_inv fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 37, 5120, 1280);
+    test_linear_batch_invariance("batch_inv fp4", DI_DT_I8, DI_LIN_QUANT, 19, 2304, 1024);
+    test_linear_batch_invariance("batch_inv bf16(cublas)", DI_DT_BF16, DI_LIN_BF16, 64, 5120, 512);
+
+    test_expf_twin();
     test_rmsnorm(1, 5120);
     test_rmsnorm(64, 5120);
     test_rmsnorm(9, 1280);
