@@ -181,6 +181,10 @@ void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *
                 (int)w->dtype, (long long)K);
         abort();
     }
+    if (((uintptr_t)w->data & 15) != 0) { /* 16-byte weight loads: upload each tensor on its own */
+        fprintf(stderr, "di_cuda_linear_quant: weight data %p is not 16-byte aligned\n", w->data);
+        abort();
+    }
     if (m <= 0 || w->rows <= 0) return;
     int mt = m >= 8 ? 8 : (m >= 4 ? 4 : (m >= 2 ? 2 : 1));
     while (mt > 1 && (size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX) mt /= 2;

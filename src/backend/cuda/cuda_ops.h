@@ -40,7 +40,8 @@ void di_cuda_act_quant_inplace(float *x, int64_t n, int block, cudaStream_t s);
 void di_cuda_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind, cudaStream_t s);
 
 /* ---- linear layers (cuda_linear_quant.cu, cuda_linear_plain.cu) ---- */
-/* y [m, w->rows] = x [m, w->cols] @ w^T under `mode`; w->data / w->scale are device pointers */
+/* y [m, w->rows] = x [m, w->cols] @ w^T under `mode`; w->data / w->scale are device pointers,
+ * w->data 16-byte aligned for the quantised modes (safetensors offsets are not: copy per tensor) */
 void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y,
                     di_linear_mode mode);
 
