@@ -4,6 +4,9 @@
  * `0` means off. docs/SETTINGS.md is generated from this list (`deepinfer settings --markdown`). */
 DI_SETTING(model_dir, STR, "--model", "DEEPINFER_HF_MODEL_DIR", "",
            "HF checkpoint directory (config.json, safetensors shards, tokenizer.json)")
+DI_SETTING(demo_model_dir, STR, "--demo-model-dir", "DEEPINFER_DEMO_MODEL_DIR", "",
+           "where the generated demo model is cached (default: $XDG_CACHE_HOME/deepinfer/demo-v1 or "
+           "~/.cache/deepinfer/demo-v1)")
 DI_SETTING(threads, INT, "--threads", "DEEPINFER_NUM_THREADS", "0",
            "CPU worker threads; 0 = one per core. Results do not depend on it")
 DI_SETTING(backend, STR, "--backend", NULL, "cpu", "compute backend: cpu (cuda in a later release)")

@@ -1,10 +1,11 @@
-/* Synthetic checkpoint writer (see synthetic_checkpoint.h).
+/* Checkpoint writer (see synthetic_checkpoint.h).
  *
  * How it works: the expected inventory is collected once (tensor_list.c), each tensor is assigned a
- * shard by its name with the release's layout, and each shard is written as `u64 header_len | JSON
- * header (space-padded to a multiple of 8, as the reference writer does) | data`, where the data part
- * is only extended with ftruncate, never written: the file system keeps it as a hole. Tensors are laid
- * out back to back in inventory order. The index lists every tensor with its shard and
+ * shard by its name with the release's layout (or shard 0 for a one-file checkpoint), and each shard
+ * is written as `u64 header_len | JSON header (space-padded to a multiple of 8, as the reference
+ * writer does) | data`. Tensors are laid out back to back in inventory order. Without a fill
+ * callback the data part is only extended with ftruncate, never written: the file system keeps it as
+ * a hole. With one, each tensor is filled into a reused zeroed buffer and written in turn. The index lists every tensor with its shard and
  * metadata.total_size. Text is produced with a small growable string buffer rather than a JSON tree,
  * which keeps the 96,085-entry index cheap. */
 #include "model/synthetic_checkpoint.h"
@@ -46,6 +47,7 @@ typedef struct {
     int *shard_of;
     size_t n, cap;
     const di_config *cfg;
+    bool one_file;
 } inventory;
 
 /* Shard numbering of the release: [vision] embed layers... head mtp... engram... */
@@ -75,7 +77,7 @@ static void collect(const di_tensor_spec *s, void *user) {
         inv->shard_of = di_xrealloc(inv->shard_of, inv->cap * sizeof *inv->shard_of);
     }
     inv->specs[inv->n] = *s;
-    inv->shard_of[inv->n] = shard_for(inv->cfg, s->name);
+    inv->shard_of[inv->n] = inv->one_file ? 0 : shard_for(inv->cfg, s->name);
     inv->n++;
 }
 
@@ -85,8 +87,9 @@ static uint64_t spec_bytes(const di_tensor_spec *s) {
     return n;
 }
 
-static void shard_name(char *buf, size_t cap, int i, int n) {
-    snprintf(buf, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
+static void shard_name(char *buf, size_t cap, int i, int n, bool one_file) {
+    if (one_file) snprintf(buf, cap, "model.safetensors");
+    else snprintf(buf, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
 }
 
 static di_status write_all(int fd, const void *p, size_t n, const char *path, di_err *err) {
@@ -100,8 +103,32 @@ static di_status write_all(int fd, const void *p, size_t n, const char *path, di
     return DI_OK;
 }
 
-/* Writes shard `si`: header with back-to-back offsets, then a hole of the data size. */
-static di_status write_shard(const inventory *inv, int si, const char *path, di_err *err) {
+/* Writes the data of shard `si`, tensor by tensor, from the fill callback. */
+static di_status write_shard_data(const inventory *inv, int si, int fd, const char *path,
+                                  const di_checkpoint_write_opts *opts, di_err *err) {
+    unsigned char *buf = NULL;
+    size_t cap = 0;
+    di_status st = DI_OK;
+    for (size_t i = 0; i < inv->n && !st; i++) {
+        if (inv->shard_of[i] != si) continue;
+        const di_tensor_spec *s = &inv->specs[i];
+        size_t n = (size_t)spec_bytes(s);
+        if (n > cap) {
+            cap = n;
+            buf = di_xrealloc(buf, cap);
+        }
+        memset(buf, 0, n);
+        st = opts->fill(s, buf, n, opts->user, err);
+        if (st) di_err_prefix(err, "%s: tensor %s", path, s->name);
+        else st = write_all(fd, buf, n, path, err);
+    }
+    free(buf);
+    return st;
+}
+
+/* Writes shard `si`: header with back-to-back offsets, then the data (or a hole of its size). */
+static di_status write_shard(const inventory *inv, int si, const char *path,
+                             const di_checkpoint_write_opts *opts, di_err *err) {
     strbuf h = {0};
     uint64_t off = 0;
     sb_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -123,7 +150,8 @@ static di_status write_shard(const inventory *inv, int si, const char *path, di_
     if (fd < 0) st = di_errf(err, DI_EIO, "%s: cannot create (%s)", path, strerror(errno));
     if (!st) st = write_all(fd, len8, 8, path, err);
     if (!st) st = write_all(fd, h.buf, h.len, path, err);
-    if (!st && ftruncate(fd, (off_t)(8 + h.len + off)))
+    if (!st && opts->fill) st = write_shard_data(inv, si, fd, path, opts, err);
+    else if (!st && ftruncate(fd, (off_t)(8 + h.len + off)))
         st = di_errf(err, DI_EIO, "%s: ftruncate to %llu bytes failed (%s)", path,
                      (unsigned long long)(8 + h.len + off), strerror(errno));
     if (fd >= 0 && close(fd) && !st) st = di_errf(err, DI_EIO, "%s: close failed", path);
@@ -148,7 +176,7 @@ static di_status write_index(const char *dir, const inventory *inv, int n_shards
     sb_printf(&ix, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
     char sn[64];
     for (size_t i = 0; i < inv->n; i++) {
-        shard_name(sn, sizeof sn, inv->shard_of[i], n_shards);
+        shard_name(sn, sizeof sn, inv->shard_of[i], n_shards, inv->one_file);
         sb_printf(&ix, "%s\n    \"%s\": \"%s\"", i ? "," : "", inv->specs[i].name, sn);
     }
     sb_printf(&ix, "\n  }\n}\n");
@@ -157,25 +185,32 @@ static di_status write_index(const char *dir, const inventory *inv, int n_shards
     return st;
 }
 
-di_status di_synthetic_checkpoint_write(const char *dir, const char *config_json, int *n_shards,
-                                        di_err *err) {
+di_status di_checkpoint_write(const char *dir, const char *config_json,
+                              const di_checkpoint_write_opts *opts, int *n_shards, di_err *err) {
     di_config cfg;
     di_status st = di_config_parse(&cfg, config_json, "config.json", err);
     if (st) return st;
-    inventory inv = {.cfg = &cfg};
+    inventory inv = {.cfg = &cfg, .one_file = opts->one_file};
     di_tensor_list_for_each(&cfg, collect, &inv);
-    int n = (cfg.vision_num_hidden_layers > 0) + 2 + cfg.num_hidden_layers + cfg.num_nextn_predict_layers +
-            cfg.n_engram_layers;
+    int n = opts->one_file ? 1
+                           : (cfg.vision_num_hidden_layers > 0) + 2 + cfg.num_hidden_layers +
+                                 cfg.num_nextn_predict_layers + cfg.n_engram_layers;
     st = write_text(dir, "config.json", config_json, strlen(config_json), err);
     char path[4096], sn[64];
     for (int si = 0; si < n && !st; si++) {
-        shard_name(sn, sizeof sn, si, n);
+        shard_name(sn, sizeof sn, si, n, opts->one_file);
         snprintf(path, sizeof path, "%s/%s", dir, sn);
-        st = write_shard(&inv, si, path, err);
+        st = write_shard(&inv, si, path, opts, err);
     }
     if (!st) st = write_index(dir, &inv, n, err);
     if (!st && n_shards) *n_shards = n;
     free(inv.specs);
     free(inv.shard_of);
     return st;
+}
+
+di_status di_synthetic_checkpoint_write(const char *dir, const char *config_json, int *n_shards,
+                                        di_err *err) {
+    const di_checkpoint_write_opts opts = {.one_file = false, .fill = NULL, .user = NULL};
+    return di_checkpoint_write(dir, config_json, &opts, n_shards, err);
 }
