@@ -161,6 +161,8 @@ di_status di_engine_run(di_engine *e, char *errbuf, size_t errcap);
 di_status di_engine_result(const di_engine *e, uint64_t request_id, di_result *out);
 void di_engine_release(di_engine *e, uint64_t request_id);
 void di_engine_get_stats(const di_engine *e, di_engine_stats *out);
+/* Bytes of weights the model's text path holds (what a decode step reads at most). */
+int64_t di_engine_model_bytes(const di_engine *e);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
  * that produced other bytes fails. Timings are printed, not asserted. */
 #include <math.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "forward/model.h"
@@ -172,13 +173,19 @@ static void check_ensure(const char *root) {
     CHECK(gen && !strcmp(out, cache) && di_demo_model_is_current(cache));
     CHECK(di_demo_model_ensure(cache, out, sizeof out, &gen, &err) == DI_OK && !gen); /* reused */
     CHECK(di_demo_model_ensure(cache, out, 8, &gen, &err) == DI_ERANGE);              /* small buffer */
+    char slashed[600];
+    snprintf(slashed, sizeof slashed, "%s//", cache); /* trailing slashes name the same directory */
+    CHECK(di_demo_model_ensure(slashed, out, sizeof out, &gen, &err) == DI_OK && !gen && !strcmp(out, cache));
+    CHECK(di_demo_model_ensure("/", out, sizeof out, &gen, &err) == DI_EINVAL);
+    CHECK(di_demo_model_ensure("", out, sizeof out, &gen, &err) == DI_EINVAL);
 
     /* An outdated stamp: the model is regenerated in place of the old one. */
     tu_path(p, sizeof p, cache, DI_DEMO_MODEL_STAMP);
     CHECK(!tu_write(p, "deepinfer-demo-v0\n", 18));
     CHECK(!di_demo_model_is_current(cache));
-    CHECKF(di_demo_model_ensure(cache, out, sizeof out, &gen, &err) == DI_OK && gen, "%s", err.msg);
-    CHECK(di_demo_model_is_current(cache));
+    snprintf(slashed, sizeof slashed, "%s/", cache);
+    CHECKF(di_demo_model_ensure(slashed, out, sizeof out, &gen, &err) == DI_OK && gen, "%s", err.msg);
+    CHECK(di_demo_model_is_current(cache) && !strcmp(out, cache));
     /* Without its stamp the directory no longer identifies itself as a demo model (ensure never
      * leaves one so): it is refused and left as it is, like any other directory. */
     CHECK(!unlink(p));
@@ -193,6 +200,31 @@ static void check_ensure(const char *root) {
     for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
     if (d) closedir(d);
     CHECKF(entries == 1, "%d entries in %s", entries, parent);
+    tu_rm_rf(cache);
+
+    /* Concurrent first use: three processes generate at once; all succeed, one copy remains. */
+    pid_t kids[3];
+    for (int k = 0; k < 3; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            di_err e = {0};
+            char o[4096];
+            _exit(di_demo_model_ensure(cache, o, sizeof o, NULL, &e) == DI_OK ? 0 : 1);
+        }
+    }
+    int ok = 0;
+    for (int k = 0; k < 3; k++) {
+        int status = 0;
+        ok += kids[k] > 0 && waitpid(kids[k], &status, 0) == kids[k] && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0;
+    }
+    CHECKF(ok == 3, "%d of 3 concurrent ensure calls succeeded", ok);
+    CHECK(di_demo_model_is_current(cache));
+    d = opendir(parent);
+    entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
+    if (d) closedir(d);
+    CHECKF(entries == 1, "%d entries in %s after concurrent generation", entries, parent);
     tu_rm_rf(cache);
 
     /* A directory holding something else is never touched. */

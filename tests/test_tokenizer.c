@@ -20,6 +20,7 @@
 
 #define V3_PATH "tests/data/tokenizer/deepseek_v3_tokenizer.json"
 #define GOLDEN_PATH "tests/data/tokenizer/golden_v3_hf_tokenizers_0.23.2.jsonl"
+#define SHARED_GOLDEN_PATH "../shared/tokenizer/golden_v3_hf_tokenizers_0.23.2.jsonl"
 #define V41_PATH "assets/tokenizer/tokenizer.json"
 
 static double now_ms(void) {
@@ -41,10 +42,10 @@ static char *read_all(const char *path, size_t *len) {
     return b;
 }
 
-static void test_golden(di_tokenizer *t) {
+static void test_golden(di_tokenizer *t, const char *path) {
     size_t len;
-    char *all = read_all(GOLDEN_PATH, &len);
-    CHECKF(all != NULL, "cannot read %s", GOLDEN_PATH);
+    char *all = read_all(path, &len);
+    CHECKF(all != NULL, "cannot read %s", path);
     if (!all) return;
     int lines = 0, enc_ok = 0, dec_ok = 0;
     for (char *line = strtok(all, "\n"); line; line = strtok(NULL, "\n")) {
@@ -79,7 +80,7 @@ static void test_golden(di_tokenizer *t) {
         di_token_vec_free(&v);
         cJSON_Delete(j);
     }
-    printf("golden: %d lines, %d encode exactly, %d decode back\n", lines, enc_ok, dec_ok);
+    printf("golden %s: %d lines, %d encode exactly, %d decode back\n", path, lines, enc_ok, dec_ok);
     CHECK(lines >= 100);
     CHECK(enc_ok == lines);
     CHECK(dec_ok == lines);
@@ -100,6 +101,11 @@ static void test_lookups(di_tokenizer *t) {
     CHECK(!di_tokenizer_is_special(t, 128803) && di_tokenizer_is_added(t, 128803));
     CHECK(!di_tokenizer_is_added(t, 100));
     /* unused ids between the base vocab and the added tokens: V3 has none below 128815 */
+    char *one;
+    size_t one_len;
+    CHECK(di_tokenizer_decode_id(t, 128803, &one, &one_len, NULL) == DI_OK && !strcmp(one, "<｜User｜>"));
+    free(one);
+    CHECK(di_tokenizer_decode_id(t, -5, &one, &one_len, NULL) == DI_ERANGE);
     int32_t id = di_tokenizer_token_id(t, "Ġhello", strlen("Ġhello"));
     const uint8_t *b = di_tokenizer_id_bytes(t, id, &n);
     CHECK(b && n == 6 && !memcmp(b, " hello", 6));
@@ -320,7 +326,14 @@ int main(void) {
     CHECKF(st == DI_OK, "%s", err.msg);
     if (st) return TEST_SUMMARY();
     printf("loaded %s in %.1f ms (%d ids)\n", V3_PATH, ms, di_tokenizer_vocab_size(t));
-    test_golden(t);
+    test_golden(t, GOLDEN_PATH);
+    FILE *shared = fopen(SHARED_GOLDEN_PATH, "rb"); /* the original, when ../shared is beside the repo */
+    if (shared) {
+        fclose(shared);
+        test_golden(t, SHARED_GOLDEN_PATH);
+    } else {
+        printf("note: %s is absent; the golden test used the copy in tests/data only\n", SHARED_GOLDEN_PATH);
+    }
     test_lookups(t);
     test_decode_rules(t);
     test_streaming(t);

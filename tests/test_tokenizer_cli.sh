@@ -51,6 +51,9 @@ check "V4.1 sha256" "c90dfa01249db1be4245780a052ede752e1361c612ac6d08e2bdada7d59
 check "V4.1 tokenize --special" "[0, 128799, 128803, 19923, 128804, 128821]" \
     "$(printf '<｜begin▁of▁sentence｜><｜System｜><｜User｜>Hello<｜Assistant｜><think>' | "$BIN" tokenize --tokenizer "$V41" --special)"
 
+check "detokenize --jsonl" "$(printf '%s\n%s\nnull' '"<｜begin▁of▁sentence｜>Hello"' '"\n"')" \
+    "$(printf '[0, 19923]\n[201]\n[999999]\n' | "$BIN" detokenize --tokenizer "$V41" --jsonl 2>/dev/null)"
+
 # render: OpenAI-style chat request -> prompt ids
 check "render empty user" "[0, 128803, 128804, 128822]" \
     "$(echo '{"messages":[{"role":"user","content":""}],"thinking":{"type":"disabled"}}' | "$BIN" render --tokenizer "$V41")"

@@ -104,6 +104,11 @@ static void test_request_errors(di_tokenizer *t, di_tokenizer *v3) {
                          "reasoning_effort");
     expect_request_error(t, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}", "JSON");
     expect_request_error(t, "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}", "surrogate");
+    /* a NULL error buffer still reports failure */
+    di_token_vec v = {0};
+    CHECK(di_prompt_render_request(t, "{", 1, &v, NULL) != DI_OK && v.n == 0);
+    CHECK(di_prompt_render_request(t, "{\"messages\":[]}", 15, &v, NULL) != DI_OK && v.n == 0);
+    di_token_vec_free(&v);
     /* a tokenizer without V4.1's <｜System｜>: a clear error, not a wrong prompt */
     expect_request_error(v3, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "no token \"<｜System｜>\"");
 }

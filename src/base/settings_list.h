@@ -14,11 +14,11 @@ DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "", "DeepInfer's bac
 DI_SETTING(batch_invariant, BOOL, NULL, "DEEPINFER_BATCH_INVARIANT", "0",
            "bit-identical logits whatever the batch (the CPU backend always is)")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
-           "DeepInfer knob: variable-length DSpark verification (accepted, used by the spec-decode issue)")
+           "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
-           "DeepInfer knob: DSpark speculative decoding (accepted, used by the spec-decode issue)")
+           "DeepInfer knob: DSpark speculative decoding (not implemented yet: warns and is ignored)")
 DI_SETTING(yoco_prefill_keep_tokens, INT, NULL, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", "0",
-           "decoder SWA bounded replay window (0 = exact reference prefill; DeepInfer uses 140)")
+           "decoder SWA bounded replay window; DeepInfer uses 140 (not implemented yet: the exact prefill runs, with a warning)")
 DI_SETTING(ids, STR, "--ids", NULL, "", "logits: comma-separated token ids")
 DI_SETTING(prefill, INT, "--prefill", NULL, "-1", "logits: ids run as one prefill (-1 = all)")
 DI_SETTING(replay_topk, STR, "--replay-topk", NULL, "",
@@ -27,7 +27,7 @@ DI_SETTING(out, STR, "--out", NULL, "", "output file (stdout if empty)")
 DI_SETTING(tokenizer, STR, "--tokenizer", NULL, "", "tokenizer.json path")
 DI_SETTING(special, BOOL, "--special", NULL, "0", "tokenize: match added/special tokens in the text")
 DI_SETTING(jsonl, BOOL, "--jsonl", NULL, "0",
-           "tokenize: stdin is JSON lines {\"text\": ...}; print one id array per line")
+           "tokenize/render/detokenize: one input per stdin line, one result per output line")
 DI_SETTING(skip_special, BOOL, "--skip-special", NULL, "0",
            "detokenize: drop tokens flagged special (BOS, EOS, ...) as HF skip_special_tokens")
 DI_SETTING(input, STR, "--input", NULL, "", "generate: JSONL file of requests, one per line (- = stdin)")

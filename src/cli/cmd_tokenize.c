@@ -3,6 +3,7 @@
  *   tokenize   --tokenizer FILE [--special]       UTF-8 text on stdin  -> JSON array of ids
  *              [--jsonl]                         JSON lines {"text": ...} -> one id array per line
  *   detokenize --tokenizer FILE [--skip-special]  JSON array of ids    -> text on stdout
+ *              [--jsonl]                         one id array per line -> one JSON string per line
  *   render     --tokenizer FILE [--jsonl]         OpenAI-style chat JSON -> JSON array of ids
  *                                                 (--jsonl: one request per line, one array per line)
  *
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "tokenizer/json_lite.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,7 +63,7 @@ static void print_ids(const di_token_vec *v) {
     fputs("]\n", stdout);
 }
 
-/* --jsonl: one JSON object per line with a "text" string (cJSON strings stop at a \u0000). */
+/* --jsonl: one JSON object per line with a "text" string. */
 static int tokenize_jsonl(di_tokenizer *t, bool special, char *all, size_t len) {
     di_token_vec v = {0};
     di_err err = {0};
@@ -71,19 +73,24 @@ static int tokenize_jsonl(di_tokenizer *t, bool special, char *all, size_t len) 
         if (!end) end = all + len;
         line_no++;
         if (end == line) continue;
-        cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
+        di_json j;
         v.n = 0;
-        if (!cJSON_IsString(text)) {
+        if (di_json_parse(line, (size_t)(end - line), &j, &err)) {
+            fprintf(stderr, "deepinfer tokenize: stdin line %d: %s\n", line_no, err.msg);
+            rc = 1;
+            continue;
+        }
+        const di_json *text = di_json_get(&j, "text");
+        if (!text || text->type != DI_JSON_STRING) {
             fprintf(stderr, "deepinfer tokenize: stdin line %d: not a JSON object with a \"text\" string\n", line_no);
             rc = 1;
-        } else if (di_tokenizer_encode(t, text->valuestring, strlen(text->valuestring), special, &v, &err)) {
+        } else if (di_tokenizer_encode(t, text->str, text->len, special, &v, &err)) {
             fprintf(stderr, "deepinfer tokenize: stdin line %d: %s\n", line_no, err.msg);
             rc = 1;
         } else {
             print_ids(&v);
         }
-        cJSON_Delete(j);
+        di_json_free(&j);
     }
     di_token_vec_free(&v);
     return rc;
@@ -134,6 +141,38 @@ static di_status parse_ids(const char *json, size_t len, di_token_vec *v, di_err
     return DI_OK;
 }
 
+/* --jsonl: each line a JSON array of ids; prints each text as a JSON string line ("null" + an error
+ * on stderr for a bad line). */
+static int detokenize_jsonl(di_tokenizer *t, bool skip_special, char *all, size_t len) {
+    int rc = 0, line_no = 0;
+    di_token_vec v = {0};
+    di_err err = {0};
+    for (char *line = all, *end; line < all + len; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(all + len - line));
+        if (!end) end = all + len;
+        line_no++;
+        if (end == line) continue;
+        char *text = NULL;
+        size_t text_len = 0;
+        v.n = 0;
+        if (parse_ids(line, (size_t)(end - line), &v, &err) ||
+            di_tokenizer_decode(t, v.ids, v.n, skip_special, &text, &text_len, &err)) {
+            fprintf(stderr, "deepinfer detokenize: stdin line %d: %s\n", line_no, err.msg);
+            puts("null");
+            rc = 1;
+        } else {
+            di_sbuf b = {0};
+            di_json_write_string(text, text_len, &b);
+            fwrite(b.s, 1, b.len, stdout);
+            putchar('\n');
+            di_sbuf_free(&b);
+        }
+        free(text);
+    }
+    di_token_vec_free(&v);
+    return rc;
+}
+
 int di_cmd_detokenize(di_settings *s, int argc, char **argv) {
     int rc;
     di_tokenizer *t = open_tokenizer(s, argc, argv, &rc);
@@ -145,8 +184,10 @@ int di_cmd_detokenize(di_settings *s, int argc, char **argv) {
     char *text = NULL;
     size_t text_len = 0;
     rc = 0;
-    if (parse_ids(json, len, &v, &err) ||
-        di_tokenizer_decode(t, v.ids, v.n, s->skip_special, &text, &text_len, &err)) {
+    if (s->jsonl) {
+        rc = detokenize_jsonl(t, s->skip_special, json, len);
+    } else if (parse_ids(json, len, &v, &err) ||
+               di_tokenizer_decode(t, v.ids, v.n, s->skip_special, &text, &text_len, &err)) {
         fprintf(stderr, "deepinfer detokenize: %s\n", err.msg);
         rc = 1;
     } else {

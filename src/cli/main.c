@@ -18,6 +18,7 @@ static const command k_commands[] = {
     {"tokenize", di_cmd_tokenize, "text on stdin -> JSON array of token ids"},
     {"detokenize", di_cmd_detokenize, "JSON array of ids on stdin -> text"},
     {"render", di_cmd_render, "OpenAI-style chat request JSON on stdin -> prompt token ids"},
+    {"bench", di_cmd_bench, "engine benchmark: prefill/decode tokens/s by batch size"},
     {"settings", di_cmd_settings, "list every flag and DEEPINFER_* variable"},
 };
 
@@ -27,6 +28,20 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
         fprintf(f, "  %-11s %s\n", k_commands[i].name, k_commands[i].summary);
     fprintf(f, "\n`deepinfer settings` lists the options.\n");
+}
+
+/* DeepInfer's knobs that name features this build does not have yet: say so rather than ignore. */
+static void warn_unimplemented(const di_settings *s) {
+    if (s->use_nextn_decode)
+        fprintf(stderr, "deepinfer: warning: DEEPINFER_USE_NEXTN_DECODE ignored: DSpark speculative decoding is "
+                        "not implemented yet\n");
+    if (s->enable_mtp_varlen)
+        fprintf(stderr, "deepinfer: warning: DEEPINFER_ENABLE_MTP_VARLEN ignored: speculative decoding is not "
+                        "implemented yet\n");
+    if (s->yoco_prefill_keep_tokens > 0)
+        fprintf(stderr, "deepinfer: warning: DEEPINFER_YOCO_PREFILL_KEEP_TOKENS=%ld ignored: decoder SWA bounded "
+                        "replay is not implemented yet; prefill runs the exact reference path\n",
+                s->yoco_prefill_keep_tokens);
 }
 
 int main(int argc, char **argv) {
@@ -44,6 +59,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "deepinfer: %s\n", err.msg);
         return 2;
     }
+    warn_unimplemented(&s);
     int rc = -1;
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) {
         if (!strcmp(argv[1], k_commands[i].name)) {

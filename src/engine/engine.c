@@ -311,3 +311,9 @@ void di_engine_get_stats(const di_engine *e, di_engine_stats *out) {
         out->finished += e->reqs[i]->phase == REQ_FINISHED;
     }
 }
+
+int64_t di_engine_model_bytes(const di_engine *e) {
+    int64_t total = 0;
+    for (size_t i = 0; i < di_checkpoint_count(e->model->ck); i++) total += (int64_t)di_checkpoint_at(e->model->ck, i)->nbytes;
+    return total;
+}

@@ -120,7 +120,7 @@ void di_fwd_attention(fwd_ctx *c, const di_layer *L, const float *x, float *out)
     if (L->is_kv_source) di_fwd_compress(c, L, x);
     if (L->is_index_source) di_fwd_indexer(c, L, x, qr);
     const float scale = (float)(1.0 / sqrt((double)Dh));
-#pragma omp parallel
+#pragma omp parallel if ((int64_t)R * H * Dh * (cf->sliding_window + cf->index_topk) > DI_CPU_PARALLEL_MIN_WORK)
     {
         const float **list = malloc(sizeof(float *) * (size_t)(cf->sliding_window + cf->index_topk));
 #pragma omp for schedule(dynamic)

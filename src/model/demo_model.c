@@ -666,6 +666,21 @@ static di_status install(const char *tmp, const char *cache_dir, bool *installed
     return di_errf(err, DI_EIO, "%s: could not be replaced", cache_dir);
 }
 
+/* fsync of the directory holding `path`, so its new entry survives a crash (best effort: the
+ * model is complete either way). */
+static void sync_parent(const char *path) {
+    char parent[PATH_CAP];
+    path_join(parent, path, "", "");
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) *slash = '\0';
+    else strcpy(parent, slash ? "/" : ".");
+    int fd = open(parent, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
 di_status di_demo_model_ensure(const char *cache_dir, char *dir_out, size_t cap, bool *generated,
                                di_err *err) {
     if (generated) *generated = false;
@@ -673,34 +688,26 @@ di_status di_demo_model_ensure(const char *cache_dir, char *dir_out, size_t cap,
         return di_errf(err, DI_EINVAL, "demo model: empty cache directory");
     if (strlen(cache_dir) + 1 > cap || strlen(cache_dir) > DIR_MAX)
         return di_errf(err, DI_ERANGE, "demo model: cache path too long");
-    snprintf(dir_out, cap, "%s", cache_dir);
-    if (di_demo_model_is_current(cache_dir)) return DI_OK;
-    if (!replaceable(cache_dir))
+    char dir[PATH_CAP]; /* cache_dir without trailing slashes: the temp copy must be its sibling */
+    path_join(dir, cache_dir, "", "");
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = '\0';
+    if (!strcmp(dir, "/")) return di_errf(err, DI_EINVAL, "demo model: cache directory is \"/\"");
+    snprintf(dir_out, cap, "%s", dir);
+    if (di_demo_model_is_current(dir)) return DI_OK;
+    if (!replaceable(dir))
         return di_errf(err, DI_EIO, "%s exists and is not a deepinfer demo model; remove it or "
-                       "choose another --demo-model-dir", cache_dir);
-    di_status st = make_parents(cache_dir, err);
+                       "choose another --demo-model-dir", dir);
+    di_status st = make_parents(dir, err);
     if (st) return st;
     char tmp[PATH_CAP];
-    path_join(tmp, cache_dir, ".tmp-", "XXXXXX");
+    path_join(tmp, dir, ".tmp-", "XXXXXX");
     if (!mkdtemp(tmp)) return di_errf(err, DI_EIO, "%s: cannot create (%s)", tmp, strerror(errno));
     bool installed = false;
     st = di_demo_model_write(tmp, err);
     if (!st) st = sync_model_dir(tmp, err);
-    if (!st) st = install(tmp, cache_dir, &installed, err);
-    if (installed) {
-        char parent[PATH_CAP];
-        path_join(parent, cache_dir, "", "");
-        char *slash = strrchr(parent, '/');
-        if (slash && slash != parent) *slash = '\0';
-        else strcpy(parent, slash ? "/" : ".");
-        int fd = open(parent, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            (void)fsync(fd); /* best effort: the model is complete either way */
-            close(fd);
-        }
-    } else {
-        remove_model_dir(tmp);
-    }
+    if (!st) st = install(tmp, dir, &installed, err);
+    if (installed) sync_parent(dir);
+    else remove_model_dir(tmp);
     if (generated) *generated = installed;
     return st;
 }

@@ -314,6 +314,8 @@ di_status di_prompt_render(di_tokenizer *t, const di_conversation *c, di_token_v
 
 di_status di_prompt_render_request(di_tokenizer *t, const char *json, size_t len, di_token_vec *out,
                                    di_err *err) {
+    di_err local = {0};
+    if (!err) err = &local;
     di_conversation c;
     di_status st = di_conversation_parse(json, len, &c, err);
     if (st) return st;

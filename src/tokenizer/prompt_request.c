@@ -198,6 +198,8 @@ static di_status parse_options(const di_json *root, di_conversation *c, di_err *
 }
 
 di_status di_conversation_parse(const char *json, size_t len, di_conversation *c, di_err *err) {
+    di_err local = {0};
+    if (!err) err = &local;
     memset(c, 0, sizeof *c);
     di_json root;
     if (di_json_parse(json, len, &root, err)) return di_err_prefix(err, "chat request");

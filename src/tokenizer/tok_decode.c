@@ -78,6 +78,8 @@ static di_status check_id(const di_tokenizer *t, int32_t id, size_t index, di_er
 
 di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                               char **text, size_t *len, di_err *err) {
+    di_err local = {0};
+    if (!err) err = &local;
     *text = NULL;
     *len = 0;
     char *raw = NULL, *out = NULL;
@@ -98,6 +100,10 @@ di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t 
     return DI_OK;
 }
 
+di_status di_tokenizer_decode_id(const di_tokenizer *t, int32_t id, char **text, size_t *len, di_err *err) {
+    return di_tokenizer_decode(t, &id, 1, false, text, len, err);
+}
+
 void di_detok_init(di_detok *d, const di_tokenizer *t, bool skip_special) {
     memset(d, 0, sizeof *d);
     d->tok = t;
@@ -105,6 +111,8 @@ void di_detok_init(di_detok *d, const di_tokenizer *t, bool skip_special) {
 }
 
 di_status di_detok_push(di_detok *d, int32_t id, const char **text, size_t *len, di_err *err) {
+    di_err local = {0};
+    if (!err) err = &local;
     const di_tokenizer *t = d->tok;
     size_t out_len = 0;
     if (d->out) d->out[0] = 0;

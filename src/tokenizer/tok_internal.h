@@ -15,24 +15,21 @@
 
 #include "tokenizer/tokenizer.h"
 
-/* ---- string -> int32 map (keys are not owned; they must outlive the map) ---- */
-typedef struct di_smap_slot {
-    const char *key; /* NULL = empty */
-    uint32_t len;
-    uint32_t hash;
-    int32_t val;
-} di_smap_slot;
-
+/* ---- string -> id map ----
+ * Slots hold only (hash, id); a key is compared with the string of its id (base + off[id], len[id]),
+ * so the table is 8 bytes a slot and the 128K-entry vocab map stays cache-friendly. */
 typedef struct di_smap {
-    di_smap_slot *slots; /* [cap], cap a power of two */
+    uint64_t *slots; /* [cap], cap a power of two: hash << 32 | (id + 1); 0 = empty */
     size_t cap, n;
+    const char *base;
+    const uint32_t *off, *len; /* per id */
 } di_smap;
 
 uint32_t di_hash_bytes(const void *p, size_t n);
-void di_smap_init(di_smap *m, size_t expected);
+void di_smap_init(di_smap *m, size_t expected, const char *base, const uint32_t *off, const uint32_t *len);
 void di_smap_free(di_smap *m);
-/* Inserts; returns false (and leaves the map unchanged) if the key is already present. */
-bool di_smap_put(di_smap *m, const char *key, size_t len, int32_t val);
+/* Inserts id, whose string must already be at base + off[id]; false if that string is present. */
+bool di_smap_put(di_smap *m, int32_t id);
 int32_t di_smap_get(const di_smap *m, const char *key, size_t len); /* -1 if absent */
 
 /* ---- (left, right) -> (rank, merged id) map ---- */

@@ -130,16 +130,16 @@ static di_status set_token(di_tokenizer *t, int32_t id, const char *s, uint8_t f
 
 static di_status load_vocab(di_tokenizer *t, const cJSON *vocab, di_err *err) {
     size_t n = (size_t)cJSON_GetArraySize(vocab);
-    di_smap_init(&t->vocab, n);
+    di_smap_init(&t->vocab, n, t->arena, t->str_off, t->str_len);
     const cJSON *e;
-    char where[128];
     cJSON_ArrayForEach(e, vocab) {
         int32_t id = (int32_t)e->valuedouble;
-        snprintf(where, sizeof where, "model.vocab[\"%.60s\"]", e->string);
-        if (t->flags[id]) return di_errf(err, DI_EFORMAT, "%s: id %d is used twice", where, id);
-        if (set_token(t, id, e->string, DI_TOKF_USED, where, err)) return err->status;
-        if (!di_smap_put(&t->vocab, tok_str(t, id), t->str_len[id], id))
-            return di_errf(err, DI_EFORMAT, "%s: duplicate token", where);
+        if (t->flags[id])
+            return di_errf(err, DI_EFORMAT, "model.vocab[\"%.60s\"]: id %d is used twice", e->string, id);
+        if (set_token(t, id, e->string, DI_TOKF_USED, "model.vocab", err)) /* where: named on error only */
+            return di_err_prefix(err, "model.vocab[\"%.60s\"]", e->string);
+        if (!di_smap_put(&t->vocab, id))
+            return di_errf(err, DI_EFORMAT, "model.vocab[\"%.60s\"]: duplicate token", e->string);
     }
     t->n_base = (int32_t)n;
     return DI_OK;
@@ -201,7 +201,7 @@ static di_status load_merges(di_tokenizer *t, const cJSON *merges, di_err *err) 
 }
 
 static di_status load_added(di_tokenizer *t, const cJSON *added, di_err *err) {
-    di_smap_init(&t->added, 64);
+    di_smap_init(&t->added, 64, t->arena, t->str_off, t->str_len);
     di_trie_init(&t->trie_raw);
     di_trie_init(&t->trie_norm);
     if (!added || cJSON_IsNull(added)) return DI_OK;
@@ -229,7 +229,7 @@ static di_status load_added(di_tokenizer *t, const cJSON *added, di_err *err) {
             return di_errf(err, DI_EFORMAT, "%s: id %d is \"%.60s\" in model.vocab but \"%.60s\" here",
                            where, id, tok_str(t, id), content->valuestring);
         if (set_token(t, id, content->valuestring, f, where, err)) return err->status;
-        if (!di_smap_put(&t->added, tok_str(t, id), t->str_len[id], id))
+        if (!di_smap_put(&t->added, id))
             return di_errf(err, DI_EFORMAT, "%s: content \"%.60s\" appears twice", where, tok_str(t, id));
         di_trie_add(normalized ? &t->trie_norm : &t->trie_raw, (const uint8_t *)tok_str(t, id),
                     t->str_len[id], id);

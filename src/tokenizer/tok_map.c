@@ -56,10 +56,11 @@ static size_t pow2_at_least(size_t n) {
     return c;
 }
 
-void di_smap_init(di_smap *m, size_t expected) {
+void di_smap_init(di_smap *m, size_t expected, const char *base, const uint32_t *off, const uint32_t *len) {
     m->cap = pow2_at_least(expected * 2 + 1);
     m->n = 0;
     m->slots = di_xcalloc(m->cap, sizeof *m->slots);
+    m->base = base, m->off = off, m->len = len;
 }
 
 void di_smap_free(di_smap *m) {
@@ -68,29 +69,34 @@ void di_smap_free(di_smap *m) {
 }
 
 static void smap_grow(di_smap *m) {
-    di_smap old = *m;
+    uint64_t *old = m->slots;
+    size_t old_cap = m->cap;
     m->cap *= 2;
     m->slots = di_xcalloc(m->cap, sizeof *m->slots);
-    for (size_t i = 0; i < old.cap; i++) {
-        if (!old.slots[i].key) continue;
-        size_t j = old.slots[i].hash & (m->cap - 1);
-        while (m->slots[j].key) j = (j + 1) & (m->cap - 1);
-        m->slots[j] = old.slots[i];
+    for (size_t i = 0; i < old_cap; i++) {
+        if (!old[i]) continue;
+        size_t j = (old[i] >> 32) & (m->cap - 1);
+        while (m->slots[j]) j = (j + 1) & (m->cap - 1);
+        m->slots[j] = old[i];
     }
-    free(old.slots);
+    free(old);
 }
 
-bool di_smap_put(di_smap *m, const char *key, size_t len, int32_t val) {
-    assert(key);
+static inline bool smap_key_is(const di_smap *m, uint64_t slot, uint32_t h, const char *key, size_t len) {
+    if ((uint32_t)(slot >> 32) != h) return false;
+    uint32_t id = (uint32_t)slot - 1;
+    return m->len[id] == len && !memcmp(m->base + m->off[id], key, len);
+}
+
+bool di_smap_put(di_smap *m, int32_t id) {
     if ((m->n + 1) * 2 > m->cap) smap_grow(m);
+    const char *key = m->base + m->off[id];
+    size_t len = m->len[id];
     uint32_t h = di_hash_bytes(key, len);
     size_t j = h & (m->cap - 1);
-    while (m->slots[j].key) {
-        const di_smap_slot *s = &m->slots[j];
-        if (s->hash == h && s->len == len && !memcmp(s->key, key, len)) return false;
-        j = (j + 1) & (m->cap - 1);
-    }
-    m->slots[j] = (di_smap_slot){key, (uint32_t)len, h, val};
+    for (; m->slots[j]; j = (j + 1) & (m->cap - 1))
+        if (smap_key_is(m, m->slots[j], h, key, len)) return false;
+    m->slots[j] = (uint64_t)h << 32 | ((uint32_t)id + 1);
     m->n++;
     return true;
 }
@@ -98,12 +104,8 @@ bool di_smap_put(di_smap *m, const char *key, size_t len, int32_t val) {
 int32_t di_smap_get(const di_smap *m, const char *key, size_t len) {
     if (!m->cap) return -1;
     uint32_t h = di_hash_bytes(key, len);
-    size_t j = h & (m->cap - 1);
-    while (m->slots[j].key) {
-        const di_smap_slot *s = &m->slots[j];
-        if (s->hash == h && s->len == len && !memcmp(s->key, key, len)) return s->val;
-        j = (j + 1) & (m->cap - 1);
-    }
+    for (size_t j = h & (m->cap - 1); m->slots[j]; j = (j + 1) & (m->cap - 1))
+        if (smap_key_is(m, m->slots[j], h, key, len)) return (int32_t)((uint32_t)m->slots[j] - 1);
     return -1;
 }
 

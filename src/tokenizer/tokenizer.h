@@ -72,6 +72,10 @@ di_status di_tokenizer_encode(di_tokenizer *t, const char *text, size_t len, boo
 di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                               char **text, size_t *len, di_err *err);
 
+/* One id's text, exactly HF `decode([id], skip_special_tokens=False)` (a partial UTF-8 sequence
+ * becomes U+FFFD). Same ownership as di_tokenizer_decode. */
+di_status di_tokenizer_decode_id(const di_tokenizer *t, int32_t id, char **text, size_t *len, di_err *err);
+
 /* Streaming detokenizer: feed ids one at a time and get back the text that became final. Text is
  * never split inside a UTF-8 character, and the concatenation of everything returned (including
  * di_detok_finish) equals di_tokenizer_decode of the whole sequence. */

@@ -185,19 +185,30 @@ def main():
     if len(got) != len(want):
         print(f"MISMATCH: deepinfer returned {len(got)} documents for {len(want)}")
         mism += 1
-    # decode check on a sample (the ids HF produced, decoded by both)
-    sample = list(range(0, len(want), max(1, len(want) // 40)))
-    dec_mism = 0
-    for i in sample:
-        res = subprocess.run([args.bin, "detokenize", "--tokenizer", args.tokenizer],
-                             input=json.dumps(want[i]).encode(), capture_output=True)
-        if res.stdout.decode("utf-8") != hf.decode(want[i], skip_special_tokens=False):
-            dec_mism += 1
-            if dec_mism <= 3:
-                print(f"DECODE MISMATCH doc {i}")
+    # decode: every document's ids, and every single id (what decode([id]) gives, e.g. for Engram's
+    # token map), by both; and with skip_special_tokens on a sample
+    n_vocab = hf.get_vocab_size(with_added_tokens=True)
+    singles = [[i] for i in range(n_vocab) if hf.id_to_token(i) is not None]
+    seqs = want + singles
+    res = subprocess.run([args.bin, "detokenize", "--tokenizer", args.tokenizer, "--jsonl"],
+                         input="".join(json.dumps(x) + "\n" for x in seqs).encode(), capture_output=True)
+    got_text = [json.loads(l) for l in res.stdout.decode("utf-8").split("\n") if l]
+    want_text = hf.decode_batch(seqs, skip_special_tokens=False)
+    dec_mism = sum(1 for a, b in zip(got_text, want_text) if a != b) + abs(len(got_text) - len(want_text))
+    for i, (a, b) in enumerate(zip(got_text, want_text)):
+        if a != b and dec_mism <= 3:
+            print(f"DECODE MISMATCH {'doc' if i < len(want) else 'id'} {i if i < len(want) else seqs[i][0]}: "
+                  f"{a[:60]!r} vs HF {b[:60]!r}")
+    res = subprocess.run([args.bin, "detokenize", "--tokenizer", args.tokenizer, "--jsonl", "--skip-special"],
+                         input="".join(json.dumps(x) + "\n" for x in want[:200]).encode(), capture_output=True)
+    skip_got = [json.loads(l) for l in res.stdout.decode("utf-8").split("\n") if l]
+    skip_mism = sum(1 for a, b in zip(skip_got, hf.decode_batch(want[:200], skip_special_tokens=True)) if a != b)
+    dec_mism += skip_mism
+    sample = singles
     n_ids = sum(len(w) for w in want)
     print(f"cross-check: {total / 1e6:.2f} MB, {len(docs)} documents, {n_ids} ids: {mism} encode mismatches; "
-          f"decode sample {len(sample)} documents: {dec_mism} mismatches "
+          f"decode of all {len(want)} documents + all {len(singles)} single ids (+200 with skip_special): "
+          f"{dec_mism} mismatches "
           f"(hf encode_batch {hf_dt:.2f} s, deepinfer incl. load+JSON {di_dt:.2f} s)")
     if total < args.min_mb * 1e6:
         print(f"note: only {total / 1e6:.2f} MB of text found (< {args.min_mb} MB); the corpora in "

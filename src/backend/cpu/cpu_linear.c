@@ -39,7 +39,7 @@ static void linear_quant(const di_weight *w, const float *x, int64_t m, float *y
     for (int64_t r = 0; r < m; r++)
         for (int64_t b = 0; b < nb; b++)
             di_cpu_act_quant_block(x + r * K + b * 32, 32, xq + r * K + b * 32, xs + r * nb + b);
-#pragma omp parallel if (N * K * m > 65536)
+#pragma omp parallel if (N * K * m > DI_CPU_PARALLEL_MIN_WORK)
     {
         float *acc = malloc(sizeof(float) * (size_t)m); /* [m] fp32 accumulators of output n */
 #pragma omp for schedule(static)
@@ -66,7 +66,7 @@ static void linear_quant(const di_weight *w, const float *x, int64_t m, float *y
 
 static void linear_plain(const di_weight *w, const float *x, int64_t m, float *y, bool bf16_out) {
     const int64_t K = w->cols, N = w->rows;
-#pragma omp parallel for schedule(static) if (N * K * m > 65536)
+#pragma omp parallel for schedule(static) if (N * K * m > DI_CPU_PARALLEL_MIN_WORK)
     for (int64_t n = 0; n < N; n++) {
         for (int64_t r = 0; r < m; r++) {
             double acc = 0.0;

@@ -11,6 +11,11 @@
 #include "backend/ops.h"
 #include "base/numerics.h"
 
+/* Work (multiply-adds) below which a kernel stays on one thread: an OpenMP region costs tens of
+ * microseconds of fork/join and barrier spinning, far more than a small GEMM, and on a loaded
+ * machine spinning threads slow everything down (the tiny model ran 20x slower with 2 threads). */
+#define DI_CPU_PARALLEL_MIN_WORK (4 << 20)
+
 void di_cpu_linear(const di_weight *w, const float *x, int64_t m, float *y, di_linear_mode mode);
 void di_cpu_act_quant_inplace(float *x, int64_t n, int block);
 void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind);
