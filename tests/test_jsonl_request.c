@@ -87,6 +87,10 @@ static void test_ids(void) {
     di_gen_request_free(&r);
     CHECK(parse("{\"bogus\": 1, \"id\": 9, \"prompt_ids\": [0]}", &r) == DI_EINVAL && r.id && r.id->valueint == 9);
     di_gen_request_free(&r);
+    CHECK(parse("{\"id\": \"t\", \"prompt_ids\": [0]} x", &r) == DI_EINVAL && r.id && !strcmp(r.id->valuestring, "t"));
+    di_gen_request_free(&r);
+    CHECK(parse("[{\"id\": \"t\"}]", &r) == DI_EINVAL && !r.id);
+    di_gen_request_free(&r);
     expect_error("{\"id\": [1], \"prompt_ids\": [0]}", "\"id\" must be a string or an integer, not an array");
     expect_error("{\"id\": 1.5, \"prompt_ids\": [0]}", "\"id\" must be a string or an integer");
 }

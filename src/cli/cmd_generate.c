@@ -57,7 +57,7 @@ static bool parse_bytes(const char *text, int64_t *out) {
     return true;
 }
 
-static bool int_option(const di_settings *s, const char *flag, long v, int *out) {
+static bool int_option(const char *flag, long v, int *out) {
     if (v < 0 || v > INT_MAX) {
         fprintf(stderr, "deepinfer generate: %s %ld: must be in [0, %d]\n", flag, v, INT_MAX);
         return false;
@@ -74,9 +74,9 @@ static bool engine_options(const di_settings *s, di_engine_options *o) {
                 s->kv_budget);
         return false;
     }
-    return int_option(s, "--max-num-seqs", s->max_num_seqs, &o->max_num_seqs) &&
-           int_option(s, "--max-batch-tokens", s->max_batch_tokens, &o->max_batch_tokens) &&
-           int_option(s, "--max-prefill-chunk", s->max_prefill_chunk, &o->max_prefill_chunk);
+    return int_option("--max-num-seqs", s->max_num_seqs, &o->max_num_seqs) &&
+           int_option("--max-batch-tokens", s->max_batch_tokens, &o->max_batch_tokens) &&
+           int_option("--max-prefill-chunk", s->max_prefill_chunk, &o->max_prefill_chunk);
 }
 
 /* Sampling flags -> the request every line starts from (a line's own fields win). Flags that were

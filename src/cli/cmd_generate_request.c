@@ -342,10 +342,10 @@ di_status di_gen_request_parse(const char *line, size_t len, const di_request *d
     out->req.ignore_eos = defaults->ignore_eos;
     cJSON *root = NULL;
     di_status st = parse_json(line, len, &root, err);
+    /* the id first, so that an error anywhere else (even text after the object) still reports it */
+    const cJSON *id = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "id") : NULL;
+    if (id && (cJSON_IsString(id) || is_integer(id))) out->id = cJSON_Duplicate(id, false);
     if (!st) {
-        /* the id first, so that an error anywhere else still reports it */
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
-        if (id && (cJSON_IsString(id) || is_integer(id))) out->id = cJSON_Duplicate(id, false);
         parse_ctx c = {.out = out};
         st = parse_fields(&c, root, err);
         cJSON_Delete(c.chat);
