@@ -30,5 +30,28 @@ DI_SETTING(jsonl, BOOL, "--jsonl", NULL, "0",
            "tokenize/render/detokenize: one input per stdin line, one result per output line")
 DI_SETTING(skip_special, BOOL, "--skip-special", NULL, "0",
            "detokenize: drop tokens flagged special (BOS, EOS, ...) as HF skip_special_tokens")
+DI_SETTING(input, STR, "--input", NULL, "", "generate: JSONL file of requests, one per line (- = stdin)")
+DI_SETTING(output, STR, "--output", NULL, "", "generate: JSONL file of results (stdout if empty or -)")
+DI_SETTING(prompt, STR, "--prompt", NULL, "", "generate: one text prompt (also -p), streamed to stdout")
+DI_SETTING(chat, BOOL, "--chat", NULL, "0",
+           "generate -p: send the prompt as one user message through the chat template")
+DI_SETTING(max_tokens, INT, "--max-tokens", NULL, "0",
+           "generate: tokens to generate at most (0 = the engine default, 16); default of JSONL lines")
+DI_SETTING(temperature, FLOAT, "--temperature", NULL, "1",
+           "generate: sampling temperature (0 = greedy); default of JSONL lines")
+DI_SETTING(top_p, FLOAT, "--top-p", NULL, "1", "generate: nucleus sampling mass (1 = off); default of JSONL lines")
+DI_SETTING(top_k, INT, "--top-k", NULL, "0", "generate: keep the k most likely tokens (0 = off); default of JSONL lines")
+DI_SETTING(seed, INT, "--seed", NULL, "0",
+           "generate: engine seed (requests without a seed derive theirs from it and their id); -p: the seed")
+DI_SETTING(kv_budget, STR, "--kv-budget", NULL, "0",
+           "engine: bytes for per-sequence state (KV, rings), suffix K/M/G allowed (0 = 1G)")
+DI_SETTING(max_num_seqs, INT, "--max-num-seqs", NULL, "0", "engine: sequences running at once (0 = 64)")
+DI_SETTING(max_batch_tokens, INT, "--max-batch-tokens", NULL, "0",
+           "engine: tokens per step, decode + prefill chunks (0 = 2048)")
+DI_SETTING(max_prefill_chunk, INT, "--max-prefill-chunk", NULL, "0",
+           "engine: prefill tokens of one sequence per step (0 = max-batch-tokens)")
+DI_SETTING(xdg_cache_home, STR, NULL, "XDG_CACHE_HOME", "",
+           "standard variable: the demo model is cached under it (deepinfer/demo-v1) when absolute")
+DI_SETTING(home, STR, NULL, "HOME", "", "standard variable: ~/.cache/deepinfer/demo-v1 holds the demo model otherwise")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")

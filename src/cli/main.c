@@ -12,6 +12,7 @@ typedef struct {
 } command;
 
 static const command k_commands[] = {
+    {"generate", di_cmd_generate, "run requests (JSONL file) or stream one prompt (-p) through the engine"},
     {"logits", di_cmd_logits, "run ids through the model, write float32 logits of every position"},
     {"inspect", di_cmd_inspect, "load and validate a checkpoint, print its configuration"},
     {"tokenize", di_cmd_tokenize, "text on stdin -> JSON array of token ids"},
