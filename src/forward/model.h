@@ -11,6 +11,17 @@
 #include "model/engram_consts.h"
 #include "model/safetensors.h"
 
+/* Sizes the forward pass keeps in fixed buffers; a config beyond them is refused at load with an
+ * error naming the field (the released model is well inside every one). */
+enum {
+    DI_FWD_MAX_HEAD_DIM = 1024,      /* head_dim, index_head_dim */
+    DI_FWD_MAX_ROPE_DIM = 512,       /* qk_rope_head_dim */
+    DI_FWD_MAX_EXPERTS = 512,        /* n_routed_experts, dspark_n_routed_experts */
+    DI_FWD_MAX_TOPK_EXPERTS = 16,    /* num_experts_per_tok, dspark_num_experts_per_tok */
+    DI_FWD_MAX_HC = 6,               /* hc_mult: n*(n+2) mix coefficients in 64 */
+    DI_FWD_MAX_DSPARK_BLOCK = 7,     /* dspark_block_size */
+};
+
 typedef struct di_attn_weights {
     di_weight wq_a, wq_b, wkv, wo_a, wo_b; /* wo_a: BF16, dequantised at load, [groups*o_rank, H/groups*Dh] */
     const void *q_norm, *kv_norm;          /* bf16 [q_lora], [Dh] */
@@ -76,7 +87,7 @@ typedef struct di_model {
     const void *norm;                      /* bf16 [D] */
     di_dspark_weights dspark;
     /* RoPE frequencies (model-spec §1.5): [0] ratio-0 layers, [1] compressed layers */
-    float rope_freq[2][256];
+    float rope_freq[2][DI_FWD_MAX_ROPE_DIM / 2];
     /* Engram */
     di_engram_consts engram;
     di_engram_token_map token_map;         /* compressed id per token */

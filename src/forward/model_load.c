@@ -281,12 +281,32 @@ static di_status build_engram(di_model *m, const char *dir, di_err *err) {
     return DI_OK;
 }
 
+static di_status check_forward_limits(const di_config *c, const char *path, di_err *err) {
+    struct { const char *field; long value, max; } lim[] = {
+        {"head_dim", c->head_dim, DI_FWD_MAX_HEAD_DIM},
+        {"index_head_dim", c->index_head_dim, DI_FWD_MAX_HEAD_DIM},
+        {"qk_rope_head_dim", c->qk_rope_head_dim, DI_FWD_MAX_ROPE_DIM},
+        {"n_routed_experts", c->n_routed_experts, DI_FWD_MAX_EXPERTS},
+        {"dspark_n_routed_experts", c->dspark_n_routed_experts, DI_FWD_MAX_EXPERTS},
+        {"num_experts_per_tok", c->num_experts_per_tok, DI_FWD_MAX_TOPK_EXPERTS},
+        {"dspark_num_experts_per_tok", c->dspark_num_experts_per_tok, DI_FWD_MAX_TOPK_EXPERTS},
+        {"hc_mult", c->hc_mult, DI_FWD_MAX_HC},
+        {"dspark_block_size", c->dspark_block_size, DI_FWD_MAX_DSPARK_BLOCK},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].value > lim[i].max)
+            return di_errf(err, DI_EUNSUPPORTED, "%s: text_config.%s = %ld is beyond what this engine supports (%ld)",
+                           path, lim[i].field, lim[i].value, lim[i].max);
+    return DI_OK;
+}
+
 di_status di_model_load(di_model **out, const char *dir, di_err *err) {
     *out = NULL;
     di_model *m = di_xcalloc(1, sizeof *m);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     di_status st = di_config_load(&m->cfg, path, err);
+    if (!st) st = check_forward_limits(&m->cfg, path, err);
     if (!st) st = di_checkpoint_open(&m->ck, dir, err);
     if (!st) st = di_checkpoint_validate(m->ck, &m->cfg, err);
     if (st) {
