@@ -72,13 +72,13 @@ log "build done"
 
 PARITY_RC=none
 if [ -x "$BIN/test_cuda_ops" ]; then
-    OMP_NUM_THREADS=$JOBS timeout 300 "$BIN/test_cuda_ops" >"$OUT/parity.log" 2>&1
+    OMP_NUM_THREADS=$JOBS timeout 240 "$BIN/test_cuda_ops" >"$OUT/parity.log" 2>&1
     PARITY_RC=$?
     log "parity suite exit code $PARITY_RC"
 fi
 BENCH_RC=none
 if [ -x "$BIN/deepinfer-cuda-bench" ]; then
-    timeout 200 "$BIN/deepinfer-cuda-bench" >"$OUT/bench.log" 2>&1
+    timeout 150 "$BIN/deepinfer-cuda-bench" >"$OUT/bench.log" 2>&1
     BENCH_RC=$?
     log "benchmark exit code $BENCH_RC"
 fi
