@@ -35,7 +35,7 @@ log "$(tail -1 "$OUT/expf.log" 2>/dev/null)"
 BIN=""
 JOBS=$(nproc)
 if cmake -S . -B build-cuda-dev -DCMAKE_BUILD_TYPE=Release -DDI_CUDA=ON >"$OUT/build.log" 2>&1 &&
-    timeout 300 cmake --build build-cuda-dev -j "$JOBS" --target cuda_all >>"$OUT/build.log" 2>&1; then
+    timeout 180 cmake --build build-cuda-dev -j "$JOBS" --target cuda_all >>"$OUT/build.log" 2>&1; then
     BIN=build-cuda-dev
     log "built with CMake (-DDI_CUDA=ON) into $BIN"
 else
