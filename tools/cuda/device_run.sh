@@ -12,6 +12,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/deepinfer-device-out}"
 mkdir -p "$OUT"
 T0=$(date +%s)
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
 log() { echo "[device_run $(( $(date +%s) - T0 ))s] $*"; }
 
 {
