@@ -154,6 +154,7 @@ static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
 static inline float __int2float_rn(int v) { return (float)v; }
 static inline float __ll2float_rn(long long v) { return (float)v; }
 
