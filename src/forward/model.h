@@ -1,7 +1,7 @@
 /* A loaded V4.1 model: the validated config, the mmapped checkpoint, and every weight bound to the
- * place the forward pass uses it (model-spec §5.2). Binding copies only what the reference
- * transforms at load time (wo_a dequantised to bf16, the Engram q*k gain product) and small f32
- * vectors; everything else is a view into the mmapped shards. */
+ * place the forward pass uses it (model-spec §5.2). Binding copies only the Engram q*k gain product
+ * and small f32 vectors; everything else, wo_a included (used as its exact bf16 dequantisation), is
+ * a view into the mmapped shards. */
 #ifndef DI_FORWARD_MODEL_H
 #define DI_FORWARD_MODEL_H
 
@@ -23,7 +23,7 @@ enum {
 };
 
 typedef struct di_attn_weights {
-    di_weight wq_a, wq_b, wkv, wo_a, wo_b; /* wo_a: BF16, dequantised at load, [groups*o_rank, H/groups*Dh] */
+    di_weight wq_a, wq_b, wkv, wo_a, wo_b; /* wo_a: FP8 [groups*o_rank, H/groups*Dh], used as bf16 */
     const void *q_norm, *kv_norm;          /* bf16 [q_lora], [Dh] */
     float *attn_sink;                      /* [H] f32 (copied) */
     /* compressor: kv-source layers only */
