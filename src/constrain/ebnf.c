@@ -12,6 +12,7 @@
  * recursion is refused when the grammar is built (grammar.c). */
 #include "constrain/constrain.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

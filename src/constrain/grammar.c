@@ -484,8 +484,8 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
     di_status st = DI_OK;
     for (int k = 0; k < t.off.n - 1; k++) {
         if (base + k >= DI_G_MAX_DFA_STATES) {
-            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (more than %d automaton states)",
-                         DI_G_MAX_DFA_STATES);
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (more than %d automaton states, at rule '%s')",
+                         DI_G_MAX_DFA_STATES, c->g->rule_names[rule]);
             break;
         }
         int len = t.off.v[k + 1] - t.off.v[k];

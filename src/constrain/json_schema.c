@@ -207,7 +207,7 @@ static int uint_range(js_ctx *c, uint64_t lo, int64_t hi_s) {
     uint64_t hi = unbounded ? 0 : (uint64_t)hi_s;
     if (!unbounded && lo > hi) return g_none(g);
     int la = snprintf(a, sizeof a, "%llu", (unsigned long long)lo);
-    int lb = unbounded ? 19 : snprintf(b, sizeof b, "%llu", (unsigned long long)hi);
+    int lb = unbounded ? la : snprintf(b, sizeof b, "%llu", (unsigned long long)hi);
     for (int len = la; len <= lb; len++) {
         /* [max(lo, 10^(len-1)), min(hi, 10^len - 1)] as fixed-length digit strings */
         char x[24], y[24];
@@ -220,9 +220,9 @@ static int uint_range(js_ctx *c, uint64_t lo, int64_t hi_s) {
         extern int js_fixed_range(js_ctx *, const char *, const char *, int);
         g_ivec_push(&alts, js_fixed_range(c, x, y, len));
     }
-    if (unbounded) { /* longer than 19 digits */
+    if (unbounded) { /* longer than lo */
         int digit = g_byte_range(g, '0', '9');
-        g_ivec_push(&alts, g_seq2(g, g_byte_range(g, '1', '9'), g_repeat(g, digit, 19, -1)));
+        g_ivec_push(&alts, g_seq2(g, g_byte_range(g, '1', '9'), g_repeat(g, digit, la, -1)));
     }
     int r = g_alt(g, alts.v, alts.n);
     g_ivec_free(&alts);
@@ -233,6 +233,9 @@ int js_fixed_range(js_ctx *c, const char *x, const char *y, int n) {
     g_builder *g = c->g;
     if (n == 0) return g_empty(g);
     if (n == 1) return g_byte_range(g, x[0], y[0]);
+    bool full = true; /* x = 00..0 and y = 99..9: any n digits */
+    for (int i = 0; i < n && full; i++) full = x[i] == '0' && y[i] == '9';
+    if (full) return g_repeat(g, g_byte_range(g, '0', '9'), n, n);
     if (x[0] == y[0]) return g_seq2(g, g_byte_range(g, x[0], x[0]), js_fixed_range(c, x + 1, y + 1, n - 1));
     char nines[24], zeros[24];
     memset(nines, '9', (size_t)n - 1);
@@ -643,30 +646,48 @@ static int object_node(js_ctx *c, const cJSON *s) {
     }
     int res = -1;
     if (!c->st) {
-        /* rules S[i][f]: members from declared index i on; f = no member written yet */
-        int *S = di_xmalloc((size_t)(m + 1) * 2 * sizeof(int));
-        for (int i = 0; i <= m; i++)
-            for (int f = 0; f < 2; f++) S[2 * i + f] = g_rule_new(g, "object_members");
+        /* Unambiguous member order: T(i,f) = next declared index i, f = nothing written yet;
+         * U(i) = after an additional member that must be followed by declared member i (or the
+         * end when i = m). Additional members attach to the next declared member, so each text
+         * has one derivation, and every rule body is small (linear size overall). */
+        int *T = di_xmalloc((size_t)(m + 1) * 3 * sizeof(int));
+        for (int i = 0; i <= m; i++) {
+            T[3 * i] = g_rule_new(g, "members");
+            T[3 * i + 1] = g_rule_new(g, "members_first");
+            T[3 * i + 2] = g_rule_new(g, "members_after_extra");
+        }
+        int add_rule = -1;
+        if (addl_member >= 0) {
+            add_rule = g_rule_new(g, "extra_member");
+            g_rule_set(g, add_rule, addl_member);
+        }
         int comma = punct(c, ",");
-        for (int i = 0; i <= m; i++)
+        for (int i = 0; i <= m; i++) {
             for (int f = 0; f < 2; f++) {
                 g_ivec alts = {0};
-                int j = i;
-                for (; j < m; j++) {
-                    int mem = g_seq(g, (int[]){key[j], punct(c, ":"), val[j], g_ref(g, S[2 * (j + 1)])}, 4);
+                if (i < m) {
+                    int mem = g_seq(g, (int[]){key[i], punct(c, ":"), val[i], g_ref(g, T[3 * (i + 1)])}, 4);
                     g_ivec_push(&alts, f ? mem : g_seq2(g, comma, mem));
-                    if (required[j]) break;
+                    if (!required[i]) g_ivec_push(&alts, g_ref(g, T[3 * (i + 1) + f]));
+                } else {
+                    g_ivec_push(&alts, g_empty(g));
                 }
-                if (j >= m) g_ivec_push(&alts, g_empty(g));
-                if (addl_member >= 0) {
-                    int mem = g_seq2(g, addl_member, g_ref(g, S[2 * i]));
+                if (add_rule >= 0) {
+                    int mem = g_seq2(g, g_ref(g, add_rule), g_ref(g, T[3 * i + 2]));
                     g_ivec_push(&alts, f ? mem : g_seq2(g, comma, mem));
                 }
-                g_rule_set(g, S[2 * i + f], g_alt(g, alts.v, alts.n));
+                g_rule_set(g, T[3 * i + f], g_alt(g, alts.v, alts.n));
                 g_ivec_free(&alts);
             }
-        res = g_seq3(g, g_seq2(g, tok(c, "{"), ws(c)), g_ref(g, S[1]), g_seq2(g, ws(c), tok(c, "}")));
-        free(S);
+            g_ivec alts = {0};
+            if (add_rule >= 0) g_ivec_push(&alts, g_seq3(g, comma, g_ref(g, add_rule), g_ref(g, T[3 * i + 2])));
+            if (i < m) g_ivec_push(&alts, g_seq(g, (int[]){comma, key[i], punct(c, ":"), val[i], g_ref(g, T[3 * (i + 1)])}, 5));
+            else g_ivec_push(&alts, g_empty(g));
+            g_rule_set(g, T[3 * i + 2], g_alt(g, alts.v, alts.n));
+            g_ivec_free(&alts);
+        }
+        res = g_seq3(g, g_seq2(g, tok(c, "{"), ws(c)), g_ref(g, T[1]), g_seq2(g, ws(c), tok(c, "}")));
+        free(T);
     }
     free(key);
     free(val);
@@ -969,12 +990,71 @@ static int ref_rule(js_ctx *c, const char *ref) {
     return g_ref(c->g, rule);
 }
 
+/* The schema's text without annotations, so equal schemas share one rule. Keys that hold maps of
+ * names to schemas (properties, $defs, ...) keep every name. */
+static void canon(const cJSON *s, bool schema_pos, g_ivec *out) {
+    static const char *maps[] = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", NULL};
+    static const char *subs[] = {"items", "additionalProperties", "additionalItems", "not", "contains",
+                                 "propertyNames", "if", "then", "else", "allOf", "anyOf", "oneOf", "prefixItems", NULL};
+    if (cJSON_IsObject(s)) {
+        g_ivec_push(out, '{');
+        for (const cJSON *k = s->child; k; k = k->next) {
+            if (schema_pos && js_is_annotation(k->string) && strcmp(k->string, "$defs") && strcmp(k->string, "definitions"))
+                continue;
+            for (const char *p = k->string; *p; p++) g_ivec_push(out, (unsigned char)*p);
+            g_ivec_push(out, 0x01);
+            bool is_map = false, is_sub = false;
+            for (int i = 0; schema_pos && maps[i]; i++) is_map |= !strcmp(maps[i], k->string);
+            for (int i = 0; schema_pos && subs[i]; i++) is_sub |= !strcmp(subs[i], k->string);
+            if (is_map && cJSON_IsObject(k)) {
+                g_ivec_push(out, '{');
+                for (const cJSON *e = k->child; e; e = e->next) {
+                    for (const char *p = e->string; *p; p++) g_ivec_push(out, (unsigned char)*p);
+                    g_ivec_push(out, 0x01);
+                    canon(e, true, out);
+                }
+                g_ivec_push(out, '}');
+            } else {
+                canon(k, is_sub, out);
+            }
+            g_ivec_push(out, 0x02);
+        }
+        g_ivec_push(out, '}');
+    } else if (cJSON_IsArray(s)) {
+        g_ivec_push(out, '[');
+        for (const cJSON *e = s->child; e; e = e->next) canon(e, schema_pos, out), g_ivec_push(out, 0x02);
+        g_ivec_push(out, ']');
+    } else {
+        char *t = cJSON_PrintUnformatted(s);
+        for (const char *p = t; *p; p++) g_ivec_push(out, (unsigned char)*p);
+        free(t);
+    }
+}
+
 /* A schema as a rule call (for values inside arrays and objects, so repetition copies a call). */
 static int schema_rule(js_ctx *c, const cJSON *s, const char *name) {
     const cJSON *r = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, "$ref") : NULL;
     if (cJSON_IsString(r) && !without(c, s, "$ref")) return ref_rule(c, r->valuestring);
     if (cJSON_IsBool(s) || (cJSON_IsObject(s) && !s->child)) return cJSON_IsFalse(s) ? g_none(c->g) : js_any_rule(c);
+    g_ivec key = {0};
+    canon(s, true, &key);
+    char *k = di_xmalloc((size_t)key.n + 2);
+    k[0] = '=';
+    for (int i = 0; i < key.n; i++) k[i + 1] = (char)(key.v[i] ? key.v[i] : 0x03);
+    k[key.n + 1] = 0;
+    g_ivec_free(&key);
+    for (int i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->refs[i].ref, k)) {
+            free(k);
+            return g_ref(c->g, c->refs[i].rule);
+        }
     int rule = g_rule_new(c->g, name);
+    if (c->n_refs == c->cap_refs) {
+        c->cap_refs = c->cap_refs ? c->cap_refs * 2 : 16;
+        c->refs = di_xrealloc(c->refs, (size_t)c->cap_refs * sizeof(js_ref));
+    }
+    c->refs[c->n_refs].ref = k;
+    c->refs[c->n_refs++].rule = rule;
     int body = js_schema(c, s);
     if (body < 0) return -1;
     g_rule_set(c->g, rule, body);

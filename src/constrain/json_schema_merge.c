@@ -202,7 +202,7 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
         }
         if (!strcmp(k, "uniqueItems")) { put(o, k, cJSON_IsTrue(ka) ? ka : kb); continue; }
         if (!strcmp(k, "nullable")) { put(o, k, cJSON_IsFalse(ka) ? ka : kb); continue; }
-        if (!strcmp(k, "format") || !strcmp(k, "pattern") || !strcmp(k, "$ref") || !strncmp(k, "x-", 2) ||
+        if (!strcmp(k, "format") || !strcmp(k, "pattern") || !strcmp(k, "$ref") ||
             !strcmp(k, "patternProperties") || !strcmp(k, "prefixItems") || !strcmp(k, "items") ||
             !strcmp(k, "additionalItems") || !strcmp(k, "dependencies") || !strcmp(k, "not") || !strcmp(k, "if") ||
             !strcmp(k, "multipleOf") || !strcmp(k, "contains") || !strcmp(k, "propertyNames")) {

@@ -243,7 +243,10 @@ static void set_close(di_grammar *g, g_runtime *r, int set) {
         int s = r->node_state.v[nd], p = r->node_parent.v[nd];
         if (g->has_bytes[s]) g_ivec_push(&r->tmp, nd);
         for (int e = g->call_off[s]; e < g->call_off[s + 1]; e++) {
-            int ret = node_intern(r, g->call_to[e], p);
+            int to = g->call_to[e];
+            /* a tail call (the return state only finishes the rule) pushes no frame */
+            int ret = g->accepting[to] && !g->has_bytes[to] && g->call_off[to] == g->call_off[to + 1]
+                          ? p : node_intern(r, to, p);
             int child = node_intern(r, g->rule_start[g->call_rule[e]], ret);
             g_ivec_push(&r->stack, child);
         }
