@@ -117,7 +117,15 @@ static void test_json_schema(void) {
            "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
            "{\"properties\":{\"a\":{\"minimum\":5}}}]}",
            L("{\"a\":5}", "{\"a\":7,\"b\":1}"), L("{\"a\":4}", "{}"));
-    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", "unsupported: not");
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[a-c]+$\",\"minLength\":2,\"maxLength\":3}",
+           L("\"ab\"", "\"cca\""), L("\"a\"", "\"abca\"", "\"ad\""));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"type\":\"object\",\"properties\":{\"x1\":{\"type\":\"string\"}},"
+           "\"patternProperties\":{\"^x\":{\"maxLength\":1},\"^y\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"null\"}}",
+           L("{\"x1\":\"a\"}", "{\"xz\":\"a\",\"y\":3,\"z\":null}", "{}"),
+           L("{\"x1\":\"ab\"}", "{\"x1\":1}", "{\"y\":\"a\"}", "{\"z\":1}", "{\"xz\":\"ab\"}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", L(NULL), L("{}", "null"));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", "unsupported: not");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}", "unsupported: format uri");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}",
                  "unsupported: oneOf with overlapping alternatives");

@@ -36,6 +36,13 @@ void g_builder_free(g_builder *g) {
     for (int i = 0; i < g->n_rules; i++) free(g->rule_names[i]);
     free(g->rule_names);
     free(g->rule_body);
+    for (int i = 0; i < g->n_autos; i++) {
+        free(g->autos[i].accept);
+        g_ivec_free(&g->autos[i].from);
+        g_ivec_free(&g->autos[i].set);
+        g_ivec_free(&g->autos[i].to);
+    }
+    free(g->autos);
     memset(g, 0, sizeof *g);
 }
 
@@ -297,6 +304,19 @@ static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
             nfa_edge_add(a, nt, E_EPS, 0, *t);
         }
         return;
+    case G_AUTO: {
+        const g_auto *au = &g->autos[nd->a];
+        int base = a->n;
+        for (int i = 0; i < au->n_states; i++) nfa_state(a);
+        if (a->overflow) { *s = *t = 0; return; }
+        *s = nfa_state(a);
+        *t = nfa_state(a);
+        nfa_edge_add(a, *s, E_EPS, 0, base);
+        for (int i = 0; i < au->from.n; i++) nfa_edge_add(a, base + au->from.v[i], E_BYTES, au->set.v[i], base + au->to.v[i]);
+        for (int i = 0; i < au->n_states; i++)
+            if (au->accept[i]) nfa_edge_add(a, base + i, E_EPS, 0, *t);
+        return;
+    }
     case G_REPEAT: {
         int cur = nfa_state(a);
         *s = cur;
@@ -725,4 +745,190 @@ di_status di_grammar_build(const g_builder *g, int root, di_grammar **out, di_er
     }
     *out = gr;
     return DI_OK;
+}
+
+/* ---- byte DFAs for boolean operations ---- */
+
+void g_dfa_free(g_dfa *d) {
+    free(d->next);
+    free(d->accept);
+    memset(d, 0, sizeof *d);
+}
+
+static int dfa_add_state(g_dfa *d, int *cap) {
+    if (d->n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        d->next = di_xrealloc(d->next, (size_t)*cap * 256 * sizeof(int32_t));
+        d->accept = di_xrealloc(d->accept, (size_t)*cap);
+    }
+    for (int b = 0; b < 256; b++) d->next[(size_t)d->n * 256 + b] = -1;
+    d->accept[d->n] = 0;
+    return d->n++;
+}
+
+di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
+    memset(out, 0, sizeof *out);
+    nfa a = {0};
+    int s, t;
+    nfa_build(g, &a, node, &s, &t);
+    if (a.overflow) {
+        free(a.head), free(a.e);
+        return di_errf(err, DI_EUNSUPPORTED, "unsupported: expression too large for an automaton operation");
+    }
+    for (int i = 0; i < a.ne; i++)
+        if (a.e[i].type == E_RULE) {
+            free(a.head), free(a.e);
+            return di_errf(err, DI_EINTERNAL, "automaton operation on an expression with rule calls");
+        }
+    dfa_ctx c = {.g = g, .a = &a};
+    c.mark = di_xcalloc((size_t)a.n, sizeof(int));
+    g_set_table tab = {0};
+    g_ivec cur = {0};
+    g_ivec buckets[256];
+    memset(buckets, 0, sizeof buckets);
+    bool added;
+    int cap = 0;
+    eps_closure(&c, &s, 1, &cur);
+    g_st_intern(&tab, cur.v, cur.n, &added);
+    dfa_add_state(out, &cap);
+    di_status st = DI_OK;
+    for (int k = 0; k < tab.off.n - 1; k++) {
+        if (k >= DI_G_MAX_OP_STATES) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation over %d states", DI_G_MAX_OP_STATES);
+            break;
+        }
+        int len = tab.off.v[k + 1] - tab.off.v[k];
+        int *set = di_xmalloc((size_t)(len ? len : 1) * sizeof(int));
+        memcpy(set, tab.pool.v + tab.off.v[k], (size_t)len * sizeof(int));
+        for (int b = 0; b < 256; b++) buckets[b].n = 0;
+        for (int i = 0; i < len; i++) {
+            if (set[i] == t) out->accept[k] = 1;
+            for (int e = a.head[set[i]]; e >= 0; e = a.e[e].next) {
+                if (a.e[e].type != E_BYTES) continue;
+                const uint8_t *bs = g->sets[a.e[e].label];
+                for (int b = 0; b < 256; b++)
+                    if ((bs[b >> 3] >> (b & 7)) & 1) g_ivec_push(&buckets[b], a.e[e].to);
+            }
+        }
+        free(set);
+        for (int b = 0; b < 256; b++) {
+            if (!buckets[b].n) continue;
+            eps_closure(&c, buckets[b].v, buckets[b].n, &cur);
+            int id = g_st_intern(&tab, cur.v, cur.n, &added);
+            if (added) dfa_add_state(out, &cap);
+            out->next[(size_t)k * 256 + b] = id;
+        }
+    }
+    for (int b = 0; b < 256; b++) g_ivec_free(&buckets[b]);
+    g_ivec_free(&cur);
+    g_ivec_free(&c.stack);
+    g_st_free(&tab);
+    free(c.mark);
+    free(a.head);
+    free(a.e);
+    if (st) g_dfa_free(out);
+    return st;
+}
+
+di_status g_dfa_product(const g_dfa *a, const g_dfa *b, bool and_not, g_dfa *out, di_err *err) {
+    memset(out, 0, sizeof *out);
+    /* pairs (x, y) with y = -1 for b's dead state; x is never dead */
+    g_set_table tab = {0};
+    bool added;
+    int cap = 0;
+    int p0[2] = {0, 0};
+    g_st_intern(&tab, p0, 2, &added);
+    dfa_add_state(out, &cap);
+    di_status st = DI_OK;
+    for (int k = 0; k < tab.off.n - 1; k++) {
+        if (k >= DI_G_MAX_OP_STATES) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation over %d states", DI_G_MAX_OP_STATES);
+            break;
+        }
+        int x = tab.pool.v[tab.off.v[k]], y = tab.pool.v[tab.off.v[k] + 1];
+        bool bacc = y >= 0 && b->accept[y];
+        out->accept[k] = a->accept[x] && (and_not ? !bacc : bacc);
+        for (int c = 0; c < 256; c++) {
+            int nx = a->next[(size_t)x * 256 + c];
+            int ny = y >= 0 ? b->next[(size_t)y * 256 + c] : -1;
+            if (nx < 0 || (!and_not && ny < 0)) continue;
+            int pr[2] = {nx, ny};
+            int id = g_st_intern(&tab, pr, 2, &added);
+            if (added) dfa_add_state(out, &cap);
+            out->next[(size_t)k * 256 + c] = id;
+        }
+    }
+    g_st_free(&tab);
+    if (st) {
+        g_dfa_free(out);
+        return st;
+    }
+    /* prune states that cannot reach an accepting state (backward fixed point) */
+    uint8_t *live = di_xcalloc((size_t)out->n, 1);
+    for (int i = 0; i < out->n; i++) live[i] = out->accept[i];
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        for (int i = 0; i < out->n; i++) {
+            if (live[i]) continue;
+            for (int c = 0; c < 256; c++) {
+                int n = out->next[(size_t)i * 256 + c];
+                if (n >= 0 && live[n]) { live[i] = 1; changed = true; break; }
+            }
+        }
+    }
+    for (int i = 0; i < out->n; i++)
+        for (int c = 0; c < 256; c++) {
+            int n = out->next[(size_t)i * 256 + c];
+            if (n >= 0 && !live[n]) out->next[(size_t)i * 256 + c] = -1;
+        }
+    free(live);
+    return DI_OK;
+}
+
+bool g_dfa_empty(const g_dfa *d) {
+    if (!d->n) return true;
+    for (int i = 0; i < d->n; i++) /* after pruning, a live start means non-empty */
+        if (d->accept[i]) {
+            if (d->accept[0]) return false;
+            for (int c = 0; c < 256; c++)
+                if (d->next[c] >= 0) return false;
+            return true;
+        }
+    return true;
+}
+
+bool g_dfa_match(const g_dfa *d, const uint8_t *s, size_t n) {
+    int x = 0;
+    for (size_t i = 0; i < n && x >= 0; i++) x = d->next[(size_t)x * 256 + s[i]];
+    return x >= 0 && d->accept[x];
+}
+
+int g_dfa_node(g_builder *g, const g_dfa *d) {
+    if (g->n_autos == g->cap_autos) {
+        g->cap_autos = g->cap_autos ? g->cap_autos * 2 : 8;
+        g->autos = di_xrealloc(g->autos, (size_t)g->cap_autos * sizeof(g_auto));
+    }
+    g_auto *au = &g->autos[g->n_autos];
+    memset(au, 0, sizeof *au);
+    au->n_states = d->n;
+    au->accept = di_xmalloc((size_t)(d->n ? d->n : 1));
+    memcpy(au->accept, d->accept, (size_t)d->n);
+    for (int s = 0; s < d->n; s++) {
+        /* group bytes by target */
+        uint8_t done[256] = {0};
+        for (int b = 0; b < 256; b++) {
+            int t = d->next[(size_t)s * 256 + b];
+            if (t < 0 || done[b]) continue;
+            uint8_t set[32] = {0};
+            for (int c = b; c < 256; c++)
+                if (d->next[(size_t)s * 256 + c] == t) set[c >> 3] |= (uint8_t)(1u << (c & 7)), done[c] = 1;
+            int node = g_bytes(g, set); /* registers the set; the node itself is unused */
+            au = &g->autos[g->n_autos];
+            g_ivec_push(&au->from, s);
+            g_ivec_push(&au->set, g->nodes[node].a);
+            g_ivec_push(&au->to, t);
+        }
+    }
+    return new_node(g, G_AUTO, g->n_autos++, 0, 0);
 }

@@ -44,11 +44,12 @@ uint64_t g_hash_ints(const int *v, int n);
 int g_st_intern(g_set_table *t, const int *v, int n, bool *added);
 void g_st_free(g_set_table *t);
 
-typedef enum g_kind { G_EMPTY, G_NONE, G_BYTES, G_SEQ, G_ALT, G_REPEAT, G_RULE } g_kind;
+typedef enum g_kind { G_EMPTY, G_NONE, G_BYTES, G_SEQ, G_ALT, G_REPEAT, G_RULE, G_AUTO } g_kind;
 
 typedef struct g_node {
     int kind; /* g_kind */
-    int a;    /* BYTES: byteset index; SEQ/ALT: first kid offset; REPEAT: child; RULE: rule id */
+    int a;    /* BYTES: byteset index; SEQ/ALT: first kid offset; REPEAT: child; RULE: rule id;
+                 AUTO: embedded automaton index */
     int b;    /* SEQ/ALT: kid count; REPEAT: min */
     int c;    /* REPEAT: max (-1 = unbounded) */
 } g_node;
@@ -62,7 +63,35 @@ typedef struct g_builder {
     char **rule_names; /* [n_rules] */
     int *rule_body;    /* [n_rules], -1 = not yet defined */
     int n_rules, cap_rules;
+    struct g_auto *autos; /* embedded byte automata (G_AUTO) */
+    int n_autos, cap_autos;
 } g_builder;
+
+/* An embedded automaton: state 0 starts; edges (from, byte set, to); accepting flags. */
+typedef struct g_auto {
+    int n_states;
+    uint8_t *accept; /* [n_states] */
+    g_ivec from, set, to;
+} g_auto;
+
+/* A complete DFA over bytes, for boolean operations on terminal-only expressions (patterns with
+ * lengths, keys excluding names). State 0 starts; next[s * 256 + b] = -1 is the dead state. */
+typedef struct g_dfa {
+    int n;
+    int32_t *next;   /* [n * 256] */
+    uint8_t *accept; /* [n] */
+} g_dfa;
+
+#define DI_G_MAX_OP_STATES 200000
+/* Determinises a terminal-only expression (no rule references). */
+di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err);
+/* and_not = false: a AND b; true: a AND NOT b. Only reachable states that can still accept. */
+di_status g_dfa_product(const g_dfa *a, const g_dfa *b, bool and_not, g_dfa *out, di_err *err);
+bool g_dfa_empty(const g_dfa *d);
+bool g_dfa_match(const g_dfa *d, const uint8_t *s, size_t n);
+void g_dfa_free(g_dfa *d);
+/* Embeds a DFA into the builder as an expression. */
+int g_dfa_node(g_builder *g, const g_dfa *d);
 
 void g_builder_init(g_builder *g);
 void g_builder_free(g_builder *g);

@@ -414,13 +414,27 @@ static int string_node(js_ctx *c, const cJSON *s) {
     }
     if (mx >= 0 && mx < mn) return g_none(g);
     if (re) {
-        if (mn > 0 || mx >= 0) return js_fail(c, DI_EUNSUPPORTED, "pattern/format together with minLength/maxLength");
         int node;
         di_status st = di_regex_node(g, re, strlen(re), true, &node, c->err);
         if (st) {
             c->st = st;
             if (st != DI_EUNSUPPORTED) c->st = di_errf(c->err, st, "json schema: pattern: %s", c->err->msg);
             return -1;
+        }
+        if (mn > 0 || mx >= 0) { /* pattern AND length: product of the two automata */
+            if (mn > 10000 || mx > 10000) return js_fail(c, DI_EUNSUPPORTED, "minLength/maxLength above 10000 with a pattern");
+            g_dfa a, b, p;
+            st = g_node_dfa(g, node, &a, c->err);
+            if (!st) {
+                st = g_node_dfa(g, g_repeat(g, json_char(c), (int)mn, (int)mx), &b, c->err);
+                if (!st) {
+                    st = g_dfa_product(&a, &b, false, &p, c->err);
+                    if (!st) node = g_dfa_node(g, &p), g_dfa_free(&p);
+                    g_dfa_free(&b);
+                }
+                g_dfa_free(&a);
+            }
+            if (st) return c->st = st, -1;
         }
         return g_seq3(g, tok(c, "\""), node, tok(c, "\""));
     }
@@ -578,13 +592,124 @@ static int utf8_to_cps(const char *s, uint32_t *out) {
     return n;
 }
 
+/* JSON-string content (no quotes) of any string, in the escapes the regex compiler emits. */
+static int content_any(js_ctx *c) {
+    uint32_t all[] = {0, 0x10FFFF};
+    return g_star(c->g, di_cp_class_node(c->g, all, 1, true));
+}
+
+/* The content of exactly the given names (every accepted encoding of each character). */
+static int content_names(js_ctx *c, const char **names, int m) {
+    g_ivec alts = {0};
+    for (int i = 0; i < m; i++) {
+        uint32_t *cp = di_xmalloc((strlen(names[i]) + 1) * sizeof(uint32_t));
+        int n = utf8_to_cps(names[i], cp);
+        g_ivec seq = {0};
+        for (int k = 0; k < n; k++) {
+            uint32_t r[2] = {cp[k], cp[k]};
+            g_ivec_push(&seq, di_cp_class_node(c->g, r, 1, true));
+        }
+        g_ivec_push(&alts, g_seq(c->g, seq.v, seq.n));
+        g_ivec_free(&seq);
+        free(cp);
+    }
+    int r = g_alt(c->g, alts.v, alts.n);
+    g_ivec_free(&alts);
+    return r;
+}
+
+#define MAX_PATTERN_PROPS 3
+
+/* patternProperties: the DFA of each pattern over key content; which patterns a name matches. */
+typedef struct pp_info {
+    int k;
+    const cJSON *schema[MAX_PATTERN_PROPS];
+    g_dfa dfa[MAX_PATTERN_PROPS];
+} pp_info;
+
+static bool pp_compile(js_ctx *c, const cJSON *pp, pp_info *out) {
+    memset(out, 0, sizeof *out);
+    for (const cJSON *e = pp->child; e; e = e->next) {
+        if (out->k == MAX_PATTERN_PROPS) return js_fail(c, DI_EUNSUPPORTED, "more than 3 patternProperties"), false;
+        int node;
+        di_status st = di_regex_node(c->g, e->string, strlen(e->string), true, &node, c->err);
+        if (!st) st = g_node_dfa(c->g, node, &out->dfa[out->k], c->err);
+        if (st) {
+            c->st = st;
+            return false;
+        }
+        out->schema[out->k++] = e;
+    }
+    return true;
+}
+
+static void pp_free(pp_info *p) {
+    for (int i = 0; i < p->k; i++) g_dfa_free(&p->dfa[i]);
+}
+
+static bool pp_matches(const pp_info *p, int i, const char *name) {
+    g_ivec b = {0};
+    js_escape_string(name, &b);
+    uint8_t *t = di_xmalloc((size_t)b.n);
+    for (int k = 0; k < b.n; k++) t[k] = (uint8_t)b.v[k];
+    bool r = g_dfa_match(&p->dfa[i], t + 1, (size_t)b.n - 2); /* without the quotes */
+    free(t);
+    g_ivec_free(&b);
+    return r;
+}
+
+/* Extra members under patternProperties: one alternative per region of key space (which patterns
+ * match, none = additionalProperties), keys never equal to a declared name. */
+static int pp_extra_member(js_ctx *c, const pp_info *p, const cJSON *addl, const char **names, int m) {
+    g_builder *g = c->g;
+    g_dfa u, nm, base;
+    di_status st = g_node_dfa(g, content_any(c), &u, c->err);
+    if (st) return c->st = st, -1;
+    if (m) {
+        st = g_node_dfa(g, content_names(c, names, m), &nm, c->err);
+        if (!st) st = g_dfa_product(&u, &nm, true, &base, c->err), g_dfa_free(&nm);
+        g_dfa_free(&u);
+        if (st) return c->st = st, -1;
+    } else {
+        base = u;
+    }
+    g_ivec alts = {0};
+    for (int r = 0; r < (1 << p->k) && !c->st; r++) {
+        if (r == 0 && cJSON_IsFalse(addl)) continue;
+        g_dfa cur = base, nx;
+        bool own = false;
+        for (int i = 0; i < p->k && !st; i++) {
+            st = g_dfa_product(&cur, &p->dfa[i], !((r >> i) & 1), &nx, c->err);
+            if (own) g_dfa_free(&cur);
+            cur = nx, own = true;
+        }
+        if (st) { c->st = st; break; }
+        if (!g_dfa_empty(&cur)) {
+            const cJSON *vs = r == 0 ? addl : NULL;
+            for (int i = 0; i < p->k && !c->st; i++)
+                if ((r >> i) & 1) vs = vs ? js_merge(c, vs, p->schema[i]) : p->schema[i];
+            int v = !vs ? js_any_rule(c) : schema_rule(c, vs, "patternProperty");
+            int key = g_seq3(g, tok(c, "\""), g_dfa_node(g, &cur), tok(c, "\""));
+            g_ivec_push(&alts, g_seq3(g, key, punct(c, ":"), v));
+        }
+        if (own) g_dfa_free(&cur);
+    }
+    g_dfa_free(&base);
+    int res = c->st ? -1 : g_alt(g, alts.v, alts.n);
+    g_ivec_free(&alts);
+    return res;
+}
+
 static int object_node(js_ctx *c, const cJSON *s) {
     g_builder *g = c->g;
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
     const cJSON *pp = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
-    if (pp && (!cJSON_IsObject(pp) || pp->child)) return js_fail(c, DI_EUNSUPPORTED, "patternProperties");
+    if (pp && !cJSON_IsObject(pp)) return js_fail(c, DI_EINVAL, "patternProperties must be an object");
+    pp_info ppi = {0};
+    bool has_pp = pp && pp->child;
+    if (has_pp && !pp_compile(c, pp, &ppi)) { pp_free(&ppi); return -1; }
     if (props && !cJSON_IsObject(props)) return js_fail(c, DI_EINVAL, "properties must be an object");
     if (req && !cJSON_IsArray(req)) return js_fail(c, DI_EINVAL, "required must be an array");
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl)) return js_fail(c, DI_EINVAL, "additionalProperties must be a schema");
@@ -604,20 +729,32 @@ static int object_node(js_ctx *c, const cJSON *s) {
     }
     bool addl_false = cJSON_IsFalse(addl);
     bool impossible = false;
+    int n_declared = m;
     for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
-        if (!cJSON_IsString(r)) { free(names); free(schemas); free(required); return js_fail(c, DI_EINVAL, "required entries must be strings"); }
+        if (!cJSON_IsString(r)) { free(names); free(schemas); free(required); pp_free(&ppi); return js_fail(c, DI_EINVAL, "required entries must be strings"); }
         int at = -1;
         for (int i = 0; i < m; i++)
             if (!strcmp(names[i], r->valuestring)) at = i;
         if (at < 0) {
-            if (addl_false) impossible = true;
             names[m] = r->valuestring;
             schemas[m] = addl; /* NULL = any value */
             at = m++;
         }
         required[at] = true;
     }
-    if (impossible) { free(names); free(schemas); free(required); return g_none(g); }
+    /* patterns also apply to declared names that match them; an undeclared required name takes
+     * its patterns' schemas, or additionalProperties when it matches none */
+    for (int i = 0; i < m && !c->st; i++) {
+        bool any = false;
+        for (int k = 0; k < ppi.k && !c->st; k++)
+            if (pp_matches(&ppi, k, names[i])) {
+                const cJSON *base = i < n_declared || any ? schemas[i] : NULL;
+                schemas[i] = base ? js_merge(c, base, ppi.schema[k]) : ppi.schema[k];
+                any = true;
+            }
+        if (i >= n_declared && !any && addl_false) impossible = true;
+    }
+    if (impossible || c->st) { free(names); free(schemas); free(required); pp_free(&ppi); return c->st ? -1 : g_none(g); }
     int *key = di_xmalloc((size_t)(m + 1) * sizeof(int)), *val = di_xmalloc((size_t)(m + 1) * sizeof(int));
     for (int i = 0; i < m && !c->st; i++) {
         g_ivec b = {0};
@@ -630,7 +767,9 @@ static int object_node(js_ctx *c, const cJSON *s) {
         val[i] = schemas[i] ? schema_rule(c, schemas[i], names[i]) : js_any_rule(c);
     }
     int addl_member = -1;
-    if (!c->st && !addl_false) {
+    if (!c->st && has_pp) {
+        addl_member = pp_extra_member(c, &ppi, addl, names, m);
+    } else if (!c->st && !addl_false) {
         uint32_t **cps = di_xmalloc((size_t)(m + 1) * sizeof(uint32_t *));
         int *lens = di_xmalloc((size_t)(m + 1) * sizeof(int));
         for (int i = 0; i < m; i++) {
@@ -689,6 +828,7 @@ static int object_node(js_ctx *c, const cJSON *s) {
         res = g_seq3(g, g_seq2(g, tok(c, "{"), ws(c)), g_ref(g, T[1]), g_seq2(g, ws(c), tok(c, "}")));
         free(T);
     }
+    pp_free(&ppi);
     free(key);
     free(val);
     free(names);
@@ -710,6 +850,17 @@ bool js_is_annotation(const char *k) {
 }
 
 /* Standard keywords with no implementation here. */
+/* `not` of a schema that accepts everything ({} or true, annotations aside) accepts nothing. */
+static bool not_is_everything(const cJSON *s) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "not");
+    if (!n) return false;
+    if (cJSON_IsTrue(n)) return true;
+    if (!cJSON_IsObject(n)) return false;
+    for (const cJSON *k = n->child; k; k = k->next)
+        if (!js_is_annotation(k->string)) return false;
+    return true;
+}
+
 static const char *unsupported_keyword(const cJSON *s) {
     static const char *kw[] = {"not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
                                "minProperties", "maxProperties", "contains", "minContains", "maxContains",
@@ -719,6 +870,7 @@ static const char *unsupported_keyword(const cJSON *s) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
         if (!v) continue;
         if (!strcmp(kw[i], "minProperties") && cJSON_IsNumber(v) && v->valuedouble <= 0) continue;
+        if (!strcmp(kw[i], "not") && (not_is_everything(s) || cJSON_IsFalse(v))) continue;
         return kw[i];
     }
     if (cJSON_GetObjectItemCaseSensitive(s, "if") &&
@@ -1074,6 +1226,8 @@ static int js_schema(js_ctx *c, const cJSON *s) {
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (bad) {
         js_fail(c, DI_EUNSUPPORTED, "%s", bad);
+    } else if (not_is_everything(s)) {
+        r = g_none(c->g);
     } else if (ref) {
         if (!cJSON_IsString(ref)) js_fail(c, DI_EINVAL, "$ref must be a string");
         else {
