@@ -573,7 +573,8 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
 static di_status check_left_recursion(di_grammar *gr, di_err *err) {
     int R = gr->n_rules;
     uint8_t *nullable = di_xcalloc((size_t)R, 1);
-    uint8_t *seen = di_xmalloc((size_t)gr->n_states);
+    int *seen = di_xcalloc((size_t)gr->n_states + 1, sizeof(int)); /* stamp per walk */
+    int stamp = 0;
     g_ivec stack = {0};
     /* states reachable from a rule's start without consuming a byte */
     bool changed = true;
@@ -581,16 +582,16 @@ static di_status check_left_recursion(di_grammar *gr, di_err *err) {
         changed = false;
         for (int r = 0; r < R; r++) {
             if (nullable[r] || gr->rule_start[r] < 0) continue;
-            memset(seen, 0, (size_t)gr->n_states);
+            stamp++;
             stack.n = 0;
             g_ivec_push(&stack, gr->rule_start[r]);
-            seen[gr->rule_start[r]] = 1;
+            seen[gr->rule_start[r]] = stamp;
             while (stack.n) {
                 int s = stack.v[--stack.n];
                 if (gr->accepting[s]) { nullable[r] = 1; changed = true; break; }
                 for (int e = gr->call_off[s]; e < gr->call_off[s + 1]; e++)
-                    if (nullable[gr->call_rule[e]] && !seen[gr->call_to[e]]) {
-                        seen[gr->call_to[e]] = 1;
+                    if (nullable[gr->call_rule[e]] && seen[gr->call_to[e]] != stamp) {
+                        seen[gr->call_to[e]] = stamp;
                         g_ivec_push(&stack, gr->call_to[e]);
                     }
             }
@@ -600,16 +601,16 @@ static di_status check_left_recursion(di_grammar *gr, di_err *err) {
     g_ivec *adj = di_xcalloc((size_t)R, sizeof(g_ivec));
     for (int r = 0; r < R; r++) {
         if (gr->rule_start[r] < 0) continue;
-        memset(seen, 0, (size_t)gr->n_states);
+        stamp++;
         stack.n = 0;
         g_ivec_push(&stack, gr->rule_start[r]);
-        seen[gr->rule_start[r]] = 1;
+        seen[gr->rule_start[r]] = stamp;
         while (stack.n) {
             int s = stack.v[--stack.n];
             for (int e = gr->call_off[s]; e < gr->call_off[s + 1]; e++) {
                 g_ivec_push(&adj[r], gr->call_rule[e]);
-                if (nullable[gr->call_rule[e]] && !seen[gr->call_to[e]]) {
-                    seen[gr->call_to[e]] = 1;
+                if (nullable[gr->call_rule[e]] && seen[gr->call_to[e]] != stamp) {
+                    seen[gr->call_to[e]] = stamp;
                     g_ivec_push(&stack, gr->call_to[e]);
                 }
             }

@@ -137,6 +137,12 @@ typedef struct set_info {
     const di_token_trie *mask_vocab;
 } set_info;
 
+typedef struct light_entry {
+    uint32_t *mask;            /* tokens the top rule consumes alone from this state */
+    g_ivec bounds;             /* pairs (trie node, DFA state) where the stack below is needed */
+    const di_token_trie *vocab;
+} light_entry;
+
 typedef struct g_runtime {
     /* nodes: (state, parent) */
     g_ivec node_state, node_parent;
@@ -151,6 +157,9 @@ typedef struct g_runtime {
     int stamp_cap, cur_stamp;
     g_ivec stack, tmp;
     int64_t n_masks;
+    light_entry *light; /* [n_light_states] lazily */
+    int n_light_states;
+    int n_light;
 } g_runtime;
 
 static g_runtime *rt_get(di_grammar *g) {
@@ -312,6 +321,13 @@ static void runtime_free(g_runtime *r) {
     }
     g_st_free(&r->sets);
     free(r->info);
+    if (r->light) {
+        for (int i = 0; i < r->n_light_states; i++) {
+            free(r->light[i].mask);
+            g_ivec_free(&r->light[i].bounds);
+        }
+        free(r->light);
+    }
     g_ivec_free(&r->ready_pool);
     free(r->stamp);
     g_ivec_free(&r->stack);
@@ -411,6 +427,90 @@ int di_matcher_rollback(di_matcher *m, int n) {
     return k;
 }
 
+static bool light_state(const di_grammar *g, int t) {
+    return g->has_bytes[t] && !g->accepting[t] && g->call_off[t] == g->call_off[t + 1];
+}
+
+typedef struct walk_stack {
+    int32_t *node, *a, *b;
+    int sp, cap;
+} walk_stack;
+
+static void ws_push(walk_stack *w, int node, int a, int b) {
+    if (w->sp == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 4096;
+        w->node = di_xrealloc(w->node, (size_t)w->cap * sizeof(int32_t));
+        w->a = di_xrealloc(w->a, (size_t)w->cap * sizeof(int32_t));
+        w->b = di_xrealloc(w->b, (size_t)w->cap * sizeof(int32_t));
+    }
+    w->node[w->sp] = node, w->a[w->sp] = a, w->b[w->sp++] = b;
+}
+
+/* Depth-first walk of the trie below each pushed entry. A position is either an interned set
+ * (a >= 0: set id) or, while the automaton is a single stack whose top state only consumes bytes
+ * (no calls, not final), a "light" pair (a = -1 - DFA state, b = parent node) advanced by table
+ * lookups alone. With bounds != NULL the walk is context-free: it stops where a light position
+ * would turn into a set and records (trie node, -1 - state) there instead. */
+static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_stack *w, uint32_t *mask, g_ivec *bounds) {
+    const int nc = g->n_classes;
+    while (w->sp) {
+        w->sp--;
+        int nd = w->node[w->sp], a = w->a[w->sp], pb = w->b[w->sp];
+        for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) {
+            int na, nb = 0;
+            bool leaf = v->child_off[c] == v->child_off[c + 1];
+            if (a < 0) {
+                int t = g->next[(size_t)(-1 - a) * (size_t)nc + g->byte_class[v->child_byte[c]]];
+                if (t < 0) continue;
+                if (light_state(g, t)) {
+                    na = -1 - t, nb = pb;
+                } else if (bounds) {
+                    for (int k = v->tok_off[c]; k < v->tok_off[c + 1]; k++) mask[v->toks[k] / 32] |= 1u << (v->toks[k] % 32);
+                    if (!leaf) g_ivec_push(bounds, c), g_ivec_push(bounds, t);
+                    continue;
+                } else {
+                    int n1 = node_intern(r, t, pb);
+                    na = set_intern(r, &n1, 1);
+                }
+            } else {
+                na = set_step(g, r, a, v->child_byte[c]);
+                if (na < 0) continue;
+                int off = r->sets.off.v[na];
+                if (r->sets.off.v[na + 1] - off == 1) {
+                    int n1 = r->sets.pool.v[off], t = r->node_state.v[n1];
+                    if (light_state(g, t)) na = -1 - t, nb = r->node_parent.v[n1];
+                }
+            }
+            for (int k = v->tok_off[c]; k < v->tok_off[c + 1]; k++) mask[v->toks[k] / 32] |= 1u << (v->toks[k] % 32);
+            if (!leaf) ws_push(w, c, na, nb);
+        }
+    }
+}
+
+#define LIGHT_CACHE_MAX 4096
+
+/* The context-free part of a light state's mask: tokens consumed by the top rule alone, plus the
+ * trie nodes where the walk needs the stack below (cached per DFA state and vocabulary). */
+static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *v, int t, walk_stack *w) {
+    if (!r->light) {
+        r->light = di_xcalloc((size_t)g->n_states, sizeof(light_entry));
+        r->n_light_states = g->n_states;
+    }
+    light_entry *e = &r->light[t];
+    if (e->mask && e->vocab == v) return e;
+    if (r->n_light >= LIGHT_CACHE_MAX) return NULL;
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    free(e->mask);
+    g_ivec_free(&e->bounds);
+    e->mask = di_xcalloc(words, 4);
+    e->vocab = v;
+    w->sp = 0;
+    ws_push(w, 0, -1 - t, 0);
+    trie_walk(g, r, v, w, e->mask, &e->bounds);
+    r->n_light++;
+    return e;
+}
+
 void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
     const di_token_trie *v = m->v;
     size_t words = ((size_t)v->vocab + 31) / 32;
@@ -426,31 +526,33 @@ void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
         memcpy(mask, r->info[s].mask, words * 4);
         return;
     }
-    memset(mask, 0, words * 4);
-    /* depth-first walk: (trie node, set) pairs */
-    int32_t *st_node = di_xmalloc(4096 * sizeof(int32_t)), *st_set = di_xmalloc(4096 * sizeof(int32_t));
-    int cap = 4096, sp = 0;
-    st_node[sp] = 0;
-    st_set[sp++] = s;
-    while (sp) {
-        sp--;
-        int nd = st_node[sp], cs = st_set[sp];
-        for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) {
-            int ns = set_step(g, r, cs, v->child_byte[c]);
-            if (ns < 0) continue;
-            for (int k = v->tok_off[c]; k < v->tok_off[c + 1]; k++) mask[v->toks[k] / 32] |= 1u << (v->toks[k] % 32);
-            if (v->child_off[c] == v->child_off[c + 1]) continue;
-            if (sp == cap) {
-                cap *= 2;
-                st_node = di_xrealloc(st_node, (size_t)cap * sizeof(int32_t));
-                st_set = di_xrealloc(st_set, (size_t)cap * sizeof(int32_t));
-            }
-            st_node[sp] = c;
-            st_set[sp++] = ns;
+    walk_stack w = {0};
+    int off = r->sets.off.v[s];
+    light_entry *le = NULL;
+    int parent = 0;
+    if (r->sets.off.v[s + 1] - off == 1) {
+        int n1 = r->sets.pool.v[off], t = r->node_state.v[n1];
+        if (light_state(g, t)) {
+            le = light_get(g, r, v, t, &w);
+            parent = r->node_parent.v[n1];
         }
     }
-    free(st_node);
-    free(st_set);
+    if (le) {
+        memcpy(mask, le->mask, words * 4);
+        w.sp = 0;
+        for (int i = 0; i < le->bounds.n; i += 2) {
+            int n1 = node_intern(r, le->bounds.v[i + 1], parent);
+            ws_push(&w, le->bounds.v[i], set_intern(r, &n1, 1), 0);
+        }
+    } else {
+        memset(mask, 0, words * 4);
+        w.sp = 0;
+        ws_push(&w, 0, s, 0);
+    }
+    trie_walk(g, r, v, &w, mask, NULL);
+    free(w.node);
+    free(w.a);
+    free(w.b);
     set_close(g, r, s);
     if (r->info[s].accept) mask[v->eos / 32] |= 1u << (v->eos % 32);
     r->info[s].mask = di_xmalloc(words * 4);
