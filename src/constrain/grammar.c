@@ -187,7 +187,7 @@ static int cmp_u32pair(const void *a, const void *b) {
 int g_utf8_class(g_builder *g, const uint32_t *ranges, int n_ranges) {
     uint32_t *r = di_xmalloc((size_t)(n_ranges + 1) * 2 * sizeof(uint32_t));
     memcpy(r, ranges, (size_t)n_ranges * 2 * sizeof(uint32_t));
-    qsort(r, (size_t)n_ranges, 2 * sizeof(uint32_t), cmp_u32pair);
+    if (n_ranges > 1) qsort(r, (size_t)n_ranges, 2 * sizeof(uint32_t), cmp_u32pair);
     g_ivec alts = {0};
     uint8_t ascii[32] = {0};
     bool any_ascii = false;
@@ -442,7 +442,7 @@ static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
                 g_ivec_push(&c->stack, c->a->e[e].to);
             }
     }
-    qsort(out->v, (size_t)out->n, sizeof(int), cmp_int);
+    if (out->n > 1) qsort(out->v, (size_t)out->n, sizeof(int), cmp_int);
 }
 
 static void compute_classes(dfa_ctx *c) {
@@ -546,7 +546,7 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
         g_ivec_push(&o->has_bytes, hb);
         /* rule calls grouped by callee */
         int np = pairs.n / 2;
-        qsort(pairs.v, (size_t)np, 2 * sizeof(int), cmp_pair);
+        if (np > 1) qsort(pairs.v, (size_t)np, 2 * sizeof(int), cmp_pair);
         for (int i = 0; i < np;) {
             int j = i;
             g_ivec seeds = {0};

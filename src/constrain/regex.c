@@ -46,7 +46,7 @@ static int cmp_pair_u(const void *a, const void *b) {
 
 static void cs_normalize(cp_set *c) {
     int n = c->r.n / 2;
-    qsort(c->r.v, (size_t)n, 2 * sizeof(int), cmp_pair_u);
+    if (n > 1) qsort(c->r.v, (size_t)n, 2 * sizeof(int), cmp_pair_u);
     int m = 0;
     for (int i = 0; i < n; i++) {
         int lo = c->r.v[2 * i], hi = c->r.v[2 * i + 1];
