@@ -194,42 +194,43 @@ static bool read_hex(re_parser *p, int digits, uint32_t *out) {
     return true;
 }
 
-static void add_class_escape(cp_set *c, char e) {
+/* Class escapes. Python (Unicode) and ECMAScript disagree on \d \w \s, so a match must hold for
+ * both: in a positive position an escape takes the narrow set (what both engines include), inside
+ * a negated class the wide one (anything either includes), so the complement is again narrow.
+ *   narrow: \d [0-9]   \w [A-Za-z0-9_]   \s whitespace in both   \D \W \S: complements of wide
+ *   wide:   \d [0-9] + non-ASCII   \w [A-Za-z0-9_] + non-ASCII   \s whitespace in either
+ * (non-ASCII stands in for Unicode digits / word characters: no tables needed, still exact-safe). */
+static void add_ws(cp_set *c, bool wide) {
+    cs_add(c, 9, 13); cs_add(c, ' ', ' '); cs_add(c, 0xA0, 0xA0); cs_add(c, 0x1680, 0x1680);
+    cs_add(c, 0x2000, 0x200A); cs_add(c, 0x2028, 0x2029); cs_add(c, 0x202F, 0x202F);
+    cs_add(c, 0x205F, 0x205F); cs_add(c, 0x3000, 0x3000);
+    if (wide) { cs_add(c, 0x1C, 0x1F); cs_add(c, 0x85, 0x85); cs_add(c, 0xFEFF, 0xFEFF); }
+}
+
+static void add_class_escape(cp_set *c, char e, bool wide) {
+    cp_set t = {0};
     switch (e) {
-    case 'd': cs_add(c, '0', '9'); break;
-    case 'w': cs_add(c, '0', '9'); cs_add(c, 'A', 'Z'); cs_add(c, 'a', 'z'); cs_add(c, '_', '_'); break;
-    case 's':
-        cs_add(c, 9, 13); cs_add(c, ' ', ' '); cs_add(c, 0xA0, 0xA0); cs_add(c, 0x1680, 0x1680);
-        cs_add(c, 0x2000, 0x200A); cs_add(c, 0x2028, 0x2029); cs_add(c, 0x202F, 0x202F);
-        cs_add(c, 0x205F, 0x205F); cs_add(c, 0x3000, 0x3000);
-        break;
-    case 'D': case 'W': {
-        cp_set t = {0};
-        add_class_escape(&t, (char)(e + 32));
-        cs_negate(&t);
-        for (int i = 0; i < t.r.n; i++) g_ivec_push(&c->r, t.r.v[i]);
-        g_ivec_free(&t.r);
-        break;
+    case 'd': cs_add(c, '0', '9'); if (wide) cs_add(c, 0x80, 0x10FFFF); return;
+    case 'w':
+        cs_add(c, '0', '9'); cs_add(c, 'A', 'Z'); cs_add(c, 'a', 'z'); cs_add(c, '_', '_');
+        if (wide) cs_add(c, 0x80, 0x10FFFF);
+        return;
+    case 's': add_ws(c, wide); return;
+    case 'D': case 'W': add_class_escape(&t, (char)(e + 32), !wide); break;
+    case 'S': add_ws(&t, !wide); break;
     }
-    case 'S': { /* not whitespace for either engine: also exclude \x1c-\x1f, \x85, U+FEFF */
-        cp_set t = {0};
-        add_class_escape(&t, 's');
-        cs_add(&t, 0x1C, 0x1F); cs_add(&t, 0x85, 0x85); cs_add(&t, 0xFEFF, 0xFEFF);
-        cs_negate(&t);
-        for (int i = 0; i < t.r.n; i++) g_ivec_push(&c->r, t.r.v[i]);
-        g_ivec_free(&t.r);
-        break;
-    }
-    }
+    cs_negate(&t);
+    for (int i = 0; i < t.r.n; i++) g_ivec_push(&c->r, t.r.v[i]);
+    g_ivec_free(&t.r);
 }
 
 /* An escape after '\'. Sets *cp for a single character, or fills c for a class escape; returns
  * 1 = character, 2 = class, -1 = error. in_class: \b is backspace. */
-static int parse_escape(re_parser *p, bool in_class, uint32_t *cp, cp_set *c) {
+static int parse_escape(re_parser *p, bool in_class, bool wide, uint32_t *cp, cp_set *c) {
     if (p->i >= p->n) return fail(p, DI_EINVAL, "trailing backslash", NULL);
     char e = p->s[p->i++];
     switch (e) {
-    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': add_class_escape(c, e); return 2;
+    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': add_class_escape(c, e, wide); return 2;
     case 'n': *cp = '\n'; return 1;
     case 'r': *cp = '\r'; return 1;
     case 't': *cp = '\t'; return 1;
@@ -301,7 +302,7 @@ static int parse_class(re_parser *p) {
         int k;
         if (p->s[p->i] == '\\') {
             p->i++;
-            k = parse_escape(p, true, &lo, &c);
+            k = parse_escape(p, true, neg, &lo, &c);
             if (k < 0) { g_ivec_free(&c.r); return -1; }
             if (k == 2) continue;
         } else {
@@ -321,7 +322,7 @@ static int parse_class(re_parser *p) {
             if (p->s[p->i] == '\\') {
                 p->i++;
                 cp_set dummy = {0};
-                k = parse_escape(p, true, &hi, &dummy);
+                k = parse_escape(p, true, neg, &hi, &dummy);
                 g_ivec_free(&dummy.r);
                 if (k < 0) { g_ivec_free(&c.r); return -1; }
                 if (k == 2) { g_ivec_free(&c.r); return fail(p, DI_EUNSUPPORTED, "", "class escape as range end"); }
@@ -362,6 +363,7 @@ static int parse_quant(re_parser *p, int atom) {
         else if (c == '{') {
             size_t save = p->i;
             p->i++;
+            if (p->i < p->n && p->s[p->i] == ',') return fail(p, DI_EUNSUPPORTED, "", "'{,n}' (a quantifier in Python, literal text in ECMAScript)");
             if (!parse_int(p, &mn)) { p->i = save; return atom; } /* literal '{' */
             mx = mn;
             if (p->i < p->n && p->s[p->i] == ',') {
@@ -459,7 +461,7 @@ static int parse_seq(re_parser *p, bool top) {
             p->i++;
             uint32_t cp;
             cp_set cs = {0};
-            int k = parse_escape(p, false, &cp, &cs);
+            int k = parse_escape(p, false, false, &cp, &cs);
             if (k == 1) cs_add(&cs, cp, cp);
             atom = k < 0 ? -1 : cs_node(p, &cs);
             g_ivec_free(&cs.r);
