@@ -93,6 +93,13 @@ typedef struct di_request {
     const int32_t *stop_token_ids;  /* [n_stop_token_ids] */
     int n_stop_token_ids;
     bool ignore_eos;
+    /* structured output (docs/STRUCTURED_OUTPUT.md): at most one; NULL / false = none. Tokens are
+     * masked so the output follows the constraint; EOS only where the output is complete. An
+     * output cut by max_tokens or a stop string finishes as such ("length" / "stop"). */
+    const char *regex;              /* the whole output matches this regex */
+    const char *grammar_ebnf;       /* GBNF / xgrammar EBNF, start rule `root` */
+    const char *json_schema;        /* JSON schema text (response_format json_schema) */
+    bool json_object;               /* any JSON object (response_format json_object) */
 } di_request;
 
 typedef enum di_finish_reason {

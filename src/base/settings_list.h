@@ -55,3 +55,8 @@ DI_SETTING(xdg_cache_home, STR, NULL, "XDG_CACHE_HOME", "",
 DI_SETTING(home, STR, NULL, "HOME", "", "standard variable: ~/.cache/deepinfer/demo-v1 holds the demo model otherwise")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
+DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")
+DI_SETTING(regex, STR, "--regex", NULL, "", "grammar-check: regex file (whole-output match)")
+DI_SETTING(ebnf, STR, "--ebnf", NULL, "", "grammar-check: EBNF (GBNF / xgrammar syntax) file, start rule `root`")
+DI_SETTING(json_compact, BOOL, "--json-compact", NULL, "0",
+           "grammar-check: JSON schemas allow no whitespace between tokens (default: any JSON whitespace)")

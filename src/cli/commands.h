@@ -14,6 +14,7 @@ int di_cmd_detokenize(di_settings *s, int argc, char **argv);
 int di_cmd_render(di_settings *s, int argc, char **argv);
 int di_cmd_settings(di_settings *s, int argc, char **argv);
 int di_cmd_bench(di_settings *s, int argc, char **argv);
+int di_cmd_grammar_check(di_settings *s, int argc, char **argv);
 int di_cmd_inspect(di_settings *s, int argc, char **argv);
 
 /* Parses flags of argv[1..] into s; prints the error and returns false on failure. */

@@ -18,6 +18,7 @@ static const command k_commands[] = {
     {"tokenize", di_cmd_tokenize, "text on stdin -> JSON array of token ids"},
     {"detokenize", di_cmd_detokenize, "JSON array of ids on stdin -> text"},
     {"render", di_cmd_render, "OpenAI-style chat request JSON on stdin -> prompt token ids"},
+    {"grammar-check", di_cmd_grammar_check, "check candidate strings against a regex / EBNF / JSON schema"},
     {"bench", di_cmd_bench, "engine benchmark: prefill/decode tokens/s by batch size"},
     {"settings", di_cmd_settings, "list every flag and DEEPINFER_* variable"},
 };

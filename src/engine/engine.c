@@ -98,6 +98,7 @@ static void req_free(engine_req *r) {
     free(r->stop_ids);
     free(r->text);
     if (r->has_detok) di_detok_free(&r->detok);
+    di_engine_constraint_free(r);
     free(r->logprobs);
     free(r->top);
     free(r);
@@ -109,6 +110,7 @@ void di_engine_free(di_engine *e) {
     free(e->reqs);
     di_kv_pool_destroy(&e->pool);
     di_sampler_free(e->sampler);
+    di_engine_constraint_release(e);
     di_tokenizer_free(e->tok);
     di_model_free(e->model);
     free(e);
@@ -203,6 +205,10 @@ di_status di_engine_add_request(di_engine *e, const di_request *q, uint64_t *id_
     memcpy(r->tokens, ids.ids, sizeof(int32_t) * ids.n);
     di_token_vec_free(&ids);
     copy_request(e, r, q);
+    if (di_engine_constraint_init(e, r, q, &err)) {
+        req_free(r);
+        return fail(errbuf, errcap, &err);
+    }
     if (e->n_reqs == e->cap_reqs) {
         e->cap_reqs = e->cap_reqs ? e->cap_reqs * 2 : 64;
         e->reqs = di_xrealloc(e->reqs, sizeof(engine_req *) * (size_t)e->cap_reqs);

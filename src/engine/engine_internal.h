@@ -38,6 +38,10 @@ typedef struct engine_req {
     bool has_detok;
     float *logprobs;           /* [n generated] */
     di_token_logprob *top;     /* [n generated * sampling.logprobs] */
+    /* structured output (structured.c); NULL without a constraint */
+    struct di_grammar *grammar;
+    struct di_matcher *matcher;
+    uint32_t *allowed;         /* [(vocab + 31) / 32] mask of the next token */
 } engine_req;
 
 struct di_engine {
@@ -55,6 +59,7 @@ struct di_engine {
     int64_t seq_fixed_bytes;    /* rings and pair state of one running sequence */
     int64_t max_prompt_tokens;  /* longest prompt + generation that fits the budget alone */
     di_engine_stats stats;
+    struct di_token_trie *vocab_trie; /* structured output: built on the first constrained request */
 };
 
 /* A planned step: for each scheduled request, how many of its tokens to run. */
@@ -75,6 +80,17 @@ int64_t di_engine_kv_bytes_in_use(const di_engine *e);
 
 /* step.c */
 di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err);
+
+/* structured.c: structured output per request */
+/* Compiles the request's constraint (if any) into r; an invalid or unsupported one fails the
+ * request alone with a message naming the problem. */
+di_status di_engine_constraint_init(di_engine *e, engine_req *r, const di_request *q, di_err *err);
+/* The allowed-token mask for r's next token, or NULL when r is unconstrained. */
+const uint32_t *di_engine_constraint_mask(di_engine *e, engine_req *r);
+/* Advances r's matcher by the sampled token; false if the token breaks the constraint. */
+bool di_engine_constraint_commit(engine_req *r, int32_t token);
+void di_engine_constraint_free(engine_req *r);
+void di_engine_constraint_release(di_engine *e); /* the engine's vocabulary trie */
 
 /* engine.c */
 void di_engine_finish_req(di_engine *e, engine_req *r, di_finish_reason why, const char *error);

@@ -141,11 +141,15 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         const float *row_logits = logits + (size_t)w++ * V;
         di_sample_history hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
         di_sample_row sr = {.logits = row_logits, .params = &r->sampling, .history = &hist,
-                            .position = (uint64_t)r->n_tokens};
+                            .allowed_mask = di_engine_constraint_mask(e, r), .position = (uint64_t)r->n_tokens};
         di_sample_result res;
         di_err serr = {0};
         if (di_sampler_sample(e->sampler, &sr, &res, &serr)) {
             di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
+            continue;
+        }
+        if (!di_engine_constraint_commit(r, res.token_id)) {
+            di_engine_finish_req(e, r, DI_FINISH_ERROR, "structured output: sampled token outside the constraint");
             continue;
         }
         commit_token(e, r, &res);

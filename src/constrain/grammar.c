@@ -1,0 +1,935 @@
+/* Grammar builder and compiler (see grammar.h).
+ *
+ * Compilation, per rule reachable from the root:
+ *   1. byte classes: the 256 byte values are partitioned so that every byte set used anywhere is a
+ *      union of classes (DFA rows are n_classes wide, not 256);
+ *   2. Thompson NFA of the rule's expression (bounded repetition is expanded into copies);
+ *   3. subset construction over the alphabet (byte classes) + (rule calls). A rule call is an edge
+ *      labelled with the callee; the matcher pushes the callee and continues at the edge's target
+ *      when the callee accepts.
+ * Then nullable rules are found (fixed point) and left recursion (a rule that can call itself
+ * without consuming a byte) is refused. */
+#include "constrain/grammar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void g_ivec_push(g_ivec *a, int x) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 16;
+        a->v = di_xrealloc(a->v, (size_t)a->cap * sizeof(int));
+    }
+    a->v[a->n++] = x;
+}
+
+void g_ivec_free(g_ivec *a) {
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+void g_builder_init(g_builder *g) { memset(g, 0, sizeof *g); }
+
+void g_builder_free(g_builder *g) {
+    free(g->nodes);
+    g_ivec_free(&g->kids);
+    free(g->sets);
+    for (int i = 0; i < g->n_rules; i++) free(g->rule_names[i]);
+    free(g->rule_names);
+    free(g->rule_body);
+    for (int i = 0; i < g->n_autos; i++) {
+        free(g->autos[i].accept);
+        g_ivec_free(&g->autos[i].from);
+        g_ivec_free(&g->autos[i].set);
+        g_ivec_free(&g->autos[i].to);
+    }
+    free(g->autos);
+    memset(g, 0, sizeof *g);
+}
+
+static int new_node(g_builder *g, int kind, int a, int b, int c) {
+    if (g->n_nodes == g->cap_nodes) {
+        g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 256;
+        g->nodes = di_xrealloc(g->nodes, (size_t)g->cap_nodes * sizeof(g_node));
+    }
+    g->nodes[g->n_nodes] = (g_node){kind, a, b, c};
+    return g->n_nodes++;
+}
+
+int g_empty(g_builder *g) { return new_node(g, G_EMPTY, 0, 0, 0); }
+int g_none(g_builder *g) { return new_node(g, G_NONE, 0, 0, 0); }
+
+int g_bytes(g_builder *g, const uint8_t set[32]) {
+    bool any = false;
+    for (int i = 0; i < 32; i++) any |= set[i] != 0;
+    if (!any) return g_none(g);
+    if (g->n_sets == g->cap_sets) {
+        g->cap_sets = g->cap_sets ? g->cap_sets * 2 : 64;
+        g->sets = di_xrealloc(g->sets, (size_t)g->cap_sets * 32);
+    }
+    memcpy(g->sets[g->n_sets], set, 32);
+    return new_node(g, G_BYTES, g->n_sets++, 0, 0);
+}
+
+int g_byte_range(g_builder *g, int lo, int hi) {
+    uint8_t s[32] = {0};
+    for (int b = lo; b <= hi; b++) s[b >> 3] |= (uint8_t)(1u << (b & 7));
+    return g_bytes(g, s);
+}
+
+int g_lit(g_builder *g, const char *s, size_t n) {
+    if (n == 0) return g_empty(g);
+    if (n == 1) return g_byte_range(g, (uint8_t)s[0], (uint8_t)s[0]);
+    int *k = di_xmalloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) k[i] = g_byte_range(g, (uint8_t)s[i], (uint8_t)s[i]);
+    int r = g_seq(g, k, (int)n);
+    free(k);
+    return r;
+}
+
+int g_lits(g_builder *g, const char *s) { return g_lit(g, s, strlen(s)); }
+
+static int list_node(g_builder *g, int kind, const int *kids, int n) {
+    if (n == 0) return kind == G_SEQ ? g_empty(g) : g_none(g);
+    if (n == 1) return kids[0];
+    int off = g->kids.n;
+    for (int i = 0; i < n; i++) g_ivec_push(&g->kids, kids[i]);
+    return new_node(g, kind, off, n, 0);
+}
+
+int g_seq(g_builder *g, const int *kids, int n) { return list_node(g, G_SEQ, kids, n); }
+int g_alt(g_builder *g, const int *kids, int n) { return list_node(g, G_ALT, kids, n); }
+int g_seq2(g_builder *g, int a, int b) { return g_seq(g, (int[]){a, b}, 2); }
+int g_seq3(g_builder *g, int a, int b, int c) { return g_seq(g, (int[]){a, b, c}, 3); }
+int g_alt2(g_builder *g, int a, int b) { return g_alt(g, (int[]){a, b}, 2); }
+
+int g_repeat(g_builder *g, int child, int min, int max) {
+    if (max == 0) return g_empty(g);
+    if (min == 1 && max == 1) return child;
+    return new_node(g, G_REPEAT, child, min, max);
+}
+
+int g_opt(g_builder *g, int child) { return g_repeat(g, child, 0, 1); }
+int g_star(g_builder *g, int child) { return g_repeat(g, child, 0, -1); }
+int g_ref(g_builder *g, int rule) { return new_node(g, G_RULE, rule, 0, 0); }
+
+int g_rule_new(g_builder *g, const char *name) {
+    if (g->n_rules == g->cap_rules) {
+        g->cap_rules = g->cap_rules ? g->cap_rules * 2 : 32;
+        g->rule_names = di_xrealloc(g->rule_names, (size_t)g->cap_rules * sizeof(char *));
+        g->rule_body = di_xrealloc(g->rule_body, (size_t)g->cap_rules * sizeof(int));
+    }
+    g->rule_names[g->n_rules] = di_xstrdup(name ? name : "");
+    g->rule_body[g->n_rules] = -1;
+    return g->n_rules++;
+}
+
+void g_rule_set(g_builder *g, int rule, int body) { g->rule_body[rule] = body; }
+
+int g_rule_find(const g_builder *g, const char *name) {
+    for (int i = 0; i < g->n_rules; i++)
+        if (!strcmp(g->rule_names[i], name)) return i;
+    return -1;
+}
+
+/* ---- UTF-8 classes ---- */
+
+int g_utf8_encode(uint32_t cp, char *buf) {
+    if (cp < 0x80) { buf[0] = (char)cp; return 1; }
+    if (cp < 0x800) {
+        buf[0] = (char)(0xC0 | (cp >> 6));
+        buf[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        buf[0] = (char)(0xE0 | (cp >> 12));
+        buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        buf[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    buf[0] = (char)(0xF0 | (cp >> 18));
+    buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    buf[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* [lo, hi] with the same encoded length n: split until every byte position is an independent range
+ * (the standard utf8-ranges construction), appending one byte-range sequence per piece to alts. */
+static void utf8_split(g_builder *g, uint32_t lo, uint32_t hi, int n, g_ivec *alts) {
+    for (int i = 1; i < n; i++) {
+        uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) {
+                utf8_split(g, lo, lo | m, n, alts);
+                utf8_split(g, (lo | m) + 1, hi, n, alts);
+                return;
+            }
+            if ((hi & m) != m) {
+                utf8_split(g, lo, (hi & ~m) - 1, n, alts);
+                utf8_split(g, hi & ~m, hi, n, alts);
+                return;
+            }
+        }
+    }
+    char a[4], b[4];
+    g_utf8_encode(lo, a);
+    g_utf8_encode(hi, b);
+    int k[4];
+    for (int i = 0; i < n; i++) k[i] = g_byte_range(g, (uint8_t)a[i], (uint8_t)b[i]);
+    g_ivec_push(alts, g_seq(g, k, n));
+}
+
+static int cmp_u32pair(const void *a, const void *b) {
+    const uint32_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+int g_utf8_class(g_builder *g, const uint32_t *ranges, int n_ranges) {
+    uint32_t *r = di_xmalloc((size_t)(n_ranges + 1) * 2 * sizeof(uint32_t));
+    memcpy(r, ranges, (size_t)n_ranges * 2 * sizeof(uint32_t));
+    if (n_ranges > 1) qsort(r, (size_t)n_ranges, 2 * sizeof(uint32_t), cmp_u32pair);
+    g_ivec alts = {0};
+    uint8_t ascii[32] = {0};
+    bool any_ascii = false;
+    int i = 0;
+    while (i < n_ranges) {
+        uint32_t lo = r[2 * i], hi = r[2 * i + 1];
+        i++;
+        while (i < n_ranges && r[2 * i] <= hi + 1) {
+            if (r[2 * i + 1] > hi) hi = r[2 * i + 1];
+            i++;
+        }
+        if (hi > 0x10FFFF) hi = 0x10FFFF;
+        if (lo > hi) continue;
+        /* pieces by encoded length, skipping surrogates */
+        static const uint32_t bounds[][2] = {{0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xD7FF}, {0xE000, 0xFFFF},
+                                             {0x10000, 0x10FFFF}};
+        static const int lens[] = {1, 2, 3, 3, 4};
+        for (int k = 0; k < 5; k++) {
+            uint32_t a = lo > bounds[k][0] ? lo : bounds[k][0];
+            uint32_t b = hi < bounds[k][1] ? hi : bounds[k][1];
+            if (a > b) continue;
+            if (lens[k] == 1) {
+                for (uint32_t c = a; c <= b; c++) ascii[c >> 3] |= (uint8_t)(1u << (c & 7));
+                any_ascii = true;
+            } else {
+                utf8_split(g, a, b, lens[k], &alts);
+            }
+        }
+    }
+    if (any_ascii) g_ivec_push(&alts, g_bytes(g, ascii));
+    int res = g_alt(g, alts.v, alts.n);
+    g_ivec_free(&alts);
+    free(r);
+    return res;
+}
+
+/* ---- NFA ---- */
+
+enum { E_EPS, E_BYTES, E_RULE };
+
+typedef struct nfa_edge {
+    int type, label, to, next;
+} nfa_edge;
+
+typedef struct nfa {
+    int *head; /* [n] first edge, -1 = none */
+    int n, cap;
+    nfa_edge *e;
+    int ne, ce;
+    bool overflow;
+} nfa;
+
+static int nfa_state(nfa *a) {
+    if (a->n >= DI_G_MAX_NFA_STATES) {
+        a->overflow = true;
+        return 0;
+    }
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 1024;
+        a->head = di_xrealloc(a->head, (size_t)a->cap * sizeof(int));
+    }
+    a->head[a->n] = -1;
+    return a->n++;
+}
+
+static void nfa_edge_add(nfa *a, int from, int type, int label, int to) {
+    if (a->overflow) return;
+    if (a->ne == a->ce) {
+        a->ce = a->ce ? a->ce * 2 : 2048;
+        a->e = di_xrealloc(a->e, (size_t)a->ce * sizeof(nfa_edge));
+    }
+    a->e[a->ne] = (nfa_edge){type, label, to, a->head[from]};
+    a->head[from] = a->ne++;
+}
+
+/* Builds node between fresh states; returns via *s, *t. */
+static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
+    const g_node *nd = &g->nodes[node];
+    if (a->overflow) { *s = *t = 0; return; }
+    switch (nd->kind) {
+    case G_EMPTY:
+        *s = *t = nfa_state(a);
+        return;
+    case G_NONE:
+        *s = nfa_state(a);
+        *t = nfa_state(a);
+        return;
+    case G_BYTES:
+    case G_RULE:
+        *s = nfa_state(a);
+        *t = nfa_state(a);
+        nfa_edge_add(a, *s, nd->kind == G_BYTES ? E_BYTES : E_RULE, nd->a, *t);
+        return;
+    case G_SEQ: {
+        int cs, ct;
+        nfa_build(g, a, g->kids.v[nd->a], s, &ct);
+        for (int i = 1; i < nd->b; i++) {
+            int ns, nt;
+            nfa_build(g, a, g->kids.v[nd->a + i], &ns, &nt);
+            nfa_edge_add(a, ct, E_EPS, 0, ns);
+            ct = nt;
+        }
+        (void)cs;
+        *t = ct;
+        return;
+    }
+    case G_ALT:
+        *s = nfa_state(a);
+        *t = nfa_state(a);
+        for (int i = 0; i < nd->b; i++) {
+            int ns, nt;
+            nfa_build(g, a, g->kids.v[nd->a + i], &ns, &nt);
+            nfa_edge_add(a, *s, E_EPS, 0, ns);
+            nfa_edge_add(a, nt, E_EPS, 0, *t);
+        }
+        return;
+    case G_AUTO: {
+        const g_auto *au = &g->autos[nd->a];
+        int base = a->n;
+        for (int i = 0; i < au->n_states; i++) nfa_state(a);
+        if (a->overflow) { *s = *t = 0; return; }
+        *s = nfa_state(a);
+        *t = nfa_state(a);
+        nfa_edge_add(a, *s, E_EPS, 0, base);
+        for (int i = 0; i < au->from.n; i++) nfa_edge_add(a, base + au->from.v[i], E_BYTES, au->set.v[i], base + au->to.v[i]);
+        for (int i = 0; i < au->n_states; i++)
+            if (au->accept[i]) nfa_edge_add(a, base + i, E_EPS, 0, *t);
+        return;
+    }
+    case G_REPEAT: {
+        int cur = nfa_state(a);
+        *s = cur;
+        for (int i = 0; i < nd->b && !a->overflow; i++) {
+            int ns, nt;
+            nfa_build(g, a, nd->a, &ns, &nt);
+            nfa_edge_add(a, cur, E_EPS, 0, ns);
+            cur = nt;
+        }
+        if (nd->c < 0) {
+            int loop = nfa_state(a), ns, nt;
+            nfa_edge_add(a, cur, E_EPS, 0, loop);
+            nfa_build(g, a, nd->a, &ns, &nt);
+            nfa_edge_add(a, loop, E_EPS, 0, ns);
+            nfa_edge_add(a, nt, E_EPS, 0, loop);
+            *t = loop;
+        } else {
+            int end = nfa_state(a);
+            nfa_edge_add(a, cur, E_EPS, 0, end);
+            for (int i = nd->b; i < nd->c && !a->overflow; i++) {
+                int ns, nt;
+                nfa_build(g, a, nd->a, &ns, &nt);
+                nfa_edge_add(a, cur, E_EPS, 0, ns);
+                nfa_edge_add(a, nt, E_EPS, 0, end);
+                cur = nt;
+            }
+            *t = end;
+        }
+        return;
+    }
+    }
+    di_die("grammar: bad node kind %d", nd->kind);
+}
+
+/* ---- subset construction ---- */
+
+uint64_t g_hash_ints(const int *v, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uint32_t)v[i];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 29);
+}
+
+static void st_rehash(g_set_table *t) {
+    int ns = t->n_slots ? t->n_slots * 2 : 1024;
+    int *sl = di_xmalloc((size_t)ns * sizeof(int));
+    for (int i = 0; i < ns; i++) sl[i] = -1;
+    for (int k = 0; k + 1 < t->off.n; k++) {
+        uint64_t h = g_hash_ints(t->pool.v + t->off.v[k], t->off.v[k + 1] - t->off.v[k]);
+        int j = (int)(h & (uint64_t)(ns - 1));
+        while (sl[j] >= 0) j = (j + 1) & (ns - 1);
+        sl[j] = k;
+    }
+    free(t->slots);
+    t->slots = sl;
+    t->n_slots = ns;
+}
+
+/* Returns the index of set v (sorted, unique), adding it if new (*added = true). */
+int g_st_intern(g_set_table *t, const int *v, int n, bool *added) {
+    if (t->off.n == 0) g_ivec_push(&t->off, 0);
+    int count = t->off.n - 1;
+    if ((count + 1) * 2 > t->n_slots) st_rehash(t);
+    uint64_t h = g_hash_ints(v, n);
+    int j = (int)(h & (uint64_t)(t->n_slots - 1));
+    while (t->slots[j] >= 0) {
+        int k = t->slots[j];
+        int len = t->off.v[k + 1] - t->off.v[k];
+        if (len == n && !memcmp(t->pool.v + t->off.v[k], v, (size_t)n * sizeof(int))) {
+            *added = false;
+            return k;
+        }
+        j = (j + 1) & (t->n_slots - 1);
+    }
+    for (int i = 0; i < n; i++) g_ivec_push(&t->pool, v[i]);
+    g_ivec_push(&t->off, t->pool.n);
+    t->slots[j] = count;
+    *added = true;
+    return count;
+}
+
+void g_st_free(g_set_table *t) {
+    g_ivec_free(&t->pool);
+    g_ivec_free(&t->off);
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct dfa_ctx {
+    const g_builder *g;
+    nfa *a;
+    int *mark;  /* [a->n] stamp */
+    int stamp;
+    g_ivec stack, tmp;
+    uint8_t byte_class[256];
+    int n_classes;
+    g_ivec *set_classes; /* [n_sets] classes inside each byte set */
+} dfa_ctx;
+
+/* Epsilon closure of seeds (in tmp) -> sorted unique set in out. */
+static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
+    c->stamp++;
+    out->n = 0;
+    c->stack.n = 0;
+    for (int i = 0; i < n; i++)
+        if (c->mark[seeds[i]] != c->stamp) {
+            c->mark[seeds[i]] = c->stamp;
+            g_ivec_push(&c->stack, seeds[i]);
+        }
+    while (c->stack.n) {
+        int s = c->stack.v[--c->stack.n];
+        g_ivec_push(out, s);
+        for (int e = c->a->head[s]; e >= 0; e = c->a->e[e].next)
+            if (c->a->e[e].type == E_EPS && c->mark[c->a->e[e].to] != c->stamp) {
+                c->mark[c->a->e[e].to] = c->stamp;
+                g_ivec_push(&c->stack, c->a->e[e].to);
+            }
+    }
+    if (out->n > 1) qsort(out->v, (size_t)out->n, sizeof(int), cmp_int);
+}
+
+static void compute_classes(dfa_ctx *c) {
+    const g_builder *g = c->g;
+    memset(c->byte_class, 0, 256);
+    int n = 1;
+    int map[512];
+    for (int s = 0; s < g->n_sets; s++) {
+        for (int i = 0; i < 2 * n; i++) map[i] = -1;
+        int nn = 0;
+        uint8_t nc[256];
+        for (int b = 0; b < 256; b++) {
+            int in = (g->sets[s][b >> 3] >> (b & 7)) & 1;
+            int key = c->byte_class[b] * 2 + in;
+            if (map[key] < 0) map[key] = nn++;
+            nc[b] = (uint8_t)map[key];
+        }
+        memcpy(c->byte_class, nc, 256);
+        n = nn;
+    }
+    c->n_classes = n;
+    c->set_classes = di_xcalloc((size_t)(g->n_sets ? g->n_sets : 1), sizeof(g_ivec));
+    for (int s = 0; s < g->n_sets; s++) {
+        uint8_t seen[256] = {0};
+        for (int b = 0; b < 256; b++)
+            if ((g->sets[s][b >> 3] >> (b & 7)) & 1 && !seen[c->byte_class[b]]) {
+                seen[c->byte_class[b]] = 1;
+                g_ivec_push(&c->set_classes[s], c->byte_class[b]);
+            }
+    }
+}
+
+typedef struct dfa_out {
+    g_ivec next;      /* [n_states * n_classes] */
+    g_ivec state_rule, accepting, has_bytes;
+    g_ivec call_off, call_rule, call_to;
+    int n_states;
+} dfa_out;
+
+static int cmp_pair(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* Subset construction of one rule whose NFA is start..accept; states are appended to o. */
+static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accept, int *start_state,
+                          di_err *err) {
+    g_set_table t = {0};
+    g_ivec cur = {0}, work = {0}, pairs = {0};
+    g_ivec *buckets = di_xcalloc((size_t)c->n_classes, sizeof(g_ivec));
+    int base = o->n_states;
+    bool added;
+    eps_closure(c, &start, 1, &cur);
+    g_st_intern(&t, cur.v, cur.n, &added);
+    g_ivec_push(&work, 0);
+    *start_state = base;
+    /* DFA states of this rule are numbered base + set index, processed in creation order. */
+    di_status st = DI_OK;
+    for (int k = 0; k < t.off.n - 1; k++) {
+        if (base + k >= DI_G_MAX_DFA_STATES) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (more than %d automaton states, at rule '%s')",
+                         DI_G_MAX_DFA_STATES, c->g->rule_names[rule]);
+            break;
+        }
+        int len = t.off.v[k + 1] - t.off.v[k];
+        int *set = di_xmalloc((size_t)(len ? len : 1) * sizeof(int));
+        memcpy(set, t.pool.v + t.off.v[k], (size_t)len * sizeof(int));
+        for (int i = 0; i < c->n_classes; i++) buckets[i].n = 0;
+        pairs.n = 0;
+        bool acc = false;
+        for (int i = 0; i < len; i++) {
+            int s = set[i];
+            if (s == accept) acc = true;
+            for (int e = c->a->head[s]; e >= 0; e = c->a->e[e].next) {
+                const nfa_edge *ed = &c->a->e[e];
+                if (ed->type == E_BYTES) {
+                    const g_ivec *cl = &c->set_classes[ed->label];
+                    for (int j = 0; j < cl->n; j++) g_ivec_push(&buckets[cl->v[j]], ed->to);
+                } else if (ed->type == E_RULE) {
+                    g_ivec_push(&pairs, ed->label);
+                    g_ivec_push(&pairs, ed->to);
+                }
+            }
+        }
+        free(set);
+        int row = o->n_states;
+        o->n_states++;
+        g_ivec_push(&o->state_rule, rule);
+        g_ivec_push(&o->accepting, acc);
+        bool hb = false;
+        for (int i = 0; i < c->n_classes; i++) {
+            int target = -1;
+            if (buckets[i].n) {
+                eps_closure(c, buckets[i].v, buckets[i].n, &cur);
+                target = base + g_st_intern(&t, cur.v, cur.n, &added);
+                hb = true;
+            }
+            g_ivec_push(&o->next, target);
+        }
+        g_ivec_push(&o->has_bytes, hb);
+        /* rule calls grouped by callee */
+        int np = pairs.n / 2;
+        if (np > 1) qsort(pairs.v, (size_t)np, 2 * sizeof(int), cmp_pair);
+        for (int i = 0; i < np;) {
+            int j = i;
+            g_ivec seeds = {0};
+            while (j < np && pairs.v[2 * j] == pairs.v[2 * i]) g_ivec_push(&seeds, pairs.v[2 * j + 1]), j++;
+            eps_closure(c, seeds.v, seeds.n, &cur);
+            g_ivec_free(&seeds);
+            g_ivec_push(&o->call_rule, pairs.v[2 * i]);
+            g_ivec_push(&o->call_to, base + g_st_intern(&t, cur.v, cur.n, &added));
+            i = j;
+        }
+        g_ivec_push(&o->call_off, o->call_rule.n);
+        (void)row;
+    }
+    for (int i = 0; i < c->n_classes; i++) g_ivec_free(&buckets[i]);
+    free(buckets);
+    g_ivec_free(&cur);
+    g_ivec_free(&work);
+    g_ivec_free(&pairs);
+    g_st_free(&t);
+    return st;
+}
+
+/* Nullable rules and the left-recursion check. */
+static di_status check_left_recursion(di_grammar *gr, di_err *err) {
+    int R = gr->n_rules;
+    uint8_t *nullable = di_xcalloc((size_t)R, 1);
+    int *seen = di_xcalloc((size_t)gr->n_states + 1, sizeof(int)); /* stamp per walk */
+    int stamp = 0;
+    g_ivec stack = {0};
+    /* states reachable from a rule's start without consuming a byte */
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        for (int r = 0; r < R; r++) {
+            if (nullable[r] || gr->rule_start[r] < 0) continue;
+            stamp++;
+            stack.n = 0;
+            g_ivec_push(&stack, gr->rule_start[r]);
+            seen[gr->rule_start[r]] = stamp;
+            while (stack.n) {
+                int s = stack.v[--stack.n];
+                if (gr->accepting[s]) { nullable[r] = 1; changed = true; break; }
+                for (int e = gr->call_off[s]; e < gr->call_off[s + 1]; e++)
+                    if (nullable[gr->call_rule[e]] && seen[gr->call_to[e]] != stamp) {
+                        seen[gr->call_to[e]] = stamp;
+                        g_ivec_push(&stack, gr->call_to[e]);
+                    }
+            }
+        }
+    }
+    /* left-call graph: r -> q when r can call q before consuming a byte (adjacency lists) */
+    g_ivec *adj = di_xcalloc((size_t)R, sizeof(g_ivec));
+    for (int r = 0; r < R; r++) {
+        if (gr->rule_start[r] < 0) continue;
+        stamp++;
+        stack.n = 0;
+        g_ivec_push(&stack, gr->rule_start[r]);
+        seen[gr->rule_start[r]] = stamp;
+        while (stack.n) {
+            int s = stack.v[--stack.n];
+            for (int e = gr->call_off[s]; e < gr->call_off[s + 1]; e++) {
+                g_ivec_push(&adj[r], gr->call_rule[e]);
+                if (nullable[gr->call_rule[e]] && seen[gr->call_to[e]] != stamp) {
+                    seen[gr->call_to[e]] = stamp;
+                    g_ivec_push(&stack, gr->call_to[e]);
+                }
+            }
+        }
+    }
+    /* cycle detection: iterative DFS, colour 1 = on the path, 2 = done */
+    di_status st = DI_OK;
+    uint8_t *vis = di_xcalloc((size_t)R, 1);
+    int *edge_pos = di_xcalloc((size_t)R, sizeof(int));
+    for (int r0 = 0; r0 < R && !st; r0++) {
+        if (vis[r0]) continue;
+        stack.n = 0;
+        g_ivec_push(&stack, r0);
+        vis[r0] = 1;
+        while (stack.n && !st) {
+            int q = stack.v[stack.n - 1];
+            if (edge_pos[q] < adj[q].n) {
+                int p = adj[q].v[edge_pos[q]++];
+                if (vis[p] == 1) {
+                    st = di_errf(err, DI_EUNSUPPORTED, "unsupported: left recursion (rule '%s')", gr->rule_names[p]);
+                } else if (!vis[p]) {
+                    vis[p] = 1;
+                    g_ivec_push(&stack, p);
+                }
+            } else {
+                vis[q] = 2;
+                stack.n--;
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) g_ivec_free(&adj[r]);
+    free(edge_pos);
+    free(vis);
+    free(adj);
+    free(nullable);
+    free(seen);
+    g_ivec_free(&stack);
+    return st;
+}
+
+static int32_t *take_ivec(g_ivec *v) {
+    int32_t *p = di_xmalloc((size_t)(v->n ? v->n : 1) * sizeof(int32_t));
+    for (int i = 0; i < v->n; i++) p[i] = v->v[i];
+    g_ivec_free(v);
+    return p;
+}
+
+di_status di_grammar_build(const g_builder *g, int root, di_grammar **out, di_err *err) {
+    *out = NULL;
+    /* rules reachable from root */
+    uint8_t *reach = di_xcalloc((size_t)g->n_rules + 1, 1);
+    g_ivec stack = {0};
+    reach[root] = 1;
+    g_ivec_push(&stack, root);
+    di_status st = DI_OK;
+    while (stack.n && !st) {
+        int r = stack.v[--stack.n];
+        if (g->rule_body[r] < 0) {
+            st = di_errf(err, DI_EINVAL, "undefined rule '%s'", g->rule_names[r]);
+            break;
+        }
+        /* scan the expression tree for references */
+        g_ivec nodes = {0};
+        g_ivec_push(&nodes, g->rule_body[r]);
+        while (nodes.n) {
+            const g_node *nd = &g->nodes[nodes.v[--nodes.n]];
+            if (nd->kind == G_RULE && !reach[nd->a]) reach[nd->a] = 1, g_ivec_push(&stack, nd->a);
+            if (nd->kind == G_SEQ || nd->kind == G_ALT)
+                for (int i = 0; i < nd->b; i++) g_ivec_push(&nodes, g->kids.v[nd->a + i]);
+            if (nd->kind == G_REPEAT) g_ivec_push(&nodes, nd->a);
+        }
+        g_ivec_free(&nodes);
+    }
+    g_ivec_free(&stack);
+    if (st) { free(reach); return st; }
+
+    dfa_ctx c = {.g = g};
+    compute_classes(&c);
+    dfa_out o = {0};
+    g_ivec_push(&o.call_off, 0);
+    di_grammar *gr = di_xcalloc(1, sizeof *gr);
+    gr->n_rules = g->n_rules;
+    gr->root_rule = root;
+    gr->rule_names = di_xmalloc((size_t)g->n_rules * sizeof(char *));
+    gr->rule_start = di_xmalloc((size_t)g->n_rules * sizeof(int));
+    for (int r = 0; r < g->n_rules; r++) {
+        gr->rule_names[r] = di_xstrdup(g->rule_names[r]);
+        gr->rule_start[r] = -1;
+    }
+    for (int r = 0; r < g->n_rules && !st; r++) {
+        if (!reach[r]) continue;
+        nfa a = {0};
+        int s, t;
+        nfa_build(g, &a, g->rule_body[r], &s, &t);
+        if (a.overflow) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (rule '%s' over %d NFA states)",
+                         g->rule_names[r], DI_G_MAX_NFA_STATES);
+        } else {
+            c.a = &a;
+            c.mark = di_xcalloc((size_t)a.n, sizeof(int));
+            c.stamp = 0;
+            st = rule_dfa(&c, &o, r, s, t, &gr->rule_start[r], err);
+            free(c.mark);
+        }
+        free(a.head);
+        free(a.e);
+    }
+    free(reach);
+    g_ivec_free(&c.stack);
+    g_ivec_free(&c.tmp);
+    for (int s = 0; s < g->n_sets; s++) g_ivec_free(&c.set_classes[s]);
+    free(c.set_classes);
+    memcpy(gr->byte_class, c.byte_class, 256);
+    gr->n_classes = c.n_classes;
+    gr->n_states = o.n_states;
+    gr->next = take_ivec(&o.next);
+    gr->state_rule = take_ivec(&o.state_rule);
+    gr->accepting = di_xmalloc((size_t)(o.n_states ? o.n_states : 1));
+    gr->has_bytes = di_xmalloc((size_t)(o.n_states ? o.n_states : 1));
+    for (int i = 0; i < o.n_states; i++) {
+        gr->accepting[i] = (uint8_t)o.accepting.v[i];
+        gr->has_bytes[i] = (uint8_t)o.has_bytes.v[i];
+    }
+    g_ivec_free(&o.accepting);
+    g_ivec_free(&o.has_bytes);
+    gr->call_off = take_ivec(&o.call_off);
+    gr->call_rule = take_ivec(&o.call_rule);
+    gr->call_to = take_ivec(&o.call_to);
+    if (!st) st = check_left_recursion(gr, err);
+    if (st) {
+        di_grammar_free(gr);
+        return st;
+    }
+    *out = gr;
+    return DI_OK;
+}
+
+/* ---- byte DFAs for boolean operations ---- */
+
+void g_dfa_free(g_dfa *d) {
+    free(d->next);
+    free(d->accept);
+    memset(d, 0, sizeof *d);
+}
+
+static int dfa_add_state(g_dfa *d, int *cap) {
+    if (d->n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        d->next = di_xrealloc(d->next, (size_t)*cap * 256 * sizeof(int32_t));
+        d->accept = di_xrealloc(d->accept, (size_t)*cap);
+    }
+    for (int b = 0; b < 256; b++) d->next[(size_t)d->n * 256 + b] = -1;
+    d->accept[d->n] = 0;
+    return d->n++;
+}
+
+di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
+    memset(out, 0, sizeof *out);
+    nfa a = {0};
+    int s, t;
+    nfa_build(g, &a, node, &s, &t);
+    if (a.overflow) {
+        free(a.head), free(a.e);
+        return di_errf(err, DI_EUNSUPPORTED, "unsupported: expression too large for an automaton operation");
+    }
+    for (int i = 0; i < a.ne; i++)
+        if (a.e[i].type == E_RULE) {
+            free(a.head), free(a.e);
+            return di_errf(err, DI_EINTERNAL, "automaton operation on an expression with rule calls");
+        }
+    dfa_ctx c = {.g = g, .a = &a};
+    c.mark = di_xcalloc((size_t)a.n, sizeof(int));
+    g_set_table tab = {0};
+    g_ivec cur = {0};
+    g_ivec buckets[256];
+    memset(buckets, 0, sizeof buckets);
+    bool added;
+    int cap = 0;
+    eps_closure(&c, &s, 1, &cur);
+    g_st_intern(&tab, cur.v, cur.n, &added);
+    dfa_add_state(out, &cap);
+    di_status st = DI_OK;
+    for (int k = 0; k < tab.off.n - 1; k++) {
+        if (k >= DI_G_MAX_OP_STATES) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation over %d states", DI_G_MAX_OP_STATES);
+            break;
+        }
+        int len = tab.off.v[k + 1] - tab.off.v[k];
+        int *set = di_xmalloc((size_t)(len ? len : 1) * sizeof(int));
+        memcpy(set, tab.pool.v + tab.off.v[k], (size_t)len * sizeof(int));
+        for (int b = 0; b < 256; b++) buckets[b].n = 0;
+        for (int i = 0; i < len; i++) {
+            if (set[i] == t) out->accept[k] = 1;
+            for (int e = a.head[set[i]]; e >= 0; e = a.e[e].next) {
+                if (a.e[e].type != E_BYTES) continue;
+                const uint8_t *bs = g->sets[a.e[e].label];
+                for (int b = 0; b < 256; b++)
+                    if ((bs[b >> 3] >> (b & 7)) & 1) g_ivec_push(&buckets[b], a.e[e].to);
+            }
+        }
+        free(set);
+        for (int b = 0; b < 256; b++) {
+            if (!buckets[b].n) continue;
+            eps_closure(&c, buckets[b].v, buckets[b].n, &cur);
+            int id = g_st_intern(&tab, cur.v, cur.n, &added);
+            if (added) dfa_add_state(out, &cap);
+            out->next[(size_t)k * 256 + b] = id;
+        }
+    }
+    for (int b = 0; b < 256; b++) g_ivec_free(&buckets[b]);
+    g_ivec_free(&cur);
+    g_ivec_free(&c.stack);
+    g_st_free(&tab);
+    free(c.mark);
+    free(a.head);
+    free(a.e);
+    if (st) g_dfa_free(out);
+    return st;
+}
+
+di_status g_dfa_product(const g_dfa *a, const g_dfa *b, bool and_not, g_dfa *out, di_err *err) {
+    memset(out, 0, sizeof *out);
+    /* pairs (x, y) with y = -1 for b's dead state; x is never dead */
+    g_set_table tab = {0};
+    bool added;
+    int cap = 0;
+    int p0[2] = {0, 0};
+    g_st_intern(&tab, p0, 2, &added);
+    dfa_add_state(out, &cap);
+    di_status st = DI_OK;
+    for (int k = 0; k < tab.off.n - 1; k++) {
+        if (k >= DI_G_MAX_OP_STATES) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation over %d states", DI_G_MAX_OP_STATES);
+            break;
+        }
+        int x = tab.pool.v[tab.off.v[k]], y = tab.pool.v[tab.off.v[k] + 1];
+        bool bacc = y >= 0 && b->accept[y];
+        out->accept[k] = a->accept[x] && (and_not ? !bacc : bacc);
+        for (int c = 0; c < 256; c++) {
+            int nx = a->next[(size_t)x * 256 + c];
+            int ny = y >= 0 ? b->next[(size_t)y * 256 + c] : -1;
+            if (nx < 0 || (!and_not && ny < 0)) continue;
+            int pr[2] = {nx, ny};
+            int id = g_st_intern(&tab, pr, 2, &added);
+            if (added) dfa_add_state(out, &cap);
+            out->next[(size_t)k * 256 + c] = id;
+        }
+    }
+    g_st_free(&tab);
+    if (st) {
+        g_dfa_free(out);
+        return st;
+    }
+    /* prune states that cannot reach an accepting state (backward fixed point) */
+    uint8_t *live = di_xcalloc((size_t)out->n, 1);
+    for (int i = 0; i < out->n; i++) live[i] = out->accept[i];
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        for (int i = 0; i < out->n; i++) {
+            if (live[i]) continue;
+            for (int c = 0; c < 256; c++) {
+                int n = out->next[(size_t)i * 256 + c];
+                if (n >= 0 && live[n]) { live[i] = 1; changed = true; break; }
+            }
+        }
+    }
+    for (int i = 0; i < out->n; i++)
+        for (int c = 0; c < 256; c++) {
+            int n = out->next[(size_t)i * 256 + c];
+            if (n >= 0 && !live[n]) out->next[(size_t)i * 256 + c] = -1;
+        }
+    free(live);
+    return DI_OK;
+}
+
+bool g_dfa_empty(const g_dfa *d) {
+    if (!d->n) return true;
+    for (int i = 0; i < d->n; i++) /* after pruning, a live start means non-empty */
+        if (d->accept[i]) {
+            if (d->accept[0]) return false;
+            for (int c = 0; c < 256; c++)
+                if (d->next[c] >= 0) return false;
+            return true;
+        }
+    return true;
+}
+
+bool g_dfa_match(const g_dfa *d, const uint8_t *s, size_t n) {
+    int x = 0;
+    for (size_t i = 0; i < n && x >= 0; i++) x = d->next[(size_t)x * 256 + s[i]];
+    return x >= 0 && d->accept[x];
+}
+
+int g_dfa_node(g_builder *g, const g_dfa *d) {
+    if (g->n_autos == g->cap_autos) {
+        g->cap_autos = g->cap_autos ? g->cap_autos * 2 : 8;
+        g->autos = di_xrealloc(g->autos, (size_t)g->cap_autos * sizeof(g_auto));
+    }
+    g_auto *au = &g->autos[g->n_autos];
+    memset(au, 0, sizeof *au);
+    au->n_states = d->n;
+    au->accept = di_xmalloc((size_t)(d->n ? d->n : 1));
+    memcpy(au->accept, d->accept, (size_t)d->n);
+    for (int s = 0; s < d->n; s++) {
+        /* group bytes by target */
+        uint8_t done[256] = {0};
+        for (int b = 0; b < 256; b++) {
+            int t = d->next[(size_t)s * 256 + b];
+            if (t < 0 || done[b]) continue;
+            uint8_t set[32] = {0};
+            for (int c = b; c < 256; c++)
+                if (d->next[(size_t)s * 256 + c] == t) set[c >> 3] |= (uint8_t)(1u << (c & 7)), done[c] = 1;
+            int node = g_bytes(g, set); /* registers the set; the node itself is unused */
+            au = &g->autos[g->n_autos];
+            g_ivec_push(&au->from, s);
+            g_ivec_push(&au->set, g->nodes[node].a);
+            g_ivec_push(&au->to, t);
+        }
+    }
+    return new_node(g, G_AUTO, g->n_autos++, 0, 0);
+}

@@ -1,0 +1,575 @@
+/* The token-level matcher: runs a compiled grammar (per-rule DFAs with rule calls, grammar.h) as a
+ * pushdown automaton over a *set* of stacks, and computes token masks with a vocabulary trie.
+ *
+ * Stacks are persistent and hash-consed: a node is (DFA state, parent node), so a whole stack is one
+ * node id and equal stacks are equal ids. A matcher position is a sorted set of node ids, itself
+ * interned: the set id names the automaton state completely. Because DFA states (not byte offsets)
+ * are stored, positions repeat a lot (every character inside a JSON string leads back to the same
+ * set), so three caches keyed by set id make the matcher fast:
+ *   - the closure: stacks whose top can consume a byte (after pushing callees and popping finished
+ *     rules) and whether the text is complete (the root rule can finish);
+ *   - transitions: set x byte class -> set (or dead);
+ *   - token masks: set -> bit mask over the vocabulary, computed by a depth-first walk of the token
+ *     trie that follows transitions and prunes dead subtrees.
+ * Rollback is free: a matcher keeps the set id after each accepted token. */
+#include "constrain/constrain.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- vocabulary trie ---- */
+
+struct di_token_trie {
+    int32_t vocab, eos;
+    int32_t n_nodes;
+    int32_t *child_off; /* [n_nodes + 1] children of node i: child_off[i]..child_off[i+1] */
+    uint8_t *child_byte; /* [n_nodes] byte leading to node j (root: unused) */
+    int32_t *tok_off;    /* [n_nodes + 1] tokens ending at node i */
+    int32_t *toks;
+    int32_t *node_of;   /* [vocab] trie node where token id ends, -1 = never allowed */
+    int32_t *parent_of; /* [n_nodes] */
+};
+
+typedef struct tmp_node {
+    int32_t first_child, next_sibling, first_tok;
+    uint8_t byte;
+} tmp_node;
+
+di_token_trie *di_token_trie_from_bytes(const uint8_t *const *tokens, const size_t *lens, int32_t n_vocab,
+                                        int32_t eos_id) {
+    /* build a pointer trie, then flatten breadth-first so children of a node are contiguous */
+    int cap = 1 << 16, n = 1;
+    tmp_node *t = di_xmalloc((size_t)cap * sizeof *t);
+    t[0] = (tmp_node){-1, -1, -1, 0};
+    int32_t *tok_next = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
+    for (int32_t id = 0; id < n_vocab; id++) {
+        tok_next[id] = -1;
+        if (!tokens[id] || !lens[id] || id == eos_id) continue;
+        int cur = 0;
+        for (size_t i = 0; i < lens[id]; i++) {
+            uint8_t b = tokens[id][i];
+            int c = t[cur].first_child, prev = -1;
+            while (c >= 0 && t[c].byte < b) prev = c, c = t[c].next_sibling;
+            if (c < 0 || t[c].byte != b) {
+                if (n == cap) t = di_xrealloc(t, (size_t)(cap *= 2) * sizeof *t);
+                t[n] = (tmp_node){-1, c, -1, b};
+                if (prev < 0) t[cur].first_child = n;
+                else t[prev].next_sibling = n;
+                c = n++;
+            }
+            cur = c;
+        }
+        tok_next[id] = t[cur].first_tok;
+        t[cur].first_tok = id;
+    }
+    di_token_trie *v = di_xcalloc(1, sizeof *v);
+    v->vocab = n_vocab;
+    v->eos = eos_id;
+    v->n_nodes = n;
+    v->child_off = di_xmalloc((size_t)(n + 1) * sizeof(int32_t));
+    v->child_byte = di_xmalloc((size_t)n);
+    v->tok_off = di_xmalloc((size_t)(n + 1) * sizeof(int32_t));
+    v->toks = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
+    int32_t *order = di_xmalloc((size_t)n * sizeof(int32_t)); /* new index -> old */
+    int head = 0, tail = 0, nt = 0;
+    order[tail++] = 0;
+    while (head < tail) {
+        int old = order[head];
+        v->child_off[head] = tail;
+        v->child_byte[head] = t[old].byte;
+        v->tok_off[head] = nt;
+        for (int k = t[old].first_tok; k >= 0; k = tok_next[k]) v->toks[nt++] = k;
+        for (int c = t[old].first_child; c >= 0; c = t[c].next_sibling) order[tail++] = c;
+        head++;
+    }
+    v->child_off[n] = tail;
+    v->tok_off[n] = nt;
+    free(order);
+    free(tok_next);
+    free(t);
+    v->node_of = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
+    v->parent_of = di_xmalloc((size_t)n * sizeof(int32_t));
+    for (int32_t i = 0; i < n_vocab; i++) v->node_of[i] = -1;
+    v->parent_of[0] = -1;
+    for (int32_t nd = 0; nd < n; nd++) {
+        for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) v->parent_of[c] = nd;
+        for (int k = v->tok_off[nd]; k < v->tok_off[nd + 1]; k++) v->node_of[v->toks[k]] = nd;
+    }
+    return v;
+}
+
+di_status di_token_trie_build(const di_tokenizer *tok, int32_t eos_id, di_token_trie **out, di_err *err) {
+    int32_t n = di_tokenizer_vocab_size(tok);
+    if (eos_id < 0 || eos_id >= n) return di_errf(err, DI_ERANGE, "token trie: eos id %d outside [0, %d)", eos_id, n);
+    const uint8_t **p = di_xcalloc((size_t)n, sizeof *p);
+    size_t *l = di_xcalloc((size_t)n, sizeof *l);
+    for (int32_t id = 0; id < n; id++) {
+        if (di_tokenizer_is_added(tok, id)) continue;
+        p[id] = di_tokenizer_id_bytes(tok, id, &l[id]);
+    }
+    *out = di_token_trie_from_bytes(p, l, n, eos_id);
+    free(p);
+    free(l);
+    return DI_OK;
+}
+
+void di_token_trie_free(di_token_trie *v) {
+    if (!v) return;
+    free(v->child_off);
+    free(v->child_byte);
+    free(v->tok_off);
+    free(v->toks);
+    free(v->node_of);
+    free(v->parent_of);
+    free(v);
+}
+
+int32_t di_token_trie_vocab_size(const di_token_trie *v) { return v->vocab; }
+int32_t di_token_trie_eos(const di_token_trie *v) { return v->eos; }
+
+/* ---- runtime caches of a grammar ---- */
+
+typedef struct set_info {
+    int32_t ready_off, ready_n; /* closure: nodes whose top state consumes bytes */
+    int8_t closed, accept;
+    int32_t *trans;             /* [n_classes] -2 unknown, -1 dead, else set id */
+    uint32_t *mask;             /* [(vocab + 31) / 32] or NULL */
+    const di_token_trie *mask_vocab;
+} set_info;
+
+typedef struct light_entry {
+    uint32_t *mask;            /* tokens the top rule consumes alone from this state */
+    g_ivec bounds;             /* pairs (trie node, DFA state) where the stack below is needed */
+    const di_token_trie *vocab;
+} light_entry;
+
+typedef struct g_runtime {
+    /* nodes: (state, parent) */
+    g_ivec node_state, node_parent;
+    int64_t *slot_key;  /* open addressing, key = state << 32 | (parent + 1) */
+    int32_t *slot_val;
+    int64_t n_slots;
+    g_set_table sets;
+    set_info *info;
+    int info_cap;
+    g_ivec ready_pool;
+    int *stamp;
+    int stamp_cap, cur_stamp;
+    g_ivec stack, tmp;
+    int64_t n_masks;
+    light_entry *light; /* [n_light_states] lazily */
+    int n_light_states;
+    int n_light;
+} g_runtime;
+
+static g_runtime *rt_get(di_grammar *g) {
+    if (!g->rt) g->rt = di_xcalloc(1, sizeof(g_runtime));
+    return g->rt;
+}
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static void node_rehash(g_runtime *r) {
+    int64_t ns = r->n_slots ? r->n_slots * 2 : 4096;
+    int64_t *k = di_xmalloc((size_t)ns * sizeof(int64_t));
+    int32_t *v = di_xmalloc((size_t)ns * sizeof(int32_t));
+    for (int64_t i = 0; i < ns; i++) v[i] = -1;
+    for (int i = 0; i < r->node_state.n; i++) {
+        int64_t key = ((int64_t)r->node_state.v[i] << 32) | (uint32_t)(r->node_parent.v[i] + 1);
+        int64_t j = (int64_t)(mix64((uint64_t)key) & (uint64_t)(ns - 1));
+        while (v[j] >= 0) j = (j + 1) & (ns - 1);
+        k[j] = key;
+        v[j] = i;
+    }
+    free(r->slot_key);
+    free(r->slot_val);
+    r->slot_key = k;
+    r->slot_val = v;
+    r->n_slots = ns;
+}
+
+static int node_intern(g_runtime *r, int state, int parent) {
+    if ((int64_t)(r->node_state.n + 1) * 2 > r->n_slots) node_rehash(r);
+    int64_t key = ((int64_t)state << 32) | (uint32_t)(parent + 1);
+    int64_t j = (int64_t)(mix64((uint64_t)key) & (uint64_t)(r->n_slots - 1));
+    while (r->slot_val[j] >= 0) {
+        if (r->slot_key[j] == key) return r->slot_val[j];
+        j = (j + 1) & (r->n_slots - 1);
+    }
+    int id = r->node_state.n;
+    g_ivec_push(&r->node_state, state);
+    g_ivec_push(&r->node_parent, parent);
+    r->slot_key[j] = key;
+    r->slot_val[j] = id;
+    return id;
+}
+
+static int set_intern(g_runtime *r, const int *nodes, int n) {
+    bool added;
+    int id = g_st_intern(&r->sets, nodes, n, &added);
+    if (added) {
+        if (id >= r->info_cap) {
+            int nc = r->info_cap ? r->info_cap * 2 : 1024;
+            r->info = di_xrealloc(r->info, (size_t)nc * sizeof(set_info));
+            r->info_cap = nc;
+        }
+        memset(&r->info[id], 0, sizeof(set_info));
+    }
+    return id;
+}
+
+/* Closure of a set: depth-first over pushes (rule calls) and pops (finished rules). */
+static void set_close(di_grammar *g, g_runtime *r, int set) {
+    set_info *si = &r->info[set];
+    if (si->closed) return;
+    if (r->stamp_cap < r->node_state.n + 1024) {
+        int nc = (r->node_state.n + 1024) * 2;
+        r->stamp = di_xrealloc(r->stamp, (size_t)nc * sizeof(int));
+        memset(r->stamp + r->stamp_cap, 0, (size_t)(nc - r->stamp_cap) * sizeof(int));
+        r->stamp_cap = nc;
+    }
+    r->cur_stamp++;
+    int off = r->sets.off.v[set], n = r->sets.off.v[set + 1] - off;
+    r->stack.n = 0;
+    r->tmp.n = 0;
+    for (int i = 0; i < n; i++) g_ivec_push(&r->stack, r->sets.pool.v[off + i]);
+    bool accept = false;
+    while (r->stack.n) {
+        int nd = r->stack.v[--r->stack.n];
+        if (nd < r->stamp_cap && r->stamp[nd] == r->cur_stamp) continue;
+        if (nd >= r->stamp_cap) {
+            int nc = (nd + 1024) * 2;
+            r->stamp = di_xrealloc(r->stamp, (size_t)nc * sizeof(int));
+            memset(r->stamp + r->stamp_cap, 0, (size_t)(nc - r->stamp_cap) * sizeof(int));
+            r->stamp_cap = nc;
+        }
+        r->stamp[nd] = r->cur_stamp;
+        int s = r->node_state.v[nd], p = r->node_parent.v[nd];
+        if (g->has_bytes[s]) g_ivec_push(&r->tmp, nd);
+        for (int e = g->call_off[s]; e < g->call_off[s + 1]; e++) {
+            int to = g->call_to[e];
+            /* a tail call (the return state only finishes the rule) pushes no frame */
+            int ret = g->accepting[to] && !g->has_bytes[to] && g->call_off[to] == g->call_off[to + 1]
+                          ? p : node_intern(r, to, p);
+            int child = node_intern(r, g->rule_start[g->call_rule[e]], ret);
+            g_ivec_push(&r->stack, child);
+        }
+        if (g->accepting[s]) {
+            if (p < 0) accept = true;
+            else g_ivec_push(&r->stack, p);
+        }
+    }
+    si = &r->info[set];
+    si->ready_off = r->ready_pool.n;
+    si->ready_n = r->tmp.n;
+    for (int i = 0; i < r->tmp.n; i++) g_ivec_push(&r->ready_pool, r->tmp.v[i]);
+    si->accept = accept;
+    si->closed = 1;
+}
+
+/* set x byte -> set, or -1 when no stack can take the byte. */
+static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
+    int cls = g->byte_class[byte];
+    set_info *si = &r->info[set];
+    if (si->trans && si->trans[cls] != -2) return si->trans[cls];
+    set_close(g, r, set);
+    si = &r->info[set];
+    g_ivec out = {0};
+    for (int i = 0; i < si->ready_n; i++) {
+        int nd = r->ready_pool.v[si->ready_off + i];
+        int t = g->next[(size_t)r->node_state.v[nd] * (size_t)g->n_classes + (size_t)cls];
+        if (t >= 0) g_ivec_push(&out, node_intern(r, t, r->node_parent.v[nd]));
+    }
+    int res = -1;
+    if (out.n) {
+        /* sort + unique */
+        for (int i = 1; i < out.n; i++) {
+            int x = out.v[i], j = i - 1;
+            while (j >= 0 && out.v[j] > x) out.v[j + 1] = out.v[j], j--;
+            out.v[j + 1] = x;
+        }
+        int m = 1;
+        for (int i = 1; i < out.n; i++)
+            if (out.v[i] != out.v[m - 1]) out.v[m++] = out.v[i];
+        res = set_intern(r, out.v, m);
+    }
+    g_ivec_free(&out);
+    si = &r->info[set];
+    if (!si->trans) {
+        si->trans = di_xmalloc((size_t)g->n_classes * sizeof(int32_t));
+        for (int i = 0; i < g->n_classes; i++) si->trans[i] = -2;
+    }
+    si->trans[cls] = res;
+    return res;
+}
+
+static void runtime_free(g_runtime *r) {
+    if (!r) return;
+    g_ivec_free(&r->node_state);
+    g_ivec_free(&r->node_parent);
+    free(r->slot_key);
+    free(r->slot_val);
+    int n = r->sets.off.n ? r->sets.off.n - 1 : 0;
+    for (int i = 0; i < n; i++) {
+        free(r->info[i].trans);
+        free(r->info[i].mask);
+    }
+    g_st_free(&r->sets);
+    free(r->info);
+    if (r->light) {
+        for (int i = 0; i < r->n_light_states; i++) {
+            free(r->light[i].mask);
+            g_ivec_free(&r->light[i].bounds);
+        }
+        free(r->light);
+    }
+    g_ivec_free(&r->ready_pool);
+    free(r->stamp);
+    g_ivec_free(&r->stack);
+    g_ivec_free(&r->tmp);
+    free(r);
+}
+
+void di_grammar_free(di_grammar *gr) {
+    if (!gr) return;
+    for (int i = 0; i < gr->n_rules; i++) free(gr->rule_names[i]);
+    free(gr->rule_names);
+    free(gr->rule_start);
+    free(gr->next);
+    free(gr->state_rule);
+    free(gr->accepting);
+    free(gr->has_bytes);
+    free(gr->call_off);
+    free(gr->call_rule);
+    free(gr->call_to);
+    runtime_free(gr->rt);
+    free(gr);
+}
+
+void di_grammar_stats(const di_grammar *g, int64_t *n_nodes, int64_t *n_sets, int64_t *n_masks) {
+    const g_runtime *r = g->rt;
+    *n_nodes = r ? r->node_state.n : 0;
+    *n_sets = r && r->sets.off.n ? r->sets.off.n - 1 : 0;
+    *n_masks = r ? r->n_masks : 0;
+}
+
+/* ---- matcher ---- */
+
+struct di_matcher {
+    di_grammar *g;
+    const di_token_trie *v;
+    g_ivec hist; /* set id after each accepted token; hist.v[0] = start; -3 = after EOS */
+};
+
+enum { AFTER_EOS = -3 };
+
+di_matcher *di_matcher_new(di_grammar *g, const di_token_trie *v) {
+    g_runtime *r = rt_get(g);
+    di_matcher *m = di_xcalloc(1, sizeof *m);
+    m->g = g;
+    m->v = v;
+    int n0 = node_intern(r, g->rule_start[g->root_rule], -1);
+    g_ivec_push(&m->hist, set_intern(r, &n0, 1));
+    return m;
+}
+
+void di_matcher_free(di_matcher *m) {
+    if (!m) return;
+    g_ivec_free(&m->hist);
+    free(m);
+}
+
+static int cur_set(const di_matcher *m) { return m->hist.v[m->hist.n - 1]; }
+
+bool di_matcher_is_finished(const di_matcher *m) { return cur_set(m) == AFTER_EOS; }
+
+bool di_matcher_can_end(di_matcher *m) {
+    int s = cur_set(m);
+    if (s == AFTER_EOS) return true;
+    g_runtime *r = m->g->rt;
+    set_close(m->g, r, s);
+    return r->info[s].accept;
+}
+
+bool di_matcher_accept_bytes(di_matcher *m, const uint8_t *b, size_t n) {
+    int s = cur_set(m);
+    if (s == AFTER_EOS) return false;
+    for (size_t i = 0; i < n && s >= 0; i++) s = set_step(m->g, m->g->rt, s, b[i]);
+    if (s < 0) return false;
+    g_ivec_push(&m->hist, s);
+    return true;
+}
+
+static const uint8_t *trie_token_bytes(const di_token_trie *v, int32_t id, uint8_t *buf, size_t cap, size_t *len);
+
+bool di_matcher_accept_token(di_matcher *m, int32_t id) {
+    if (id < 0 || id >= m->v->vocab || cur_set(m) == AFTER_EOS) return false;
+    if (id == m->v->eos) {
+        if (!di_matcher_can_end(m)) return false;
+        g_ivec_push(&m->hist, AFTER_EOS);
+        return true;
+    }
+    uint8_t buf[1024];
+    size_t len;
+    const uint8_t *b = trie_token_bytes(m->v, id, buf, sizeof buf, &len);
+    if (!b) return false;
+    return di_matcher_accept_bytes(m, b, len);
+}
+
+int di_matcher_rollback(di_matcher *m, int n) {
+    int k = 0;
+    while (k < n && m->hist.n > 1) m->hist.n--, k++;
+    return k;
+}
+
+static bool light_state(const di_grammar *g, int t) {
+    return g->has_bytes[t] && !g->accepting[t] && g->call_off[t] == g->call_off[t + 1];
+}
+
+typedef struct walk_stack {
+    int32_t *node, *a, *b;
+    int sp, cap;
+} walk_stack;
+
+static void ws_push(walk_stack *w, int node, int a, int b) {
+    if (w->sp == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 4096;
+        w->node = di_xrealloc(w->node, (size_t)w->cap * sizeof(int32_t));
+        w->a = di_xrealloc(w->a, (size_t)w->cap * sizeof(int32_t));
+        w->b = di_xrealloc(w->b, (size_t)w->cap * sizeof(int32_t));
+    }
+    w->node[w->sp] = node, w->a[w->sp] = a, w->b[w->sp++] = b;
+}
+
+/* Depth-first walk of the trie below each pushed entry. A position is either an interned set
+ * (a >= 0: set id) or, while the automaton is a single stack whose top state only consumes bytes
+ * (no calls, not final), a "light" pair (a = -1 - DFA state, b = parent node) advanced by table
+ * lookups alone. With bounds != NULL the walk is context-free: it stops where a light position
+ * would turn into a set and records (trie node, -1 - state) there instead. */
+static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_stack *w, uint32_t *mask, g_ivec *bounds) {
+    const int nc = g->n_classes;
+    while (w->sp) {
+        w->sp--;
+        int nd = w->node[w->sp], a = w->a[w->sp], pb = w->b[w->sp];
+        for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) {
+            int na, nb = 0;
+            bool leaf = v->child_off[c] == v->child_off[c + 1];
+            if (a < 0) {
+                int t = g->next[(size_t)(-1 - a) * (size_t)nc + g->byte_class[v->child_byte[c]]];
+                if (t < 0) continue;
+                if (light_state(g, t)) {
+                    na = -1 - t, nb = pb;
+                } else if (bounds) {
+                    for (int k = v->tok_off[c]; k < v->tok_off[c + 1]; k++) mask[v->toks[k] / 32] |= 1u << (v->toks[k] % 32);
+                    if (!leaf) g_ivec_push(bounds, c), g_ivec_push(bounds, t);
+                    continue;
+                } else {
+                    int n1 = node_intern(r, t, pb);
+                    na = set_intern(r, &n1, 1);
+                }
+            } else {
+                na = set_step(g, r, a, v->child_byte[c]);
+                if (na < 0) continue;
+                int off = r->sets.off.v[na];
+                if (r->sets.off.v[na + 1] - off == 1) {
+                    int n1 = r->sets.pool.v[off], t = r->node_state.v[n1];
+                    if (light_state(g, t)) na = -1 - t, nb = r->node_parent.v[n1];
+                }
+            }
+            for (int k = v->tok_off[c]; k < v->tok_off[c + 1]; k++) mask[v->toks[k] / 32] |= 1u << (v->toks[k] % 32);
+            if (!leaf) ws_push(w, c, na, nb);
+        }
+    }
+}
+
+#define LIGHT_CACHE_MAX 4096
+
+/* The context-free part of a light state's mask: tokens consumed by the top rule alone, plus the
+ * trie nodes where the walk needs the stack below (cached per DFA state and vocabulary). */
+static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *v, int t, walk_stack *w) {
+    if (!r->light) {
+        r->light = di_xcalloc((size_t)g->n_states, sizeof(light_entry));
+        r->n_light_states = g->n_states;
+    }
+    light_entry *e = &r->light[t];
+    if (e->mask && e->vocab == v) return e;
+    if (r->n_light >= LIGHT_CACHE_MAX) return NULL;
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    free(e->mask);
+    g_ivec_free(&e->bounds);
+    e->mask = di_xcalloc(words, 4);
+    e->vocab = v;
+    w->sp = 0;
+    ws_push(w, 0, -1 - t, 0);
+    trie_walk(g, r, v, w, e->mask, &e->bounds);
+    r->n_light++;
+    return e;
+}
+
+void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
+    const di_token_trie *v = m->v;
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    int s = cur_set(m);
+    if (s == AFTER_EOS) {
+        memset(mask, 0, words * 4);
+        mask[v->eos / 32] |= 1u << (v->eos % 32);
+        return;
+    }
+    di_grammar *g = m->g;
+    g_runtime *r = g->rt;
+    if (r->info[s].mask && r->info[s].mask_vocab == v) {
+        memcpy(mask, r->info[s].mask, words * 4);
+        return;
+    }
+    walk_stack w = {0};
+    int off = r->sets.off.v[s];
+    light_entry *le = NULL;
+    int parent = 0;
+    if (r->sets.off.v[s + 1] - off == 1) {
+        int n1 = r->sets.pool.v[off], t = r->node_state.v[n1];
+        if (light_state(g, t)) {
+            le = light_get(g, r, v, t, &w);
+            parent = r->node_parent.v[n1];
+        }
+    }
+    if (le) {
+        memcpy(mask, le->mask, words * 4);
+        w.sp = 0;
+        for (int i = 0; i < le->bounds.n; i += 2) {
+            int n1 = node_intern(r, le->bounds.v[i + 1], parent);
+            ws_push(&w, le->bounds.v[i], set_intern(r, &n1, 1), 0);
+        }
+    } else {
+        memset(mask, 0, words * 4);
+        w.sp = 0;
+        ws_push(&w, 0, s, 0);
+    }
+    trie_walk(g, r, v, &w, mask, NULL);
+    free(w.node);
+    free(w.a);
+    free(w.b);
+    set_close(g, r, s);
+    if (r->info[s].accept) mask[v->eos / 32] |= 1u << (v->eos % 32);
+    r->info[s].mask = di_xmalloc(words * 4);
+    memcpy(r->info[s].mask, mask, words * 4);
+    r->info[s].mask_vocab = v;
+    r->n_masks++;
+}
+
+/* The token's bytes, walking up from the node where it ends. */
+static const uint8_t *trie_token_bytes(const di_token_trie *v, int32_t id, uint8_t *buf, size_t cap, size_t *len) {
+    int32_t nd = v->node_of[id];
+    if (nd < 0) return NULL;
+    size_t n = 0;
+    for (int32_t x = nd; x > 0; x = v->parent_of[x]) n++;
+    if (n > cap) return NULL;
+    size_t i = n;
+    for (int32_t x = nd; x > 0; x = v->parent_of[x]) buf[--i] = v->child_byte[x];
+    *len = n;
+    return buf;
+}
