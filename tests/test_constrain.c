@@ -134,25 +134,16 @@ static void test_json_schema(void) {
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"$ref\":\"#/nope\"}", "json schema: $ref #/nope does not resolve");
 }
 
-/* Masks against brute force (accept + rollback) over the real 129,280-token vocabulary. */
-static void test_masks_real_vocab(void) {
-    di_tokenizer *tok = NULL;
+/* Masks against brute force (accept + rollback) over the real 129,280-token vocabulary, at every
+ * token of `prefix`; then the text is completed with `rest` and EOS must be the way out. */
+static void check_masks(di_tokenizer *tok, di_token_trie *v, const char *schema, const char *prefix, const char *rest) {
     di_err err = {0};
-    if (di_tokenizer_load("assets/tokenizer/tokenizer.json", &tok, &err)) {
-        CHECKF(0, "tokenizer: %s", err.msg);
-        return;
-    }
-    di_token_trie *v = NULL;
-    CHECK(di_token_trie_build(tok, 1, &v, &err) == DI_OK);
-    di_grammar *g = compile(DI_CONSTRAIN_JSON_SCHEMA,
-                            "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\","
-                            "\"items\":{\"enum\":[\"a\",\"b\"]}}},\"required\":[\"id\",\"tags\"],\"additionalProperties\":false}",
-                            &err);
+    di_grammar *g = compile(DI_CONSTRAIN_JSON_SCHEMA, schema, &err);
     CHECKF(g != NULL, "%s", err.msg);
+    if (!g) return;
     int32_t n = di_tokenizer_vocab_size(tok);
     uint32_t *mask = calloc((size_t)(n + 31) / 32, 4);
     di_matcher *m = di_matcher_new(g, v);
-    const char *prefix = "{\"id\": 12, \"tags\": [\"a\"";
     di_token_vec ids = {0};
     di_tokenizer_encode(tok, prefix, strlen(prefix), false, &ids, &err);
     for (size_t step = 0; step <= ids.n; step++) {
@@ -171,7 +162,7 @@ static void test_masks_real_vocab(void) {
         if (step < ids.n) CHECK(di_matcher_accept_token(m, ids.ids[step]));
     }
     /* finish the text; then EOS is the only way on */
-    CHECK(di_matcher_accept_bytes(m, (const uint8_t *)"]}", 2));
+    CHECK(di_matcher_accept_bytes(m, (const uint8_t *)rest, strlen(rest)));
     di_matcher_fill_mask(m, mask);
     CHECK((mask[0] >> 1) & 1);
     CHECK(di_matcher_can_end(m));
@@ -185,6 +176,27 @@ static void test_masks_real_vocab(void) {
     di_token_vec_free(&ids);
     free(mask);
     di_grammar_free(g);
+}
+
+static void test_masks_real_vocab(void) {
+    di_tokenizer *tok = NULL;
+    di_err err = {0};
+    if (di_tokenizer_load("assets/tokenizer/tokenizer.json", &tok, &err)) {
+        CHECKF(0, "tokenizer: %s", err.msg);
+        return;
+    }
+    di_token_trie *v = NULL;
+    CHECK(di_token_trie_build(tok, 1, &v, &err) == DI_OK);
+    const char *s1 = "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\","
+                     "\"items\":{\"enum\":[\"a\",\"b\"]}}},\"required\":[\"id\",\"tags\"],\"additionalProperties\":false}";
+    check_masks(tok, v, s1, "{\"id\": 12, \"tags\": [\"a\"", "]}");
+    /* strings: free, counted, patterned; the second grammar reuses the vocabulary's shared
+     * context-free masks of the first where their string states have the same shape */
+    const char *s2 = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\"},\"c\":{\"type\":\"string\",\"maxLength\":40},"
+                     "\"p\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}},\"required\":[\"n\",\"c\",\"p\"]}";
+    check_masks(tok, v, s2, "{\"n\": \"h\\u00e9llo w\\\"orld\", \"c\": \"caf\xc3\xa9 au lait, s'il vous pla", "it\", \"p\": \"ab c\"}");
+    check_masks(tok, v, s2, "{\"n\": \"abc\", \"c\": \"0123456789012345678901234567890123456", "7\", \"p\": \"x\"}");
+    check_masks(tok, v, s1, "{\"id\": -3", ", \"tags\": []}");
     di_token_trie_free(v);
     di_tokenizer_free(tok);
 }
