@@ -421,7 +421,11 @@ typedef struct dfa_ctx {
     uint8_t byte_class[256];
     int n_classes;
     g_ivec *set_classes; /* [n_sets] classes inside each byte set */
+    int64_t work;        /* NFA states visited by closures: bounds compile time */
 } dfa_ctx;
+
+/* Closures may visit this many NFA states per compilation before it is refused as too large. */
+#define DI_G_MAX_CLOSURE_WORK 200000000
 
 /* Epsilon closure of seeds (in tmp) -> sorted unique set in out. */
 static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
@@ -435,6 +439,7 @@ static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
         }
     while (c->stack.n) {
         int s = c->stack.v[--c->stack.n];
+        c->work++;
         g_ivec_push(out, s);
         for (int e = c->a->head[s]; e >= 0; e = c->a->e[e].next)
             if (c->a->e[e].type == E_EPS && c->mark[c->a->e[e].to] != c->stamp) {
@@ -503,6 +508,10 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
     /* DFA states of this rule are numbered base + set index, processed in creation order. */
     di_status st = DI_OK;
     for (int k = 0; k < t.off.n - 1; k++) {
+        if (c->work > DI_G_MAX_CLOSURE_WORK) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too expensive to compile (rule '%s')", c->g->rule_names[rule]);
+            break;
+        }
         if (base + k >= DI_G_MAX_DFA_STATES) {
             st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (more than %d automaton states, at rule '%s')",
                          DI_G_MAX_DFA_STATES, c->g->rule_names[rule]);
@@ -794,8 +803,8 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
     dfa_add_state(out, &cap);
     di_status st = DI_OK;
     for (int k = 0; k < tab.off.n - 1; k++) {
-        if (k >= DI_G_MAX_OP_STATES) {
-            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation over %d states", DI_G_MAX_OP_STATES);
+        if (k >= DI_G_MAX_OP_STATES || c.work > DI_G_MAX_CLOSURE_WORK / 4) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation too large");
             break;
         }
         int len = tab.off.v[k + 1] - tab.off.v[k];
@@ -814,6 +823,13 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
         free(set);
         for (int b = 0; b < 256; b++) {
             if (!buckets[b].n) continue;
+            /* byte sets are mostly ranges: a byte with the same targets as the one before it
+             * goes to the same state (targets are pushed in the same edge order) */
+            if (b > 0 && buckets[b].n == buckets[b - 1].n &&
+                !memcmp(buckets[b].v, buckets[b - 1].v, (size_t)buckets[b].n * sizeof(int))) {
+                out->next[(size_t)k * 256 + b] = out->next[(size_t)k * 256 + b - 1];
+                continue;
+            }
             eps_closure(&c, buckets[b].v, buckets[b].n, &cur);
             int id = g_st_intern(&tab, cur.v, cur.n, &added);
             if (added) dfa_add_state(out, &cap);
