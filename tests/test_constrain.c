@@ -126,7 +126,10 @@ static void test_json_schema(void) {
            L("{\"x1\":\"ab\"}", "{\"x1\":1}", "{\"y\":\"a\"}", "{\"z\":1}", "{\"xz\":\"ab\"}"));
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", L(NULL), L("{}", "null"));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", "unsupported: not");
-    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}", "unsupported: format uri");
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}",
+           L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),
+           L("\"example.com\"", "\"http://a b\"", "\"http://a:99999\"", "\"http://x/%zz\"", "\"\""));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", "unsupported: format hostname");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}",
                  "unsupported: oneOf with overlapping alternatives");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"$ref\":\"http://example.com/s.json\"}", "unsupported: $ref to another document");
