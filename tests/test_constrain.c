@@ -125,6 +125,11 @@ static void test_json_schema(void) {
            L("{\"x1\":\"a\"}", "{\"xz\":\"a\",\"y\":3,\"z\":null}", "{}"),
            L("{\"x1\":\"ab\"}", "{\"x1\":1}", "{\"y\":\"a\"}", "{\"z\":1}", "{\"xz\":\"ab\"}"));
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", L(NULL), L("{}", "null"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{\"type\":\"integer\"}},\"additionalProperties\":false,"
+           "\"dependencies\":{\"a\":[\"b\"],\"c\":{\"properties\":{\"c\":{\"minimum\":3}}}}}",
+           L("{}", "{\"b\":1}", "{\"a\":1,\"b\":2}", "{\"c\":3}", "{\"a\":1,\"b\":2,\"c\":4}"),
+           L("{\"a\":1}", "{\"a\":1,\"c\":5}", "{\"c\":2}", "{\"b\":1,\"c\":1}"));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", "unsupported: not");
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}",
            L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),

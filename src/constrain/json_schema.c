@@ -868,7 +868,7 @@ static bool not_is_everything(const cJSON *s) {
 }
 
 static const char *unsupported_keyword(const cJSON *s) {
-    static const char *kw[] = {"not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
+    static const char *kw[] = {"not", "propertyNames",
                                "minProperties", "maxProperties", "contains", "minContains", "maxContains",
                                "multipleOf", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
                                "$recursiveRef", NULL};
@@ -1219,6 +1219,70 @@ static int schema_rule(js_ctx *c, const cJSON *s, const char *name) {
     return g_ref(c->g, rule);
 }
 
+/* dependencies / dependentRequired / dependentSchemas, rewritten exactly into allOf of anyOf:
+ * "if A is present then D" = anyOf [{properties: {A: false}}, {required: [A], ...D}]. Returns the
+ * rewritten schema (kept in c->owned), s itself when there is nothing to rewrite, NULL on error. */
+static const cJSON *rewrite_dependencies(js_ctx *c, const cJSON *s) {
+    static const char *kws[] = {"dependencies", "dependentRequired", "dependentSchemas"};
+    int n = 0;
+    for (int k = 0; k < 3; k++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, kws[k]);
+        if (!d) continue;
+        if (!cJSON_IsObject(d)) return js_fail(c, DI_EINVAL, "%s must be an object", kws[k]), NULL;
+        n += cJSON_GetArraySize(d);
+    }
+    if (n == 0) {
+        bool any = false;
+        for (int k = 0; k < 3; k++) any |= cJSON_GetObjectItemCaseSensitive(s, kws[k]) != NULL;
+        if (!any) return s;
+    }
+    if (n > 6) return js_fail(c, DI_EUNSUPPORTED, "more than 6 dependencies"), NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(c->owned, o);
+    cJSON *all = NULL;
+    for (const cJSON *k = s->child; k; k = k->next) {
+        if (!strcmp(k->string, "dependencies") || !strcmp(k->string, "dependentRequired") ||
+            !strcmp(k->string, "dependentSchemas"))
+            continue;
+        if (!strcmp(k->string, "allOf") && cJSON_IsArray(k)) {
+            all = cJSON_AddArrayToObject(o, "allOf");
+            for (const cJSON *e = k->child; e; e = e->next) cJSON_AddItemReferenceToArray(all, (cJSON *)e);
+            continue;
+        }
+        cJSON_AddItemReferenceToObject(o, k->string, (cJSON *)k);
+    }
+    if (!all) all = cJSON_AddArrayToObject(o, "allOf");
+    for (int k = 0; k < 3; k++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, kws[k]);
+        for (const cJSON *e = d ? d->child : NULL; e; e = e->next) {
+            cJSON *absent = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(absent, "properties");
+            cJSON_AddFalseToObject(props, e->string);
+            cJSON *present = cJSON_CreateObject(), *req = cJSON_AddArrayToObject(present, "required");
+            cJSON_AddItemToArray(req, cJSON_CreateString(e->string));
+            if (cJSON_IsArray(e)) {
+                for (const cJSON *x = e->child; x; x = x->next) {
+                    if (!cJSON_IsString(x)) {
+                        cJSON_Delete(absent), cJSON_Delete(present);
+                        return js_fail(c, DI_EINVAL, "%s entries must be strings", kws[k]), NULL;
+                    }
+                    cJSON_AddItemToArray(req, cJSON_CreateString(x->valuestring));
+                }
+            } else {
+                cJSON *both = cJSON_CreateArray();
+                cJSON_AddItemToArray(both, present);
+                cJSON_AddItemReferenceToArray(both, (cJSON *)e);
+                present = cJSON_CreateObject();
+                cJSON_AddItemToObject(present, "allOf", both);
+            }
+            cJSON *w = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(w, "anyOf");
+            cJSON_AddItemToArray(any, absent);
+            cJSON_AddItemToArray(any, present);
+            cJSON_AddItemToArray(all, w);
+        }
+    }
+    return o;
+}
+
 static int js_schema(js_ctx *c, const cJSON *s) {
     if (c->st) return -1;
     if (cJSON_IsBool(s)) return cJSON_IsTrue(s) ? js_any_rule(c) : g_none(c->g);
@@ -1228,6 +1292,16 @@ static int js_schema(js_ctx *c, const cJSON *s) {
         return js_fail(c, DI_EUNSUPPORTED, "schema nesting deeper than 64 (or recursive allOf/$ref merge)");
     }
     int r = -1;
+    const cJSON *rw = rewrite_dependencies(c, s);
+    if (!rw) {
+        c->depth--;
+        return -1;
+    }
+    if (rw != s) {
+        r = js_schema(c, rw);
+        c->depth--;
+        return c->st ? -1 : r;
+    }
     const char *bad = unsupported_keyword(s);
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (bad) {
@@ -1245,12 +1319,13 @@ static int js_schema(js_ctx *c, const cJSON *s) {
                 if (m) r = js_schema(c, m);
             }
         }
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "allOf")) {
-        r = composition_node(c, s, "allOf");
     } else if (cJSON_GetObjectItemCaseSensitive(s, "anyOf")) {
+        /* alternatives first: merging allOf items that both carry anyOf would go round in circles */
         r = composition_node(c, s, "anyOf");
     } else if (cJSON_GetObjectItemCaseSensitive(s, "oneOf")) {
         r = composition_node(c, s, "oneOf");
+    } else if (cJSON_GetObjectItemCaseSensitive(s, "allOf")) {
+        r = composition_node(c, s, "allOf");
     } else {
         int types = schema_types(c, s);
         if (c->st) {

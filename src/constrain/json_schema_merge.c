@@ -205,7 +205,12 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
         if (!strcmp(k, "format") || !strcmp(k, "pattern") || !strcmp(k, "$ref") ||
             !strcmp(k, "patternProperties") || !strcmp(k, "prefixItems") || !strcmp(k, "items") ||
             !strcmp(k, "additionalItems") || !strcmp(k, "dependencies") || !strcmp(k, "not") || !strcmp(k, "if") ||
-            !strcmp(k, "multipleOf") || !strcmp(k, "contains") || !strcmp(k, "propertyNames")) {
+            !strcmp(k, "multipleOf") || !strcmp(k, "contains") || !strcmp(k, "propertyNames") ||
+            !strcmp(k, "dependentRequired") || !strcmp(k, "dependentSchemas") || !strcmp(k, "then") ||
+            !strcmp(k, "else") || !strcmp(k, "unevaluatedProperties") || !strcmp(k, "unevaluatedItems") ||
+            !strcmp(k, "minContains") || !strcmp(k, "maxContains") || !strcmp(k, "$dynamicRef") ||
+            !strcmp(k, "$recursiveRef") || !strcmp(k, "nullable") || !strcmp(k, "exclusiveMinimum") ||
+            !strcmp(k, "exclusiveMaximum")) {
             js_fail(c, DI_EUNSUPPORTED, "allOf combining two different '%s'", k);
             goto out;
         }
