@@ -4,11 +4,13 @@
 #   make asan     build with AddressSanitizer + UBSan into build-asan/ and run the tests that are
 #                 fast enough under it (the long fixture runs are covered by `make test`)
 #   make check    test + asan: what CI runs
+#   make cuda     the CUDA backend, its tests and deepinfer-cuda-bench into build-cuda/ (needs nvcc;
+#                 the tests print SKIPPED without a GPU; tools/cuda/device_run.sh runs them on one)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 ASAN_SKIP ?= test_fixture_tiny|test_forward_chunked|test_tokenizer_hf|test_engram_token_map_hf|test_tokenizer_fuzz
 
-.PHONY: all test asan check clean
+.PHONY: all test asan check cuda clean
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
@@ -23,5 +25,9 @@ asan:
 
 check: test asan
 
+cuda:
+	cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DDI_CUDA=ON >/dev/null
+	cmake --build build-cuda -j $(JOBS) --target cuda_all
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-cuda

@@ -14,15 +14,18 @@
 /* A weight matrix [rows = out, cols = in] as stored in the checkpoint. */
 typedef struct di_weight {
     di_dtype dtype;       /* F8_E4M3 (32x32 e8m0 blocks), I8 (FP4 e2m1 packed, 1x32 e8m0), BF16, F32 */
-    const void *data;
+    const void *data;     /* the whole stored matrix */
     const uint8_t *scale; /* e8m0 bytes: [ceil(rows/32), ceil(cols/32)] for FP8, [rows, cols/32] FP4 */
-    int64_t rows, cols;
+    int64_t rows, cols;   /* of this view */
+    int64_t row0;         /* the view's first row in the stored matrix (a row block, e.g. one wo_a
+                             group); 0 for whole matrices */
 } di_weight;
 
 /* How a linear layer computes, mirroring the reference's four kinds (model-spec §2.0). */
 typedef enum di_linear_mode {
     DI_LIN_QUANT,  /* FP8/FP4 weight: act_quant(x, 32, ue8m0) then block-scaled fp32 acc; bf16 out */
-    DI_LIN_BF16,   /* bf16 x, bf16 w, fp32 accumulate, bf16 out (F.linear in bf16) */
+    DI_LIN_BF16,   /* bf16 x, bf16 w, fp32 accumulate, bf16 out (F.linear in bf16); an FP8 weight is
+                      read as its exact bf16 dequantisation (wo_a, which the reference dequantises) */
     DI_LIN_F32,    /* fp32 x, weight widened to fp32, fp32 out */
 } di_linear_mode;
 

@@ -14,11 +14,11 @@ DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "", "DeepInfer's bac
 DI_SETTING(batch_invariant, BOOL, NULL, "DEEPINFER_BATCH_INVARIANT", "0",
            "bit-identical logits whatever the batch (the CPU backend always is)")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
-           "DeepInfer knob: variable-length DSpark verification (accepted, used by the spec-decode issue)")
+           "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
-           "DeepInfer knob: DSpark speculative decoding (accepted, used by the spec-decode issue)")
+           "DeepInfer knob: DSpark speculative decoding (not implemented yet: warns and is ignored)")
 DI_SETTING(yoco_prefill_keep_tokens, INT, NULL, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", "0",
-           "decoder SWA bounded replay window (0 = exact reference prefill; DeepInfer uses 140)")
+           "decoder SWA bounded replay window; DeepInfer uses 140 (not implemented yet: the exact prefill runs, with a warning)")
 DI_SETTING(ids, STR, "--ids", NULL, "", "logits: comma-separated token ids")
 DI_SETTING(prefill, INT, "--prefill", NULL, "-1", "logits: ids run as one prefill (-1 = all)")
 DI_SETTING(replay_topk, STR, "--replay-topk", NULL, "",
@@ -30,6 +30,29 @@ DI_SETTING(jsonl, BOOL, "--jsonl", NULL, "0",
            "tokenize/render/detokenize: one input per stdin line, one result per output line")
 DI_SETTING(skip_special, BOOL, "--skip-special", NULL, "0",
            "detokenize: drop tokens flagged special (BOS, EOS, ...) as HF skip_special_tokens")
+DI_SETTING(input, STR, "--input", NULL, "", "generate: JSONL file of requests, one per line (- = stdin)")
+DI_SETTING(output, STR, "--output", NULL, "", "generate: JSONL file of results (stdout if empty or -)")
+DI_SETTING(prompt, STR, "--prompt", NULL, "", "generate: one text prompt (also -p), streamed to stdout")
+DI_SETTING(chat, BOOL, "--chat", NULL, "0",
+           "generate -p: send the prompt as one user message through the chat template")
+DI_SETTING(max_tokens, INT, "--max-tokens", NULL, "0",
+           "generate: tokens to generate at most (0 = the engine default, 16); default of JSONL lines")
+DI_SETTING(temperature, FLOAT, "--temperature", NULL, "1",
+           "generate: sampling temperature (0 = greedy); default of JSONL lines")
+DI_SETTING(top_p, FLOAT, "--top-p", NULL, "1", "generate: nucleus sampling mass (1 = off); default of JSONL lines")
+DI_SETTING(top_k, INT, "--top-k", NULL, "0", "generate: keep the k most likely tokens (0 = off); default of JSONL lines")
+DI_SETTING(seed, INT, "--seed", NULL, "0",
+           "generate: engine seed (requests without a seed derive theirs from it and their id); -p: the seed")
+DI_SETTING(kv_budget, STR, "--kv-budget", NULL, "0",
+           "engine: bytes for per-sequence state (KV, rings), suffix K/M/G allowed (0 = 1G)")
+DI_SETTING(max_num_seqs, INT, "--max-num-seqs", NULL, "0", "engine: sequences running at once (0 = 64)")
+DI_SETTING(max_batch_tokens, INT, "--max-batch-tokens", NULL, "0",
+           "engine: tokens per step, decode + prefill chunks (0 = 2048)")
+DI_SETTING(max_prefill_chunk, INT, "--max-prefill-chunk", NULL, "0",
+           "engine: prefill tokens of one sequence per step (0 = max-batch-tokens)")
+DI_SETTING(xdg_cache_home, STR, NULL, "XDG_CACHE_HOME", "",
+           "standard variable: the demo model is cached under it (deepinfer/demo-v1) when absolute")
+DI_SETTING(home, STR, NULL, "HOME", "", "standard variable: ~/.cache/deepinfer/demo-v1 holds the demo model otherwise")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

@@ -7,6 +7,7 @@
 
 typedef int (*di_command_fn)(di_settings *s, int argc, char **argv);
 
+int di_cmd_generate(di_settings *s, int argc, char **argv);
 int di_cmd_logits(di_settings *s, int argc, char **argv);
 int di_cmd_tokenize(di_settings *s, int argc, char **argv);
 int di_cmd_detokenize(di_settings *s, int argc, char **argv);

@@ -12,6 +12,7 @@ typedef struct {
 } command;
 
 static const command k_commands[] = {
+    {"generate", di_cmd_generate, "run requests (JSONL file) or stream one prompt (-p) through the engine"},
     {"logits", di_cmd_logits, "run ids through the model, write float32 logits of every position"},
     {"inspect", di_cmd_inspect, "load and validate a checkpoint, print its configuration"},
     {"tokenize", di_cmd_tokenize, "text on stdin -> JSON array of token ids"},
@@ -30,6 +31,20 @@ static void usage(FILE *f) {
     fprintf(f, "\n`deepinfer settings` lists the options.\n");
 }
 
+/* DeepInfer's knobs that name features this build does not have yet: say so rather than ignore. */
+static void warn_unimplemented(const di_settings *s) {
+    if (s->use_nextn_decode)
+        fprintf(stderr, "deepinfer: warning: DEEPINFER_USE_NEXTN_DECODE ignored: DSpark speculative decoding is "
+                        "not implemented yet\n");
+    if (s->enable_mtp_varlen)
+        fprintf(stderr, "deepinfer: warning: DEEPINFER_ENABLE_MTP_VARLEN ignored: speculative decoding is not "
+                        "implemented yet\n");
+    if (s->yoco_prefill_keep_tokens > 0)
+        fprintf(stderr, "deepinfer: warning: DEEPINFER_YOCO_PREFILL_KEEP_TOKENS=%ld ignored: decoder SWA bounded "
+                        "replay is not implemented yet; prefill runs the exact reference path\n",
+                s->yoco_prefill_keep_tokens);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
@@ -45,6 +60,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "deepinfer: %s\n", err.msg);
         return 2;
     }
+    warn_unimplemented(&s);
     int rc = -1;
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) {
         if (!strcmp(argv[1], k_commands[i].name)) {

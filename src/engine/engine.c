@@ -180,7 +180,7 @@ static void copy_request(di_engine *e, engine_req *r, const di_request *q) {
     for (int i = 0; i < q->n_stop; i++) r->stop[i] = di_xstrdup(q->stop[i]);
     r->n_stop_ids = q->n_stop_token_ids;
     r->stop_ids = di_xmalloc(sizeof(int32_t) * (size_t)(q->n_stop_token_ids ? q->n_stop_token_ids : 1));
-    if (q->n_stop_token_ids) memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->n_stop_token_ids);
+    if (q->n_stop_token_ids > 0) memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->n_stop_token_ids);
     r->ignore_eos = q->ignore_eos;
     if (e->tok) {
         di_detok_init(&r->detok, e->tok, true);

@@ -70,9 +70,9 @@ void di_fwd_output_proj(const di_model *m, const di_attn_weights *a, const float
     float *rg = malloc(sizeof(float) * (size_t)R * rank);    /* [R, rank] */
     float *cat = malloc(sizeof(float) * (size_t)R * G * rank); /* [R, G*rank] bf16 */
     for (int g = 0; g < G; g++) {
-        di_weight wg = a->wo_a;
+        di_weight wg = a->wo_a; /* rows g*rank .. (g+1)*rank-1: group g's block of the diagonal */
         wg.rows = rank;
-        wg.data = (const uint8_t *)a->wo_a.data + (size_t)g * rank * gcols * 2;
+        wg.row0 = (int64_t)g * rank;
         for (int r = 0; r < R; r++)
             memcpy(og + r * gcols, o + (size_t)r * G * gcols + g * gcols, sizeof(float) * (size_t)gcols);
         di_cpu_linear(&wg, og, R, rg, DI_LIN_BF16);

@@ -111,13 +111,13 @@ di_status di_dspark_draft(const di_model *m, di_seq_state *s, int64_t p, int32_t
     const int R = cf->dspark_block_size, n = cf->hc_mult;
     const int64_t D = cf->hidden_size;
     if (cf->num_nextn_predict_layers <= 0) return di_errf(err, DI_EUNSUPPORTED, "model has no DSpark blocks");
-    if (R > 7) return di_errf(err, DI_EUNSUPPORTED, "dspark_block_size %d > 7", R);
+    if (R > DI_FWD_MAX_DSPARK_BLOCK) return di_errf(err, DI_EUNSUPPORTED, "dspark_block_size %d > %d", R, DI_FWD_MAX_DSPARK_BLOCK);
     if (next_token < 0 || next_token >= cf->vocab_size)
         return di_errf(err, DI_ERANGE, "DSpark anchor token %d out of range", next_token);
     if (p < 0) return di_errf(err, DI_EINVAL, "DSpark anchor position %lld", (long long)p);
-    int32_t tokens[8];
-    int64_t pos[8];
-    int row_seq[8] = {0};
+    int32_t tokens[DI_FWD_MAX_DSPARK_BLOCK + 1];
+    int64_t pos[DI_FWD_MAX_DSPARK_BLOCK + 1];
+    int row_seq[DI_FWD_MAX_DSPARK_BLOCK + 1] = {0};
     for (int r = 0; r < R; r++) {
         tokens[r] = r == 0 ? next_token : cf->dspark_noise_token_id;
         pos[r] = p + 1 + r;

@@ -9,7 +9,7 @@
 void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_row, int64_t stride,
                       int64_t offset, const int64_t *pos, int rows, bool inverse) {
     const int rd = m->cfg.qk_rope_head_dim;
-    float cs[256], sn[256];
+    float cs[DI_FWD_MAX_ROPE_DIM / 2], sn[DI_FWD_MAX_ROPE_DIM / 2];
     for (int r = 0; r < rows; r++) {
         di_model_rope_row(m, kind, pos[r], cs, sn);
         di_cpu_rope(x + (size_t)r * n_vec_per_row * stride, n_vec_per_row, stride, offset, rd, cs, sn,
@@ -21,7 +21,7 @@ void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_r
 static void hc_mixes(const di_model *m, const float *x, const void *fn, const float *scale,
                      const float *base, float *pre, float *post, float *comb) {
     const di_config *c = &m->cfg;
-    float mix[64];
+    float mix[DI_FWD_MAX_HC * (DI_FWD_MAX_HC + 2)];
     di_cpu_hc_mix_logits(x, c->hc_mult, c->hidden_size, fn, (float)c->rms_norm_eps, mix);
     di_cpu_hc_split_sinkhorn(mix, scale, base, c->hc_mult, c->hc_sinkhorn_iters, (float)c->hc_eps,
                              pre, post, comb);

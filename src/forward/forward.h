@@ -43,9 +43,9 @@ di_status di_forward(const di_model *m, di_batch *b, di_err *err);
 /* DSpark draft (model-spec §4.2): seeds the draft rings from main_hidden rows and/or drafts.
  * See dspark.c. */
 typedef struct di_dspark_out {
-    int32_t tokens[8];            /* [block_size + 1]: column 0 = anchor token, then greedy drafts */
+    int32_t tokens[DI_FWD_MAX_DSPARK_BLOCK + 1]; /* [block_size + 1]: column 0 = anchor token, then greedy drafts */
     float *logits;                /* [block_size, vocab] draft logits, or NULL */
-    float confidence[8];          /* [block_size] confidence logits */
+    float confidence[DI_FWD_MAX_DSPARK_BLOCK]; /* [block_size] confidence logits */
 } di_dspark_out;
 
 /* Writes the DSpark context rows of `n` positions starting at `pos0` from their main_hidden rows

@@ -14,7 +14,8 @@ static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, fl
     const di_config *cf = &m->cfg;
     const int Dh = cf->head_dim, idim = cf->index_head_dim, rd = cf->qk_rope_head_dim;
     const float eps = (float)cf->rms_norm_eps;
-    float normed[1024], key_raw[1024], key[1024], cs[256], sn[256];
+    float normed[DI_FWD_MAX_HEAD_DIM], key_raw[DI_FWD_MAX_HEAD_DIM], key[DI_FWD_MAX_HEAD_DIM];
+    float cs[DI_FWD_MAX_ROPE_DIM / 2], sn[DI_FWD_MAX_ROPE_DIM / 2];
     di_cpu_rmsnorm(latent, L->attn.cmp_norm, 1, Dh, eps, normed);
     di_fwd_debug(c, "compressor_latent_row", L->id, normed, Dh);
     di_cpu_linear(&L->attn.idx_wk, normed, 1, key_raw, DI_LIN_BF16);
@@ -32,7 +33,7 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
     const int R = c->R, Dh = m->cfg.head_dim;
     float *k = malloc(sizeof(float) * (size_t)R * Dh); /* [R, Dh] fp32 (ratio 2) or bf16 (ratio 1) */
     float *z = NULL;                                    /* [R, Dh] fp32 gate logits (ratio 2) */
-    float latent[1024];
+    float latent[DI_FWD_MAX_HEAD_DIM];
     if (L->ratio == 2) {
         z = malloc(sizeof(float) * (size_t)R * Dh);
         di_cpu_linear(&L->attn.cmp_wkv, x, R, k, DI_LIN_F32);

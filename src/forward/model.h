@@ -1,7 +1,7 @@
 /* A loaded V4.1 model: the validated config, the mmapped checkpoint, and every weight bound to the
- * place the forward pass uses it (model-spec §5.2). Binding copies only what the reference
- * transforms at load time (wo_a dequantised to bf16, the Engram q*k gain product) and small f32
- * vectors; everything else is a view into the mmapped shards. */
+ * place the forward pass uses it (model-spec §5.2). Binding copies only the Engram q*k gain product
+ * and small f32 vectors; everything else, wo_a included (used as its exact bf16 dequantisation), is
+ * a view into the mmapped shards. */
 #ifndef DI_FORWARD_MODEL_H
 #define DI_FORWARD_MODEL_H
 
@@ -11,8 +11,19 @@
 #include "model/engram_consts.h"
 #include "model/safetensors.h"
 
+/* Sizes the forward pass keeps in fixed buffers; a config beyond them is refused at load with an
+ * error naming the field (the released model is well inside every one). */
+enum {
+    DI_FWD_MAX_HEAD_DIM = 1024,      /* head_dim, index_head_dim */
+    DI_FWD_MAX_ROPE_DIM = 512,       /* qk_rope_head_dim */
+    DI_FWD_MAX_EXPERTS = 512,        /* n_routed_experts, dspark_n_routed_experts */
+    DI_FWD_MAX_TOPK_EXPERTS = 16,    /* num_experts_per_tok, dspark_num_experts_per_tok */
+    DI_FWD_MAX_HC = 6,               /* hc_mult: n*(n+2) mix coefficients in 64 */
+    DI_FWD_MAX_DSPARK_BLOCK = 7,     /* dspark_block_size */
+};
+
 typedef struct di_attn_weights {
-    di_weight wq_a, wq_b, wkv, wo_a, wo_b; /* wo_a: BF16, dequantised at load, [groups*o_rank, H/groups*Dh] */
+    di_weight wq_a, wq_b, wkv, wo_a, wo_b; /* wo_a: FP8 [groups*o_rank, H/groups*Dh], used as bf16 */
     const void *q_norm, *kv_norm;          /* bf16 [q_lora], [Dh] */
     float *attn_sink;                      /* [H] f32 (copied) */
     /* compressor: kv-source layers only */
@@ -76,7 +87,7 @@ typedef struct di_model {
     const void *norm;                      /* bf16 [D] */
     di_dspark_weights dspark;
     /* RoPE frequencies (model-spec §1.5): [0] ratio-0 layers, [1] compressed layers */
-    float rope_freq[2][256];
+    float rope_freq[2][DI_FWD_MAX_ROPE_DIM / 2];
     /* Engram */
     di_engram_consts engram;
     di_engram_token_map token_map;         /* compressed id per token */

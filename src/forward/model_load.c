@@ -66,21 +66,6 @@ static di_weight bind_weight(binder *b, const char *prefix_fmt, int layer) {
     return w;
 }
 
-/* wo_a is applied as a bf16 grouped einsum; the reference dequantises it once (exact in bf16). */
-static di_weight dequant_fp8_to_bf16(const di_weight *w) {
-    di_weight out = *w;
-    uint16_t *d = di_xmalloc(sizeof(uint16_t) * (size_t)(w->rows * w->cols));
-    const uint8_t *q = w->data;
-    const int64_t scols = (w->cols + 31) / 32;
-    for (int64_t n = 0; n < w->rows; n++)
-        for (int64_t k = 0; k < w->cols; k++)
-            d[n * w->cols + k] = di_f32_to_bf16(di_e4m3_to_f32(q[n * w->cols + k]) *
-                                                di_e8m0_to_f32(w->scale[(n / 32) * scols + k / 32]));
-    out.dtype = DI_DT_BF16;
-    out.data = d;
-    out.scale = NULL;
-    return out;
-}
 
 static void bind_attention(binder *b, di_model *m, di_layer *L, const char *p) {
     char fmt[96];
@@ -90,8 +75,10 @@ static void bind_attention(binder *b, di_model *m, di_layer *L, const char *p) {
     a->wq_b = bind_weight(b, P("attn.wq_b"), L->id);
     a->wkv = bind_weight(b, P("attn.wkv"), L->id);
     a->wo_b = bind_weight(b, P("attn.wo_b"), L->id);
-    di_weight wo_a = bind_weight(b, P("attn.wo_a"), L->id);
-    if (!b->st) a->wo_a = dequant_fp8_to_bf16(&wo_a);
+    /* wo_a is a bf16 grouped einsum in the reference, which dequantises it once at convert time;
+     * the BF16 linear reads the FP8 values times their scales, the same bf16 numbers, without a
+     * copy (2.8 GB for the released model) */
+    a->wo_a = bind_weight(b, P("attn.wo_a"), L->id);
     a->q_norm = bind_raw(b, P("attn.q_norm.weight"), L->id);
     a->kv_norm = bind_raw(b, P("attn.kv_norm.weight"), L->id);
     a->attn_sink = bind_f32_copy(b, P("attn.attn_sink"), L->id, NULL, m->cfg.num_attention_heads);
@@ -281,12 +268,32 @@ static di_status build_engram(di_model *m, const char *dir, di_err *err) {
     return DI_OK;
 }
 
+static di_status check_forward_limits(const di_config *c, const char *path, di_err *err) {
+    struct { const char *field; long value, max; } lim[] = {
+        {"head_dim", c->head_dim, DI_FWD_MAX_HEAD_DIM},
+        {"index_head_dim", c->index_head_dim, DI_FWD_MAX_HEAD_DIM},
+        {"qk_rope_head_dim", c->qk_rope_head_dim, DI_FWD_MAX_ROPE_DIM},
+        {"n_routed_experts", c->n_routed_experts, DI_FWD_MAX_EXPERTS},
+        {"dspark_n_routed_experts", c->dspark_n_routed_experts, DI_FWD_MAX_EXPERTS},
+        {"num_experts_per_tok", c->num_experts_per_tok, DI_FWD_MAX_TOPK_EXPERTS},
+        {"dspark_num_experts_per_tok", c->dspark_num_experts_per_tok, DI_FWD_MAX_TOPK_EXPERTS},
+        {"hc_mult", c->hc_mult, DI_FWD_MAX_HC},
+        {"dspark_block_size", c->dspark_block_size, DI_FWD_MAX_DSPARK_BLOCK},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].value > lim[i].max)
+            return di_errf(err, DI_EUNSUPPORTED, "%s: text_config.%s = %ld is beyond what this engine supports (%ld)",
+                           path, lim[i].field, lim[i].value, lim[i].max);
+    return DI_OK;
+}
+
 di_status di_model_load(di_model **out, const char *dir, di_err *err) {
     *out = NULL;
     di_model *m = di_xcalloc(1, sizeof *m);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     di_status st = di_config_load(&m->cfg, path, err);
+    if (!st) st = check_forward_limits(&m->cfg, path, err);
     if (!st) st = di_checkpoint_open(&m->ck, dir, err);
     if (!st) st = di_checkpoint_validate(m->ck, &m->cfg, err);
     if (st) {
@@ -320,7 +327,6 @@ void di_model_free(di_model *m) {
     if (!m) return;
     for (int i = 0; m->layers && i < m->n_total_layers; i++) {
         di_layer *L = &m->layers[i];
-        free((void *)L->attn.wo_a.data);
         free(L->attn.attn_sink);
         free(L->ffn.gate_bias);
         free(L->ffn.gate_bias_vl);

@@ -11,21 +11,21 @@
 #include "forward/forward_internal.h"
 
 typedef struct route {
-    int32_t expert[16]; /* selected experts, selection order */
-    float weight[16];   /* their routing weights */
+    int32_t expert[DI_FWD_MAX_TOPK_EXPERTS]; /* selected experts, selection order */
+    float weight[DI_FWD_MAX_TOPK_EXPERTS];   /* their routing weights */
 } route;
 
 static void route_row(const di_model *m, const di_ffn_weights *f, const float *x, route *out) {
-    float logits[512], score[512];
+    float logits[DI_FWD_MAX_EXPERTS], score[DI_FWD_MAX_EXPERTS];
     di_cpu_linear(&f->gate, x, 1, logits, DI_LIN_F32);
-    float biased[512];
+    float biased[DI_FWD_MAX_EXPERTS];
     for (int e = 0; e < f->n_experts; e++) {
         float z = logits[e];
         float sp = z > 20.0f ? z : log1pf(expf(z));
         score[e] = sqrtf(sp);
         biased[e] = score[e] + f->gate_bias[e];
     }
-    uint8_t taken[512] = {0};
+    uint8_t taken[DI_FWD_MAX_EXPERTS] = {0};
     float sum = 0.0f;
     for (int j = 0; j < f->top_k; j++) {
         int best = -1;
@@ -104,7 +104,7 @@ void di_fwd_moe(fwd_ctx *c, const di_layer *L, const float *x, float *out) {
     }
     expert_ffn(m, &f->sh_w1, &f->sh_w2, &f->sh_w3, x, R, NULL, yg);
     for (int r = 0; r < R; r++) {
-        int order[16];
+        int order[DI_FWD_MAX_TOPK_EXPERTS];
         for (int j = 0; j < K; j++) order[j] = j;
         for (int a = 1; a < K; a++) /* ascending expert id */
             for (int b = a; b > 0 && routes[r].expert[order[b]] < routes[r].expert[order[b - 1]]; b--) {

@@ -9,6 +9,7 @@
  * rely on (layer schedule, source lists, divisibility). Semantics that belong to other modules
  * (e.g. the Engram prime sums) are not checked here. */
 #include "model/config.h"
+#include "base/file.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -426,21 +427,10 @@ di_status di_config_parse(di_config *cfg, const char *json_text, const char *ori
 }
 
 di_status di_config_load(di_config *cfg, const char *path, di_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return di_errf(err, DI_EIO, "%s: cannot open", path);
     char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0) {
-        buf = di_xmalloc((size_t)n + 1);
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = -1;
-        else buf[n] = 0;
-    }
-    fclose(f);
-    if (n < 0) {
-        free(buf);
-        return di_errf(err, DI_EIO, "%s: cannot read (or larger than 64 MiB)", path);
-    }
-    di_status st = di_config_parse(cfg, buf, path, err);
+    di_status st = di_read_file(path, (size_t)64 << 20, "config", &buf, NULL, err);
+    if (st) return st;
+    st = di_config_parse(cfg, buf, path, err);
     free(buf);
     return st;
 }

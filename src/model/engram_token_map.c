@@ -27,6 +27,7 @@
  * Unicode scalar value alone, 100,000 random short strings and the whole V3 vocabulary normalise
  * exactly as HF `tokenizers` 0.23.3 does (tests/test_engram_token_map_hf.sh). */
 #include "model/engram_consts.h"
+#include "base/file.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -341,26 +342,6 @@ di_status di_engram_token_map_build(const char *const *decoded, const size_t *de
     return DI_OK;
 }
 
-static char *read_whole_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = di_xmalloc(cap + 1);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) buf = di_xrealloc(buf, (cap *= 2) + 1);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 /* Pulls the strings of array `name` ([n]) out of the stub; pointers stay owned by root. */
 static di_status stub_strings(const cJSON *root, const char *name, int n, const char **s,
@@ -383,8 +364,9 @@ static di_status stub_strings(const cJSON *root, const char *name, int n, const 
 di_status di_engram_token_map_from_stub(const char *path, di_engram_token_map *out, di_err *err) {
     *out = (di_engram_token_map){0};
     size_t n_bytes = 0;
-    char *text = read_whole_file(path, &n_bytes);
-    if (!text) return di_errf(err, DI_EIO, "%s: cannot read tokenizer stub", path);
+    char *text = NULL;
+    di_status st = di_read_file(path, (size_t)256 << 20, "tokenizer stub", &text, &n_bytes, err);
+    if (st) return st;
     /* cJSON ends strings at NUL, which would silently merge "\u0000" with "" */
     if (strstr(text, "\\u0000")) {
         free(text);
@@ -395,7 +377,7 @@ di_status di_engram_token_map_from_stub(const char *path, di_engram_token_map *o
     if (!root) return di_errf(err, DI_EFORMAT, "%s: not valid JSON", path);
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decode");
     int n = cJSON_IsArray(dec) ? cJSON_GetArraySize(dec) : 0;
-    di_status st = DI_OK;
+    st = DI_OK;
     if (n < 1) st = di_errf(err, DI_EFORMAT, "%s: `decode` must be a non-empty array", path);
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
     if (!st && vs && (!cJSON_IsNumber(vs) || vs->valuedouble != n))

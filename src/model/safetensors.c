@@ -15,6 +15,7 @@
  * Tensors live in one array; names are owned by the checkpoint; lookup is an open-addressing hash
  * table (FNV-1a, linear probing) sized to a power of two at least twice the tensor count. */
 #include "model/safetensors.h"
+#include "base/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -365,21 +366,8 @@ di_status di_safetensors_open_file(di_checkpoint **out, const char *path, di_err
 
 /* Reads a whole small file (the index) into a NUL-terminated buffer. */
 static char *slurp(const char *path, di_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return di_errf(err, DI_EIO, "%s: cannot open (%s)", path, strerror(errno)), NULL;
     char *buf = NULL;
-    long n = -1;
-    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n <= MAX_INDEX_BYTES && !fseek(f, 0, SEEK_SET)) {
-        buf = di_xmalloc((size_t)n + 1);
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = -1;
-        else buf[n] = 0;
-    }
-    fclose(f);
-    if (n < 0) {
-        free(buf);
-        return di_errf(err, DI_EIO, "%s: cannot read (or larger than %ld bytes)", path, MAX_INDEX_BYTES), NULL;
-    }
-    return buf;
+    return di_read_file(path, (size_t)MAX_INDEX_BYTES, "index", &buf, NULL, err) ? NULL : buf;
 }
 
 static bool safe_file_name(const char *s) {

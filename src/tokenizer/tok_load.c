@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tokenizer/tok_internal.h"
+#include "base/file.h"
 
 #define DI_TOK_MAX_FILE_BYTES (512u << 20)
 #define DI_TOK_MAX_IDS (1 << 24)
@@ -407,26 +408,9 @@ di_status di_tokenizer_load_json(const char *json, size_t len, const char *name,
 
 di_status di_tokenizer_load(const char *path, di_tokenizer **out, di_err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return di_errf(err, DI_EIO, "%s: cannot open tokenizer file", path);
     char *buf = NULL;
     size_t len = 0;
-    di_status st = DI_OK;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size < 0 || (unsigned long)size > DI_TOK_MAX_FILE_BYTES) {
-            st = di_errf(err, DI_EFORMAT, "%s: size %ld is not a plausible tokenizer.json", path, size);
-        } else {
-            rewind(f);
-            buf = di_xmalloc((size_t)size + 1);
-            len = fread(buf, 1, (size_t)size, f);
-            if (len != (size_t)size) st = di_errf(err, DI_EIO, "%s: short read (%zu of %ld bytes)", path, len, size);
-            buf[len] = 0;
-        }
-    } else {
-        st = di_errf(err, DI_EIO, "%s: cannot seek (not a regular file?)", path);
-    }
-    fclose(f);
+    di_status st = di_read_file(path, DI_TOK_MAX_FILE_BYTES, "tokenizer file", &buf, &len, err);
     if (!st) st = di_tokenizer_load_json(buf, len, path, out, err);
     free(buf);
     return st;

@@ -12,12 +12,14 @@
 /* Weight value (n, k) of a quantised matrix, without its scale. */
 static inline float wq_at(const di_weight *w, int64_t n, int64_t k) {
     const uint8_t *d = w->data;
+    n += w->row0;
     if (w->dtype == DI_DT_F8_E4M3) return di_e4m3_to_f32(d[n * w->cols + k]);
     uint8_t byte = d[n * (w->cols / 2) + k / 2];
     return di_e2m1_lut[(k & 1) ? (byte >> 4) : (byte & 15)];
 }
 
 static inline float wscale_at(const di_weight *w, int64_t n, int64_t kb) {
+    n += w->row0;
     if (w->dtype == DI_DT_F8_E4M3) {
         int64_t scale_cols = (w->cols + 31) / 32;
         return di_e8m0_to_f32(w->scale[(n / 32) * scale_cols + kb]);
@@ -27,6 +29,8 @@ static inline float wscale_at(const di_weight *w, int64_t n, int64_t kb) {
 
 static inline float weight_plain_at(const di_weight *w, int64_t n, int64_t k) {
     const uint8_t *d = w->data;
+    if (w->dtype == DI_DT_F8_E4M3) return wq_at(w, n, k) * wscale_at(w, n, k / 32); /* exact in bf16 */
+    n += w->row0;
     if (w->dtype == DI_DT_BF16) return di_bf16_load(d + 2 * (n * w->cols + k));
     return di_f32_load(d + 4 * (n * w->cols + k));
 }
@@ -83,7 +87,7 @@ void di_cpu_linear(const di_weight *w, const float *x, int64_t m, float *y, di_l
         linear_quant(w, x, m, y);
         return;
     case DI_LIN_BF16:
-        assert(w->dtype == DI_DT_BF16);
+        assert(w->dtype == DI_DT_BF16 || w->dtype == DI_DT_F8_E4M3);
         linear_plain(w, x, m, y, true);
         return;
     case DI_LIN_F32:

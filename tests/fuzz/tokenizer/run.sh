@@ -18,7 +18,7 @@ fi
 set -e
 clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Iinclude -Isrc $(pkg-config --cflags libpcre2-8 libcjson icu-uc) \
-    tests/fuzz/tokenizer/fuzz_tokenizer.c src/tokenizer/*.c src/base/error.c \
+    tests/fuzz/tokenizer/fuzz_tokenizer.c src/tokenizer/*.c src/base/error.c src/base/file.c \
     $(pkg-config --libs libpcre2-8 libcjson icu-uc) -lpthread -lm -o "$OUT/fuzz_tokenizer"
 mkdir -p "$OUT/corpus"
 cp tests/fuzz/tokenizer/corpus/* "$OUT/corpus/" 2>/dev/null || true

@@ -1,0 +1,132 @@
+/* Device-side number formats and helpers shared by the CUDA kernels (internal header).
+ *
+ * Every helper here is the bit-for-bit twin of a CPU reference function in base/numerics.h or of
+ * the C library call the reference makes, so kernels that follow the reference's order of
+ * operations give identical bits. The library is built with -fmad=false (no mul+add contraction),
+ * matching the CPU reference's ISO C build, which never fuses.
+ *
+ * expf: the CPU reference calls glibc's expf, which is not correctly rounded (about 1 result in
+ * 13,000 differs from the correctly rounded one). di_dev_expf is the same algorithm (32-entry
+ * 2^(i/32) table, degree-3 polynomial in double, one final rounding), written with explicitly
+ * rounded double operations; it agreed with glibc 2.36's expf on every one of 5e8 inputs sampled
+ * over the finite range (tools/cuda/README.md says how that was checked). */
+#ifndef DI_CUDA_COMMON_CUH
+#define DI_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define DI_CUDA_CHECK(call)                                                                     \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, #call,           \
+                    cudaGetErrorString(e_));                                                    \
+            abort();                                                                            \
+        }                                                                                       \
+    } while (0)
+
+/* Checks the launch just made (configuration errors surface here, faults at the next sync). */
+#define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
+
+/* ---- bf16 (round to nearest even, NaN kept), as di_f32_to_bf16 ---- */
+static __device__ __forceinline__ float di_dev_bf16_round(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(((u >> 16) | 0x40u) << 16);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
+    return __uint_as_float((uint32_t)*p << 16);
+}
+
+/* ---- e8m0 scale byte ---- */
+static __device__ __forceinline__ float di_dev_e8m0(uint8_t b) {
+    if (b == 255) return __uint_as_float(0x7fc00000u);
+    if (b == 0) return 0x1p-127f;
+    return __uint_as_float((uint32_t)b << 23);
+}
+
+/* ---- minifloat rounding (di_minifloat_rne): x / quantum is exact, rintf rounds half to even ---- */
+static __device__ __forceinline__ float di_dev_minifloat_rne(float x, int mant_bits, int min_exp) {
+    if (x == 0.0f || !isfinite(x)) return x;
+    int e;
+    frexpf(x, &e);
+    int ex = e - 1;
+    if (ex < min_exp) ex = min_exp;
+    float quantum = ldexpf(1.0f, ex - mant_bits);
+    return rintf(x / quantum) * quantum;
+}
+static __device__ __forceinline__ float di_dev_e4m3_rne(float x) { return di_dev_minifloat_rne(x, 3, -6); }
+static __device__ __forceinline__ float di_dev_e2m1_rne(float x) { return di_dev_minifloat_rne(x, 1, 0); }
+static __device__ __forceinline__ float di_dev_clampf(float x, float lo, float hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+/* fast_round_scale: 2^(exponent + (mantissa != 0)) from the fp32 bits (di_pow2_ceil) */
+static __device__ __forceinline__ float di_dev_pow2_ceil(float v) {
+    uint32_t u = __float_as_uint(v);
+    int e = (int)((u >> 23) & 0xffu) - 127 + ((u & 0x7fffffu) != 0);
+    return ldexpf(1.0f, e);
+}
+
+/* e4m3 code -> the value times 2^9 as an integer (|v| <= 448 * 512): exact integer arithmetic
+ * for the GEMM block sums. NaN codes (0x7f/0xff) never occur in checkpoints; they map to 0. */
+static __device__ __forceinline__ int di_dev_e4m3_to_int512(uint32_t b) {
+    int ex = (b >> 3) & 15, man = b & 7;
+    int mag = ex == 0 ? man : (8 + man) << (ex - 1);
+    if (ex == 15 && man == 7) mag = 0;
+    return (b & 0x80) ? -mag : mag;
+}
+/* e4m3 grid value (already rounded, |q| <= 448) -> q * 512 as an integer (exact) */
+static __device__ __forceinline__ int di_dev_q_to_int512(float q) { return (int)(q * 512.0f); }
+
+/* e2m1 nibble -> value times 2 as an integer */
+static __device__ __forceinline__ int di_dev_e2m1_to_int2(uint32_t nib) {
+    int e = (nib >> 1) & 3, man = nib & 1;
+    int m = e == 0 ? man : (2 + man) << (e - 1); /* 0 1 2 3 4 6 8 12 */
+    return (nib & 8) ? -m : m;
+}
+
+/* ---- glibc's expf, operation for operation (see the file comment) ---- */
+__device__ static const unsigned long long di_dev_exp2f_tab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull};
+
+static __device__ __forceinline__ float di_dev_expf(float x) {
+    if (isnan(x)) return x + x;
+    if (x > 0x1.62e42ep6f) return __int_as_float(0x7f800000);
+    if (x < -0x1.9fe368p6f) return 0.0f;
+    const double inv_ln2_n = 0x1.71547652b82fep+0 * 32.0, shift = 0x1.8p+52;
+    const double c0 = 0x1.c6af84b912394p-5 / 32.0 / 32.0 / 32.0;
+    const double c1 = 0x1.ebfce50fac4f3p-3 / 32.0 / 32.0;
+    const double c2 = 0x1.62e42ff0c52d6p-1 / 32.0;
+    double z = __dmul_rn(inv_ln2_n, (double)x);
+    double kd = __dadd_rn(z, shift);
+    unsigned long long ki = (unsigned long long)__double_as_longlong(kd);
+    kd = __dsub_rn(kd, shift);
+    double r = __dsub_rn(z, kd);
+    unsigned long long t = di_dev_exp2f_tab[ki & 31] + (ki << 47);
+    double s = __longlong_as_double((long long)t);
+    double p = __dadd_rn(__dmul_rn(c0, r), c1);
+    double r2 = __dmul_rn(r, r);
+    double y = __dadd_rn(__dmul_rn(c2, r), 1.0);
+    y = __dadd_rn(__dmul_rn(p, r2), y);
+    y = __dmul_rn(y, s);
+    return (float)y;
+}
+
+static __device__ __forceinline__ float di_dev_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

@@ -1,0 +1,138 @@
+/* Indexer scores and top-k selection on the GPU (model-spec §2.4 (6)), twins of index_scores()
+ * and topk_select() in src/forward/indexer.c.
+ *
+ * Scores: one warp per (row, key), lane = head (<= 32 heads). Each lane takes q_h . k_t in double
+ * in index order (the CPU's order; the FP4-grid products are exact, so the sum is too), rounds to
+ * bf16, applies relu and the bf16 head-weight product; the warp then adds the 32 head terms in
+ * double in head order and rounds once to bf16 -- the CPU's three roundings, bit-exact.
+ *
+ * Top-k: one thread block per row. The order "higher score first, lower position on exact ties"
+ * is a total order on 64-bit keys (order-preserving score bits << 32 | ~position; -0 counts as
+ * +0, as the CPU's comparisons do), so the selection is "every key >= the k-th largest key",
+ * found by a 64-step bitwise search with block-wide counts, then written in ascending position
+ * order by a block-wide ordered compaction, and padded with -1. -inf (and NaN) scores are never
+ * selected, as on the CPU. Exact. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+#define IDX_WARPS 8
+#define IDX_MAX_DIM 128
+#define TOPK_THREADS 1024
+
+__global__ void __launch_bounds__(IDX_WARPS * 32)
+index_score_kernel(const float *__restrict__ qi, const float *__restrict__ w,
+                   const float *__restrict__ keys, int64_t P, int nh, int idim,
+                   const int64_t *__restrict__ visible, float *__restrict__ score) {
+    __shared__ float q_s[32][IDX_MAX_DIM + 1];
+    __shared__ float w_s[32];
+    const int64_t r = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < nh * idim; i += IDX_WARPS * 32)
+        q_s[i / idim][i % idim] = qi[r * nh * idim + i];
+    if (threadIdx.x < nh) w_s[threadIdx.x] = w[r * nh + threadIdx.x];
+    __syncthreads();
+    const int64_t t = (int64_t)blockIdx.x * IDX_WARPS + warp;
+    if (t >= P) return;
+    const float *kt = keys + t * idim;
+    float term = 0.0f;
+    if (lane < nh) {
+        double dot = 0.0;
+        for (int d = 0; d < idim; d++) dot += (double)q_s[lane][d] * kt[d];
+        const float sv = di_dev_bf16_round((float)dot);
+        term = di_dev_bf16_round(fmaxf(sv, 0.0f) * w_s[lane]);
+    }
+    double sum = 0.0;
+    for (int h = 0; h < nh; h++) sum += (double)__shfl_sync(0xffffffffu, term, h);
+    if (lane == 0) {
+        const bool vis = !visible || t < visible[r];
+        score[r * P + t] = vis ? di_dev_bf16_round((float)sum) : -INFINITY;
+    }
+}
+
+extern "C" void di_cuda_index_score(const float *qi, const float *w, const float *keys, int64_t R,
+                                    int64_t P, int nh, int idim, const int64_t *visible, float *score,
+                                    cudaStream_t s) {
+    if (nh > 32 || idim > IDX_MAX_DIM) {
+        fprintf(stderr, "di_cuda_index_score: %d heads x %d dims exceeds 32 x %d\n", nh, idim, IDX_MAX_DIM);
+        abort();
+    }
+    if (R <= 0 || P <= 0) return;
+    dim3 grid((unsigned)((P + IDX_WARPS - 1) / IDX_WARPS), (unsigned)R);
+    index_score_kernel<<<grid, IDX_WARPS * 32, 0, s>>>(qi, w, keys, P, nh, idim, visible, score);
+    DI_CUDA_LAUNCHED();
+}
+
+/* Sort key: larger is better; 0 for entries that can never be selected. */
+static __device__ __forceinline__ unsigned long long topk_key(const float *score, int64_t t) {
+    float v = score[t];
+    if (!(v > -INFINITY)) return 0ull;
+    if (v == 0.0f) v = 0.0f; /* -0 ties with +0 */
+    uint32_t u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (0xffffffffu - (uint32_t)t);
+}
+
+static __device__ int block_sum_int(int v, int *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    int total = 0;
+    for (int i = 0; i < TOPK_THREADS / 32; i++) total += red[i];
+    return total;
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS)
+topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__restrict__ out_all) {
+    __shared__ int red[TOPK_THREADS / 32];
+    __shared__ int base_s;
+    const float *score = score_all + (int64_t)blockIdx.x * P;
+    int32_t *out = out_all + (int64_t)blockIdx.x * k;
+    int nvalid = 0;
+    for (int64_t t = threadIdx.x; t < P; t += TOPK_THREADS) nvalid += topk_key(score, t) != 0ull;
+    nvalid = block_sum_int(nvalid, red);
+    const int kk = nvalid < k ? nvalid : k;
+    unsigned long long thr = 0ull;
+    if (kk > 0) {
+        for (int bit = 63; bit >= 0; bit--) {
+            const unsigned long long cand = thr | (1ull << bit);
+            int c = 0;
+            for (int64_t t = threadIdx.x; t < P; t += TOPK_THREADS) c += topk_key(score, t) >= cand;
+            if (block_sum_int(c, red) >= kk) thr = cand;
+        }
+    }
+    /* ordered compaction of the keys >= thr (exactly kk of them: keys are distinct) */
+    if (threadIdx.x == 0) base_s = 0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t c0 = 0; kk > 0 && c0 < P; c0 += TOPK_THREADS) {
+        const int64_t t = c0 + threadIdx.x;
+        const bool sel = t < P && topk_key(score, t) >= thr && topk_key(score, t) != 0ull;
+        const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+        __syncthreads();
+        if (lane == 0) red[warp] = __popc(ballot);
+        __syncthreads();
+        int before = base_s;
+        for (int i = 0; i < warp; i++) before += red[i];
+        if (sel) out[before + __popc(ballot & ((1u << lane) - 1u))] = (int32_t)t;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int tot = 0;
+            for (int i = 0; i < TOPK_THREADS / 32; i++) tot += red[i];
+            base_s += tot;
+        }
+        __syncthreads();
+    }
+    for (int j = kk + threadIdx.x; j < k; j += TOPK_THREADS) out[j] = -1;
+}
+
+extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, cudaStream_t s) {
+    if (R <= 0 || k <= 0) return;
+    if (P >= 0xffffffffll) {
+        fprintf(stderr, "di_cuda_topk: %lld positions exceed the 32-bit key\n", (long long)P);
+        abort();
+    }
+    topk_kernel<<<(unsigned)R, TOPK_THREADS, 0, s>>>(score, P, k, out);
+    DI_CUDA_LAUNCHED();
+}

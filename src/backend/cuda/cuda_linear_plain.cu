@@ -1,0 +1,124 @@
+/* BF16 and F32 linear layers through cuBLAS, the context, and the linear dispatcher.
+ *
+ * The CPU reference sums each output exactly-then-rounded (a double sum rounded once to fp32);
+ * cuBLAS accumulates in fp32 in its own order, so these are NOT bit-exact: DI_LIN_BF16 output
+ * is within 1 bf16 ulp of the CPU's (a difference only where the fp32 sums straddle a bf16
+ * rounding boundary), DI_LIN_F32 within a few fp32 ulps of the row's scale (K * 2^-24 relative to
+ * sum |x w| in the worst case). CUBLAS_COMPUTE_32F is plain fp32 (no TF32). The tests state these
+ * bounds; an exact kernel for the router and the head (whose argmax can hinge on one ulp) is
+ * left for the forward-pass port (docs/CUDA.md).
+ *
+ * Staging: BF16 mode converts x (bf16-exact floats) to bf16 in scratch; F32 mode with BF16
+ * weights widens the weights to fp32 in scratch. */
+#include <cublas_v2.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s);
+
+#define DI_CUBLAS_CHECK(call)                                                                  \
+    do {                                                                                       \
+        cublasStatus_t st_ = (call);                                                           \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+            fprintf(stderr, "%s:%d: cuBLAS error %d: %s\n", __FILE__, __LINE__, (int)st_, #call); \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+extern "C" bool di_cuda_ctx_init(di_cuda_ctx *ctx) {
+    memset(ctx, 0, sizeof(*ctx));
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return false;
+    }
+    /* a blocking stream: it orders with the legacy default stream, so callers that copy or time
+     * on stream 0 see the ops' work in order (the engine will pick its own streams later) */
+    DI_CUDA_CHECK(cudaStreamCreate(&ctx->stream));
+    cublasHandle_t h;
+    DI_CUBLAS_CHECK(cublasCreate(&h));
+    DI_CUBLAS_CHECK(cublasSetStream(h, ctx->stream));
+    /* default math: CUBLAS_COMPUTE_32F never uses TF32; no reduced-precision split-K reductions */
+    DI_CUBLAS_CHECK(cublasSetMathMode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    ctx->blas = h;
+    return true;
+}
+
+extern "C" void di_cuda_ctx_free(di_cuda_ctx *ctx) {
+    if (ctx->blas) cublasDestroy((cublasHandle_t)ctx->blas);
+    if (ctx->scratch) cudaFree(ctx->scratch);
+    if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    memset(ctx, 0, sizeof(*ctx));
+}
+
+extern "C" void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->scratch_bytes) return ctx->scratch;
+    DI_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    if (ctx->scratch) DI_CUDA_CHECK(cudaFree(ctx->scratch));
+    DI_CUDA_CHECK(cudaMalloc(&ctx->scratch, bytes));
+    ctx->scratch_bytes = bytes;
+    return ctx->scratch;
+}
+
+__global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ out) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (uint16_t)(__float_as_uint(di_dev_bf16_round(x[i])) >> 16);
+}
+__global__ void bf16_to_f32_kernel(const uint16_t *__restrict__ x, int64_t n, float *__restrict__ out) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = di_dev_bf16_load(x + i);
+}
+__global__ void bf16_round_kernel(float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = di_dev_bf16_round(x[i]);
+}
+
+static unsigned grid_of(int64_t n) { return (unsigned)((n + 255) / 256); }
+
+/* y [m, N] (column-major N x m) = W [N, K] (column-major K x N, transposed) * x [m, K] */
+static void gemm(di_cuda_ctx *ctx, const void *w, cudaDataType wt, const void *x, cudaDataType xt,
+                 int64_t m, int64_t N, int64_t K, float *y) {
+    const float one = 1.0f, zero = 0.0f;
+    DI_CUBLAS_CHECK(cublasGemmEx((cublasHandle_t)ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)m,
+                                 (int)K, &one, w, wt, (int)K, x, xt, (int)K, &zero, y, CUDA_R_32F,
+                                 (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+extern "C" void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m,
+                               float *y, di_linear_mode mode) {
+    const int64_t K = w->cols, N = w->rows;
+    if (m <= 0 || N <= 0) return;
+    cudaStream_t s = ctx->stream;
+    switch (mode) {
+    case DI_LIN_QUANT:
+        di_cuda_linear_quant(w, x, m, y, s);
+        return;
+    case DI_LIN_BF16: {
+        if (w->dtype != DI_DT_BF16) break;
+        uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, (size_t)(m * K) * 2); /* [m, K] bf16 */
+        f32_to_bf16_kernel<<<grid_of(m * K), 256, 0, s>>>(x, m * K, xb);
+        DI_CUDA_LAUNCHED();
+        gemm(ctx, w->data, CUDA_R_16BF, xb, CUDA_R_16BF, m, N, K, y);
+        bf16_round_kernel<<<grid_of(m * N), 256, 0, s>>>(y, m * N);
+        DI_CUDA_LAUNCHED();
+        return;
+    }
+    case DI_LIN_F32: {
+        const void *wf = w->data;
+        if (w->dtype == DI_DT_BF16) {
+            float *t = (float *)di_cuda_scratch(ctx, (size_t)(N * K) * 4); /* [N, K] widened */
+            bf16_to_f32_kernel<<<grid_of(N * K), 256, 0, s>>>((const uint16_t *)w->data, N * K, t);
+            DI_CUDA_LAUNCHED();
+            wf = t;
+        } else if (w->dtype != DI_DT_F32) {
+            break;
+        }
+        gemm(ctx, wf, CUDA_R_32F, x, CUDA_R_32F, m, N, K, y);
+        return;
+    }
+    }
+    fprintf(stderr, "di_cuda_linear: weight dtype %d does not fit mode %d\n", (int)w->dtype, (int)mode);
+    abort();
+}

@@ -1,0 +1,66 @@
+/* RMSNorm and RoPE on the GPU, twins of src/backend/cpu/cpu_norm_rope.c.
+ *
+ * RMSNorm: one thread block per row. The CPU takes sum(x^2) in double in index order and rounds
+ * the mean once to fp32; here each thread sums a strided slice in double and a fixed tree adds
+ * the partial sums. For bf16 inputs each square is exact in double and the sum is exact whenever
+ * the squares span fewer than ~37 binades, so both orders give the same double; otherwise they
+ * can differ in the last double bit, which changes the fp32 mean only within 2^-29 of a rounding
+ * boundary. Everything after the mean is the CPU's fp32 expression.
+ *
+ * RoPE: one thread per rotated pair, the CPU's fp32 expression (two products, one add/sub, each
+ * rounded; the library is built without mul+add contraction). Bit-exact. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+#define NORM_THREADS 256
+
+__global__ void __launch_bounds__(NORM_THREADS)
+rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
+               float *__restrict__ y) {
+    __shared__ double part[NORM_THREADS];
+    const float *xr = x + (int64_t)blockIdx.x * d;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
+    part[threadIdx.x] = ss;
+    __syncthreads();
+    for (int o = NORM_THREADS / 2; o > 0; o >>= 1) {
+        if (threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+        __syncthreads();
+    }
+    const float mean = (float)(part[0] / (double)d);
+    const float inv = 1.0f / sqrtf(mean + eps);
+    float *yr = y + (int64_t)blockIdx.x * d;
+    for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
+        yr[i] = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
+}
+
+extern "C" void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d,
+                                float eps, float *y, cudaStream_t s) {
+    if (m <= 0) return;
+    rmsnorm_kernel<<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y);
+    DI_CUDA_LAUNCHED();
+}
+
+__global__ void rope_kernel(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,
+                            int half, const float *__restrict__ cos_rows,
+                            const float *__restrict__ sin_rows, bool inverse) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * n_vec * half) return;
+    const int i = (int)(idx % half);
+    const int64_t v = idx / half, r = v / n_vec;
+    float *p = x + v * stride + offset;
+    const float a = p[2 * i], b = p[2 * i + 1];
+    const float c = cos_rows[r * half + i], sn = inverse ? -sin_rows[r * half + i] : sin_rows[r * half + i];
+    p[2 * i] = di_dev_bf16_round(a * c - b * sn);
+    p[2 * i + 1] = di_dev_bf16_round(a * sn + b * c);
+}
+
+extern "C" void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,
+                             int rot_dim, const float *cos_rows, const float *sin_rows, bool inverse,
+                             cudaStream_t s) {
+    const int64_t n = rows * n_vec * (rot_dim / 2);
+    if (n <= 0) return;
+    rope_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, rows, n_vec, stride, offset, rot_dim / 2,
+                                                           cos_rows, sin_rows, inverse);
+    DI_CUDA_LAUNCHED();
+}

@@ -1,0 +1,93 @@
+/* The CUDA backend's ops (C API over device pointers). Each function is the device twin of a CPU
+ * reference kernel (src/backend/cpu/, or the static helpers of src/forward/indexer.c for the
+ * indexer score and top-k) and is tested against it op by op in tests/cuda/test_cuda_ops.cu.
+ *
+ * All pointers are device pointers; buffers are row-major float arrays holding bf16-exact values
+ * where the CPU's do. Every call is asynchronous on the context's stream (or the stream given).
+ * docs/CUDA.md lists which ops are bit-exact against the CPU and which have a stated bound. */
+#ifndef DI_BACKEND_CUDA_OPS_H
+#define DI_BACKEND_CUDA_OPS_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-device state: the stream every op runs on, a cuBLAS handle, and a scratch buffer that
+ * grows on demand (used by the BF16/F32 linears to stage bf16 or widened operands). */
+typedef struct di_cuda_ctx {
+    cudaStream_t stream;
+    void *blas;          /* cublasHandle_t */
+    void *scratch;       /* device scratch */
+    size_t scratch_bytes;
+} di_cuda_ctx;
+
+/* Returns false (and leaves *ctx zeroed) when no CUDA device is usable. */
+bool di_cuda_ctx_init(di_cuda_ctx *ctx);
+void di_cuda_ctx_free(di_cuda_ctx *ctx);
+/* Scratch of at least `bytes` (valid until the next call on this context). */
+void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes);
+
+/* ---- quantisers (cuda_quant.cu) ---- */
+/* in place, x [n]: act_quant per `block` (<= 128) values, ue8m0 power-of-two scale */
+void di_cuda_act_quant_inplace(float *x, int64_t n, int block, cudaStream_t s);
+/* in place, x [n]: FP4 fake quant per `block` values, ue8m0 or e4m3 scale */
+void di_cuda_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind, cudaStream_t s);
+
+/* ---- linear layers (cuda_linear_quant.cu, cuda_linear_plain.cu) ---- */
+/* y [m, w->rows] = x [m, w->cols] @ w^T under `mode`; w->data / w->scale are device pointers */
+void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y,
+                    di_linear_mode mode);
+
+/* ---- RMSNorm and RoPE (cuda_norm_rope.cu) ---- */
+/* y [m, d] = bf16(w * x * rsqrt(mean(x^2) + eps)); w_bf16 [d] bf16 bits */
+void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps,
+                     float *y, cudaStream_t s);
+/* x [rows, n_vec, stride]: in place rotation of the rot_dim values from `offset` of each vector,
+ * interleaved pairs; cos/sin [rows, rot_dim/2] (the table row of each row's position) */
+void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,
+                  int rot_dim, const float *cos_rows, const float *sin_rows, bool inverse,
+                  cudaStream_t s);
+
+/* ---- sparse attention (cuda_attention.cu) ---- */
+/* q [nq, H, dim]; kv_rows [nq, n_idx] device pointers to KV rows [dim] (NULL = index -1);
+ * sink [H]; out [nq, H, dim] bf16. dim <= 512. */
+void di_cuda_sparse_attn(const float *q, int64_t nq, int n_heads, int dim,
+                         const float *const *kv_rows, int n_idx, const float *sink, float scale,
+                         float *out, cudaStream_t s);
+
+/* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
+/* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)] */
+void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
+                           float *mix, cudaStream_t s);
+/* mix [T, n(n+2)]; scale [3]; base [n(n+2)] -> pre [T, n], post [T, n], comb [T, n, n] */
+void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int64_t T,
+                               int n, int iters, float eps, float *pre, float *post, float *comb,
+                               cudaStream_t s);
+/* x [T, n, d]; p [T, n] -> out [T, d] = bf16(sum_i p_i x_i) */
+void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p, float *out,
+                    cudaStream_t s);
+/* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
+void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
+                     const float *comb, float *out, cudaStream_t s);
+
+/* ---- indexer (cuda_indexer.cu) ---- */
+/* qi [R, nh, idim]; w [R, nh] bf16 head weights; keys [P, idim] (one sequence's index keys);
+ * visible [R] (keys t >= visible[r] score -inf; NULL = all visible) -> score [R, P]
+ * score = bf16(sum_h bf16(relu(bf16(q_h . k_t)) * w_h)). idim <= 128, nh <= 32 */
+void di_cuda_index_score(const float *qi, const float *w, const float *keys, int64_t R, int64_t P,
+                         int nh, int idim, const int64_t *visible, float *score, cudaStream_t s);
+/* score [R, P] -> out [R, k]: positions of the k highest scores (> -inf), ascending; exact ties
+ * to the lower position; -1 padded */
+void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,567 @@
+/* Per-op parity of the CUDA backend against the CPU reference (llama.cpp test-backend-ops style).
+ *
+ * For every op: random inputs of several shapes (the real V4.1 ones where the CPU reference runs
+ * in seconds: D = 5120, 64 heads x 512, q_lora 1280, expert 2304, indexer 32 x 128), the CPU
+ * reference and the CUDA op on the same inputs, device outputs poisoned (NaN) before each run.
+ * One line per case: PASS/FAIL, op, shape, the max relative error, the number of elements whose
+ * bits differ, and the criterion. Criteria:
+ *   exact      bit-identical (the op rounds where the CPU rounds, in the same order, or its sums
+ *              are exact: quantisers, block-scaled GEMMs, RoPE, mHC pre/post/Sinkhorn, attention,
+ *              indexer score, top-k)
+ *   bf16-ulp   each element within 1 bf16 ulp of the CPU's (expected bit-exact; a double sum is
+ *              taken in a different order, which can move an fp32 rounding only within 2^-29 of a
+ *              boundary) -- RMSNorm
+ *   f32-ulp    within 2 fp32 ulps (same reason, fp32 output) -- hc_mix_logits
+ *   cublas     BF16/F32 linears through cuBLAS (fp32 accumulation in its own order, the CPU sums
+ *              exactly): |gpu - cpu| <= 1 bf16 ulp of the CPU value (BF16) or <= 1e-5 * max|row|
+ * Prints "SKIPPED: no CUDA device" and exits 0 where no GPU is present; exits 1 on any FAIL.
+ * `test_cuda_ops --quick` runs small shapes only (for compute-sanitizer). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend/cpu/cpu_ops.h"
+}
+#include "backend/cuda/cuda_ops.h"
+
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+static int g_pass, g_fail;
+static di_cuda_ctx g_ctx;
+
+/* ---- random inputs (splitmix64) ---- */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * 0x1p-24); } /* [0, 1) */
+static float rnd_normalish(void) { return (rnd_unit() + rnd_unit() + rnd_unit() - 1.5f) * 2.0f; }
+/* bf16-exact activations: mostly O(1), some tiny and some large, some exact zeros */
+static void fill_act(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rnd_u64() & 1023;
+        float v = rnd_normalish() * scale;
+        if (r < 4) v = 0.0f;
+        else if (r < 12) v *= 300.0f;
+        else if (r < 20) v *= 1e-3f;
+        x[i] = di_bf16_round(v);
+    }
+}
+/* ---- device buffers ---- */
+static void *dev_upload(const void *h, size_t bytes) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* the context's stream must not overtake the copy */
+    return d;
+}
+static void *dev_poisoned_with(size_t bytes, int byte) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    CK(cudaMemset(d, byte, bytes));
+    CK(cudaDeviceSynchronize());
+    return d;
+}
+static void *dev_poisoned(size_t bytes) { return dev_poisoned_with(bytes, 0xff); } /* NaN floats */
+static void dev_download(void *h, const void *d, size_t bytes) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* ---- comparison ---- */
+enum crit { CRIT_EXACT, CRIT_BF16_ULP, CRIT_F32_ULP, CRIT_CUBLAS_BF16, CRIT_CUBLAS_F32 };
+static const char *crit_name[] = {"exact", "bf16-ulp", "f32-ulp(2)", "cublas:1 bf16 ulp",
+                                  "cublas:1e-5*max|row|"};
+
+static int64_t ulp_dist(float a, float b, int shift) {
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    int64_t ia = (ua & 0x80000000u) ? -(int64_t)(ua & 0x7fffffffu) : (int64_t)ua;
+    int64_t ib = (ub & 0x80000000u) ? -(int64_t)(ub & 0x7fffffffu) : (int64_t)ub;
+    int64_t d = ia - ib;
+    return (d < 0 ? -d : d) >> shift;
+}
+
+/* gpu vs cpu over `rows` rows of `cols`; prints one line, counts pass/fail */
+static void compare(const char *op, const char *shape, const float *gpu, const float *cpu, int64_t rows,
+                    int64_t cols, enum crit c) {
+    int64_t ndiff = 0, nbad = 0, n = rows * cols;
+    double maxrel = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        float rowmax = 0.0f;
+        for (int64_t j = 0; j < cols; j++) rowmax = fmaxf(rowmax, fabsf(cpu[r * cols + j]));
+        for (int64_t j = 0; j < cols; j++) {
+            const float g = gpu[r * cols + j], h = cpu[r * cols + j];
+            if (memcmp(&g, &h, 4) == 0) continue;
+            ndiff++;
+            if (isnan(g) || isnan(h)) {
+                nbad++;
+                maxrel = INFINITY;
+                continue;
+            }
+            double rel = fabs((double)g - h) / fmax(fabs((double)h), 1e-30);
+            if (g == h) rel = 0.0; /* +0 vs -0 */
+            if (rel > maxrel) maxrel = rel;
+            bool ok = false;
+            switch (c) {
+            case CRIT_EXACT: ok = false; break;
+            case CRIT_BF16_ULP: ok = ulp_dist(g, h, 16) <= 1 || g == h; break;
+            case CRIT_F32_ULP: ok = ulp_dist(g, h, 0) <= 2 || g == h; break;
+            case CRIT_CUBLAS_BF16: ok = ulp_dist(g, h, 16) <= 1 || g == h; break;
+            case CRIT_CUBLAS_F32: ok = fabs((double)g - h) <= 1e-5 * rowmax; break;
+            }
+            if (!ok) nbad++;
+        }
+    }
+    const bool pass = nbad == 0;
+    printf("%s  %-22s %-34s max_rel_err %.3e  differing %lld / %lld  [%s]\n", pass ? "PASS" : "FAIL", op,
+           shape, maxrel, (long long)ndiff, (long long)n, crit_name[c]);
+    if (!pass) { /* the first few differences, for diagnosis from the log alone */
+        int shown = 0;
+        for (int64_t i = 0; i < n && shown < 4; i++) {
+            if (memcmp(&gpu[i], &cpu[i], 4) == 0) continue;
+            printf("      [row %lld, col %lld] gpu %a (%.9g)  cpu %a (%.9g)\n", (long long)(i / cols),
+                   (long long)(i % cols), gpu[i], gpu[i], cpu[i], cpu[i]);
+            shown++;
+        }
+    }
+    fflush(stdout);
+    if (pass) g_pass++;
+    else g_fail++;
+}
+
+/* ---- quantisers ---- */
+static void test_act_quant(int64_t n, int block, float scale) {
+    float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
+    fill_act(x, n, scale);
+    memcpy(ref, x, 4 * n);
+    di_cpu_act_quant_inplace(ref, n, block);
+    float *d = (float *)dev_upload(x, 4 * n);
+    di_cuda_act_quant_inplace(d, n, block, 0);
+    dev_download(got, d, 4 * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld block=%d scale=%g", (long long)n, block, scale);
+    compare("act_quant", shape, got, ref, 1, n, CRIT_EXACT);
+    cudaFree(d);
+    free(x), free(ref), free(got);
+}
+
+static void test_fp4_quant(int64_t n, int block, di_fp4_scale kind, float scale) {
+    float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
+    fill_act(x, n, scale);
+    memcpy(ref, x, 4 * n);
+    di_cpu_fp4_quant_inplace(ref, n, block, kind);
+    float *d = (float *)dev_upload(x, 4 * n);
+    di_cuda_fp4_quant_inplace(d, n, block, kind, 0);
+    dev_download(got, d, 4 * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld block=%d %s scale=%g", (long long)n, block,
+             kind == DI_FP4_SCALE_UE8M0 ? "ue8m0" : "e4m3", scale);
+    compare("fp4_quant", shape, got, ref, 1, n, CRIT_EXACT);
+    cudaFree(d);
+    free(x), free(ref), free(got);
+}
+
+/* ---- linear layers ---- */
+static uint8_t rnd_e4m3(void) {
+    for (;;) {
+        uint8_t b = (uint8_t)rnd_u64();
+        if ((b & 0x7f) != 0x7f) return b;
+    }
+}
+
+static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int64_t m, int64_t K, int64_t N) {
+    di_weight w = {dt, NULL, NULL, N, K};
+    size_t wbytes = 0, sbytes = 0;
+    uint8_t *wd = NULL, *ws = NULL;
+    if (dt == DI_DT_F8_E4M3) {
+        wbytes = (size_t)(N * K);
+        sbytes = (size_t)(((N + 31) / 32) * ((K + 31) / 32));
+    } else if (dt == DI_DT_I8) {
+        wbytes = (size_t)(N * K / 2);
+        sbytes = (size_t)(N * (K / 32));
+    } else if (dt == DI_DT_BF16) {
+        wbytes = (size_t)(N * K * 2);
+    } else {
+        wbytes = (size_t)(N * K * 4);
+    }
+    wd = (uint8_t *)malloc(wbytes);
+    if (dt == DI_DT_F8_E4M3) {
+        for (size_t i = 0; i < wbytes; i++) wd[i] = rnd_e4m3();
+    } else if (dt == DI_DT_I8) {
+        for (size_t i = 0; i < wbytes; i++) wd[i] = (uint8_t)rnd_u64();
+    } else if (dt == DI_DT_BF16) {
+        uint16_t *p = (uint16_t *)wd;
+        for (int64_t i = 0; i < N * K; i++) p[i] = di_f32_to_bf16(rnd_normalish() * 0.05f);
+    } else {
+        float *p = (float *)wd;
+        for (int64_t i = 0; i < N * K; i++) p[i] = rnd_normalish() * 0.05f;
+    }
+    if (sbytes) {
+        ws = (uint8_t *)malloc(sbytes);
+        for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(118 + rnd_u64() % 12);
+    }
+    float *x = (float *)malloc(4 * m * K), *ref = (float *)malloc(4 * m * N), *got = (float *)malloc(4 * m * N);
+    fill_act(x, m * K, 1.0f);
+    w.data = wd;
+    w.scale = ws;
+    di_cpu_linear(&w, x, m, ref, mode);
+
+    di_weight wdev = w;
+    wdev.data = dev_upload(wd, wbytes);
+    wdev.scale = sbytes ? (const uint8_t *)dev_upload(ws, sbytes) : NULL;
+    float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
+    di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
+    dev_download(got, dy, 4 * m * N);
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld", (long long)m, (long long)K, (long long)N);
+    enum crit c = mode == DI_LIN_QUANT ? CRIT_EXACT : (mode == DI_LIN_BF16 ? CRIT_CUBLAS_BF16 : CRIT_CUBLAS_F32);
+    compare(name, shape, got, ref, m, N, c);
+    cudaFree((void *)wdev.data);
+    if (wdev.scale) cudaFree((void *)wdev.scale);
+    cudaFree(dx), cudaFree(dy);
+    free(wd), free(ws), free(x), free(ref), free(got);
+}
+
+/* ---- RMSNorm, RoPE ---- */
+static void test_rmsnorm(int64_t m, int64_t d) {
+    float *x = (float *)malloc(4 * m * d), *ref = (float *)malloc(4 * m * d), *got = (float *)malloc(4 * m * d);
+    uint16_t *w = (uint16_t *)malloc(2 * d);
+    fill_act(x, m * d, 2.0f);
+    for (int64_t i = 0; i < d; i++) w[i] = di_f32_to_bf16(0.5f + rnd_unit());
+    di_cpu_rmsnorm(x, w, m, d, 1e-20f, ref);
+    float *dx = (float *)dev_upload(x, 4 * m * d), *dy = (float *)dev_poisoned(4 * m * d);
+    uint16_t *dw = (uint16_t *)dev_upload(w, 2 * d);
+    di_cuda_rmsnorm(dx, dw, m, d, 1e-20f, dy, 0);
+    dev_download(got, dy, 4 * m * d);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%lld D=%lld", (long long)m, (long long)d);
+    compare("rmsnorm", shape, got, ref, m, d, CRIT_BF16_ULP);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw);
+    free(x), free(ref), free(got), free(w);
+}
+
+static void test_rope(int64_t rows, int64_t n_vec, int64_t stride, int64_t offset, int rot, bool inverse) {
+    const int64_t n = rows * n_vec * stride, half = rot / 2;
+    float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
+    float *cs = (float *)malloc(4 * rows * half), *sn = (float *)malloc(4 * rows * half);
+    fill_act(x, n, 1.0f);
+    for (int64_t i = 0; i < rows * half; i++) {
+        float th = rnd_unit() * 6.2831853f;
+        cs[i] = cosf(th);
+        sn[i] = sinf(th);
+    }
+    memcpy(ref, x, 4 * n);
+    for (int64_t r = 0; r < rows; r++)
+        di_cpu_rope(ref + r * n_vec * stride, n_vec, stride, offset, rot, cs + r * half, sn + r * half, inverse);
+    float *dx = (float *)dev_upload(x, 4 * n), *dc = (float *)dev_upload(cs, 4 * rows * half),
+          *ds = (float *)dev_upload(sn, 4 * rows * half);
+    di_cuda_rope(dx, rows, n_vec, stride, offset, rot, dc, ds, inverse, 0);
+    dev_download(got, dx, 4 * n);
+    char shape[96];
+    snprintf(shape, sizeof shape, "rows=%lld vec=%lldx%lld rot=%d@%lld%s", (long long)rows, (long long)n_vec,
+             (long long)stride, rot, (long long)offset, inverse ? " inv" : "");
+    compare("rope", shape, got, ref, rows, n_vec * stride, CRIT_EXACT);
+    cudaFree(dx), cudaFree(dc), cudaFree(ds);
+    free(x), free(ref), free(got), free(cs), free(sn);
+}
+
+/* ---- sparse attention ---- */
+static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty) {
+    float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
+    float *sink = (float *)malloc(4 * H), *ref = (float *)malloc(4 * nq * H * dim),
+          *got = (float *)malloc(4 * nq * H * dim);
+    fill_act(q, nq * H * dim, 0.5f);
+    fill_act(kv, (int64_t)pool * dim, 0.5f);
+    for (int h = 0; h < H; h++) sink[h] = rnd_normalish() * 2.0f;
+    int *idx = (int *)malloc(sizeof(int) * nq * n_idx);
+    for (int64_t i = 0; i < nq * n_idx; i++)
+        idx[i] = (int)(rnd_u64() % 100) < pct_empty ? -1 : (int)(rnd_u64() % pool);
+    if (nq > 1)
+        for (int j = 0; j < n_idx; j++) idx[(nq - 1) * n_idx + j] = -1; /* a row with no entry */
+    float *dkv = (float *)dev_upload(kv, 4 * (size_t)pool * dim);
+    const float **hrows = (const float **)malloc(sizeof(float *) * nq * n_idx);
+    const float **drows_h = (const float **)malloc(sizeof(float *) * nq * n_idx);
+    for (int64_t i = 0; i < nq * n_idx; i++) {
+        hrows[i] = idx[i] < 0 ? NULL : kv + (size_t)idx[i] * dim;
+        drows_h[i] = idx[i] < 0 ? NULL : dkv + (size_t)idx[i] * dim;
+    }
+    const float scale = 1.0f / sqrtf((float)dim);
+    for (int64_t s = 0; s < nq; s++)
+        di_cpu_sparse_attn(q + s * H * dim, H, dim, hrows + s * n_idx, n_idx, sink, scale, ref + s * H * dim);
+    float *dq = (float *)dev_upload(q, 4 * nq * H * dim), *dsink = (float *)dev_upload(sink, 4 * H);
+    float *dout = (float *)dev_poisoned(4 * nq * H * dim);
+    const float *const *drows = (const float *const *)dev_upload(drows_h, sizeof(float *) * nq * n_idx);
+    di_cuda_sparse_attn(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, 0);
+    dev_download(got, dout, 4 * nq * H * dim);
+    char shape[96];
+    snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d empty=%d%%", (long long)nq, H, dim, n_idx, pct_empty);
+    compare("sparse_attn", shape, got, ref, nq * H, dim, CRIT_EXACT);
+    cudaFree(dkv), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows);
+    free(q), free(kv), free(sink), free(ref), free(got), free(idx), free(hrows), free(drows_h);
+}
+
+/* ---- mHC ---- */
+static void test_mhc(int64_t T, int n, int64_t d) {
+    const int nm = n * (n + 2);
+    float *x = (float *)malloc(4 * T * n * d), *fn = (float *)malloc(4 * (size_t)nm * n * d);
+    fill_act(x, T * n * d, 1.0f);
+    for (int64_t i = 0; i < (int64_t)nm * n * d; i++) fn[i] = rnd_normalish() * 0.02f;
+    float *mix_ref = (float *)malloc(4 * T * nm), *mix_got = (float *)malloc(4 * T * nm);
+    for (int64_t t = 0; t < T; t++) di_cpu_hc_mix_logits(x + t * n * d, n, d, fn, 1e-6f, mix_ref + t * nm);
+    float *dx = (float *)dev_upload(x, 4 * T * n * d), *dfn = (float *)dev_upload(fn, 4 * (size_t)nm * n * d);
+    float *dmix = (float *)dev_poisoned(4 * T * nm);
+    di_cuda_hc_mix_logits(dx, T, n, d, dfn, 1e-6f, dmix, 0);
+    dev_download(mix_got, dmix, 4 * T * nm);
+    char shape[96];
+    snprintf(shape, sizeof shape, "T=%lld n=%d D=%lld", (long long)T, n, (long long)d);
+    compare("hc_mix_logits", shape, mix_got, mix_ref, T, nm, CRIT_F32_ULP);
+
+    /* Sinkhorn on the CPU's mix (so that the two sides see identical inputs) */
+    float scale[3] = {0.7f, 1.3f, 0.9f}, *base = (float *)malloc(4 * nm);
+    for (int i = 0; i < nm; i++) base[i] = rnd_normalish();
+    float *pre_r = (float *)malloc(4 * T * n), *post_r = (float *)malloc(4 * T * n), *comb_r = (float *)malloc(4 * T * n * n);
+    for (int64_t t = 0; t < T; t++)
+        di_cpu_hc_split_sinkhorn(mix_ref + t * nm, scale, base, n, 20, 1e-6f, pre_r + t * n, post_r + t * n,
+                                 comb_r + t * n * n);
+    float *dmixr = (float *)dev_upload(mix_ref, 4 * T * nm), *dscale = (float *)dev_upload(scale, 12),
+          *dbase = (float *)dev_upload(base, 4 * nm);
+    float *dpre = (float *)dev_poisoned(4 * T * n), *dpost = (float *)dev_poisoned(4 * T * n),
+          *dcomb = (float *)dev_poisoned(4 * T * n * n);
+    di_cuda_hc_split_sinkhorn(dmixr, dscale, dbase, T, n, 20, 1e-6f, dpre, dpost, dcomb, 0);
+    float *g = (float *)malloc(4 * T * n * n);
+    dev_download(g, dpre, 4 * T * n);
+    compare("hc_sinkhorn.pre", shape, g, pre_r, T, n, CRIT_EXACT);
+    dev_download(g, dpost, 4 * T * n);
+    compare("hc_sinkhorn.post", shape, g, post_r, T, n, CRIT_EXACT);
+    dev_download(g, dcomb, 4 * T * n * n);
+    compare("hc_sinkhorn.comb", shape, g, comb_r, T, n * n, CRIT_EXACT);
+
+    /* hc_pre with the CPU's pre weights; hc_post with its post and comb */
+    float *pre_out_r = (float *)malloc(4 * T * d), *pre_out_g = (float *)malloc(4 * T * d);
+    for (int64_t t = 0; t < T; t++) di_cpu_hc_pre(x + t * n * d, n, d, pre_r + t * n, pre_out_r + t * d);
+    float *dprer = (float *)dev_upload(pre_r, 4 * T * n), *dpo = (float *)dev_poisoned(4 * T * d);
+    di_cuda_hc_pre(dx, T, n, d, dprer, dpo, 0);
+    dev_download(pre_out_g, dpo, 4 * T * d);
+    compare("hc_pre", shape, pre_out_g, pre_out_r, T, d, CRIT_EXACT);
+
+    float *y = (float *)malloc(4 * T * d), *post_out_r = (float *)malloc(4 * T * n * d),
+          *post_out_g = (float *)malloc(4 * T * n * d);
+    fill_act(y, T * d, 1.0f);
+    for (int64_t t = 0; t < T; t++)
+        di_cpu_hc_post(y + t * d, x + t * n * d, n, d, post_r + t * n, comb_r + t * n * n, post_out_r + t * n * d);
+    float *dy = (float *)dev_upload(y, 4 * T * d), *dpostr = (float *)dev_upload(post_r, 4 * T * n),
+          *dcombr = (float *)dev_upload(comb_r, 4 * T * n * n), *dout = (float *)dev_poisoned(4 * T * n * d);
+    di_cuda_hc_post(dy, dx, T, n, d, dpostr, dcombr, dout, 0);
+    dev_download(post_out_g, dout, 4 * T * n * d);
+    compare("hc_post", shape, post_out_g, post_out_r, T, n * d, CRIT_EXACT);
+
+    cudaFree(dx), cudaFree(dfn), cudaFree(dmix), cudaFree(dmixr), cudaFree(dscale), cudaFree(dbase);
+    cudaFree(dpre), cudaFree(dpost), cudaFree(dcomb), cudaFree(dprer), cudaFree(dpo), cudaFree(dy);
+    cudaFree(dpostr), cudaFree(dcombr), cudaFree(dout);
+    free(x), free(fn), free(mix_ref), free(mix_got), free(base), free(pre_r), free(post_r), free(comb_r);
+    free(g), free(pre_out_r), free(pre_out_g), free(y), free(post_out_r), free(post_out_g);
+}
+
+/* ---- indexer: CPU twins of index_scores() / topk_select() in src/forward/indexer.c (static) ---- */
+static void ref_index_scores(const float *qi, const float *w, const float *keys, int64_t P, int nh, int idim,
+                             float *score) {
+    for (int64_t t = 0; t < P; t++) {
+        const float *kt = keys + t * idim;
+        double sum = 0.0;
+        for (int h = 0; h < nh; h++) {
+            double dot = 0.0;
+            for (int d = 0; d < idim; d++) dot += (double)qi[h * idim + d] * kt[d];
+            float s = di_bf16_round((float)dot);
+            sum += di_bf16_round(fmaxf(s, 0.0f) * w[h]);
+        }
+        score[t] = di_bf16_round((float)sum);
+    }
+}
+
+static void ref_topk(const float *score, int64_t n, int k, int32_t *out) {
+    uint8_t *taken = (uint8_t *)calloc((size_t)(n ? n : 1), 1);
+    for (int got = 0; got < k; got++) {
+        int64_t best = -1;
+        for (int64_t t = 0; t < n; t++)
+            if (!taken[t] && score[t] > -INFINITY && (best < 0 || score[t] > score[best])) best = t;
+        if (best < 0) break;
+        taken[best] = 1;
+    }
+    int j = 0;
+    for (int64_t t = 0; t < n; t++)
+        if (taken[t]) out[j++] = (int32_t)t;
+    for (; j < k; j++) out[j] = -1;
+    free(taken);
+}
+
+static void test_index_score(int64_t R, int64_t P, int nh, int idim) {
+    float *qi = (float *)malloc(4 * R * nh * idim), *w = (float *)malloc(4 * R * nh);
+    float *keys = (float *)malloc(4 * P * idim), *ref = (float *)malloc(4 * R * P), *got = (float *)malloc(4 * R * P);
+    fill_act(qi, R * nh * idim, 1.0f);
+    di_cpu_fp4_quant_inplace(qi, R * nh * idim, 32, DI_FP4_SCALE_UE8M0);
+    fill_act(keys, P * idim, 1.0f);
+    di_cpu_fp4_quant_inplace(keys, P * idim, 32, DI_FP4_SCALE_UE8M0);
+    for (int64_t i = 0; i < R * nh; i++) w[i] = di_bf16_round(rnd_normalish() * (1.0f / 64.0f));
+    int64_t *vis = (int64_t *)malloc(sizeof(int64_t) * R);
+    for (int64_t r = 0; r < R; r++) {
+        vis[r] = P - (int64_t)(rnd_u64() % (P / 4 + 1));
+        ref_index_scores(qi + r * nh * idim, w + r * nh, keys, P, nh, idim, ref + r * P);
+        for (int64_t t = vis[r]; t < P; t++) ref[r * P + t] = -INFINITY;
+    }
+    float *dq = (float *)dev_upload(qi, 4 * R * nh * idim), *dw = (float *)dev_upload(w, 4 * R * nh),
+          *dk = (float *)dev_upload(keys, 4 * P * idim), *ds = (float *)dev_poisoned(4 * R * P);
+    int64_t *dv = (int64_t *)dev_upload(vis, sizeof(int64_t) * R);
+    di_cuda_index_score(dq, dw, dk, R, P, nh, idim, dv, ds, 0);
+    dev_download(got, ds, 4 * R * P);
+    char shape[96];
+    snprintf(shape, sizeof shape, "R=%lld P=%lld heads=%dx%d", (long long)R, (long long)P, nh, idim);
+    compare("index_score", shape, got, ref, R, P, CRIT_EXACT);
+    cudaFree(dq), cudaFree(dw), cudaFree(dk), cudaFree(ds), cudaFree(dv);
+    free(qi), free(w), free(keys), free(ref), free(got), free(vis);
+}
+
+/* scores drawn from `levels` distinct bf16 values (many exact ties), some -inf, one +inf */
+static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
+    float *s = (float *)malloc(4 * R * P);
+    for (int64_t i = 0; i < R * P; i++) {
+        float v = levels > 0 ? (float)(rnd_u64() % levels) * 0.125f - 1.0f : di_bf16_round(rnd_normalish());
+        if (v == 0.0f && (rnd_u64() & 1)) v = -0.0f;
+        s[i] = (int)(rnd_u64() % 100) < pct_ninf ? -INFINITY : v;
+    }
+    if (P > 3) s[P / 3] = INFINITY;
+    int32_t *ref = (int32_t *)malloc(4 * R * k), *got = (int32_t *)malloc(4 * R * k);
+    for (int64_t r = 0; r < R; r++) ref_topk(s + r * P, P, k, ref + r * k);
+    float *ds = (float *)dev_upload(s, 4 * R * P);
+    int32_t *dout = (int32_t *)dev_poisoned_with(4 * R * k, 0x7f); /* not -1, the padding value */
+    di_cuda_topk(ds, R, P, k, dout, 0);
+    dev_download(got, dout, 4 * R * k);
+    int64_t ndiff = 0, first = -1;
+    for (int64_t i = 0; i < R * k; i++)
+        if (got[i] != ref[i]) {
+            ndiff++;
+            if (first < 0) first = i;
+        }
+    printf("%s  %-22s R=%lld P=%lld k=%d levels=%d -inf=%d%%%*s differing %lld / %lld  [exact]\n",
+           ndiff ? "FAIL" : "PASS", "topk", (long long)R, (long long)P, k, levels, pct_ninf, 2, "",
+           (long long)ndiff, (long long)(R * k));
+    if (ndiff) {
+        g_fail++;
+        printf("      first difference at row %lld slot %lld: gpu %d cpu %d\n", (long long)(first / k),
+               (long long)(first % k), got[first], ref[first]);
+    } else {
+        g_pass++;
+    }
+    cudaFree(ds), cudaFree(dout);
+    free(s), free(ref), free(got);
+}
+
+/* --quick: small shapes of every op (for compute-sanitizer runs, where kernels run ~100x slower) */
+static void run_quick(void) {
+    test_act_quant(2048, 32, 1.0f);
+    test_fp4_quant(1024, 32, DI_FP4_SCALE_UE8M0, 1.0f);
+    test_fp4_quant(1024, 16, DI_FP4_SCALE_E4M3, 1.0f);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 3, 256, 200);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 9, 1280, 64);
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 5, 512, 96);
+    test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
+    test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
+    test_rmsnorm(3, 512);
+    test_rope(2, 4, 128, 64, 64, false);
+    test_attention(2, 8, 512, 130, 200, 10);
+    test_mhc(2, 4, 256);
+    test_index_score(2, 100, 32, 128);
+    test_topk(2, 3000, 512, 20, 5);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    if (!di_cuda_ctx_init(&g_ctx)) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+
+    if (quick) {
+        run_quick();
+        di_cuda_ctx_free(&g_ctx);
+        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
+    test_act_quant(5120 * 4, 32, 1.0f);
+    test_act_quant(8192 * 3, 32, 1e-6f);
+    test_act_quant(4096, 128, 300.0f);
+    test_act_quant(1280, 64, 1.0f);
+    test_fp4_quant(32 * 128 * 4, 32, DI_FP4_SCALE_UE8M0, 1.0f);
+    test_fp4_quant(32 * 128, 32, DI_FP4_SCALE_UE8M0, 1e-30f);
+    test_fp4_quant(512 * 8, 16, DI_FP4_SCALE_E4M3, 1.0f);
+    test_fp4_quant(512 * 8, 16, DI_FP4_SCALE_E4M3, 1e-3f);
+
+    /* FP8 block-scaled: wq_a, wkv, wq_b (M reduced for the CPU's sake), wo_b, ragged N */
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 1, 5120, 1280);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 8, 5120, 1280);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 64, 5120, 1280);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 3, 1280, 32768);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 5, 8192, 5120);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 13, 96, 1000);
+    /* FP4 experts (w4a8): w1/w3 5120 -> 2304, w2 2304 -> 5120 */
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 1, 5120, 2304);
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 8, 5120, 2304);
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 24, 2304, 5120);
+    /* BF16 (weights_proj, wo_a-like) and F32 (router, hc fn, head slice) through cuBLAS */
+    test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 1, 5120, 32);
+    test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 16, 4096, 1024);
+    test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 1, 5120, 384);
+    test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 4, 20480, 24);
+    test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 5120, 16384);
+    test_linear("linear_f32(bf16 w)", DI_DT_BF16, DI_LIN_F32, 3, 5120, 512);
+
+    test_rmsnorm(1, 5120);
+    test_rmsnorm(64, 5120);
+    test_rmsnorm(9, 1280);
+    test_rmsnorm(33, 512);
+    test_rope(8, 64, 512, 448, 64, false);
+    test_rope(8, 64, 512, 448, 64, true);
+    test_rope(5, 32, 128, 64, 64, false);
+
+    test_attention(4, 64, 512, 128 + 512, 4096, 5);
+    test_attention(3, 64, 512, 100, 300, 30);
+    test_attention(2, 16, 64, 257, 1000, 10);
+
+    test_mhc(4, 4, 5120);
+    test_mhc(64, 4, 512);
+
+    test_index_score(4, 2048, 32, 128);
+    test_index_score(2, 333, 32, 128);
+    test_topk(4, 8192, 512, 40, 5);
+    test_topk(3, 2048, 512, 0, 0);
+    test_topk(2, 300, 512, 7, 20);
+    test_topk(2, 100000, 1024, 1000, 1);
+
+    di_cuda_ctx_free(&g_ctx);
+    printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
