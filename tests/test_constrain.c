@@ -131,6 +131,9 @@ static void test_json_schema(void) {
            L("{}", "{\"b\":1}", "{\"a\":1,\"b\":2}", "{\"c\":3}", "{\"a\":1,\"b\":2,\"c\":4}"),
            L("{\"a\":1}", "{\"a\":1,\"c\":5}", "{\"c\":2}", "{\"b\":1,\"c\":1}"));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", "unsupported: not");
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"not\":{\"type\":[\"string\",\"number\",\"object\",\"array\"]}}",
+           L("null", "true"), L("1", "1.5", "\"a\"", "{}", "[]"));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"not\":{\"type\":\"integer\"}}", "unsupported: not: {type: integer}");
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}",
            L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),
            L("\"example.com\"", "\"http://a b\"", "\"http://a:99999\"", "\"http://x/%zz\"", "\"\""));

@@ -867,6 +867,31 @@ static bool not_is_everything(const cJSON *s) {
     return true;
 }
 
+/* `not` whose only constraint is `type`: the JSON types it excludes (0 if not of that form). */
+static int not_types_mask(const cJSON *s) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "not");
+    if (!cJSON_IsObject(n)) return 0;
+    const cJSON *t = NULL;
+    for (const cJSON *k = n->child; k; k = k->next) {
+        if (js_is_annotation(k->string)) continue;
+        if (strcmp(k->string, "type")) return 0;
+        t = k;
+    }
+    if (!t) return 0;
+    static const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+    int m = 0;
+    for (const cJSON *e = cJSON_IsArray(t) ? t->child : t; e; e = cJSON_IsArray(t) ? e->next : NULL) {
+        if (!cJSON_IsString(e)) return 0;
+        int bit = 0;
+        for (int i = 0; i < 7; i++)
+            if (!strcmp(names[i], e->valuestring)) bit = 1 << i;
+        if (!bit) return 0;
+        m |= bit;
+    }
+    if (m & 64) m |= 32; /* not number: not integer either */
+    return m;
+}
+
 static const char *unsupported_keyword(const cJSON *s) {
     static const char *kw[] = {"not", "propertyNames",
                                "minProperties", "maxProperties", "contains", "minContains", "maxContains",
@@ -876,7 +901,7 @@ static const char *unsupported_keyword(const cJSON *s) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
         if (!v) continue;
         if (!strcmp(kw[i], "minProperties") && cJSON_IsNumber(v) && v->valuedouble <= 0) continue;
-        if (!strcmp(kw[i], "not") && (not_is_everything(s) || cJSON_IsFalse(v))) continue;
+        if (!strcmp(kw[i], "not") && (not_is_everything(s) || cJSON_IsFalse(v) || not_types_mask(s))) continue;
         return kw[i];
     }
     if (cJSON_GetObjectItemCaseSensitive(s, "if") &&
@@ -1328,6 +1353,13 @@ static int js_schema(js_ctx *c, const cJSON *s) {
         r = composition_node(c, s, "allOf");
     } else {
         int types = schema_types(c, s);
+        int excluded = not_types_mask(s);
+        if (excluded) {
+            /* "not integer" leaves non-integral numbers, which the number grammar cannot single out */
+            if ((excluded & T_INTEGER) && !(excluded & T_NUMBER) && (types & T_NUMBER))
+                js_fail(c, DI_EUNSUPPORTED, "not: {type: integer} on numbers");
+            types &= ~excluded;
+        }
         if (c->st) {
         } else if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
             r = enum_node(c, s, types);
