@@ -455,7 +455,18 @@ static void compute_classes(dfa_ctx *c) {
     memset(c->byte_class, 0, 256);
     int n = 1;
     int map[512];
+    uint8_t single_done[256] = {0};
     for (int s = 0; s < g->n_sets; s++) {
+        /* most sets are single bytes (literals), many repeated: refine by each byte once */
+        int count = 0, only = -1;
+        for (int k = 0; k < 32 && count < 2; k++)
+            for (int bit = 0; bit < 8; bit++)
+                if ((g->sets[s][k] >> bit) & 1) count++, only = k * 8 + bit;
+        if (count == 1) {
+            if (single_done[only]) continue;
+            single_done[only] = 1;
+        }
+        if (s > 0 && !memcmp(g->sets[s], g->sets[s - 1], 32)) continue;
         for (int i = 0; i < 2 * n; i++) map[i] = -1;
         int nn = 0;
         uint8_t nc[256];
@@ -471,6 +482,15 @@ static void compute_classes(dfa_ctx *c) {
     c->n_classes = n;
     c->set_classes = di_xcalloc((size_t)(g->n_sets ? g->n_sets : 1), sizeof(g_ivec));
     for (int s = 0; s < g->n_sets; s++) {
+        int count = 0, only = -1;
+        for (int k = 0; k < 32 && count < 2; k++)
+            if (g->sets[s][k])
+                for (int bit = 0; bit < 8; bit++)
+                    if ((g->sets[s][k] >> bit) & 1) count++, only = k * 8 + bit;
+        if (count == 1) { /* a single byte: one class */
+            g_ivec_push(&c->set_classes[s], c->byte_class[only]);
+            continue;
+        }
         uint8_t seen[256] = {0};
         for (int b = 0; b < 256; b++)
             if ((g->sets[s][b >> 3] >> (b & 7)) & 1 && !seen[c->byte_class[b]]) {
@@ -543,12 +563,23 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
         g_ivec_push(&o->state_rule, rule);
         g_ivec_push(&o->accepting, acc);
         bool hb = false;
+        int row0 = o->next.n;
+        uint64_t bh[256];
+        for (int i = 0; i < c->n_classes; i++) bh[i] = buckets[i].n ? g_hash_ints(buckets[i].v, buckets[i].n) : 0;
         for (int i = 0; i < c->n_classes; i++) {
             int target = -1;
             if (buckets[i].n) {
-                eps_closure(c, buckets[i].v, buckets[i].n, &cur);
-                target = base + g_st_intern(&t, cur.v, cur.n, &added);
                 hb = true;
+                /* classes with the same NFA targets (edges are visited in the same order) share
+                 * the closure: look for an earlier one before computing it */
+                for (int j = 0; j < i && target < 0; j++)
+                    if (bh[j] == bh[i] && buckets[j].n == buckets[i].n &&
+                        !memcmp(buckets[j].v, buckets[i].v, (size_t)buckets[i].n * sizeof(int)))
+                        target = o->next.v[row0 + j];
+                if (target < 0) {
+                    eps_closure(c, buckets[i].v, buckets[i].n, &cur);
+                    target = base + g_st_intern(&t, cur.v, cur.n, &added);
+                }
             }
             g_ivec_push(&o->next, target);
         }
