@@ -134,6 +134,12 @@ static void test_json_schema(void) {
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"not\":{\"type\":[\"string\",\"number\",\"object\",\"array\"]}}",
            L("null", "true"), L("1", "1.5", "\"a\"", "{}", "[]"));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"not\":{\"type\":\"integer\"}}", "unsupported: not: {type: integer}");
+    /* regression: merging two schemas that both carry allOf must keep both lists (a second
+     * "allOf" key was ignored, accepting {"foo":1,"bar":2}) */
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"dependencies\":{\"foo\":true,\"bar\":false}}", L("{\"foo\":1}", "{}", "3"),
+           L("{\"foo\":1,\"bar\":2}", "{\"bar\":2}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"allOf\":[{\"allOf\":[{\"type\":\"integer\"}]},{\"allOf\":[{\"minimum\":3}]}]}", L("3", "4"), L("2", "3.5", "\"x\""));
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}",
            L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),
            L("\"example.com\"", "\"http://a b\"", "\"http://a:99999\"", "\"http://x/%zz\"", "\"\""));

@@ -142,12 +142,23 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
     cJSON *o = keep(c, cJSON_CreateObject());
     static const char *const maxes[] = {"minLength", "minItems", "minimum", "minProperties", NULL};
     static const char *const mins[] = {"maxLength", "maxItems", "maximum", "maxProperties", NULL};
-    static const char *const compo[] = {"allOf", "anyOf", "oneOf", NULL};
+    static const char *const compo[] = {"anyOf", "oneOf", NULL};
     cJSON *all_of = NULL;
+    /* every allOf item of both sides goes into one allOf (a second "allOf" key would be ignored) */
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(pass ? b : a, "allOf");
+        if (!x) continue;
+        if (!cJSON_IsArray(x)) {
+            js_fail(c, DI_EINVAL, "allOf must be an array");
+            goto out;
+        }
+        if (!all_of) all_of = cJSON_AddArrayToObject(o, "allOf");
+        for (const cJSON *e = x->child; e; e = e->next) cJSON_AddItemReferenceToArray(all_of, (cJSON *)e);
+    }
     for (const cJSON *ka = a->child; ka; ka = ka->next) {
         const char *k = ka->string;
         const cJSON *kb = cJSON_GetObjectItemCaseSensitive(b, k);
-        if (js_is_annotation(k)) continue;
+        if (js_is_annotation(k) || !strcmp(k, "allOf")) continue;
         if (!kb) {
             if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue; /* below */
             put(o, k, ka);
@@ -219,7 +230,7 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
     }
     for (const cJSON *kb = b->child; kb; kb = kb->next) {
         const char *k = kb->string;
-        if (js_is_annotation(k) || cJSON_GetObjectItemCaseSensitive(a, k)) continue;
+        if (js_is_annotation(k) || !strcmp(k, "allOf") || cJSON_GetObjectItemCaseSensitive(a, k)) continue;
         if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue;
         put(o, k, kb);
     }
