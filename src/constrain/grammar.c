@@ -425,7 +425,7 @@ typedef struct dfa_ctx {
 } dfa_ctx;
 
 /* Closures may visit this many NFA states per compilation before it is refused as too large. */
-#define DI_G_MAX_CLOSURE_WORK 200000000
+#define DI_G_MAX_CLOSURE_WORK 50000000
 
 /* Epsilon closure of seeds (in tmp) -> sorted unique set in out. */
 static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
