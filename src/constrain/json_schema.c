@@ -1132,8 +1132,12 @@ static const cJSON *without(js_ctx *c, const cJSON *s, const char *drop) {
 
 static int composition_node(js_ctx *c, const cJSON *s, const char *kw) {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(s, kw);
-    if (!cJSON_IsArray(list) || !list->child) return js_fail(c, DI_EINVAL, "%s must be a non-empty array", kw);
+    if (!cJSON_IsArray(list)) return js_fail(c, DI_EINVAL, "%s must be an array", kw);
     const cJSON *base = without(c, s, kw);
+    if (!list->child) { /* allOf [] holds for everything; anyOf / oneOf [] for nothing */
+        if (strcmp(kw, "allOf")) return g_none(c->g);
+        return base ? js_schema(c, base) : js_any_rule(c);
+    }
     if (!strcmp(kw, "allOf")) {
         const cJSON *m = base;
         for (const cJSON *e = list->child; e && !c->st; e = e->next) m = m ? js_merge(c, m, e) : e;
