@@ -125,8 +125,25 @@ static void test_json_schema(void) {
            L("{\"x1\":\"a\"}", "{\"xz\":\"a\",\"y\":3,\"z\":null}", "{}"),
            L("{\"x1\":\"ab\"}", "{\"x1\":1}", "{\"y\":\"a\"}", "{\"z\":1}", "{\"xz\":\"ab\"}"));
     expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{}}", L(NULL), L("{}", "null"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{\"type\":\"integer\"}},\"additionalProperties\":false,"
+           "\"dependencies\":{\"a\":[\"b\"],\"c\":{\"properties\":{\"c\":{\"minimum\":3}}}}}",
+           L("{}", "{\"b\":1}", "{\"a\":1,\"b\":2}", "{\"c\":3}", "{\"a\":1,\"b\":2,\"c\":4}"),
+           L("{\"a\":1}", "{\"a\":1,\"c\":5}", "{\"c\":2}", "{\"b\":1,\"c\":1}"));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", "unsupported: not");
-    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}", "unsupported: format uri");
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"not\":{\"type\":[\"string\",\"number\",\"object\",\"array\"]}}",
+           L("null", "true"), L("1", "1.5", "\"a\"", "{}", "[]"));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"not\":{\"type\":\"integer\"}}", "unsupported: not: {type: integer}");
+    /* regression: merging two schemas that both carry allOf must keep both lists (a second
+     * "allOf" key was ignored, accepting {"foo":1,"bar":2}) */
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"dependencies\":{\"foo\":true,\"bar\":false}}", L("{\"foo\":1}", "{}", "3"),
+           L("{\"foo\":1,\"bar\":2}", "{\"bar\":2}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"allOf\":[{\"allOf\":[{\"type\":\"integer\"}]},{\"allOf\":[{\"minimum\":3}]}]}", L("3", "4"), L("2", "3.5", "\"x\""));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}",
+           L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),
+           L("\"example.com\"", "\"http://a b\"", "\"http://a:99999\"", "\"http://x/%zz\"", "\"\""));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", "unsupported: format hostname");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}",
                  "unsupported: oneOf with overlapping alternatives");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"$ref\":\"http://example.com/s.json\"}", "unsupported: $ref to another document");
@@ -134,25 +151,16 @@ static void test_json_schema(void) {
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"$ref\":\"#/nope\"}", "json schema: $ref #/nope does not resolve");
 }
 
-/* Masks against brute force (accept + rollback) over the real 129,280-token vocabulary. */
-static void test_masks_real_vocab(void) {
-    di_tokenizer *tok = NULL;
+/* Masks against brute force (accept + rollback) over the real 129,280-token vocabulary, at every
+ * token of `prefix`; then the text is completed with `rest` and EOS must be the way out. */
+static void check_masks(di_tokenizer *tok, di_token_trie *v, const char *schema, const char *prefix, const char *rest) {
     di_err err = {0};
-    if (di_tokenizer_load("assets/tokenizer/tokenizer.json", &tok, &err)) {
-        CHECKF(0, "tokenizer: %s", err.msg);
-        return;
-    }
-    di_token_trie *v = NULL;
-    CHECK(di_token_trie_build(tok, 1, &v, &err) == DI_OK);
-    di_grammar *g = compile(DI_CONSTRAIN_JSON_SCHEMA,
-                            "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\","
-                            "\"items\":{\"enum\":[\"a\",\"b\"]}}},\"required\":[\"id\",\"tags\"],\"additionalProperties\":false}",
-                            &err);
+    di_grammar *g = compile(DI_CONSTRAIN_JSON_SCHEMA, schema, &err);
     CHECKF(g != NULL, "%s", err.msg);
+    if (!g) return;
     int32_t n = di_tokenizer_vocab_size(tok);
     uint32_t *mask = calloc((size_t)(n + 31) / 32, 4);
     di_matcher *m = di_matcher_new(g, v);
-    const char *prefix = "{\"id\": 12, \"tags\": [\"a\"";
     di_token_vec ids = {0};
     di_tokenizer_encode(tok, prefix, strlen(prefix), false, &ids, &err);
     for (size_t step = 0; step <= ids.n; step++) {
@@ -171,7 +179,7 @@ static void test_masks_real_vocab(void) {
         if (step < ids.n) CHECK(di_matcher_accept_token(m, ids.ids[step]));
     }
     /* finish the text; then EOS is the only way on */
-    CHECK(di_matcher_accept_bytes(m, (const uint8_t *)"]}", 2));
+    CHECK(di_matcher_accept_bytes(m, (const uint8_t *)rest, strlen(rest)));
     di_matcher_fill_mask(m, mask);
     CHECK((mask[0] >> 1) & 1);
     CHECK(di_matcher_can_end(m));
@@ -185,6 +193,27 @@ static void test_masks_real_vocab(void) {
     di_token_vec_free(&ids);
     free(mask);
     di_grammar_free(g);
+}
+
+static void test_masks_real_vocab(void) {
+    di_tokenizer *tok = NULL;
+    di_err err = {0};
+    if (di_tokenizer_load("assets/tokenizer/tokenizer.json", &tok, &err)) {
+        CHECKF(0, "tokenizer: %s", err.msg);
+        return;
+    }
+    di_token_trie *v = NULL;
+    CHECK(di_token_trie_build(tok, 1, &v, &err) == DI_OK);
+    const char *s1 = "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\","
+                     "\"items\":{\"enum\":[\"a\",\"b\"]}}},\"required\":[\"id\",\"tags\"],\"additionalProperties\":false}";
+    check_masks(tok, v, s1, "{\"id\": 12, \"tags\": [\"a\"", "]}");
+    /* strings: free, counted, patterned; the second grammar reuses the vocabulary's shared
+     * context-free masks of the first where their string states have the same shape */
+    const char *s2 = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\"},\"c\":{\"type\":\"string\",\"maxLength\":40},"
+                     "\"p\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}},\"required\":[\"n\",\"c\",\"p\"]}";
+    check_masks(tok, v, s2, "{\"n\": \"h\\u00e9llo w\\\"orld\", \"c\": \"caf\xc3\xa9 au lait, s'il vous pla", "it\", \"p\": \"ab c\"}");
+    check_masks(tok, v, s2, "{\"n\": \"abc\", \"c\": \"0123456789012345678901234567890123456", "7\", \"p\": \"x\"}");
+    check_masks(tok, v, s1, "{\"id\": -3", ", \"tags\": []}");
     di_token_trie_free(v);
     di_tokenizer_free(tok);
 }

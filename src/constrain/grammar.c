@@ -421,7 +421,11 @@ typedef struct dfa_ctx {
     uint8_t byte_class[256];
     int n_classes;
     g_ivec *set_classes; /* [n_sets] classes inside each byte set */
+    int64_t work;        /* NFA states visited by closures: bounds compile time */
 } dfa_ctx;
+
+/* Closures may visit this many NFA states per compilation before it is refused as too large. */
+#define DI_G_MAX_CLOSURE_WORK 50000000
 
 /* Epsilon closure of seeds (in tmp) -> sorted unique set in out. */
 static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
@@ -435,6 +439,7 @@ static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
         }
     while (c->stack.n) {
         int s = c->stack.v[--c->stack.n];
+        c->work++;
         g_ivec_push(out, s);
         for (int e = c->a->head[s]; e >= 0; e = c->a->e[e].next)
             if (c->a->e[e].type == E_EPS && c->mark[c->a->e[e].to] != c->stamp) {
@@ -450,7 +455,18 @@ static void compute_classes(dfa_ctx *c) {
     memset(c->byte_class, 0, 256);
     int n = 1;
     int map[512];
+    uint8_t single_done[256] = {0};
     for (int s = 0; s < g->n_sets; s++) {
+        /* most sets are single bytes (literals), many repeated: refine by each byte once */
+        int count = 0, only = -1;
+        for (int k = 0; k < 32 && count < 2; k++)
+            for (int bit = 0; bit < 8; bit++)
+                if ((g->sets[s][k] >> bit) & 1) count++, only = k * 8 + bit;
+        if (count == 1) {
+            if (single_done[only]) continue;
+            single_done[only] = 1;
+        }
+        if (s > 0 && !memcmp(g->sets[s], g->sets[s - 1], 32)) continue;
         for (int i = 0; i < 2 * n; i++) map[i] = -1;
         int nn = 0;
         uint8_t nc[256];
@@ -466,6 +482,15 @@ static void compute_classes(dfa_ctx *c) {
     c->n_classes = n;
     c->set_classes = di_xcalloc((size_t)(g->n_sets ? g->n_sets : 1), sizeof(g_ivec));
     for (int s = 0; s < g->n_sets; s++) {
+        int count = 0, only = -1;
+        for (int k = 0; k < 32 && count < 2; k++)
+            if (g->sets[s][k])
+                for (int bit = 0; bit < 8; bit++)
+                    if ((g->sets[s][k] >> bit) & 1) count++, only = k * 8 + bit;
+        if (count == 1) { /* a single byte: one class */
+            g_ivec_push(&c->set_classes[s], c->byte_class[only]);
+            continue;
+        }
         uint8_t seen[256] = {0};
         for (int b = 0; b < 256; b++)
             if ((g->sets[s][b >> 3] >> (b & 7)) & 1 && !seen[c->byte_class[b]]) {
@@ -503,6 +528,10 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
     /* DFA states of this rule are numbered base + set index, processed in creation order. */
     di_status st = DI_OK;
     for (int k = 0; k < t.off.n - 1; k++) {
+        if (c->work > DI_G_MAX_CLOSURE_WORK) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too expensive to compile (rule '%s')", c->g->rule_names[rule]);
+            break;
+        }
         if (base + k >= DI_G_MAX_DFA_STATES) {
             st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (more than %d automaton states, at rule '%s')",
                          DI_G_MAX_DFA_STATES, c->g->rule_names[rule]);
@@ -534,12 +563,23 @@ static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accep
         g_ivec_push(&o->state_rule, rule);
         g_ivec_push(&o->accepting, acc);
         bool hb = false;
+        int row0 = o->next.n;
+        uint64_t bh[256];
+        for (int i = 0; i < c->n_classes; i++) bh[i] = buckets[i].n ? g_hash_ints(buckets[i].v, buckets[i].n) : 0;
         for (int i = 0; i < c->n_classes; i++) {
             int target = -1;
             if (buckets[i].n) {
-                eps_closure(c, buckets[i].v, buckets[i].n, &cur);
-                target = base + g_st_intern(&t, cur.v, cur.n, &added);
                 hb = true;
+                /* classes with the same NFA targets (edges are visited in the same order) share
+                 * the closure: look for an earlier one before computing it */
+                for (int j = 0; j < i && target < 0; j++)
+                    if (bh[j] == bh[i] && buckets[j].n == buckets[i].n &&
+                        !memcmp(buckets[j].v, buckets[i].v, (size_t)buckets[i].n * sizeof(int)))
+                        target = o->next.v[row0 + j];
+                if (target < 0) {
+                    eps_closure(c, buckets[i].v, buckets[i].n, &cur);
+                    target = base + g_st_intern(&t, cur.v, cur.n, &added);
+                }
             }
             g_ivec_push(&o->next, target);
         }
@@ -794,8 +834,8 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
     dfa_add_state(out, &cap);
     di_status st = DI_OK;
     for (int k = 0; k < tab.off.n - 1; k++) {
-        if (k >= DI_G_MAX_OP_STATES) {
-            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation over %d states", DI_G_MAX_OP_STATES);
+        if (k >= DI_G_MAX_OP_STATES || c.work > DI_G_MAX_CLOSURE_WORK / 4) {
+            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: automaton operation too large");
             break;
         }
         int len = tab.off.v[k + 1] - tab.off.v[k];
@@ -814,6 +854,13 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
         free(set);
         for (int b = 0; b < 256; b++) {
             if (!buckets[b].n) continue;
+            /* byte sets are mostly ranges: a byte with the same targets as the one before it
+             * goes to the same state (targets are pushed in the same edge order) */
+            if (b > 0 && buckets[b].n == buckets[b - 1].n &&
+                !memcmp(buckets[b].v, buckets[b - 1].v, (size_t)buckets[b].n * sizeof(int))) {
+                out->next[(size_t)k * 256 + b] = out->next[(size_t)k * 256 + b - 1];
+                continue;
+            }
             eps_closure(&c, buckets[b].v, buckets[b].n, &cur);
             int id = g_st_intern(&tab, cur.v, cur.n, &added);
             if (added) dfa_add_state(out, &cap);

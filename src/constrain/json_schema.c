@@ -379,6 +379,12 @@ static const char *format_regex(const char *f) {
     if (!strcmp(f, "email"))
         return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
                "([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]{2,63}$";
+    if (!strcmp(f, "uri")) /* a conservative subset of RFC 3986 absolute URIs (any validator accepts these) */
+        return "^[A-Za-z][A-Za-z0-9+.-]*:(//([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*)"
+               "(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}|0))?"
+               "(/([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*)*"
+               "|/?(([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})+(/([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*)*)?)"
+               "(\\?([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?(#([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$";
     if (!strcmp(f, "ipv4"))
         return "^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$";
     return NULL;
@@ -861,8 +867,33 @@ static bool not_is_everything(const cJSON *s) {
     return true;
 }
 
+/* `not` whose only constraint is `type`: the JSON types it excludes (0 if not of that form). */
+static int not_types_mask(const cJSON *s) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "not");
+    if (!cJSON_IsObject(n)) return 0;
+    const cJSON *t = NULL;
+    for (const cJSON *k = n->child; k; k = k->next) {
+        if (js_is_annotation(k->string)) continue;
+        if (strcmp(k->string, "type")) return 0;
+        t = k;
+    }
+    if (!t) return 0;
+    static const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+    int m = 0;
+    for (const cJSON *e = cJSON_IsArray(t) ? t->child : t; e; e = cJSON_IsArray(t) ? e->next : NULL) {
+        if (!cJSON_IsString(e)) return 0;
+        int bit = 0;
+        for (int i = 0; i < 7; i++)
+            if (!strcmp(names[i], e->valuestring)) bit = 1 << i;
+        if (!bit) return 0;
+        m |= bit;
+    }
+    if (m & 64) m |= 32; /* not number: not integer either */
+    return m;
+}
+
 static const char *unsupported_keyword(const cJSON *s) {
-    static const char *kw[] = {"not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
+    static const char *kw[] = {"not", "propertyNames",
                                "minProperties", "maxProperties", "contains", "minContains", "maxContains",
                                "multipleOf", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
                                "$recursiveRef", NULL};
@@ -870,7 +901,7 @@ static const char *unsupported_keyword(const cJSON *s) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
         if (!v) continue;
         if (!strcmp(kw[i], "minProperties") && cJSON_IsNumber(v) && v->valuedouble <= 0) continue;
-        if (!strcmp(kw[i], "not") && (not_is_everything(s) || cJSON_IsFalse(v))) continue;
+        if (!strcmp(kw[i], "not") && (not_is_everything(s) || cJSON_IsFalse(v) || not_types_mask(s))) continue;
         return kw[i];
     }
     if (cJSON_GetObjectItemCaseSensitive(s, "if") &&
@@ -1101,8 +1132,12 @@ static const cJSON *without(js_ctx *c, const cJSON *s, const char *drop) {
 
 static int composition_node(js_ctx *c, const cJSON *s, const char *kw) {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(s, kw);
-    if (!cJSON_IsArray(list) || !list->child) return js_fail(c, DI_EINVAL, "%s must be a non-empty array", kw);
+    if (!cJSON_IsArray(list)) return js_fail(c, DI_EINVAL, "%s must be an array", kw);
     const cJSON *base = without(c, s, kw);
+    if (!list->child) { /* allOf [] holds for everything; anyOf / oneOf [] for nothing */
+        if (strcmp(kw, "allOf")) return g_none(c->g);
+        return base ? js_schema(c, base) : js_any_rule(c);
+    }
     if (!strcmp(kw, "allOf")) {
         const cJSON *m = base;
         for (const cJSON *e = list->child; e && !c->st; e = e->next) m = m ? js_merge(c, m, e) : e;
@@ -1213,6 +1248,70 @@ static int schema_rule(js_ctx *c, const cJSON *s, const char *name) {
     return g_ref(c->g, rule);
 }
 
+/* dependencies / dependentRequired / dependentSchemas, rewritten exactly into allOf of anyOf:
+ * "if A is present then D" = anyOf [{properties: {A: false}}, {required: [A], ...D}]. Returns the
+ * rewritten schema (kept in c->owned), s itself when there is nothing to rewrite, NULL on error. */
+static const cJSON *rewrite_dependencies(js_ctx *c, const cJSON *s) {
+    static const char *kws[] = {"dependencies", "dependentRequired", "dependentSchemas"};
+    int n = 0;
+    for (int k = 0; k < 3; k++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, kws[k]);
+        if (!d) continue;
+        if (!cJSON_IsObject(d)) return js_fail(c, DI_EINVAL, "%s must be an object", kws[k]), NULL;
+        n += cJSON_GetArraySize(d);
+    }
+    if (n == 0) {
+        bool any = false;
+        for (int k = 0; k < 3; k++) any |= cJSON_GetObjectItemCaseSensitive(s, kws[k]) != NULL;
+        if (!any) return s;
+    }
+    if (n > 6) return js_fail(c, DI_EUNSUPPORTED, "more than 6 dependencies"), NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(c->owned, o);
+    cJSON *all = NULL;
+    for (const cJSON *k = s->child; k; k = k->next) {
+        if (!strcmp(k->string, "dependencies") || !strcmp(k->string, "dependentRequired") ||
+            !strcmp(k->string, "dependentSchemas"))
+            continue;
+        if (!strcmp(k->string, "allOf") && cJSON_IsArray(k)) {
+            all = cJSON_AddArrayToObject(o, "allOf");
+            for (const cJSON *e = k->child; e; e = e->next) cJSON_AddItemReferenceToArray(all, (cJSON *)e);
+            continue;
+        }
+        cJSON_AddItemReferenceToObject(o, k->string, (cJSON *)k);
+    }
+    if (!all) all = cJSON_AddArrayToObject(o, "allOf");
+    for (int k = 0; k < 3; k++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, kws[k]);
+        for (const cJSON *e = d ? d->child : NULL; e; e = e->next) {
+            cJSON *absent = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(absent, "properties");
+            cJSON_AddFalseToObject(props, e->string);
+            cJSON *present = cJSON_CreateObject(), *req = cJSON_AddArrayToObject(present, "required");
+            cJSON_AddItemToArray(req, cJSON_CreateString(e->string));
+            if (cJSON_IsArray(e)) {
+                for (const cJSON *x = e->child; x; x = x->next) {
+                    if (!cJSON_IsString(x)) {
+                        cJSON_Delete(absent), cJSON_Delete(present);
+                        return js_fail(c, DI_EINVAL, "%s entries must be strings", kws[k]), NULL;
+                    }
+                    cJSON_AddItemToArray(req, cJSON_CreateString(x->valuestring));
+                }
+            } else {
+                cJSON *both = cJSON_CreateArray();
+                cJSON_AddItemToArray(both, present);
+                cJSON_AddItemReferenceToArray(both, (cJSON *)e);
+                present = cJSON_CreateObject();
+                cJSON_AddItemToObject(present, "allOf", both);
+            }
+            cJSON *w = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(w, "anyOf");
+            cJSON_AddItemToArray(any, absent);
+            cJSON_AddItemToArray(any, present);
+            cJSON_AddItemToArray(all, w);
+        }
+    }
+    return o;
+}
+
 static int js_schema(js_ctx *c, const cJSON *s) {
     if (c->st) return -1;
     if (cJSON_IsBool(s)) return cJSON_IsTrue(s) ? js_any_rule(c) : g_none(c->g);
@@ -1222,6 +1321,16 @@ static int js_schema(js_ctx *c, const cJSON *s) {
         return js_fail(c, DI_EUNSUPPORTED, "schema nesting deeper than 64 (or recursive allOf/$ref merge)");
     }
     int r = -1;
+    const cJSON *rw = rewrite_dependencies(c, s);
+    if (!rw) {
+        c->depth--;
+        return -1;
+    }
+    if (rw != s) {
+        r = js_schema(c, rw);
+        c->depth--;
+        return c->st ? -1 : r;
+    }
     const char *bad = unsupported_keyword(s);
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (bad) {
@@ -1239,14 +1348,22 @@ static int js_schema(js_ctx *c, const cJSON *s) {
                 if (m) r = js_schema(c, m);
             }
         }
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "allOf")) {
-        r = composition_node(c, s, "allOf");
     } else if (cJSON_GetObjectItemCaseSensitive(s, "anyOf")) {
+        /* alternatives first: merging allOf items that both carry anyOf would go round in circles */
         r = composition_node(c, s, "anyOf");
     } else if (cJSON_GetObjectItemCaseSensitive(s, "oneOf")) {
         r = composition_node(c, s, "oneOf");
+    } else if (cJSON_GetObjectItemCaseSensitive(s, "allOf")) {
+        r = composition_node(c, s, "allOf");
     } else {
         int types = schema_types(c, s);
+        int excluded = not_types_mask(s);
+        if (excluded) {
+            /* "not integer" leaves non-integral numbers, which the number grammar cannot single out */
+            if ((excluded & T_INTEGER) && !(excluded & T_NUMBER) && (types & T_NUMBER))
+                js_fail(c, DI_EUNSUPPORTED, "not: {type: integer} on numbers");
+            types &= ~excluded;
+        }
         if (c->st) {
         } else if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
             r = enum_node(c, s, types);

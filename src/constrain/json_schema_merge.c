@@ -142,12 +142,23 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
     cJSON *o = keep(c, cJSON_CreateObject());
     static const char *const maxes[] = {"minLength", "minItems", "minimum", "minProperties", NULL};
     static const char *const mins[] = {"maxLength", "maxItems", "maximum", "maxProperties", NULL};
-    static const char *const compo[] = {"allOf", "anyOf", "oneOf", NULL};
+    static const char *const compo[] = {"anyOf", "oneOf", NULL};
     cJSON *all_of = NULL;
+    /* every allOf item of both sides goes into one allOf (a second "allOf" key would be ignored) */
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(pass ? b : a, "allOf");
+        if (!x) continue;
+        if (!cJSON_IsArray(x)) {
+            js_fail(c, DI_EINVAL, "allOf must be an array");
+            goto out;
+        }
+        if (!all_of) all_of = cJSON_AddArrayToObject(o, "allOf");
+        for (const cJSON *e = x->child; e; e = e->next) cJSON_AddItemReferenceToArray(all_of, (cJSON *)e);
+    }
     for (const cJSON *ka = a->child; ka; ka = ka->next) {
         const char *k = ka->string;
         const cJSON *kb = cJSON_GetObjectItemCaseSensitive(b, k);
-        if (js_is_annotation(k)) continue;
+        if (js_is_annotation(k) || !strcmp(k, "allOf")) continue;
         if (!kb) {
             if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue; /* below */
             put(o, k, ka);
@@ -205,7 +216,12 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
         if (!strcmp(k, "format") || !strcmp(k, "pattern") || !strcmp(k, "$ref") ||
             !strcmp(k, "patternProperties") || !strcmp(k, "prefixItems") || !strcmp(k, "items") ||
             !strcmp(k, "additionalItems") || !strcmp(k, "dependencies") || !strcmp(k, "not") || !strcmp(k, "if") ||
-            !strcmp(k, "multipleOf") || !strcmp(k, "contains") || !strcmp(k, "propertyNames")) {
+            !strcmp(k, "multipleOf") || !strcmp(k, "contains") || !strcmp(k, "propertyNames") ||
+            !strcmp(k, "dependentRequired") || !strcmp(k, "dependentSchemas") || !strcmp(k, "then") ||
+            !strcmp(k, "else") || !strcmp(k, "unevaluatedProperties") || !strcmp(k, "unevaluatedItems") ||
+            !strcmp(k, "minContains") || !strcmp(k, "maxContains") || !strcmp(k, "$dynamicRef") ||
+            !strcmp(k, "$recursiveRef") || !strcmp(k, "nullable") || !strcmp(k, "exclusiveMinimum") ||
+            !strcmp(k, "exclusiveMaximum")) {
             js_fail(c, DI_EUNSUPPORTED, "allOf combining two different '%s'", k);
             goto out;
         }
@@ -214,7 +230,7 @@ const cJSON *js_merge(js_ctx *c, const cJSON *a, const cJSON *b) {
     }
     for (const cJSON *kb = b->child; kb; kb = kb->next) {
         const char *k = kb->string;
-        if (js_is_annotation(k) || cJSON_GetObjectItemCaseSensitive(a, k)) continue;
+        if (js_is_annotation(k) || !strcmp(k, "allOf") || cJSON_GetObjectItemCaseSensitive(a, k)) continue;
         if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue;
         put(o, k, kb);
     }

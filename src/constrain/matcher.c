@@ -14,6 +14,7 @@
  * Rollback is free: a matcher keeps the set id after each accepted token. */
 #include "constrain/constrain.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,20 @@ struct di_token_trie {
     int32_t *toks;
     int32_t *node_of;   /* [vocab] trie node where token id ends, -1 = never allowed */
     int32_t *parent_of; /* [n_nodes] */
+    int32_t max_depth;  /* longest token in bytes */
+    /* context-free masks shared by every grammar on this vocabulary (see light_get) */
+    pthread_mutex_t mu;
+    struct shared_light *shared;
+    int n_shared, cap_shared;
 };
+
+typedef struct shared_light {
+    uint64_t hash;
+    int32_t *key;
+    int key_n;
+    uint32_t *mask;
+    g_ivec bounds; /* pairs (trie node, exit index) */
+} shared_light;
 
 typedef struct tmp_node {
     int32_t first_child, next_sibling, first_tok;
@@ -87,6 +101,9 @@ di_token_trie *di_token_trie_from_bytes(const uint8_t *const *tokens, const size
     free(order);
     free(tok_next);
     free(t);
+    pthread_mutex_init(&v->mu, NULL);
+    for (int32_t id = 0; id < n_vocab; id++)
+        if (tokens[id] && (int32_t)lens[id] > v->max_depth) v->max_depth = (int32_t)lens[id];
     v->node_of = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
     v->parent_of = di_xmalloc((size_t)n * sizeof(int32_t));
     for (int32_t i = 0; i < n_vocab; i++) v->node_of[i] = -1;
@@ -121,6 +138,13 @@ void di_token_trie_free(di_token_trie *v) {
     free(v->toks);
     free(v->node_of);
     free(v->parent_of);
+    for (int i = 0; i < v->n_shared; i++) {
+        free(v->shared[i].key);
+        free(v->shared[i].mask);
+        g_ivec_free(&v->shared[i].bounds);
+    }
+    free(v->shared);
+    pthread_mutex_destroy(&v->mu);
     free(v);
 }
 
@@ -158,6 +182,8 @@ typedef struct g_runtime {
     g_ivec stack, tmp;
     int64_t n_masks;
     light_entry *light; /* [n_light_states] lazily */
+    int32_t *canon_idx, *canon_stamp; /* [n_states] scratch of light_canon */
+    int canon_cur;
     int n_light_states;
     int n_light;
 } g_runtime;
@@ -321,6 +347,8 @@ static void runtime_free(g_runtime *r) {
     }
     g_st_free(&r->sets);
     free(r->info);
+    free(r->canon_idx);
+    free(r->canon_stamp);
     if (r->light) {
         for (int i = 0; i < r->n_light_states; i++) {
             free(r->light[i].mask);
@@ -488,10 +516,64 @@ static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_
 }
 
 #define LIGHT_CACHE_MAX 4096
+#define SHARED_MAX 1024
+#define CANON_MAX_STATES 64
+
+/* Canonical form of what a light walk from DFA state t can see: breadth-first over light states up
+ * to the longest token's depth, each row run-length encoded over the 256 bytes with targets as
+ * (light state index | exit index | dead). Two states (of any grammars) with equal forms have
+ * equal light walks, up to renaming the exits. Fills exits (exit index -> DFA state); returns
+ * false when the form is too large to share. */
+static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max, g_ivec *key, g_ivec *exits) {
+    key->n = exits->n = 0;
+    if (!r->canon_idx) {
+        r->canon_idx = di_xmalloc((size_t)g->n_states * sizeof(int32_t));
+        r->canon_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
+    }
+    r->canon_cur++;
+    g_ivec q = {0}, qd = {0};
+    g_ivec_push(&q, t), g_ivec_push(&qd, 0);
+    r->canon_stamp[t] = r->canon_cur, r->canon_idx[t] = 0;
+    bool ok = true;
+    for (int h = 0; h < q.n && ok; h++) {
+        int s = q.v[h], d = qd.v[h];
+        if (d >= depth_max) { g_ivec_push(key, -7); continue; }
+        int prev = -9, run = 0;
+        for (int b = 0; b <= 256; b++) {
+            int code = -9;
+            if (b < 256) {
+                int n = g->next[(size_t)s * (size_t)g->n_classes + g->byte_class[b]];
+                if (n < 0) code = -1;
+                else if (light_state(g, n)) {
+                    if (r->canon_stamp[n] != r->canon_cur) {
+                        if (q.n >= CANON_MAX_STATES) { ok = false; break; }
+                        r->canon_stamp[n] = r->canon_cur, r->canon_idx[n] = q.n;
+                        g_ivec_push(&q, n), g_ivec_push(&qd, d + 1);
+                    }
+                    code = r->canon_idx[n];
+                } else {
+                    int k = 0;
+                    while (k < exits->n && exits->v[k] != n) k++;
+                    if (k == exits->n) g_ivec_push(exits, n);
+                    code = -2 - k;
+                }
+            }
+            if (code == prev) { run++; continue; }
+            if (run) g_ivec_push(key, prev), g_ivec_push(key, run);
+            prev = code, run = 1;
+        }
+        g_ivec_push(key, -8); /* end of row */
+    }
+    g_ivec_free(&q);
+    g_ivec_free(&qd);
+    return ok;
+}
 
 /* The context-free part of a light state's mask: tokens consumed by the top rule alone, plus the
- * trie nodes where the walk needs the stack below (cached per DFA state and vocabulary). */
-static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *v, int t, walk_stack *w) {
+ * trie nodes where the walk needs the stack below. Cached per DFA state in the grammar, and by
+ * canonical form in the vocabulary (shared by every grammar using it). */
+static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *cv, int t, walk_stack *w) {
+    di_token_trie *v = (di_token_trie *)cv; /* only the shared cache is written, under its mutex */
     if (!r->light) {
         r->light = di_xcalloc((size_t)g->n_states, sizeof(light_entry));
         r->n_light_states = g->n_states;
@@ -502,12 +584,62 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     size_t words = ((size_t)v->vocab + 31) / 32;
     free(e->mask);
     g_ivec_free(&e->bounds);
-    e->mask = di_xcalloc(words, 4);
+    e->mask = di_xmalloc(words * 4);
     e->vocab = v;
-    w->sp = 0;
-    ws_push(w, 0, -1 - t, 0);
-    trie_walk(g, r, v, w, e->mask, &e->bounds);
     r->n_light++;
+    g_ivec key = {0}, exits = {0};
+    bool canon = light_canon(g, r, t, v->max_depth, &key, &exits);
+    uint64_t h = canon ? g_hash_ints(key.v, key.n) : 0;
+    bool hit = false;
+    if (canon) {
+        pthread_mutex_lock(&v->mu);
+        for (int i = 0; i < v->n_shared && !hit; i++) {
+            shared_light *sl = &v->shared[i];
+            if (sl->hash != h || sl->key_n != key.n || memcmp(sl->key, key.v, (size_t)key.n * sizeof(int32_t))) continue;
+            memcpy(e->mask, sl->mask, words * 4);
+            for (int k = 0; k < sl->bounds.n; k += 2)
+                g_ivec_push(&e->bounds, sl->bounds.v[k]), g_ivec_push(&e->bounds, exits.v[sl->bounds.v[k + 1]]);
+            hit = true;
+        }
+        pthread_mutex_unlock(&v->mu);
+    }
+    if (!hit) {
+        memset(e->mask, 0, words * 4);
+        w->sp = 0;
+        ws_push(w, 0, -1 - t, 0);
+        trie_walk(g, r, v, w, e->mask, &e->bounds);
+        pthread_mutex_lock(&v->mu);
+        if (canon && v->n_shared < SHARED_MAX) {
+            if (v->n_shared == v->cap_shared) {
+                v->cap_shared = v->cap_shared ? v->cap_shared * 2 : 64;
+                v->shared = di_xrealloc(v->shared, (size_t)v->cap_shared * sizeof(shared_light));
+            }
+            shared_light *sl = &v->shared[v->n_shared];
+            memset(sl, 0, sizeof *sl);
+            bool all_known = true;
+            for (int k = 0; k < e->bounds.n && all_known; k += 2) {
+                int x = 0;
+                while (x < exits.n && exits.v[x] != e->bounds.v[k + 1]) x++;
+                if (x == exits.n) all_known = false;
+                g_ivec_push(&sl->bounds, e->bounds.v[k]);
+                g_ivec_push(&sl->bounds, x);
+            }
+            if (all_known) {
+                sl->hash = h;
+                sl->key = di_xmalloc((size_t)(key.n ? key.n : 1) * sizeof(int32_t));
+                for (int k = 0; k < key.n; k++) sl->key[k] = key.v[k];
+                sl->key_n = key.n;
+                sl->mask = di_xmalloc(words * 4);
+                memcpy(sl->mask, e->mask, words * 4);
+                v->n_shared++;
+            } else {
+                g_ivec_free(&sl->bounds);
+            }
+        }
+        pthread_mutex_unlock(&v->mu);
+    }
+    g_ivec_free(&key);
+    g_ivec_free(&exits);
     return e;
 }
 

@@ -18,11 +18,11 @@ fi
 set -e
 clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Iinclude -Isrc $(pkg-config --cflags libpcre2-8 libcjson icu-uc) \
-    tests/fuzz/constrain/fuzz_constrain.c src/constrain/*.c src/tokenizer/*.c src/base/error.c \
+    tests/fuzz/constrain/fuzz_constrain.c src/constrain/*.c src/tokenizer/*.c src/base/error.c src/base/file.c \
     $(pkg-config --libs libpcre2-8 libcjson icu-uc) -lpthread -lm -o "$OUT/fuzz_constrain"
 mkdir -p "$OUT/corpus"
 cp tests/fuzz/constrain/corpus/* "$OUT/corpus/" 2>/dev/null || true
-"$OUT/fuzz_constrain" -max_total_time="$SECS" -max_len=1024 -timeout=10 -rss_limit_mb=2048 \
+"$OUT/fuzz_constrain" -max_total_time="$SECS" -max_len=1024 -timeout=60 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$OUT/" "$OUT/corpus" 2>&1 | grep -E "^#|stat::number_of_executed_units|ERROR|invariant|SUMMARY|Done" | tail -n 8
 status=${PIPESTATUS[0]}
 echo "fuzz_constrain: exit status $status after ${SECS}s"
