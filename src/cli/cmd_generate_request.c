@@ -109,13 +109,52 @@ static di_status f_messages(parse_ctx *c, const cJSON *v, di_err *err) {
     return DI_OK;
 }
 
-/* tools, tool_choice, thinking, reasoning_effort, response_format: the chat renderer checks them */
+/* tools, tool_choice, thinking, reasoning_effort: the chat renderer checks them */
 static di_status f_chat_extra(parse_ctx *c, const cJSON *v, di_err *err) {
     (void)err;
     c->chat_extra = v->string;
     add_chat_key(c, v);
     return DI_OK;
 }
+
+/* OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", "json_schema":
+ * {"name", "schema", "strict"} (or the schema itself)}. A schema constrains decoding; json_object
+ * constrains to any JSON object and, in a chat request, also asks the template for JSON mode. */
+static di_status f_response_format(parse_ctx *c, const cJSON *v, di_err *err) {
+    if (!cJSON_IsObject(v)) return want_type(v, "an object", err);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type");
+    if (!cJSON_IsString(type))
+        return di_errf(err, DI_EINVAL, "\"response_format\" needs \"type\": \"text\", \"json_object\" or \"json_schema\"");
+    for (const cJSON *k = v->child; k; k = k->next)
+        if (strcmp(k->string, "type") && strcmp(k->string, "json_schema"))
+            return di_errf(err, DI_EINVAL, "\"response_format\": unknown field \"%s\"", k->string);
+    if (!strcmp(type->valuestring, "text")) return DI_OK;
+    if (!strcmp(type->valuestring, "json_object")) {
+        c->out->req.json_object = true;
+        c->chat_extra = v->string;
+        add_chat_key(c, v);
+        return DI_OK;
+    }
+    if (strcmp(type->valuestring, "json_schema"))
+        return di_errf(err, DI_EINVAL, "\"response_format\": unknown type \"%s\"", type->valuestring);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+    if (!cJSON_IsObject(js))
+        return di_errf(err, DI_EINVAL, "\"response_format\": \"json_schema\" must be an object holding the schema");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return di_errf(err, DI_EINVAL, "\"response_format\": \"json_schema.schema\" must be an object");
+    c->out->json_schema = cJSON_PrintUnformatted(schema ? schema : js);
+    return DI_OK;
+}
+
+static di_status f_string_copy(const cJSON *v, char **out, di_err *err) {
+    if (!cJSON_IsString(v)) return want_type(v, "a string", err);
+    *out = di_xstrdup(v->valuestring);
+    return DI_OK;
+}
+
+static di_status f_regex(parse_ctx *c, const cJSON *v, di_err *err) { return f_string_copy(v, &c->out->regex, err); }
+static di_status f_grammar(parse_ctx *c, const cJSON *v, di_err *err) { return f_string_copy(v, &c->out->grammar, err); }
 
 static di_status f_prompt_ids(parse_ctx *c, const cJSON *v, di_err *err) {
     return get_int_array(v, &c->out->prompt_ids, &c->out->req.n_prompt_ids, err);
@@ -253,7 +292,9 @@ static const struct {
     {"tool_choice", f_chat_extra},
     {"thinking", f_chat_extra},
     {"reasoning_effort", f_chat_extra},
-    {"response_format", f_chat_extra},
+    {"response_format", f_response_format},
+    {"regex", f_regex},
+    {"grammar", f_grammar},
     {"prompt_ids", f_prompt_ids},
     {"max_tokens", f_max_tokens},
     {"temperature", f_temperature},
@@ -298,8 +339,13 @@ static di_status finish_request(parse_ctx *c, di_err *err) {
     int forms = (o->prompt != NULL) + c->has_messages + (o->prompt_ids != NULL);
     if (forms == 0) return di_errf(err, DI_EINVAL, "no prompt: give one of \"prompt\", \"messages\", \"prompt_ids\"");
     if (forms > 1) return di_errf(err, DI_EINVAL, "give only one of \"prompt\", \"messages\", \"prompt_ids\"");
-    if (c->chat_extra && !c->has_messages)
+    if (c->chat_extra && !c->has_messages && strcmp(c->chat_extra, "response_format"))
         return di_errf(err, DI_EINVAL, "\"%s\" goes with \"messages\" (a chat request)", c->chat_extra);
+    if ((o->json_schema != NULL) + (o->regex != NULL) + (o->grammar != NULL) + o->req.json_object > 1)
+        return di_errf(err, DI_EINVAL, "give at most one of \"response_format\" (json), \"regex\", \"grammar\"");
+    o->req.json_schema = o->json_schema;
+    o->req.regex = o->regex;
+    o->req.grammar_ebnf = o->grammar;
     if (c->top_logprobs) {
         if (!c->logprobs || !cJSON_IsBool(c->logprobs))
             return di_errf(err, DI_EINVAL, "\"top_logprobs\" needs \"logprobs\": true");
@@ -364,5 +410,8 @@ void di_gen_request_free(di_gen_request *r) {
     free(r->stop);
     free(r->stop_token_ids);
     free(r->logit_bias);
+    cJSON_free(r->json_schema);
+    free(r->regex);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }

@@ -24,6 +24,9 @@ typedef struct di_gen_request {
     char **stop;              /* [req.n_stop] */
     int32_t *stop_token_ids;  /* [req.n_stop_token_ids] */
     di_logit_bias *logit_bias;/* [req.sampling.n_logit_bias] */
+    char *json_schema;        /* response_format json_schema: the schema as JSON text */
+    char *regex;              /* "regex" */
+    char *grammar;            /* "grammar" (EBNF) */
     bool logprobs;            /* the result carries logprobs */
     int top_logprobs;         /* alternatives listed per token, 0..DI_MAX_LOGPROBS */
 } di_gen_request;
