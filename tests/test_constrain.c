@@ -218,8 +218,27 @@ static void test_masks_real_vocab(void) {
     di_tokenizer_free(tok);
 }
 
+/* A property name that is not valid UTF-8 and ends inside a multi-byte sequence (cJSON accepts
+ * it): compiling must neither read past the name (ASan found utf8_to_cps doing so) nor fail
+ * obscurely. Regression for the fuzz corpus entry regress-utf8-truncated-key. */
+static void test_truncated_utf8_key(void) {
+    const char schema[] = "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, "
+                          "\"\xf1\": {\"type\": \"string\"}, \"\xe2\x82\": {\"type\": \"string\"}}}";
+    di_err err = {0};
+    di_grammar *g = compile(DI_CONSTRAIN_JSON_SCHEMA, schema, &err);
+    CHECKF(g != NULL || err.msg[0], "neither a grammar nor an error message");
+    if (g) {
+        di_token_trie *v = byte_vocab();
+        CHECK(matches(g, v, "{\"a\":1}", 7));
+        CHECK(!matches(g, v, "{\"a\":\"x\"}", 9));
+        di_token_trie_free(v);
+        di_grammar_free(g);
+    }
+}
+
 int main(void) {
     test_regex();
+    test_truncated_utf8_key();
     test_ebnf();
     test_json_schema();
     test_masks_real_vocab();

@@ -125,9 +125,10 @@ static void test_prompt_forms(void) {
     di_gen_request r;
     CHECKF(parse("{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"thinking\": "
                  "{\"type\": \"disabled\"}, \"reasoning_effort\": \"high\", \"tools\": [], \"tool_choice\": "
-                 "\"auto\", \"response_format\": {\"type\": \"text\"}, \"max_tokens\": 4}", &r) == DI_OK,
+                 "\"auto\", \"response_format\": {\"type\": \"json_object\"}, \"max_tokens\": 4}", &r) == DI_OK,
            "%s", g_err.msg);
     CHECK(r.req.chat_json && !r.req.prompt && !r.req.prompt_ids);
+    CHECK(r.req.json_object); /* JSON mode in the template and as a decoding constraint */
     cJSON *chat = cJSON_Parse(r.req.chat_json);
     CHECK(chat && cJSON_GetArraySize(chat) == 6);
     CHECK(cJSON_GetObjectItem(chat, "messages") && cJSON_GetObjectItem(chat, "thinking") &&

@@ -587,11 +587,11 @@ static int utf8_to_cps(const char *s, uint32_t *out) {
     while (*p) {
         uint32_t c = *p;
         int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        for (int k = 1; k < len; k++) /* a truncated sequence ends the string: never read past NUL */
+            if (!p[k]) return n;
         if (len == 2) c = ((c & 0x1F) << 6) | (p[1] & 0x3F);
         if (len == 3) c = ((c & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
         if (len == 4) c = ((c & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-        for (int k = 1; k < len; k++)
-            if (!p[k]) return n; /* cJSON strings are valid UTF-8; be defensive */
         p += len;
         out[n++] = c;
     }
