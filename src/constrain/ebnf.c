@@ -67,22 +67,9 @@ static bool rule_start_at(eb *p, size_t at) {
 }
 
 static uint32_t next_cp(eb *p) {
-    const uint8_t *s = (const uint8_t *)p->s + p->i;
-    uint32_t c = s[0];
-    int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (p->i + (size_t)len > p->n) len = 1;
-    if (len == 2) c = ((c & 0x1F) << 6) | (s[1] & 0x3F);
-    if (len == 3) c = ((c & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    if (len == 4) c = ((c & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-    p->i += (size_t)len;
+    uint32_t c;
+    p->i += (size_t)g_utf8_decode((const uint8_t *)p->s + p->i, p->n - p->i, &c);
     return c;
-}
-
-static int hexv(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
 }
 
 /* One possibly escaped character inside a literal or class. */
@@ -110,8 +97,8 @@ static bool read_char(eb *p, uint32_t *out) {
     }
     uint32_t v = 0;
     for (int k = 0; k < digits; k++) {
-        if (p->i >= p->n || hexv(p->s[p->i]) < 0) return false;
-        v = v * 16 + (uint32_t)hexv(p->s[p->i++]);
+        if (p->i >= p->n || g_hex_value(p->s[p->i]) < 0) return false;
+        v = v * 16 + (uint32_t)g_hex_value(p->s[p->i++]);
     }
     if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return false;
     *out = v;

@@ -133,6 +133,24 @@ int g_rule_find(const g_builder *g, const char *name) {
 
 /* ---- UTF-8 classes ---- */
 
+int g_utf8_decode(const uint8_t *s, size_t avail, uint32_t *cp) {
+    uint32_t c = s[0];
+    int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if ((size_t)len > avail) len = 1;
+    if (len == 2) c = ((c & 0x1F) << 6) | (s[1] & 0x3F);
+    if (len == 3) c = ((c & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    if (len == 4) c = ((c & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+    *cp = c;
+    return len;
+}
+
+int g_hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 int g_utf8_encode(uint32_t cp, char *buf) {
     if (cp < 0x80) { buf[0] = (char)cp; return 1; }
     if (cp < 0x800) {

@@ -121,6 +121,12 @@ int g_rule_find(const g_builder *g, const char *name);
 int g_utf8_class(g_builder *g, const uint32_t *ranges, int n_ranges);
 /* Appends the UTF-8 encoding of cp to buf; returns its length (1..4). */
 int g_utf8_encode(uint32_t cp, char *buf);
+/* Decodes the code point starting at s (avail >= 1 bytes there) into *cp and returns its length;
+ * a sequence longer than avail decodes its lead byte alone (length 1). The grammar sources are
+ * UTF-8 text, so no further validation happens here. */
+int g_utf8_decode(const uint8_t *s, size_t avail, uint32_t *cp);
+/* Value of a hexadecimal digit, or -1. */
+int g_hex_value(char c);
 
 /* ---- compiled grammar ---- */
 

@@ -585,14 +585,11 @@ static int utf8_to_cps(const char *s, uint32_t *out) {
     int n = 0;
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
-        uint32_t c = *p;
-        int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        int len = *p < 0x80 ? 1 : *p < 0xE0 ? 2 : *p < 0xF0 ? 3 : 4;
         for (int k = 1; k < len; k++) /* a truncated sequence ends the string: never read past NUL */
             if (!p[k]) return n;
-        if (len == 2) c = ((c & 0x1F) << 6) | (p[1] & 0x3F);
-        if (len == 3) c = ((c & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-        if (len == 4) c = ((c & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-        p += len;
+        uint32_t c;
+        p += g_utf8_decode(p, (size_t)len, &c);
         out[n++] = c;
     }
     return n;
