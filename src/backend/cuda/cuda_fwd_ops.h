@@ -1,0 +1,104 @@
+/* Device kernels the GPU forward pass (src/backend/cuda/gpu_forward*.c) needs beyond the op
+ * table's (cuda_ops.h): data movement through pointer lists, the small element-wise stages of
+ * the forward pass (src/forward/*.c), and the fixed-order plain linear that makes every row's
+ * result independent of the batch.
+ *
+ * Each function is the device twin of a loop in src/forward/*.c or src/backend/cpu/ and is tested
+ * against a CPU reference in tests/cuda/test_cuda_fwd_ops.cu. All pointers are device pointers
+ * (including the pointer arrays); every call is asynchronous on stream `s`. Buffers hold floats
+ * with bf16-exact values where the CPU's do. */
+#ifndef DI_BACKEND_CUDA_FWD_OPS_H
+#define DI_BACKEND_CUDA_FWD_OPS_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- data movement (cuda_fwd_copy.cu) ---- */
+/* for i < n: dst[i][0..width) = src[i][0..width); a NULL src[i] writes zeros, a NULL dst[i]
+ * skips the row. Rows may be anywhere (ring slots, pool entries, chunk rows). */
+void di_cuda_copy_rows(float *const *dst, const float *const *src, int64_t n, int64_t width,
+                       cudaStream_t s);
+/* X [R, n, D] = n copies of bf16 row tokens[r] of table [V, D] (bf16 bits); pre [R, n] = one-hot
+ * copy 0 (forward.c, di_forward's embedding loop). tokens [R] device. */
+void di_cuda_embed(const uint16_t *table, const int32_t *tokens, int64_t R, int n, int64_t D,
+                   float *X, float *pre, cudaStream_t s);
+/* out[r * out_stride + k] = bf16((sum_i X[r, i, k]) / n), the fp32 sum in i order
+ * (forward.c capture_target) */
+void di_cuda_hc_mean(const float *X, int64_t R, int n, int64_t D, float *out, int64_t out_stride,
+                     cudaStream_t s);
+/* x[i] = bf16(x[i] * scale) for i < n (the indexer's head-weight scale) */
+void di_cuda_scale_bf16(float *x, int64_t n, float scale, cudaStream_t s);
+
+/* ---- fixed-order plain linear (cuda_fwd_linear.cu) ---- */
+/* y [m, w->rows] = x [m, w->cols] @ w^T with w BF16 or F32 (device data, any alignment of 2/4),
+ * or F8_E4M3 read as its exact bf16 dequantisation (32x32 e8m0 blocks, w->row0 honoured: a row
+ * block view). Each output is a double sum over k in a fixed order that does not depend on m
+ * (lane l of a warp sums k = l, l+32, ... in order, then a fixed shuffle tree), rounded once to
+ * fp32 (F32 mode) or to bf16 (BF16 mode): batch invariant by construction, and equal to the CPU's
+ * K-ordered double sum whenever that sum is exact (bf16 x bf16 products: almost always). */
+void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *y,
+                          di_linear_mode mode, cudaStream_t s);
+
+/* ---- compressor and indexer (cuda_fwd_index.cu) ---- */
+/* ratio-2 compressor pairs (indexer.c di_fwd_compress): for i < n, d < dh
+ *   latent[i, d] = bf16(k0[i][d] * (e0 / sum) + k1[i][d] * (e1 / sum)),
+ *   mx = fmaxf(z0, z1), e0 = expf(z0 - mx), e1 = expf(z1 - mx), sum = e0 + e1 (glibc expf twin) */
+void di_cuda_cmp_pair(const float *const *k0, const float *const *z0, const float *const *k1,
+                      const float *const *z1, int64_t n, int dh, float *latent, cudaStream_t s);
+/* Index scores of R query rows of ONE sequence over its P paged index keys: key t is at
+ * pool + ((int64_t)blocks[t / block_entries] * block_entries + t % block_entries) * entry_floats
+ *      + key_offset   ([idim] floats).
+ * Same arithmetic as di_cuda_index_score (cuda_ops.h); t >= visible[r] (host value per row,
+ * passed as a device array [R]) scores -inf. */
+void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool,
+                               const int32_t *blocks, int block_entries, int entry_floats,
+                               int key_offset, int64_t R, int64_t P, int nh, int idim,
+                               const int64_t *visible, float *score, cudaStream_t s);
+/* Candidate pool, step 1 (indexer.c candidate_pool): bscore [R, nb] = max of score [R, P] over
+ * each block of bs positions (nb = ceil(P / bs)); the block of position visible[r] - 1 is pinned
+ * to +inf when visible[r] > 0. The caller then runs di_cuda_topk(bscore, R, nb, keep, blocks). */
+void di_cuda_block_max(const float *score, int64_t R, int64_t P, int bs, const int64_t *visible,
+                       float *bscore, cudaStream_t s);
+/* Candidate pool, step 2: flags [R, nb] = 1 for the kept blocks (blocks [R, keep], -1 = none),
+ * else 0. */
+void di_cuda_cand_flags(const int32_t *blocks, int64_t R, int keep, int64_t nb, uint8_t *flags,
+                        cudaStream_t s);
+/* Candidate pool, use: score[r, t] = -inf where t / bs >= nb or !flags[r, t / bs]. */
+void di_cuda_cand_apply(float *score, int64_t R, int64_t P, int bs, const uint8_t *flags,
+                        int64_t nb, cudaStream_t s);
+
+/* ---- MoE and Engram (cuda_fwd_moe.cu) ---- */
+/* SwiGLU (moe.c expert_ffn): h[r, i] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]),
+ * silu(v) = v / (1 + expf(-v)) (glibc expf twin); g, u, h [n, inter]; wt [n] or NULL. h may
+ * alias g. */
+void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_t inter, float limit,
+                    const float *wt, float *h, cudaStream_t s);
+/* out [R, D] = bf16(sum_j eo[r, order[r, j], :] (j ascending, fp32) + shared[r, :]);
+ * eo [R, K, D], order [R, K] slot indices (the caller sorts them by expert id) (moe.c). */
+void di_cuda_moe_combine(const float *eo, const int32_t *order, const float *shared, int64_t R,
+                         int K, int64_t D, float *out, cudaStream_t s);
+/* e [R, ncols * hd] = bf16(e4m3(table[rows[r, c], d]) * e8m0(scale[rows[r, c], d / 32]))
+ * (engram.c); table [T, hd] e4m3 bytes, scale [T, hd / 32] e8m0 bytes, rows [R, ncols] int64 */
+void di_cuda_engram_gather(const uint8_t *table, const uint8_t *scale, const int64_t *rows,
+                           int64_t R, int ncols, int hd, float *e, cudaStream_t s);
+/* Engram gate, in place on X [R, n, D] (engram.c di_fwd_engram): per (r, i)
+ *   sx = sum x^2, sk = sum key^2, dot = sum (double)(x * qk_i * key) (doubles, k order on the
+ *   CPU; a fixed tree here), rx = 1/sqrtf((float)(sx/D) + eps), rk likewise,
+ *   g = (float)dot * (rx * rk) * inv_sqrt_d, g = sigmoid(copysignf(sqrtf(fmaxf(|g|, 1e-6)), g)),
+ *   x = bf16(x + g * value)
+ * kv [R, (n + 1) * D]: n keys then the value; qk [n, D]. */
+void di_cuda_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D,
+                         float eps, float inv_sqrt_d, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
