@@ -77,6 +77,8 @@ typedef struct di_engine_options {
     int max_batch_tokens;      /* tokens per step, decode + prefill chunks (0 = 2048) */
     int max_prefill_chunk;     /* prefill tokens of one sequence per step (0 = max_batch_tokens) */
     uint64_t seed;             /* default seed of requests that give none, mixed with their id */
+    const char *backend;       /* "cpu" (NULL/""), "cuda" (error if unavailable), "auto" */
+    bool batch_invariant;      /* device backends: logits independent of the batch (CPU: always) */
 } di_engine_options;
 
 typedef struct di_request {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "forward/device.h"
 #include "tokenizer/prompt.h"
 
 static di_status fail(char *errbuf, size_t cap, const di_err *err) {
@@ -61,6 +62,7 @@ di_status di_engine_create(const di_engine_options *opt, di_engine **out, char *
         return fail(errbuf, errcap, &err);
     }
     di_status st = di_model_load(&e->model, opt->model_dir, &err);
+    if (!st) st = di_model_select_backend(e->model, opt->backend, opt->batch_invariant, &err);
     char path[4096];
     struct stat sb;
     snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
@@ -71,6 +73,10 @@ di_status di_engine_create(const di_engine_options *opt, di_engine **out, char *
         return fail(errbuf, errcap, &err);
     }
     di_kv_pool_init(&e->pool, 16, di_kv_entry_floats(e->model), 0); /* 16 entries a block, as vLLM */
+    if (e->model->dev_backend) { /* device memory: the whole KV budget is taken at the first block */
+        di_kv_pool_set_mem(&e->pool, &e->model->dev_backend->mem);
+        e->pool.max_blocks = e->opt.kv_budget_bytes / (int64_t)di_kv_pool_block_bytes(&e->pool) + 1;
+    }
     di_seq_state *probe = di_seq_state_new_in(e->model, &e->pool);
     e->seq_fixed_bytes = (int64_t)di_seq_state_bytes(e->model, probe);
     di_seq_state_free(probe);

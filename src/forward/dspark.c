@@ -17,6 +17,7 @@ static void main_x_rows(const di_model *m, const float *main_hidden, int n, floa
 }
 
 void di_dspark_seed(const di_model *m, di_seq_state *s, const float *main_hidden, int64_t pos0, int n) {
+    if (s->mem) return; /* device state: DSpark runs on the CPU backend only so far (draft refuses) */
     const di_config *cf = &m->cfg;
     const int64_t D = cf->hidden_size, Dh = cf->head_dim;
     float *mx = malloc(sizeof(float) * (size_t)n * D);  /* [n, D] bf16 */
@@ -111,6 +112,7 @@ di_status di_dspark_draft(const di_model *m, di_seq_state *s, int64_t p, int32_t
     const int R = cf->dspark_block_size, n = cf->hc_mult;
     const int64_t D = cf->hidden_size;
     if (cf->num_nextn_predict_layers <= 0) return di_errf(err, DI_EUNSUPPORTED, "model has no DSpark blocks");
+    if (s->mem) return di_errf(err, DI_EUNSUPPORTED, "DSpark drafting runs on the CPU backend only so far");
     if (R > DI_FWD_MAX_DSPARK_BLOCK) return di_errf(err, DI_EUNSUPPORTED, "dspark_block_size %d > %d", R, DI_FWD_MAX_DSPARK_BLOCK);
     if (next_token < 0 || next_token >= cf->vocab_size)
         return di_errf(err, DI_ERANGE, "DSpark anchor token %d out of range", next_token);

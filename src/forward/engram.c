@@ -5,24 +5,28 @@
 #include <string.h>
 
 #include "forward/forward_internal.h"
+#include "forward/host_steps.h"
 
-/* last_ids[0..n) for row r: compressed ids of its token and the tokens before it (newest first) */
-static int row_history(const fwd_ctx *c, int r, int32_t *last_ids, int max_n) {
-    const di_model *m = c->m;
-    const int s = c->row_seq[r];
-    const di_seq_state *st = c->b->seqs[s];
+int di_engram_row_history(const di_model *m, const di_seq_state *st, const int32_t *seq_tokens, int64_t pos0,
+                          int64_t pos, int32_t *last_ids, int max_n) {
     int n = 0;
-    for (int64_t q = c->row_pos[r]; q >= 0 && n < max_n; q--, n++) {
-        if (q >= c->seq_pos0[s]) {
-            int32_t tok = c->b->tokens[c->seq_row0[s] + (q - c->seq_pos0[s])];
-            last_ids[n] = di_engram_token_map_get(&m->token_map, tok);
+    for (int64_t q = pos; q >= 0 && n < max_n; q--, n++) {
+        if (q >= pos0) {
+            last_ids[n] = di_engram_token_map_get(&m->token_map, seq_tokens[q - pos0]);
         } else {
-            int back = (int)(c->seq_pos0[s] - 1 - q); /* 0 = newest token in the state */
+            int back = (int)(pos0 - 1 - q); /* 0 = newest token in the state */
             if (back >= st->n_hist) break;
             last_ids[n] = st->engram_hist[back];
         }
     }
     return n;
+}
+
+/* last_ids[0..n) for row r: compressed ids of its token and the tokens before it (newest first) */
+static int row_history(const fwd_ctx *c, int r, int32_t *last_ids, int max_n) {
+    const int s = c->row_seq[r];
+    return di_engram_row_history(c->m, c->b->seqs[s], c->b->tokens + c->seq_row0[s], c->seq_pos0[s],
+                                 c->row_pos[r], last_ids, max_n);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }

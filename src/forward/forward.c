@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward/device.h"
 #include "forward/forward_internal.h"
 
 void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_row, int64_t stride,
@@ -207,6 +208,7 @@ static void commit_states(fwd_ctx *c) {
 di_status di_forward(const di_model *m, di_batch *b, di_err *err) {
     di_status st = check_batch(m, b, err);
     if (st) return st;
+    if (m->dev_backend) return m->dev_backend->forward(m, b, err);
     const di_config *cf = &m->cfg;
     const int n = cf->hc_mult;
     const int64_t D = cf->hidden_size;

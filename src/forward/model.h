@@ -75,6 +75,8 @@ typedef struct di_dspark_weights {
     di_weight conf_proj;                   /* BF16 [1, D + rank] */
 } di_dspark_weights;
 
+struct di_device_backend;
+
 typedef struct di_model {
     di_config cfg;
     di_checkpoint *ck;
@@ -92,6 +94,19 @@ typedef struct di_model {
     di_engram_consts engram;
     di_engram_token_map token_map;         /* compressed id per token */
     int32_t engram_pad_id;
+    /* device backend (forward/device.h): NULL = the CPU reference runs on the host views above */
+    const struct di_device_backend *dev_backend;
+    void *dev;                             /* the backend's copy of the weights */
+    bool batch_invariant;                  /* fixed reduction orders on the device */
+    /* benchmark rank proxy (`deepinfer bench` on a device; set before selecting the backend):
+     * weights are generated on the device instead of copied (the checkpoint may be a sparse
+     * synthetic one), only experts [0, resident_experts) of each layer are resident and routing is
+     * uniform over them, Engram tables have engram_rows rows (hash rows wrap). Zero = off. */
+    struct {
+        bool synthetic;
+        int resident_experts;
+        int64_t engram_rows;
+    } proxy;
 } di_model;
 
 /* Opens DIR (config.json + safetensors), validates every tensor against the config, binds the

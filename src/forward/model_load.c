@@ -9,6 +9,7 @@
 
 #include "base/numerics.h"
 #include "forward/model.h"
+#include "forward/device.h"
 #include "model/tensor_list.h"
 
 typedef struct binder {
@@ -325,6 +326,7 @@ di_status di_model_load(di_model **out, const char *dir, di_err *err) {
 
 void di_model_free(di_model *m) {
     if (!m) return;
+    if (m->dev_backend) m->dev_backend->detach(m);
     for (int i = 0; m->layers && i < m->n_total_layers; i++) {
         di_layer *L = &m->layers[i];
         free(L->attn.attn_sink);

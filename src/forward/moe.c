@@ -9,16 +9,16 @@
 #include <string.h>
 
 #include "forward/forward_internal.h"
+#include "forward/host_steps.h"
 
 typedef struct route {
     int32_t expert[DI_FWD_MAX_TOPK_EXPERTS]; /* selected experts, selection order */
     float weight[DI_FWD_MAX_TOPK_EXPERTS];   /* their routing weights */
 } route;
 
-static void route_row(const di_model *m, const di_ffn_weights *f, const float *x, route *out) {
-    float logits[DI_FWD_MAX_EXPERTS], score[DI_FWD_MAX_EXPERTS];
-    di_cpu_linear(&f->gate, x, 1, logits, DI_LIN_F32);
-    float biased[DI_FWD_MAX_EXPERTS];
+void di_moe_route_row(const di_model *m, const di_ffn_weights *f, const float *logits, int32_t *expert,
+                      float *weight) {
+    float score[DI_FWD_MAX_EXPERTS], biased[DI_FWD_MAX_EXPERTS];
     for (int e = 0; e < f->n_experts; e++) {
         float z = logits[e];
         float sp = z > 20.0f ? z : log1pf(expf(z));
@@ -32,12 +32,18 @@ static void route_row(const di_model *m, const di_ffn_weights *f, const float *x
         for (int e = 0; e < f->n_experts; e++)
             if (!taken[e] && (best < 0 || biased[e] > biased[best])) best = e;
         taken[best] = 1;
-        out->expert[j] = best;
-        out->weight[j] = score[best];
+        expert[j] = best;
+        weight[j] = score[best];
         sum += score[best];
     }
     const float scale = (float)m->cfg.routed_scaling_factor;
-    for (int j = 0; j < f->top_k; j++) out->weight[j] = out->weight[j] / (sum + 1e-20f) * scale;
+    for (int j = 0; j < f->top_k; j++) weight[j] = weight[j] / (sum + 1e-20f) * scale;
+}
+
+static void route_row(const di_model *m, const di_ffn_weights *f, const float *x, route *out) {
+    float logits[DI_FWD_MAX_EXPERTS];
+    di_cpu_linear(&f->gate, x, 1, logits, DI_LIN_F32);
+    di_moe_route_row(m, f, logits, out->expert, out->weight);
 }
 
 /* SwiGLU expert on n rows: y = w2(bf16(silu(min(g, L)) * clamp(u, -L, L) * wt)) */

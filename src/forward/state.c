@@ -1,6 +1,8 @@
 /* Per-sequence state allocation (see state.h). */
 #include "forward/state.h"
 
+#include "forward/device.h"
+
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,15 +14,31 @@ int di_kv_entry_floats(const di_model *m) { return m->cfg.head_dim + m->cfg.inde
 di_seq_state *di_seq_state_new(const di_model *m) {
     di_kv_pool *pool = di_xmalloc(sizeof *pool);
     di_kv_pool_init(pool, BLOCK_ENTRIES, di_kv_entry_floats(m), 0);
+    if (m->dev_backend) di_kv_pool_set_mem(pool, &m->dev_backend->mem);
     di_seq_state *s = di_seq_state_new_in(m, pool);
     s->owns_pool = true;
     return s;
 }
 
+/* n zeroed floats in the state's memory (host or device) */
+static float *state_floats(const di_seq_state *s, size_t n) {
+    if (!s->mem) return di_xcalloc(n, sizeof(float));
+    float *p = s->mem->alloc(n * sizeof(float));
+    if (!p) di_die("device out of memory allocating %zu bytes of sequence state", n * sizeof(float));
+    return p;
+}
+
+static void state_release(const di_seq_state *s, void *p) {
+    if (!s->mem) free(p);
+    else if (p) s->mem->release(p);
+}
+
 di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool) {
     const di_config *c = &m->cfg;
     assert(pool->entry_floats == di_kv_entry_floats(m));
+    assert(!m->dev_backend == !pool->mem); /* a device model needs a device pool */
     di_seq_state *s = di_xcalloc(1, sizeof *s);
+    s->mem = m->dev_backend ? &m->dev_backend->mem : NULL;
     s->pool = pool;
     s->dh = c->head_dim;
     s->idx_dim = c->index_head_dim;
@@ -28,30 +46,29 @@ di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool) {
     s->n_kv = c->n_kv_sources;
     s->swa = di_xcalloc((size_t)m->n_total_layers, sizeof(float *));
     for (int l = 0; l < m->n_total_layers; l++)
-        s->swa[l] = di_xcalloc((size_t)c->sliding_window * c->head_dim, sizeof(float));
+        s->swa[l] = state_floats(s, (size_t)c->sliding_window * c->head_dim);
     s->kv = di_xcalloc((size_t)c->n_kv_sources, sizeof(di_kv_source_state));
     for (int i = 0; i < c->n_kv_sources; i++) {
         s->kv[i].ratio = c->compress_ratios[c->kv_source_layer_ids[i]];
-        s->kv[i].pend_k = di_xcalloc((size_t)c->head_dim, sizeof(float));
-        s->kv[i].pend_z = di_xcalloc((size_t)c->head_dim, sizeof(float));
+        s->kv[i].pend_k = state_floats(s, (size_t)c->head_dim);
+        s->kv[i].pend_z = state_floats(s, (size_t)c->head_dim);
     }
-    s->main_hidden = di_xcalloc((size_t)(c->n_dspark_targets ? c->n_dspark_targets : 1) * c->hidden_size,
-                                sizeof(float));
+    s->main_hidden = state_floats(s, (size_t)(c->n_dspark_targets ? c->n_dspark_targets : 1) * c->hidden_size);
     return s;
 }
 
 void di_seq_state_free(di_seq_state *s) {
     if (!s) return;
-    for (int l = 0; l < s->n_layers; l++) free(s->swa[l]);
+    for (int l = 0; l < s->n_layers; l++) state_release(s, s->swa[l]);
     free(s->swa);
     for (int i = 0; i < s->n_kv; i++) {
         for (int64_t b = 0; b < s->kv[i].n_blocks; b++) di_kv_pool_free(s->pool, s->kv[i].blocks[b]);
         free(s->kv[i].blocks);
-        free(s->kv[i].pend_k);
-        free(s->kv[i].pend_z);
+        state_release(s, s->kv[i].pend_k);
+        state_release(s, s->kv[i].pend_z);
     }
     free(s->kv);
-    free(s->main_hidden);
+    state_release(s, s->main_hidden);
     if (s->owns_pool) {
         di_kv_pool_destroy(s->pool);
         free(s->pool);
@@ -61,6 +78,7 @@ void di_seq_state_free(di_seq_state *s) {
 
 void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const float *ikey_row) {
     di_kv_source_state *ks = &s->kv[src];
+    assert(!s->mem); /* host states only: device backends write entries with their own kernels */
     assert(ks->n / s->pool->block_entries < ks->n_blocks); /* reserved beforehand */
     float *e = di_seq_ckv(s, src, ks->n);
     memcpy(e, ckv_row, sizeof(float) * (size_t)s->dh);
@@ -92,7 +110,13 @@ di_status di_seq_state_reserve(di_seq_state *s, int64_t n_tokens_total, di_err *
             ks->cap_blocks = need * 2;
             ks->blocks = di_xrealloc(ks->blocks, sizeof(int32_t) * (size_t)ks->cap_blocks);
         }
-        while (ks->n_blocks < need) ks->blocks[ks->n_blocks++] = di_kv_pool_alloc(s->pool);
+        while (ks->n_blocks < need) {
+            int32_t b = di_kv_pool_alloc(s->pool);
+            if (b < 0) /* a device pool that could not grow */
+                return di_errf(err, DI_ENOMEM, "KV pool: device memory exhausted at %lld blocks",
+                               (long long)s->pool->n_blocks);
+            ks->blocks[ks->n_blocks++] = b;
+        }
     }
     return DI_OK;
 }

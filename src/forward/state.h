@@ -27,6 +27,8 @@ typedef struct di_kv_source_state {
 } di_kv_source_state;
 
 typedef struct di_seq_state {
+    const di_mem_ops *mem;             /* NULL: host memory; else every buffer below (rings, pending
+                                          pair, main_hidden, the pool's entries) is device memory */
     di_kv_pool *pool;                  /* where the compressed entries live (shared or owned) */
     bool owns_pool;
     int dh, idx_dim;                   /* entry layout: compressed KV row, then index key */

@@ -1,0 +1,40 @@
+/* Device backends of the forward pass. The CPU code in src/forward/ is the reference and runs on
+ * host memory; a device backend (the CUDA one, src/backend/cuda/gpu_*.c, in a -DDI_CUDA=ON build)
+ * takes over a loaded model: it copies the weights to its memory, allocates the per-sequence state
+ * (SWA rings, paged compressed KV, pending pairs) there through `mem`, and runs di_forward with
+ * the same batch interface, so the engine, the CLI and the tests drive either unchanged.
+ *
+ * Selection: "cpu", "cuda" (an error when not built in or no device), or "auto" (cuda when a
+ * usable device exists, else cpu). DeepInfer's DEEPINFER_ACCELERATOR=nvidia means "cuda". */
+#ifndef DI_FORWARD_DEVICE_H
+#define DI_FORWARD_DEVICE_H
+
+#include "forward/forward.h"
+
+typedef struct di_device_backend {
+    const char *name;                                      /* "cuda" */
+    di_mem_ops mem;                                        /* zeroed alloc, release, D2D copy */
+    void (*upload)(void *dev, const void *host, size_t bytes);
+    void (*download)(void *host, const void *dev, size_t bytes);
+    di_status (*attach)(di_model *m, di_err *err);         /* weights to the device: sets m->dev */
+    void (*detach)(di_model *m);
+    di_status (*forward)(const di_model *m, di_batch *b, di_err *err);
+    void (*describe)(char *buf, size_t cap);               /* device name and memory */
+    /* benchmarks: the card's ceilings (copy GB/s, BF16 and FP8 TFLOP/s, measured now), free and
+     * total device memory, random bytes into device memory, and a full synchronisation */
+    void (*ceilings)(bool quick, double *hbm_gbs, double *bf16_tflops, double *fp8_tflops);
+    void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+    void (*fill_random)(void *dev, size_t bytes, uint64_t seed);
+} di_device_backend;
+
+/* The CUDA backend, or NULL with the reason in *why (not built in, no device). */
+const di_device_backend *di_cuda_backend(const char **why);
+
+/* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu).
+ * batch_invariant: fixed reduction orders whatever the batch (the CPU always has them). Must be
+ * called before any sequence state is created for the model. */
+di_status di_model_select_backend(di_model *m, const char *name, bool batch_invariant, di_err *err);
+/* "cpu" or the device backend's name */
+const char *di_model_backend_name(const di_model *m);
+
+#endif
