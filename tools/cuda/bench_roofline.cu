@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_ceilings.h"
 #include "backend/cuda/cuda_ops.h"
 
 #define CK(call)                                                                            \
@@ -31,203 +32,6 @@
 
 static int g_quick;
 static double g_hbm_gbs, g_bf16_tflops, g_fp8_tflops;
-
-/* ---- random device data ---- */
-__global__ void fill_bytes_kernel(uint8_t *p, size_t n, uint32_t seed, uint8_t mask_nan_e4m3) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        uint8_t b = (uint8_t)h;
-        if (mask_nan_e4m3 && (b & 0x7f) == 0x7f) b = 0x38; /* NaN code -> 1.0 */
-        p[i] = b;
-    }
-}
-__global__ void fill_scale_kernel(uint8_t *p, size_t n, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = (uint8_t)(120 + ((i * 7919u + seed) % 8));
-}
-__global__ void fill_f32_kernel(float *p, size_t n, uint32_t seed) { /* bf16-exact O(1) values */
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 16;
-        h *= 0x45d9f3bu;
-        h ^= h >> 16;
-        p[i] = (float)((int)(h & 1023) - 512) / 256.0f;
-    }
-}
-__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 16;
-        p[i] = (uint16_t)(0x3c00 + (h & 0x7ff)) | (uint16_t)((h & 0x10000) ? 0x8000 : 0);
-    }
-}
-static void *dalloc_bytes(size_t n, bool e4m3) {
-    void *p;
-    CK(cudaMalloc(&p, n));
-    fill_bytes_kernel<<<1024, 256>>>((uint8_t *)p, n, (uint32_t)rand(), e4m3);
-    CK(cudaGetLastError());
-    return p;
-}
-static float *dalloc_f32(size_t n) {
-    float *p;
-    CK(cudaMalloc(&p, n * 4));
-    fill_f32_kernel<<<1024, 256>>>(p, n, (uint32_t)rand());
-    CK(cudaGetLastError());
-    return p;
-}
-
-/* ---- timing: median of `trials` event-timed loops of `reps` calls ---- */
-typedef void (*bench_fn)(void *arg, int rep);
-static double time_ms(bench_fn fn, void *arg, int reps, int trials) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 2; i++) fn(arg, i); /* warm-up */
-    CK(cudaDeviceSynchronize());
-    double t[16];
-    if (trials > 16) trials = 16;
-    for (int k = 0; k < trials; k++) {
-        CK(cudaEventRecord(a, 0));
-        for (int i = 0; i < reps; i++) fn(arg, i);
-        CK(cudaEventRecord(b, 0));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t[k] = ms / reps;
-    }
-    CK(cudaGetLastError());
-    for (int i = 0; i < trials; i++)
-        for (int j = i + 1; j < trials; j++)
-            if (t[j] < t[i]) {
-                double s = t[i];
-                t[i] = t[j];
-                t[j] = s;
-            }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return t[trials / 2];
-}
-
-/* ---- 1. copy bandwidth ---- */
-struct copy_arg { void *dst, *src; size_t bytes; };
-static void run_memcpy(void *p, int rep) {
-    copy_arg *c = (copy_arg *)p;
-    CK(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0));
-}
-__global__ void copy_kernel(const int4 *__restrict__ src, int4 *__restrict__ dst, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) dst[i] = src[i];
-}
-static void run_copy_kernel(void *p, int rep) {
-    copy_arg *c = (copy_arg *)p;
-    int dev, sms;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    copy_kernel<<<sms * 8, 512>>>((const int4 *)c->src, (int4 *)c->dst, c->bytes / 16);
-}
-
-static void bench_copy(void) {
-    copy_arg c;
-    c.bytes = (size_t)(g_quick ? 512 : 2048) << 20;
-    c.src = dalloc_bytes(c.bytes, false);
-    CK(cudaMalloc(&c.dst, c.bytes));
-    double ms1 = time_ms(run_memcpy, &c, 5, 5), ms2 = time_ms(run_copy_kernel, &c, 5, 5);
-    double gb1 = 2.0 * c.bytes / ms1 / 1e6, gb2 = 2.0 * c.bytes / ms2 / 1e6;
-    g_hbm_gbs = gb1 > gb2 ? gb1 : gb2;
-    printf("HBM copy bandwidth (bytes read + written, %zu MiB buffers)\n", c.bytes >> 20);
-    printf("  cudaMemcpy D2D      %8.1f GB/s  (%.3f ms)\n", gb1, ms1);
-    printf("  copy kernel (16 B)  %8.1f GB/s  (%.3f ms)\n", gb2, ms2);
-    printf("  roofline uses       %8.1f GB/s\n\n", g_hbm_gbs);
-    cudaFree(c.src);
-    cudaFree(c.dst);
-}
-
-/* ---- 2. cuBLASLt matrix rates ---- */
-struct lt_arg {
-    cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-    void *a, *b, *c, *ws;
-    size_t ws_bytes;
-};
-static void run_lt(void *p, int rep) {
-    lt_arg *g = (lt_arg *)p;
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(g->lt, g->op, &one, g->a, g->la, g->b, g->lb, &zero, g->c, g->lc,
-                                       g->c, g->lc, &g->algo, g->ws, g->ws_bytes, 0);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "cublasLtMatmul failed: %d\n", (int)st);
-        exit(2);
-    }
-}
-
-/* D [n, n] bf16 = A^T B with A, B of `type` (column-major, "TN" as FP8 requires) */
-static double bench_lt(cublasLtHandle_t lt, cudaDataType type, const char *name, int n) {
-    lt_arg g;
-    memset(&g, 0, sizeof g);
-    g.lt = lt;
-    const size_t el = type == CUDA_R_16BF ? 2 : 1;
-    g.a = dalloc_bytes((size_t)n * n * el, type != CUDA_R_16BF);
-    g.b = dalloc_bytes((size_t)n * n * el, type != CUDA_R_16BF);
-    if (type == CUDA_R_16BF) {
-        fill_bf16_kernel<<<1024, 256>>>((uint16_t *)g.a, (size_t)n * n, 1);
-        fill_bf16_kernel<<<1024, 256>>>((uint16_t *)g.b, (size_t)n * n, 2);
-    }
-    CK(cudaMalloc(&g.c, (size_t)n * n * 2));
-    g.ws_bytes = 64 << 20;
-    CK(cudaMalloc(&g.ws, g.ws_bytes));
-    cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&g.la, type, n, n, n);
-    cublasLtMatrixLayoutCreate(&g.lb, type, n, n, n);
-    cublasLtMatrixLayoutCreate(&g.lc, CUDA_R_16BF, n, n, n);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g.ws_bytes,
-                                         sizeof g.ws_bytes);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, g.op, g.la, g.lb, g.lc, g.lc, pref, 1, &res, &found);
-    double tflops = 0.0;
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        printf("  %-6s %5d^3  no cuBLASLt algorithm (status %d)\n", name, n, (int)st);
-    } else {
-        g.algo = res.algo;
-        double ms = time_ms(run_lt, &g, g_quick ? 3 : 10, 5);
-        tflops = 2.0 * n * (double)n * n / ms / 1e9;
-        printf("  %-6s %5d^3  %8.1f TFLOP/s  (%.3f ms)\n", name, n, tflops, ms);
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(g.la);
-    cublasLtMatrixLayoutDestroy(g.lb);
-    cublasLtMatrixLayoutDestroy(g.lc);
-    cublasLtMatmulDescDestroy(g.op);
-    cudaFree(g.a), cudaFree(g.b), cudaFree(g.c), cudaFree(g.ws);
-    return tflops;
-}
-
-static void bench_matrix_rates(void) {
-    cublasLtHandle_t lt;
-    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-        printf("cuBLASLt unavailable\n");
-        return;
-    }
-    printf("Dense matrix rates (cuBLASLt, fp32 accumulation, bf16 out, random data)\n");
-    const int n = g_quick ? 4096 : 8192;
-    g_bf16_tflops = bench_lt(lt, CUDA_R_16BF, "BF16", n);
-    g_fp8_tflops = bench_lt(lt, CUDA_R_8F_E4M3, "FP8", n);
-    printf("\n");
-    cublasLtDestroy(lt);
-}
 
 /* ---- 3. our kernels ---- */
 static di_cuda_ctx g_ctx;
@@ -261,16 +65,16 @@ static void bench_linear(const char *name, di_dtype dt, int64_t K, int64_t N, in
         a.w[c].dtype = dt;
         a.w[c].rows = N;
         a.w[c].cols = K;
-        a.w[c].data = dalloc_bytes(wbytes, dt == DI_DT_F8_E4M3);
+        a.w[c].data = di_cuda_dalloc_random(wbytes, dt == DI_DT_F8_E4M3);
         uint8_t *s;
         CK(cudaMalloc(&s, sbytes));
-        fill_scale_kernel<<<256, 256>>>(s, sbytes, (uint32_t)c);
+        di_cuda_fill_scale(s, sbytes, (uint32_t)c);
         a.w[c].scale = s;
     }
     a.m = m;
-    a.x = dalloc_f32((size_t)(m * K));
+    a.x = di_cuda_dalloc_random_f32((size_t)(m * K));
     CK(cudaMalloc(&a.y, (size_t)(m * N) * 4));
-    const double ms = time_ms(run_lin, &a, a.copies < 20 ? 20 : a.copies, 5);
+    const double ms = di_cuda_time_ms(run_lin, &a, a.copies < 20 ? 20 : a.copies, 5);
     /* activations counted as bf16 in / bf16 out, what a fused engine would move */
     const double bytes = (double)wbytes + sbytes + 2.0 * m * K + 2.0 * m * N;
     char shape[64];
@@ -308,50 +112,50 @@ static void bench_misc(int64_t m) {
     a.m = m;
     char shape[64];
     /* RMSNorm and act_quant over [B, 5120] */
-    a.x = dalloc_f32((size_t)m * 5120);
-    a.y = dalloc_f32((size_t)m * 5120);
+    a.x = di_cuda_dalloc_random_f32((size_t)m * 5120);
+    a.y = di_cuda_dalloc_random_f32((size_t)m * 5120);
     CK(cudaMalloc(&a.w16, 5120 * 2));
-    fill_bf16_kernel<<<64, 256>>>(a.w16, 5120, 3);
+    di_cuda_fill_bf16(a.w16, 5120, 3);
     snprintf(shape, sizeof shape, "B=%lld D=5120", (long long)m);
     a.op = 0;
-    row("rmsnorm", shape, (double)m * 5120 * 4, 0, time_ms(run_misc, &a, 50, 5), 0);
+    row("rmsnorm", shape, (double)m * 5120 * 4, 0, di_cuda_time_ms(run_misc, &a, 50, 5), 0);
     a.op = 1;
-    row("act_quant", shape, (double)m * 5120 * 4, 0, time_ms(run_misc, &a, 50, 5), 0);
+    row("act_quant", shape, (double)m * 5120 * 4, 0, di_cuda_time_ms(run_misc, &a, 50, 5), 0);
     cudaFree(a.x), cudaFree(a.y);
 
     /* sparse attention: 64 heads x 512, 640 entries (128 window + 512 selected) per query, rows
      * gathered from a 32K-row pool (bf16 in a real cache; fp32 here, counted as bf16) */
     const int64_t pool = 32768;
-    float *kv = dalloc_f32((size_t)pool * 512);
+    float *kv = di_cuda_dalloc_random_f32((size_t)pool * 512);
     const float **h_rows = (const float **)malloc(sizeof(float *) * m * 640);
     for (int64_t i = 0; i < m * 640; i++) h_rows[i] = kv + (size_t)(rand() % pool) * 512;
     const float **d_rows;
     CK(cudaMalloc(&d_rows, sizeof(float *) * m * 640));
     CK(cudaMemcpy(d_rows, h_rows, sizeof(float *) * m * 640, cudaMemcpyHostToDevice));
     a.rows = d_rows;
-    a.x = dalloc_f32((size_t)m * 64 * 512);
-    a.y = dalloc_f32((size_t)m * 64 * 512);
-    a.sink = dalloc_f32(64);
+    a.x = di_cuda_dalloc_random_f32((size_t)m * 64 * 512);
+    a.y = di_cuda_dalloc_random_f32((size_t)m * 64 * 512);
+    a.sink = di_cuda_dalloc_random_f32(64);
     snprintf(shape, sizeof shape, "B=%lld 64x512 idx=640", (long long)m);
     a.op = 2;
     row("sparse_attn", shape, (double)m * (640 * 512 * 2 + 2 * 64 * 512 * 2), (double)m * 64 * 640 * 512 * 4,
-        time_ms(run_misc, &a, 10, 5), g_bf16_tflops);
+        di_cuda_time_ms(run_misc, &a, 10, 5), g_bf16_tflops);
     cudaFree(kv), cudaFree(d_rows), cudaFree(a.x), cudaFree(a.y), cudaFree(a.sink);
     free(h_rows);
 
     /* indexer: 32 heads x 128 over 8192 keys (32K context, ratio 4), then top-512 */
-    a.x = dalloc_f32((size_t)m * 32 * 128);
-    a.sink = dalloc_f32((size_t)m * 32);
-    a.y = dalloc_f32((size_t)8192 * 128);
+    a.x = di_cuda_dalloc_random_f32((size_t)m * 32 * 128);
+    a.sink = di_cuda_dalloc_random_f32((size_t)m * 32);
+    a.y = di_cuda_dalloc_random_f32((size_t)8192 * 128);
     CK(cudaMalloc(&a.score, (size_t)m * 8192 * 4));
     CK(cudaMalloc(&a.sel, (size_t)m * 512 * 4));
     snprintf(shape, sizeof shape, "B=%lld 32x128 P=8192", (long long)m);
     a.op = 3;
     row("index_score", shape, 8192.0 * 128 * 0.5 + m * 8192.0 * 4, (double)m * 8192 * 32 * 128 * 2,
-        time_ms(run_misc, &a, 10, 5), g_fp8_tflops);
+        di_cuda_time_ms(run_misc, &a, 10, 5), g_fp8_tflops);
     snprintf(shape, sizeof shape, "B=%lld P=8192 k=512", (long long)m);
     a.op = 4;
-    row("topk", shape, m * 8192.0 * 4 + m * 512.0 * 4, 0, time_ms(run_misc, &a, 10, 5), 0);
+    row("topk", shape, m * 8192.0 * 4 + m * 512.0 * 4, 0, di_cuda_time_ms(run_misc, &a, 10, 5), 0);
     cudaFree(a.x), cudaFree(a.sink), cudaFree(a.y), cudaFree(a.score), cudaFree(a.sel), cudaFree(a.w16);
 }
 
@@ -368,8 +172,11 @@ int main(int argc, char **argv) {
     printf("deepinfer-cuda-bench on %s (sm_%d%d, %d SMs, %.0f MiB L2, %.1f GiB)\n\n", prop.name, prop.major,
            prop.minor, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, prop.totalGlobalMem / 1073741824.0);
     if (!di_cuda_ctx_init(&g_ctx)) return 2;
-    bench_copy();
-    bench_matrix_rates();
+    di_cuda_ceilings ceil;
+    di_cuda_measure_ceilings(g_quick, true, &ceil);
+    g_hbm_gbs = ceil.hbm_gbs;
+    g_bf16_tflops = ceil.bf16_tflops;
+    g_fp8_tflops = ceil.fp8_tflops;
 
     printf("Our kernels at V4.1 decode shapes (median; launch included, no graphs)\n");
     printf("  roofline = max(bytes / %.0f GB/s, FLOPs / matrix rate); %% = roofline time / measured time\n",

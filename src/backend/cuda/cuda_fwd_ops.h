@@ -1,9 +1,9 @@
 /* Device kernels the GPU forward pass (src/backend/cuda/gpu_forward*.c) needs beyond the op
  * table's (cuda_ops.h): data movement through pointer lists, the small element-wise stages of
- * the forward pass (src/forward/*.c), and the fixed-order plain linear that makes every row's
+ * the forward pass (src/forward/), and the fixed-order plain linear that makes every row's
  * result independent of the batch.
  *
- * Each function is the device twin of a loop in src/forward/*.c or src/backend/cpu/ and is tested
+ * Each function is the device twin of a loop in src/forward/ or src/backend/cpu/ and is tested
  * against a CPU reference in tests/cuda/test_cuda_fwd_ops.cu. All pointers are device pointers
  * (including the pointer arrays); every call is asynchronous on stream `s`. Buffers hold floats
  * with bf16-exact values where the CPU's do. */

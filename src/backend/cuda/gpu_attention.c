@@ -1,0 +1,140 @@
+/* Attention of one layer on the GPU: the twin of src/forward/attention.c. Query and own SWA
+ * key/value, the compressor and indexer of source layers (gpu_indexer.c), the index lists built on
+ * the device in the reference's order (gpu_kernels.cu), sparse attention with sinks, inverse RoPE,
+ * the ring write, and the grouped output LoRA. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend/cuda/gpu_internal.h"
+
+/* q [R, H*Dh] and own kv [R, Dh] (RoPE applied, kv on the FP8 grid) */
+static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, float *q, float *kv) {
+    const di_config *cf = &f->m->cfg;
+    const int R = f->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;
+    const float eps = (float)cf->rms_norm_eps;
+    const int kind = L->ratio > 0;
+    float *tmp = gpu_alloc(f, sizeof(float) * (size_t)R * (cf->q_lora_rank > Dh ? cf->q_lora_rank : Dh));
+    gpu_linear(f, &L->attn.wq_a, x, R, tmp, DI_LIN_QUANT);
+    di_cuda_rmsnorm(tmp, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, f->s);
+    gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
+    gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
+    gpu_linear(f, &L->attn.wkv, x, R, tmp, DI_LIN_QUANT);
+    di_cuda_rmsnorm(tmp, L->attn.kv_norm, R, Dh, eps, kv, f->s);
+    gpu_rope_rows(f, kind, kv, 1, Dh, Dh - rd, false);
+    di_cuda_act_quant_inplace(kv, (int64_t)R * Dh, 32, f->s);
+    gpu_free(f, tmp);
+}
+
+/* Writes this call's SWA rows into each sequence's ring (after every row attended). */
+static void ring_write(gpu_fwd *f, const di_layer *L, const float *kv) {
+    const di_config *cf = &f->m->cfg;
+    const di_batch *b = f->b;
+    float **dst = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    const float **src = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    int n = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int S = b->seq_n_rows[s];
+        const int j0 = S > cf->sliding_window ? S - cf->sliding_window : 0;
+        for (int j = j0; j < S; j++) {
+            int64_t p = f->seq_pos0[s] + j;
+            dst[n] = b->seqs[s]->swa[L->id] + (size_t)(p % cf->sliding_window) * cf->head_dim;
+            src[n++] = kv + (size_t)(f->seq_row0[s] + j) * cf->head_dim;
+        }
+    }
+    gpu_copy_rows(f, dst, src, n, cf->head_dim);
+    free(dst);
+    free(src);
+}
+
+/* o [R, H*Dh] -> out [R, D]: r_g = wo_a[g] @ o_g (bf16), out = wo_b(concat_g r_g) (FP8) */
+static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, float *out) {
+    const di_config *cf = &f->m->cfg;
+    const int R = f->R, G = cf->o_groups, rank = cf->o_lora_rank;
+    const int64_t gcols = (int64_t)cf->num_attention_heads / G * cf->head_dim;
+    float *og = gpu_alloc(f, sizeof(float) * (size_t)R * gcols);      /* [R, gcols] one group */
+    float *rg = gpu_alloc(f, sizeof(float) * (size_t)R * rank);       /* [R, rank] */
+    float *cat = gpu_alloc(f, sizeof(float) * (size_t)R * G * rank);  /* [R, G*rank] bf16 */
+    for (int g = 0; g < G; g++) {
+        di_weight wg = a->wo_a; /* group g's row block */
+        wg.rows = rank;
+        wg.row0 = (int64_t)g * rank;
+        cudaMemcpy2DAsync(og, sizeof(float) * gcols, o + g * gcols, sizeof(float) * G * gcols,
+                          sizeof(float) * gcols, R, cudaMemcpyDeviceToDevice, f->s);
+        gpu_linear(f, &wg, og, R, rg, DI_LIN_BF16);
+        cudaMemcpy2DAsync(cat + (size_t)g * rank, sizeof(float) * G * rank, rg, sizeof(float) * rank,
+                          sizeof(float) * rank, R, cudaMemcpyDeviceToDevice, f->s);
+    }
+    gpu_linear(f, &a->wo_b, cat, R, out, DI_LIN_QUANT);
+    gpu_free(f, og);
+    gpu_free(f, rg);
+    gpu_free(f, cat);
+}
+
+void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out) {
+    const di_model *m = f->m;
+    const di_config *cf = &m->cfg;
+    const di_batch *b = f->b;
+    const int R = f->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;
+    const int W = cf->sliding_window;
+    float *qr = gpu_alloc(f, sizeof(float) * (size_t)R * cf->q_lora_rank); /* [R, q_lora] bf16 */
+    float *q = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
+    float *kv = gpu_alloc(f, sizeof(float) * (size_t)R * Dh);             /* [R, Dh] FP8 grid */
+    float *o = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
+    q_kv(f, L, x, qr, q, kv);
+    if (L->is_kv_source) gpu_compress(f, L, hL, x);
+    if (L->is_index_source) gpu_indexer(f, L, hL, x, qr);
+
+    /* per-sequence tables of the list builder */
+    const int ns = b->n_seqs;
+    int *seq_n_rows = di_xmalloc(sizeof(int) * (size_t)ns);
+    const float **ring = di_xmalloc(sizeof(float *) * (size_t)ns);
+    int64_t *n_ent = di_xcalloc((size_t)ns, sizeof(int64_t));
+    for (int s = 0; s < ns; s++) {
+        seq_n_rows[s] = b->seq_n_rows[s];
+        ring[s] = b->seqs[s]->swa[L->id];
+        if (L->ratio > 0) n_ent[s] = b->seqs[s]->kv[L->kv_slot].n;
+    }
+    const bool use_sel = L->ratio > 0 && L->index_slot >= 0 && f->sel_valid[L->index_slot];
+    gpu_list_args a = {0};
+    a.row_seq = gpu_upload(f, f->row_seq, sizeof(int) * (size_t)R);
+    a.row_pos = f->d_row_pos;
+    a.seq_pos0 = gpu_upload(f, f->seq_pos0, sizeof(int64_t) * (size_t)ns);
+    a.seq_row0 = gpu_upload(f, f->seq_row0, sizeof(int) * (size_t)ns);
+    a.seq_n_rows = gpu_upload(f, seq_n_rows, sizeof(int) * (size_t)ns);
+    a.ring = gpu_upload(f, ring, sizeof(float *) * (size_t)ns);
+    a.kv = kv;
+    a.window = W;
+    a.dh = Dh;
+    if (use_sel) {
+        a.sel = f->d_sel[L->index_slot];
+        a.sel_stride = cf->index_topk;
+        a.sel_len = f->sel_len[L->index_slot];
+        a.n_entries = gpu_upload(f, n_ent, sizeof(int64_t) * (size_t)ns);
+        a.blocks = gpu_upload(f, f->d_blocks + (size_t)L->kv_slot * ns, sizeof(int32_t *) * (size_t)ns);
+        a.pool = b->seqs[0]->pool->dev_base;
+        a.block_entries = b->seqs[0]->pool->block_entries;
+        a.entry_floats = b->seqs[0]->pool->entry_floats;
+    }
+    const int n_list = W + a.sel_len;
+    const float **list = gpu_alloc(f, sizeof(float *) * (size_t)R * n_list); /* [R, n_list] */
+    gpu_build_attn_lists(&a, R, n_list, list, f->s);
+    di_cuda_sparse_attn(q, R, H, Dh, list, n_list, L->attn.attn_sink, (float)(1.0 / sqrt((double)Dh)), o, f->s);
+    gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
+    ring_write(f, L, kv);
+    output_proj(f, &L->attn, o, out);
+    gpu_free(f, (void *)a.row_seq);
+    gpu_free(f, (void *)a.seq_pos0);
+    gpu_free(f, (void *)a.seq_row0);
+    gpu_free(f, (void *)a.seq_n_rows);
+    gpu_free(f, (void *)a.ring);
+    gpu_free(f, (void *)a.n_entries);
+    gpu_free(f, (void *)a.blocks);
+    gpu_free(f, list);
+    free(seq_n_rows);
+    free(ring);
+    free(n_ent);
+    gpu_free(f, qr);
+    gpu_free(f, q);
+    gpu_free(f, kv);
+    gpu_free(f, o);
+}

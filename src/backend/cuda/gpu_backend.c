@@ -1,0 +1,317 @@
+/* The CUDA device backend (forward/device.h): device probing, memory for sequence state, and the
+ * weight upload that turns a loaded (mmapped) model into a device-resident one.
+ *
+ * Upload is per tensor (safetensors offsets are not 16-byte aligned; cudaMalloc'd copies are, as
+ * the block-scaled GEMM wants). A weight whose host data is NULL (a model built from a config
+ * alone, as `deepinfer bench` does) gets deterministic pseudo-random bytes generated on the device
+ * instead (gpu_fill_random), so benchmarks need no checkpoint. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_ceilings.h"
+#include "backend/cuda/gpu_internal.h"
+
+void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
+di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err);
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    } while (0)
+
+/* ---- state memory (synchronous with respect to the backend's work: the default stream) ---- */
+static void *mem_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    CK(cudaMemset(p, 0, bytes));
+    return p;
+}
+static void mem_release(void *p) {
+    if (p) CK(cudaFree(p));
+}
+static void mem_copy(void *dst, const void *src, size_t bytes) {
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+static void up(void *dev, const void *host, size_t bytes) { CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)); }
+static void down(void *host, const void *dev, size_t bytes) { CK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)); }
+
+/* ---- per-call temporaries and transfers ---- */
+void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
+    void *p = NULL;
+    CK(cudaMallocAsync(&p, bytes ? bytes : 16, f->s));
+    return p;
+}
+void gpu_free(const gpu_fwd *f, void *p) {
+    if (p) CK(cudaFreeAsync(p, f->s));
+}
+void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
+    void *p = gpu_alloc(f, bytes);
+    if (bytes) CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, f->s));
+    return p;
+}
+void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
+    if (!bytes) return;
+    CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, f->s));
+    CK(cudaStreamSynchronize(f->s));
+}
+void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n) {
+    if (!f->b->debug_fn) return;
+    float *h = di_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
+    gpu_download(f, h, dev, sizeof(float) * (size_t)n);
+    f->b->debug_fn(f->b->debug_user, name, layer, h, n);
+    CK(cudaMemcpyAsync(dev, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, f->s));
+    CK(cudaStreamSynchronize(f->s));
+    free(h);
+}
+
+/* ---- weight upload ---- */
+static void *dev_copy(gpu_model *g, const void *host, size_t bytes, int random_kind) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (g->n_allocs == g->cap_allocs) {
+        g->cap_allocs = g->cap_allocs ? 2 * g->cap_allocs : 1024;
+        g->allocs = di_xrealloc(g->allocs, sizeof(void *) * (size_t)g->cap_allocs);
+    }
+    g->allocs[g->n_allocs++] = p;
+    g->bytes += bytes;
+    if (host) CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, g->cx.stream));
+    else gpu_fill_random(p, bytes, (uint64_t)g->n_allocs * 0x9e3779b97f4a7c15ull, random_kind, g->cx.stream);
+    return p;
+}
+
+typedef struct uploader {
+    gpu_model *g;
+    bool synthetic; /* generate every weight on the device (bench proxy) */
+    bool failed;
+    size_t failed_bytes;
+} uploader;
+
+/* random kinds for weights generated on the device: bytes of a type that decodes to finite,
+ * moderate values */
+enum { RND_BYTES_E4M3 = 0, RND_BYTES_SCALE = 1, RND_BF16 = 2, RND_F32 = 3, RND_BYTES_FP4 = 4 };
+
+static const void *upload(uploader *u, const void *host, size_t bytes, int random_kind) {
+    if (u->failed || !bytes) return NULL;
+    void *p = dev_copy(u->g, u->synthetic ? NULL : host, bytes, random_kind);
+    if (!p) {
+        u->failed = true;
+        u->failed_bytes = bytes;
+    }
+    return p;
+}
+
+static size_t dtype_bytes(di_dtype t, int64_t n) {
+    switch (t) {
+    case DI_DT_F8_E4M3: return (size_t)n;
+    case DI_DT_I8: return (size_t)n / 2; /* two FP4 codes per byte */
+    case DI_DT_BF16: return 2 * (size_t)n;
+    case DI_DT_F32: return 4 * (size_t)n;
+    default: return 0;
+    }
+}
+
+static void upload_weight(uploader *u, di_weight *w) {
+    if (!w->rows || !w->cols) return;
+    const int rk = w->dtype == DI_DT_F8_E4M3 ? RND_BYTES_E4M3
+                   : w->dtype == DI_DT_I8    ? RND_BYTES_FP4
+                   : w->dtype == DI_DT_BF16  ? RND_BF16
+                                             : RND_F32;
+    w->data = upload(u, w->data, dtype_bytes(w->dtype, w->rows * w->cols), rk);
+    if (w->dtype == DI_DT_F8_E4M3)
+        w->scale = upload(u, w->scale, (size_t)((w->rows + 31) / 32) * ((w->cols + 31) / 32), RND_BYTES_SCALE);
+    else if (w->dtype == DI_DT_I8)
+        w->scale = upload(u, w->scale, (size_t)w->rows * (w->cols / 32), RND_BYTES_SCALE);
+}
+
+static const void *upload_bf16(uploader *u, const void *host, int64_t n) {
+    return upload(u, host, 2 * (size_t)n, RND_BF16);
+}
+static float *upload_f32(uploader *u, const void *host, int64_t n) {
+    return (float *)upload(u, host, 4 * (size_t)n, RND_F32);
+}
+
+static void upload_layer(uploader *u, const di_model *m, di_layer *L, gpu_layer_consts *hc) {
+    const di_config *c = &m->cfg;
+    const int n = c->hc_mult, nmix = n * (n + 2);
+    const int64_t D = c->hidden_size;
+    L->attn_norm = upload_bf16(u, L->attn_norm, D);
+    L->ffn_norm = upload_bf16(u, L->ffn_norm, D);
+    L->hc_attn_fn = upload_f32(u, L->hc_attn_fn, (int64_t)nmix * n * D);
+    L->hc_ffn_fn = upload_f32(u, L->hc_ffn_fn, (int64_t)nmix * n * D);
+    hc->attn_base = upload_f32(u, L->hc_attn_base, nmix);
+    hc->ffn_base = upload_f32(u, L->hc_ffn_base, nmix);
+    hc->attn_scale = upload_f32(u, L->hc_attn_scale, 3);
+    hc->ffn_scale = upload_f32(u, L->hc_ffn_scale, 3);
+    di_attn_weights *a = &L->attn;
+    upload_weight(u, &a->wq_a);
+    upload_weight(u, &a->wq_b);
+    upload_weight(u, &a->wkv);
+    upload_weight(u, &a->wo_a);
+    upload_weight(u, &a->wo_b);
+    a->q_norm = upload_bf16(u, a->q_norm, c->q_lora_rank);
+    a->kv_norm = upload_bf16(u, a->kv_norm, c->head_dim);
+    a->attn_sink = upload_f32(u, a->attn_sink, c->num_attention_heads);
+    if (L->is_kv_source) {
+        upload_weight(u, &a->cmp_wkv);
+        upload_weight(u, &a->cmp_wgate);
+        a->cmp_norm = upload_bf16(u, a->cmp_norm, c->head_dim);
+        upload_weight(u, &a->idx_wk);
+        a->idx_k_norm = upload_bf16(u, a->idx_k_norm, c->index_head_dim);
+    }
+    if (L->is_index_source) {
+        upload_weight(u, &a->idx_wq_b);
+        upload_weight(u, &a->idx_weights_proj);
+    }
+    di_ffn_weights *fw = &L->ffn;
+    upload_weight(u, &fw->gate); /* the router's logits are downloaded; its bias stays on the host */
+    di_weight *w1 = di_xmalloc(sizeof(di_weight) * (size_t)fw->n_experts);
+    di_weight *w2 = di_xmalloc(sizeof(di_weight) * (size_t)fw->n_experts);
+    di_weight *w3 = di_xmalloc(sizeof(di_weight) * (size_t)fw->n_experts);
+    for (int e = 0; e < fw->n_experts; e++) {
+        w1[e] = fw->w1[e];
+        w2[e] = fw->w2[e];
+        w3[e] = fw->w3[e];
+        if (m->proxy.resident_experts && e >= m->proxy.resident_experts) { /* bench EP-N proxy */
+            w1[e].data = w2[e].data = w3[e].data = NULL;
+            continue;
+        }
+        upload_weight(u, &w1[e]);
+        upload_weight(u, &w2[e]);
+        upload_weight(u, &w3[e]);
+    }
+    fw->w1 = w1;
+    fw->w2 = w2;
+    fw->w3 = w3;
+    fw->gate_bias = fw->gate_bias_vl = NULL; /* host copies are used */
+    upload_weight(u, &fw->sh_w1);
+    upload_weight(u, &fw->sh_w2);
+    upload_weight(u, &fw->sh_w3);
+    if (L->engram_slot >= 0) {
+        di_engram_weights *e = &L->engram;
+        const int hd = c->engram_head_dim;
+        if (m->proxy.engram_rows && m->proxy.engram_rows < e->rows) e->rows = m->proxy.engram_rows;
+        e->table = upload(u, e->table, (size_t)e->rows * hd, RND_BYTES_E4M3);
+        e->table_scale = upload(u, e->table_scale, (size_t)e->rows * (hd / 32), RND_BYTES_SCALE);
+        upload_weight(u, &e->wkv);
+        e->qk = upload_f32(u, e->qk, (int64_t)n * D);
+    }
+}
+
+static void detach(di_model *m) {
+    gpu_model *g = m->dev;
+    if (!g) return;
+    cudaStreamSynchronize(g->cx.stream);
+    for (int i = 0; i < g->n_allocs; i++) cudaFree(g->allocs[i]);
+    for (int l = 0; l < m->n_layers; l++) { /* DSpark layers are not uploaded (CPU only so far) */
+        free(g->layers[l].ffn.w1);
+        free(g->layers[l].ffn.w2);
+        free(g->layers[l].ffn.w3);
+    }
+    free(g->allocs);
+    free(g->layers);
+    free(g->hc);
+    di_cuda_ctx_free(&g->cx);
+    free(g);
+    m->dev = NULL;
+}
+
+static di_status attach(di_model *m, di_err *err) {
+    gpu_model *g = di_xcalloc(1, sizeof *g);
+    if (!di_cuda_ctx_init(&g->cx)) {
+        free(g);
+        return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
+    }
+    /* temporaries of forward calls come from the stream-ordered pool: keep what it grew to */
+    cudaMemPool_t pool;
+    int dev = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    uint64_t keep = UINT64_MAX;
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    g->dm = *m;
+    g->dm.dev_backend = NULL;
+    g->dm.dev = NULL;
+    g->layers = di_xmalloc(sizeof(di_layer) * (size_t)m->n_total_layers);
+    memcpy(g->layers, m->layers, sizeof(di_layer) * (size_t)m->n_total_layers);
+    g->hc = di_xcalloc((size_t)m->n_total_layers, sizeof(gpu_layer_consts));
+    g->dm.layers = g->layers;
+    m->dev = g; /* detach can run from here on */
+    uploader u = {g, m->proxy.synthetic, false, 0};
+    const di_config *c = &m->cfg;
+    g->dm.embed = upload_bf16(&u, m->embed, (int64_t)c->vocab_size * c->hidden_size);
+    g->dm.norm = upload_bf16(&u, m->norm, c->hidden_size);
+    upload_weight(&u, &g->dm.head);
+    for (int l = 0; l < m->n_layers; l++) upload_layer(&u, m, &g->layers[l], &g->hc[l]);
+    CK(cudaStreamSynchronize(g->cx.stream));
+    if (u.failed) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        di_status st = di_errf(err, DI_ENOMEM, "the weights do not fit the device: %.2f GB uploaded, "
+                               "%.2f GB more wanted, %.2f of %.2f GB free", (double)g->bytes / 1e9,
+                               (double)u.failed_bytes / 1e9, (double)free_b / 1e9, (double)total_b / 1e9);
+        detach(m);
+        return st;
+    }
+    return DI_OK;
+}
+
+static void describe(char *buf, size_t cap) {
+    struct cudaDeviceProp p;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        snprintf(buf, cap, "CUDA device (unknown)");
+        return;
+    }
+    snprintf(buf, cap, "%s (sm_%d%d, %.0f GB)", p.name, p.major, p.minor, (double)p.totalGlobalMem / 1e9);
+}
+
+static void ceilings(bool quick, double *hbm_gbs, double *bf16_tflops, double *fp8_tflops) {
+    di_cuda_ceilings c;
+    di_cuda_measure_ceilings(quick, false, &c);
+    *hbm_gbs = c.hbm_gbs;
+    *bf16_tflops = c.bf16_tflops;
+    *fp8_tflops = c.fp8_tflops;
+}
+static void mem_info(size_t *free_b, size_t *total_b) { CK(cudaMemGetInfo(free_b, total_b)); }
+static void fill_random(void *dev, size_t bytes, uint64_t seed) {
+    gpu_fill_random(dev, bytes, seed, RND_F32, 0);
+    CK(cudaDeviceSynchronize());
+}
+
+static const di_device_backend cuda_backend = {
+    .name = "cuda",
+    .mem = {mem_alloc, mem_release, mem_copy},
+    .upload = up,
+    .download = down,
+    .attach = attach,
+    .detach = detach,
+    .forward = gpu_forward_run,
+    .describe = describe,
+    .ceilings = ceilings,
+    .mem_info = mem_info,
+    .fill_random = fill_random,
+};
+
+const di_device_backend *di_cuda_backend_probe(const char **why) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        if (why) *why = e == cudaSuccess ? "no CUDA device present" : cudaGetErrorString(e);
+        return NULL;
+    }
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) == cudaSuccess && p.major < 9) {
+        if (why) *why = "the CUDA kernels are built for sm_90a (Hopper); this device is older";
+        return NULL;
+    }
+    return &cuda_backend;
+}

@@ -1,0 +1,288 @@
+/* Top level of the GPU forward pass: the twin of src/forward/forward.c on device buffers
+ * (embedding into the hc stream, Engram and the mHC blocks layer by layer, DSpark captures, the
+ * head), plus the linear dispatch and the per-call tables (positions, RoPE rows, block tables).
+ * The stages are in gpu_attention.c, gpu_indexer.c and gpu_moe.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/gpu_internal.h"
+
+/* Rows from which a plain (BF16/F32) linear goes to cuBLAS outside batch-invariant mode: below it
+ * the fixed-order kernel is as fast (skinny GEMMs are weight-bandwidth bound) and exact. */
+enum { CUBLAS_MIN_ROWS = 256 };
+
+void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m, float *y,
+                di_linear_mode mode) {
+    if (m <= 0) return;
+    if (mode == DI_LIN_QUANT) {
+        di_cuda_linear(f->cx, w, x, m, y, mode);
+        return;
+    }
+    const bool cublas_ok = w->row0 == 0 && w->dtype != DI_DT_F8_E4M3 && !f->m->batch_invariant &&
+                           m >= CUBLAS_MIN_ROWS;
+    if (cublas_ok) di_cuda_linear(f->cx, w, x, m, y, mode);
+    else di_cuda_linear_fixed(w, x, m, y, mode, f->s);
+}
+
+void gpu_copy_rows(const gpu_fwd *f, float *const *dst_host, const float *const *src_host, int64_t n,
+                   int64_t width) {
+    if (n <= 0) return;
+    float **d_dst = gpu_upload(f, dst_host, sizeof(float *) * (size_t)n);
+    const float **d_src = gpu_upload(f, src_host, sizeof(float *) * (size_t)n);
+    di_cuda_copy_rows(d_dst, d_src, n, width, f->s);
+    gpu_free(f, d_dst);
+    gpu_free(f, (void *)d_src);
+}
+
+void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t stride, int64_t offset,
+                   bool inverse) {
+    di_cuda_rope(x, f->R, n_vec, stride, offset, f->m->cfg.qk_rope_head_dim, f->d_cos[kind],
+                 f->d_sin[kind], inverse, f->s);
+}
+
+/* hc mixes of all rows: stream [R, n, D] -> pre/post [R, n], comb [R, n, n] */
+static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const float *scale,
+                     const float *base, float *pre, float *post, float *comb) {
+    const di_config *c = &f->m->cfg;
+    const int n = c->hc_mult;
+    float *mix = gpu_alloc(f, sizeof(float) * (size_t)f->R * n * (n + 2)); /* [R, n(n+2)] */
+    di_cuda_hc_mix_logits(X, f->R, n, c->hidden_size, fn, (float)c->rms_norm_eps, mix, f->s);
+    di_cuda_hc_split_sinkhorn(mix, scale, base, f->R, n, c->hc_sinkhorn_iters, (float)c->hc_eps, pre,
+                              post, comb, f->s);
+    gpu_free(f, mix);
+}
+
+/* One mHC block (forward.c di_fwd_block): X [R, n, D] in place, pre [R, n] replaced by this
+ * block's FFN pre-mix. */
+static void block(gpu_fwd *f, int l, float *X, float *pre) {
+    const di_model *m = f->m;
+    const di_layer *L = &f->g->layers[l], *hL = &m->layers[l];
+    const gpu_layer_consts *hc = &f->g->hc[l];
+    const int R = f->R, n = m->cfg.hc_mult;
+    const int64_t D = m->cfg.hidden_size, HD = n * D;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    float *a_pre = gpu_alloc(f, sizeof(float) * (size_t)R * n);      /* [R, n] */
+    float *a_post = gpu_alloc(f, sizeof(float) * (size_t)R * n);     /* [R, n] */
+    float *a_comb = gpu_alloc(f, sizeof(float) * (size_t)R * n * n); /* [R, n, n] */
+    float *f_post = gpu_alloc(f, sizeof(float) * (size_t)R * n);
+    float *f_comb = gpu_alloc(f, sizeof(float) * (size_t)R * n * n);
+    float *tmp = gpu_alloc(f, sizeof(float) * (size_t)R * D);        /* [R, D] bf16 */
+    float *sub_in = gpu_alloc(f, sizeof(float) * (size_t)R * D);     /* [R, D] bf16 */
+    float *sub_out = gpu_alloc(f, sizeof(float) * (size_t)R * D);    /* [R, D] bf16 */
+    float *Y = gpu_alloc(f, sizeof(float) * (size_t)R * HD);         /* [R, n, D] bf16 */
+
+    gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
+    hc_mixes(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, a_pre, a_post, a_comb);
+    di_cuda_hc_pre(X, R, n, D, pre, tmp, f->s);
+    di_cuda_rmsnorm(tmp, L->attn_norm, R, D, eps, sub_in, f->s);
+    gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
+    gpu_attention(f, L, hL, sub_in, sub_out);
+    gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
+    di_cuda_hc_post(sub_out, X, R, n, D, a_post, a_comb, Y, f->s);
+    hc_mixes(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, pre, f_post, f_comb);
+    di_cuda_hc_pre(Y, R, n, D, a_pre, tmp, f->s);
+    di_cuda_rmsnorm(tmp, L->ffn_norm, R, D, eps, sub_in, f->s);
+    gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
+    gpu_moe(f, L, hL, sub_in, sub_out);
+    gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
+    gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);
+    di_cuda_hc_post(sub_out, Y, R, n, D, f_post, f_comb, X, f->s);
+    gpu_free(f, a_pre);
+    gpu_free(f, a_post);
+    gpu_free(f, a_comb);
+    gpu_free(f, f_post);
+    gpu_free(f, f_comb);
+    gpu_free(f, tmp);
+    gpu_free(f, sub_in);
+    gpu_free(f, sub_out);
+    gpu_free(f, Y);
+}
+
+/* Final hc collapse, norm and head for the rows that want logits; logits go to the host batch. */
+static void head(gpu_fwd *f, const float *X, const float *pre) {
+    const di_model *m = f->m;
+    const int n = m->cfg.hc_mult;
+    const int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    int n_out = 0;
+    const float **xs = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    const float **ps = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    for (int r = 0; r < f->R; r++) {
+        if (f->b->want_logits && !f->b->want_logits[r]) continue;
+        xs[n_out] = X + (size_t)r * n * D;
+        ps[n_out++] = pre + (size_t)r * n;
+    }
+    if (n_out) {
+        float *Xo = gpu_alloc(f, sizeof(float) * (size_t)n_out * n * D); /* [n_out, n, D] */
+        float *po = gpu_alloc(f, sizeof(float) * (size_t)n_out * n);     /* [n_out, n] */
+        float *y = gpu_alloc(f, sizeof(float) * (size_t)n_out * D);      /* [n_out, D] bf16 */
+        float *yn = gpu_alloc(f, sizeof(float) * (size_t)n_out * D);
+        float *logits = gpu_alloc(f, sizeof(float) * (size_t)n_out * V); /* [n_out, V] */
+        float **dx = di_xmalloc(sizeof(float *) * (size_t)n_out), **dp = di_xmalloc(sizeof(float *) * (size_t)n_out);
+        for (int i = 0; i < n_out; i++) {
+            dx[i] = Xo + (size_t)i * n * D;
+            dp[i] = po + (size_t)i * n;
+        }
+        gpu_copy_rows(f, dx, xs, n_out, n * D);
+        gpu_copy_rows(f, dp, ps, n_out, n);
+        di_cuda_hc_pre(Xo, n_out, n, D, po, y, f->s);
+        di_cuda_rmsnorm(y, f->dm->norm, n_out, D, (float)m->cfg.rms_norm_eps, yn, f->s);
+        if (f->b->debug_fn)
+            for (int i = 0, r = 0; r < f->R; r++)
+                if (!f->b->want_logits || f->b->want_logits[r]) gpu_debug(f, "final_norm_out_row", r, yn + (size_t)i++ * D, D);
+        gpu_linear(f, &f->dm->head, yn, n_out, logits, DI_LIN_F32);
+        gpu_download(f, f->b->logits, logits, sizeof(float) * (size_t)n_out * V);
+        free(dx);
+        free(dp);
+        gpu_free(f, Xo);
+        gpu_free(f, po);
+        gpu_free(f, y);
+        gpu_free(f, yn);
+        gpu_free(f, logits);
+    }
+    free(xs);
+    free(ps);
+}
+
+/* After the layers (forward.c commit_states): Engram history and positions on the host, the newest
+ * DSpark input into the state's device buffer. */
+static void commit_states(gpu_fwd *f) {
+    const di_model *m = f->m;
+    const di_batch *b = f->b;
+    const int64_t W = (int64_t)m->cfg.n_dspark_targets * m->cfg.hidden_size;
+    for (int s = 0; s < b->n_seqs; s++) {
+        di_seq_state *st = b->seqs[s];
+        for (int j = 0; j < b->seq_n_rows[s]; j++) {
+            int32_t id = m->token_map.map ? di_engram_token_map_get(&m->token_map, b->tokens[f->seq_row0[s] + j])
+                                          : DI_ENGRAM_DEAD;
+            memmove(st->engram_hist + 1, st->engram_hist, sizeof(int32_t) * 7);
+            st->engram_hist[0] = id;
+            if (st->n_hist < 8) st->n_hist++;
+        }
+        st->n_tokens += b->seq_n_rows[s];
+        if (W > 0) {
+            int last = f->seq_row0[s] + b->seq_n_rows[s] - 1;
+            cudaMemcpyAsync(st->main_hidden, f->d_main_hidden + (size_t)last * W, sizeof(float) * (size_t)W,
+                            cudaMemcpyDeviceToDevice, f->s);
+            st->has_main_hidden = true;
+        }
+    }
+}
+
+static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
+    memset(f, 0, sizeof *f);
+    f->m = m;
+    f->g = m->dev;
+    f->dm = &f->g->dm;
+    f->b = b;
+    f->cx = (di_cuda_ctx *)&f->g->cx;
+    f->s = f->cx->stream;
+    f->R = b->n_rows;
+    const di_config *c = &m->cfg;
+    f->row_seq = di_xmalloc(sizeof(int) * (size_t)f->R);
+    f->row_pos = di_xmalloc(sizeof(int64_t) * (size_t)f->R);
+    f->seq_row0 = di_xmalloc(sizeof(int) * (size_t)b->n_seqs);
+    f->seq_pos0 = di_xmalloc(sizeof(int64_t) * (size_t)b->n_seqs);
+    for (int s = 0, r = 0; s < b->n_seqs; s++) {
+        f->seq_row0[s] = r;
+        f->seq_pos0[s] = b->seqs[s]->n_tokens;
+        for (int j = 0; j < b->seq_n_rows[s]; j++, r++) {
+            f->row_seq[r] = s;
+            f->row_pos[r] = f->seq_pos0[s] + j;
+        }
+    }
+    f->d_row_pos = gpu_upload(f, f->row_pos, sizeof(int64_t) * (size_t)f->R);
+    /* RoPE rows of every row's position, for both tables */
+    const int half = c->qk_rope_head_dim / 2;
+    float *cs = di_xmalloc(sizeof(float) * (size_t)f->R * half), *sn = di_xmalloc(sizeof(float) * (size_t)f->R * half);
+    for (int kind = 0; kind < 2; kind++) {
+        for (int r = 0; r < f->R; r++) di_model_rope_row(m, kind, f->row_pos[r], cs + (size_t)r * half, sn + (size_t)r * half);
+        f->d_cos[kind] = gpu_upload(f, cs, sizeof(float) * (size_t)f->R * half);
+        f->d_sin[kind] = gpu_upload(f, sn, sizeof(float) * (size_t)f->R * half);
+    }
+    free(cs);
+    free(sn);
+    /* block tables (reserved before the call: every entry this call writes has its block) */
+    f->d_blocks = di_xcalloc((size_t)c->n_kv_sources * b->n_seqs, sizeof(int32_t *));
+    for (int k = 0; k < c->n_kv_sources; k++)
+        for (int s = 0; s < b->n_seqs; s++) {
+            const di_kv_source_state *ks = &b->seqs[s]->kv[k];
+            f->d_blocks[k * b->n_seqs + s] = gpu_upload(f, ks->blocks, sizeof(int32_t) * (size_t)ks->n_blocks);
+        }
+    const int n_idx = c->n_index_sources;
+    f->d_sel = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(int32_t *));
+    f->sel_len = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(int));
+    f->sel_valid = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(bool));
+    for (int i = 0; i < n_idx; i++) f->d_sel[i] = gpu_alloc(f, sizeof(int32_t) * (size_t)f->R * c->index_topk);
+    f->d_cand = di_xcalloc((size_t)b->n_seqs, sizeof(uint8_t *));
+    f->cand_nb = di_xmalloc(sizeof(int64_t) * (size_t)b->n_seqs);
+    for (int s = 0; s < b->n_seqs; s++) f->cand_nb[s] = -1; /* no candidate pool yet */
+    const int64_t W = (int64_t)(c->n_dspark_targets ? c->n_dspark_targets : 1) * c->hidden_size;
+    f->d_main_hidden = gpu_alloc(f, sizeof(float) * (size_t)f->R * W);
+}
+
+static void call_free(gpu_fwd *f) {
+    const di_config *c = &f->m->cfg;
+    gpu_free(f, f->d_row_pos);
+    for (int kind = 0; kind < 2; kind++) {
+        gpu_free(f, f->d_cos[kind]);
+        gpu_free(f, f->d_sin[kind]);
+    }
+    for (int i = 0; i < c->n_kv_sources * f->b->n_seqs; i++) gpu_free(f, f->d_blocks[i]);
+    for (int i = 0; i < c->n_index_sources; i++) gpu_free(f, f->d_sel[i]);
+    for (int s = 0; s < f->b->n_seqs; s++) gpu_free(f, f->d_cand[s]);
+    gpu_free(f, f->d_main_hidden);
+    free(f->d_blocks);
+    free(f->d_sel);
+    free(f->sel_len);
+    free(f->sel_valid);
+    free(f->d_cand);
+    free(f->cand_nb);
+    free(f->row_seq);
+    free(f->row_pos);
+    free(f->seq_row0);
+    free(f->seq_pos0);
+}
+
+/* The batch was checked (and blocks reserved) by di_forward. */
+di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
+    (void)err;
+    const di_config *c = &m->cfg;
+    gpu_fwd f;
+    call_init(&f, m, b);
+    const int R = f.R, n = c->hc_mult;
+    const int64_t D = c->hidden_size, W = (int64_t)c->n_dspark_targets * D;
+    float *X = gpu_alloc(&f, sizeof(float) * (size_t)R * n * D); /* [R, n, D] bf16 stream */
+    float *pre = gpu_alloc(&f, sizeof(float) * (size_t)R * n);   /* [R, n] fp32 pre-mix */
+    int32_t *d_tokens = gpu_upload(&f, b->tokens, sizeof(int32_t) * (size_t)R);
+    di_cuda_embed(f.dm->embed, d_tokens, R, n, D, X, pre, f.s);
+    gpu_free(&f, d_tokens);
+    if (b->debug_fn) {
+        float *e = gpu_alloc(&f, sizeof(float) * (size_t)R * D);
+        cudaMemcpy2DAsync(e, sizeof(float) * D, X, sizeof(float) * n * D, sizeof(float) * D, R,
+                          cudaMemcpyDeviceToDevice, f.s);
+        gpu_debug(&f, "embed_out", -1, e, (int64_t)R * D);
+        gpu_free(&f, e);
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        const di_layer *L = &f.g->layers[l], *hL = &m->layers[l];
+        if (L->engram_slot >= 0) {
+            gpu_engram(&f, L, hL, X);
+            gpu_debug(&f, "engram_out", l, X, (int64_t)R * n * D);
+        }
+        for (int t = 0; t < c->n_dspark_targets; t++)
+            if (c->dspark_target_layer_ids[t] == l) di_cuda_hc_mean(X, R, n, D, f.d_main_hidden + t * D, W, f.s);
+        gpu_debug(&f, "block_in", l, X, (int64_t)R * n * D);
+        block(&f, l, X, pre);
+        gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
+    }
+    if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
+    if (b->logits) head(&f, X, pre);
+    if (b->main_hidden && W > 0) gpu_download(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
+    commit_states(&f);
+    gpu_free(&f, X);
+    gpu_free(&f, pre);
+    call_free(&f);
+    cudaError_t e = cudaStreamSynchronize(f.s);
+    if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
+    return DI_OK;
+}

@@ -1,0 +1,112 @@
+/* Internal interface of the GPU forward pass (gpu_*.c): the device copy of the weights and the
+ * state of one forward call. Host C code; the kernels it launches are declared in cuda_ops.h,
+ * cuda_fwd_ops.h and below (gpu_kernels.cu).
+ *
+ * The driver mirrors src/forward/ stage by stage on device buffers: same op order, same
+ * roundings, same list layouts, so each stage can be checked against the CPU reference (the
+ * debug hook downloads intermediate tensors by the same names). Host-side decisions that need few
+ * bytes stay on the host, exactly as the CPU computes them: the MoE routing (from downloaded gate
+ * logits), the Engram hash rows, RoPE cos/sin rows, and every index/pointer list. */
+#ifndef DI_BACKEND_CUDA_GPU_INTERNAL_H
+#define DI_BACKEND_CUDA_GPU_INTERNAL_H
+
+#include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "forward/device.h"
+#include "forward/forward.h"
+
+/* A device copy of di_model: `dm` has the host model's fields with every weight, norm vector and
+ * table pointer replaced by a device pointer (so stage code reads L->attn.wq_a etc. as the CPU
+ * does); the per-layer mHC constants the CPU keeps inline live in `hc`. */
+typedef struct gpu_layer_consts {
+    float *attn_base, *ffn_base;   /* [n(n+2)] */
+    float *attn_scale, *ffn_scale; /* [3] */
+} gpu_layer_consts;
+
+typedef struct gpu_model {
+    di_model dm;               /* device pointers (layers below) */
+    di_layer *layers;          /* [n_total_layers] */
+    gpu_layer_consts *hc;      /* [n_total_layers] */
+    di_cuda_ctx cx;            /* stream + cuBLAS */
+    void **allocs;             /* every weight allocation, for detach */
+    int n_allocs, cap_allocs;
+    size_t bytes;              /* weight bytes on the device */
+} gpu_model;
+
+/* One forward call. Host arrays as in the CPU's fwd_ctx; device arrays prefixed d_. */
+typedef struct gpu_fwd {
+    const di_model *m;         /* host model: config, RoPE, Engram constants, routing biases */
+    const gpu_model *g;
+    const di_model *dm;        /* &g->dm */
+    di_batch *b;
+    cudaStream_t s;
+    di_cuda_ctx *cx;
+    int R;
+    int *row_seq;              /* [R] */
+    int64_t *row_pos;          /* [R] */
+    int *seq_row0;             /* [n_seqs] */
+    int64_t *seq_pos0;         /* [n_seqs] */
+    int64_t *d_row_pos;        /* [R] */
+    float *d_cos[2], *d_sin[2]; /* [R, rope_dim/2] per RoPE kind (0: ratio-0 layers, 1: compressed) */
+    int32_t **d_blocks;        /* [n_kv_sources * n_seqs] device block tables (uploaded per call) */
+    /* indexer selections per index-source slot: d_sel[slot] [R, index_topk] */
+    int32_t **d_sel;
+    int *sel_len;
+    bool *sel_valid;
+    /* candidate pool flags per sequence: d_cand[s] [rows of s, cand_nb[s]] (NULL = none yet) */
+    uint8_t **d_cand;
+    int64_t *cand_nb;
+    float *d_main_hidden;      /* [R, n_targets * D] */
+} gpu_fwd;
+
+/* ---- memory (gpu_backend.c) ---- */
+void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* stream-ordered device temporaries */
+void gpu_free(const gpu_fwd *f, void *p);
+void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy */
+void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes); /* synchronous */
+/* Debug hook on a device tensor: download, call, upload back (teacher forcing may overwrite). */
+void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n);
+
+/* ---- stages ---- */
+/* y [m, w.rows] = x [m, w.cols] @ w^T (gpu_forward.c): quantised modes through the exact
+ * block-scaled kernel; plain modes through the fixed-order kernel (batch invariant), or cuBLAS
+ * for large m outside batch-invariant mode */
+void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m, float *y,
+                di_linear_mode mode);
+/* copy rows through host-built pointer lists (uploaded here) */
+void gpu_copy_rows(const gpu_fwd *f, float *const *dst_host, const float *const *src_host,
+                   int64_t n, int64_t width);
+/* in-place RoPE of rows with the call's per-row tables of `kind` */
+void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t stride,
+                   int64_t offset, bool inverse);
+void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out);
+void gpu_compress(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x);
+void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, const float *qr);
+void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out);
+void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X);
+
+/* ---- kernels of the driver (gpu_kernels.cu) ---- */
+/* Attention index lists [R, n_list] of KV row pointers in the reference's order (attention.c
+ * build_index_list), NULL padded: window entries (a fresh prefill row gets min(S, W) of them,
+ * other rows W), then sel_len compressed entries of `sel` [R, sel_stride] (or none if sel is
+ * NULL), then NULL up to n_list. Per sequence (device arrays [n_seqs]): pos0, row0, n_rows, ring
+ * base of this layer, compressed entry count and block table. */
+typedef struct gpu_list_args {
+    const int *row_seq;        /* [R] */
+    const int64_t *row_pos;    /* [R] */
+    const int64_t *seq_pos0;   /* [n_seqs] */
+    const int *seq_row0, *seq_n_rows; /* [n_seqs] */
+    const float *const *ring;  /* [n_seqs] ring base of the layer */
+    const float *kv;           /* [R, dh] this call's rows */
+    int window, dh;
+    const int32_t *sel;        /* [R, sel_stride] or NULL */
+    int sel_stride, sel_len;
+    const int64_t *n_entries;  /* [n_seqs] compressed entries present */
+    const int32_t *const *blocks; /* [n_seqs] block tables */
+    const float *pool;
+    int block_entries, entry_floats;
+} gpu_list_args;
+void gpu_build_attn_lists(const gpu_list_args *a, int64_t R, int n_list, const float **list,
+                          cudaStream_t s);
+
+#endif

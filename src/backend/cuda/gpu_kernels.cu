@@ -1,0 +1,88 @@
+/* Kernels of the GPU forward driver itself (gpu_internal.h): the attention index lists, built on
+ * the device from the per-call tables and the indexer's selections in exactly the order of the
+ * CPU's build_index_list (src/forward/attention.c), and the deterministic random fill that gives
+ * config-only models (the benchmark's) their weights. */
+#include <stdint.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+extern "C" {
+#include "backend/cuda/gpu_internal.h"
+}
+
+/* one thread per (row, list entry) */
+__global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const float **list) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * n_list) return;
+    const int64_t r = i / n_list;
+    const int j = (int)(i % n_list);
+    const int s = a.row_seq[r];
+    const int64_t t = a.row_pos[r], pos0 = a.seq_pos0[s];
+    const int W = a.window;
+    const float *out = nullptr;
+    int nw;
+    int64_t first;
+    if (pos0 == 0) { /* fresh prefill: min(S, W) entries from max(0, t - W + 1) */
+        const int S = a.seq_n_rows[s];
+        nw = S < W ? S : W;
+        first = t - W + 1 > 0 ? t - W + 1 : 0;
+    } else {
+        nw = W;
+        first = t - W + 1;
+    }
+    if (j < nw) {
+        const int64_t q = first + j;
+        if (q >= 0 && q <= t) {
+            if (q >= pos0) out = a.kv + (a.seq_row0[s] + (q - pos0)) * (int64_t)a.dh;
+            else out = a.ring[s] + (q % W) * (int64_t)a.dh;
+        }
+    } else if (a.sel && j - nw < a.sel_len) {
+        const int32_t g = a.sel[r * a.sel_stride + (j - nw)];
+        if (g >= 0 && g < a.n_entries[s]) {
+            const int32_t blk = a.blocks[s][g / a.block_entries];
+            out = a.pool + ((int64_t)blk * a.block_entries + g % a.block_entries) * a.entry_floats;
+        }
+    }
+    list[i] = out;
+}
+
+extern "C" void gpu_build_attn_lists(const gpu_list_args *a, int64_t R, int n_list, const float **list,
+                                     cudaStream_t s) {
+    const int64_t n = R * n_list;
+    if (n <= 0) return;
+    attn_list_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*a, R, n_list, list);
+    DI_CUDA_LAUNCHED();
+}
+
+/* ---- deterministic random weights (kinds as in gpu_backend.c) ---- */
+__device__ static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_random_kernel(uint8_t *p, size_t bytes, uint64_t seed, int kind) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
+        const uint64_t r = mix64(seed + i);
+        uint8_t v;
+        switch (kind) {
+        case 0: v = (uint8_t)(r & 0x77) | (uint8_t)(r >> 8 & 0x80); break;   /* e4m3, |v| < 2: no NaN */
+        case 1: v = (uint8_t)(120 + (r % 4)); break;                           /* e8m0 2^-7..2^-4 */
+        case 2: /* bf16 in (-0.0625, 0.0625), little-endian pairs: exponent byte odd, mantissa even */
+            v = (i & 1) ? (uint8_t)(0x3c | (r >> 8 & 0x80)) - (uint8_t)(r % 2) : (uint8_t)r;
+            break;
+        case 3: /* f32 small: bytes 0-2 random, byte 3 sign + exponent 0x3c (~[2^-7, 2^-6)) */
+            v = (i & 3) == 3 ? (uint8_t)(0x3c | (r >> 8 & 0x80)) : (uint8_t)r;
+            break;
+        default: v = (uint8_t)r; break; /* FP4 pairs: every code is finite */
+        }
+        p[i] = v;
+    }
+}
+
+extern "C" void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s) {
+    if (!bytes) return;
+    fill_random_kernel<<<1024, 256, 0, s>>>((uint8_t *)dev, bytes, seed, kind);
+    DI_CUDA_LAUNCHED();
+}

@@ -1,0 +1,156 @@
+/* Mixture of experts and Engram on the GPU: the twins of src/forward/moe.c and engram.c.
+ *
+ * MoE: the router's logits (fixed-order fp32 linear) are downloaded and routed on the host by the
+ * CPU's own function (forward/host_steps.h), so expert choices never differ between backends;
+ * rows are grouped per expert on the host, each group gathered, run through its FP4 experts
+ * (exact block-scaled GEMMs) and scattered to its (row, slot) output; the combine kernel adds the
+ * slots in ascending expert id, then the shared expert, and rounds once, as the CPU does. An
+ * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
+ * routing; the bench routes only to resident experts.
+ *
+ * Engram: hash rows are computed on the host (model/engram_consts.h) from the token history and
+ * uploaded; gather, projection and gate run on the device. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/gpu_internal.h"
+#include "forward/host_steps.h"
+
+/* SwiGLU expert on n rows: y [n, D] = w2(bf16(silu(min(g, L)) * clamp(u, -L, L) * wt)) */
+static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, const di_weight *w3,
+                       const float *x, int n, const float *wt, float *y) {
+    const int64_t inter = w1->rows;
+    float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [n, inter] */
+    float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
+    gpu_linear(f, w1, x, n, g, DI_LIN_QUANT);
+    gpu_linear(f, w3, x, n, u, DI_LIN_QUANT);
+    di_cuda_swiglu(g, u, n, inter, (float)f->m->cfg.swiglu_limit, wt, g, f->s);
+    gpu_linear(f, w2, g, n, y, DI_LIN_QUANT);
+    gpu_free(f, g);
+    gpu_free(f, u);
+}
+
+void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out) {
+    const di_model *m = f->m;
+    const int R = f->R;
+    const di_ffn_weights *fw = &L->ffn, *hf = &hL->ffn;
+    const int64_t D = m->cfg.hidden_size;
+    const int E = fw->n_experts, K = fw->top_k;
+    /* routing on the host */
+    float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * E); /* [R, E] fp32 */
+    gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
+    float *logits = di_xmalloc(sizeof(float) * (size_t)R * E);
+    gpu_download(f, logits, d_logits, sizeof(float) * (size_t)R * E);
+    gpu_free(f, d_logits);
+    int32_t *expert = di_xmalloc(sizeof(int32_t) * (size_t)R * K); /* [R, K] */
+    float *weight = di_xmalloc(sizeof(float) * (size_t)R * K);
+    int32_t *order = di_xmalloc(sizeof(int32_t) * (size_t)R * K);
+    for (int r = 0; r < R; r++) {
+        int32_t *ex = expert + (size_t)r * K, *ord = order + (size_t)r * K;
+        di_moe_route_row(m, hf, logits + (size_t)r * E, ex, weight + (size_t)r * K);
+        if (m->proxy.resident_experts) /* bench EP-N proxy: uniform over the resident experts */
+            for (int j = 0; j < K; j++) ex[j] = (int32_t)(((int64_t)r * K + j) % m->proxy.resident_experts);
+        for (int j = 0; j < K; j++) ord[j] = j;
+        for (int a = 1; a < K; a++) /* slots in ascending expert id */
+            for (int b = a; b > 0 && ex[ord[b]] < ex[ord[b - 1]]; b--) {
+                int32_t t = ord[b];
+                ord[b] = ord[b - 1];
+                ord[b - 1] = t;
+            }
+    }
+    free(logits);
+    if (f->b->debug_fn) {
+        float *dbg = di_xmalloc(sizeof(float) * (size_t)R * K * 2);
+        for (int i = 0; i < R * K; i++) {
+            dbg[i] = (float)expert[i];
+            dbg[R * K + i] = weight[i];
+        }
+        f->b->debug_fn(f->b->debug_user, "route_experts", L->id, dbg, (int64_t)R * K);
+        f->b->debug_fn(f->b->debug_user, "route_weights", L->id, dbg + R * K, (int64_t)R * K);
+        free(dbg);
+    }
+    /* groups per expert: counting sort of the (row, slot) pairs */
+    int *count = di_xcalloc((size_t)E + 1, sizeof(int));
+    for (int i = 0; i < R * K; i++) count[expert[i] + 1]++;
+    for (int e = 0; e < E; e++) count[e + 1] += count[e];
+    int *fill = di_xmalloc(sizeof(int) * (size_t)E);
+    memcpy(fill, count, sizeof(int) * (size_t)E);
+    float *eo = gpu_alloc(f, sizeof(float) * (size_t)R * K * D);  /* [R, K, D] bf16 */
+    float *xg = gpu_alloc(f, sizeof(float) * (size_t)R * K * D);  /* [R*K, D] gathered rows */
+    float *yg = gpu_alloc(f, sizeof(float) * (size_t)R * K * D);  /* [R*K, D] */
+    const float **src = di_xmalloc(sizeof(float *) * (size_t)R * K);
+    float **gdst = di_xmalloc(sizeof(float *) * (size_t)R * K);
+    float **sdst = di_xmalloc(sizeof(float *) * (size_t)R * K);
+    const float **ssrc = di_xmalloc(sizeof(float *) * (size_t)R * K);
+    float *wts = di_xmalloc(sizeof(float) * (size_t)R * K);
+    for (int r = 0; r < R; r++) /* rows ascending within each expert, as the CPU gathers them */
+        for (int j = 0; j < K; j++) {
+            const int i = fill[expert[(size_t)r * K + j]]++;
+            src[i] = x + (size_t)r * D;
+            gdst[i] = xg + (size_t)i * D;
+            ssrc[i] = yg + (size_t)i * D;
+            sdst[i] = eo + ((size_t)r * K + j) * D;
+            wts[i] = weight[(size_t)r * K + j];
+        }
+    gpu_copy_rows(f, gdst, src, (int64_t)R * K, D);
+    float *d_wts = gpu_upload(f, wts, sizeof(float) * (size_t)R * K);
+    for (int e = 0; e < E; e++) {
+        const int n = count[e + 1] - count[e];
+        if (!n) continue;
+        if (!fw->w1[e].data) di_die("MoE: layer %d routed to expert %d, which has no weights on this device", L->id, e);
+        expert_ffn(f, &fw->w1[e], &fw->w2[e], &fw->w3[e], xg + (size_t)count[e] * D, n, d_wts + count[e],
+                   yg + (size_t)count[e] * D);
+    }
+    gpu_copy_rows(f, sdst, ssrc, (int64_t)R * K, D);
+    float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
+    expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
+    int32_t *d_order = gpu_upload(f, order, sizeof(int32_t) * (size_t)R * K);
+    di_cuda_moe_combine(eo, d_order, shared, R, K, D, out, f->s);
+    gpu_free(f, d_order);
+    gpu_free(f, shared);
+    gpu_free(f, d_wts);
+    gpu_free(f, eo);
+    gpu_free(f, xg);
+    gpu_free(f, yg);
+    free(src);
+    free(gdst);
+    free(sdst);
+    free(ssrc);
+    free(wts);
+    free(count);
+    free(fill);
+    free(expert);
+    free(weight);
+    free(order);
+}
+
+void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X) {
+    (void)hL;
+    const di_model *m = f->m;
+    const di_config *cf = &m->cfg;
+    const di_batch *b = f->b;
+    const di_engram_weights *ew = &L->engram;
+    const int R = f->R, n = cf->hc_mult, hd = cf->engram_head_dim, ncols = m->engram.n_cols;
+    const int64_t D = cf->hidden_size, E = (int64_t)ncols * hd, KV = (int64_t)(n + 1) * D;
+    int64_t *rows = di_xmalloc(sizeof(int64_t) * (size_t)R * ncols); /* [R, ncols] table rows */
+    for (int r = 0; r < R; r++) {
+        int32_t last[DI_ENGRAM_MAX_NGRAM];
+        const int s = f->row_seq[r];
+        int nl = di_engram_row_history(m, b->seqs[s], b->tokens + f->seq_row0[s], f->seq_pos0[s], f->row_pos[r],
+                                       last, cf->engram_max_ngram_size);
+        di_engram_hash_position(&m->engram, L->engram_slot, m->engram_pad_id, last, nl, rows + (size_t)r * ncols);
+        if (m->proxy.engram_rows) /* bench proxy: reduced tables */
+            for (int c = 0; c < ncols; c++) rows[(size_t)r * ncols + c] %= ew->rows;
+    }
+    int64_t *d_rows = gpu_upload(f, rows, sizeof(int64_t) * (size_t)R * ncols);
+    float *e = gpu_alloc(f, sizeof(float) * (size_t)R * E);   /* [R, cols*hd] bf16 */
+    float *kv = gpu_alloc(f, sizeof(float) * (size_t)R * KV); /* [R, (n+1)*D] bf16 */
+    di_cuda_engram_gather(ew->table, ew->table_scale, d_rows, R, ncols, hd, e, f->s);
+    gpu_linear(f, &ew->wkv, e, R, kv, DI_LIN_QUANT);
+    di_cuda_engram_gate(X, kv, ew->qk, R, n, D, (float)cf->rms_norm_eps, (float)(1.0 / sqrt((double)D)), f->s);
+    gpu_free(f, d_rows);
+    gpu_free(f, e);
+    gpu_free(f, kv);
+    free(rows);
+}
