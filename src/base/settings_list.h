@@ -9,10 +9,12 @@ DI_SETTING(demo_model_dir, STR, "--demo-model-dir", "DEEPINFER_DEMO_MODEL_DIR", 
            "~/.cache/deepinfer/demo-v1)")
 DI_SETTING(threads, INT, "--threads", "DEEPINFER_NUM_THREADS", "0",
            "CPU worker threads; 0 = one per core. Results do not depend on it")
-DI_SETTING(backend, STR, "--backend", NULL, "cpu", "compute backend: cpu (cuda in a later release)")
-DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "", "DeepInfer's backend knob: cpu | nvidia")
+DI_SETTING(backend, STR, "--backend", NULL, "auto",
+           "compute backend: cpu | cuda | auto (cuda when the build has it and a GPU is present)")
+DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "",
+           "DeepInfer's backend knob: cpu | nvidia (= --backend cuda); --backend wins")
 DI_SETTING(batch_invariant, BOOL, NULL, "DEEPINFER_BATCH_INVARIANT", "0",
-           "bit-identical logits whatever the batch (the CPU backend always is)")
+           "bit-identical logits whatever the batch: fixed-order kernels for every GEMM (the CPU always is)")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
            "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
@@ -53,6 +55,9 @@ DI_SETTING(max_prefill_chunk, INT, "--max-prefill-chunk", NULL, "0",
 DI_SETTING(xdg_cache_home, STR, NULL, "XDG_CACHE_HOME", "",
            "standard variable: the demo model is cached under it (deepinfer/demo-v1) when absolute")
 DI_SETTING(home, STR, NULL, "HOME", "", "standard variable: ~/.cache/deepinfer/demo-v1 holds the demo model otherwise")
+DI_SETTING(ep_ranks, INT, "--ep-ranks", NULL, "8",
+           "bench on a GPU: the expert-parallel deployment one GPU stands in for (384/N experts resident)")
+DI_SETTING(quick, BOOL, "--quick", NULL, "0", "bench on a GPU: fewer steps, quicker ceilings")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

@@ -1,4 +1,5 @@
-/* `deepinfer bench [--model DIR]`: CPU engine benchmark. For batch sizes 1..64 it runs B requests
+/* `deepinfer bench [--model DIR]`: CPU engine benchmark (on a GPU build with a device present, or
+ * with --backend cuda, the whole-model GPU benchmark of cmd_bench_gpu.c runs instead). For batch sizes 1..64 it runs B requests
  * of 64 prompt tokens that each generate 16 tokens, and prints prefill and decode tokens/s, the
  * mean scheduling (planning) time per step, and the decode step time against the memory roofline
  * measured in the same run (copy bandwidth: a decode step must at least read the weights it uses).
@@ -10,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "deepinfer.h"
+#include "forward/device.h"
 
 static double seconds_now(void) {
     struct timespec ts;
@@ -69,6 +71,9 @@ static int run_batch(di_engine *e, int B, int prompt_len, int gen, di_engine_sta
 int di_cmd_bench(di_settings *s, int argc, char **argv) {
     int n_pos = 0;
     if (!di_cli_parse(s, argc, argv, &n_pos)) return 2;
+    const char *backend = di_cli_backend(s);
+    if (!strcmp(backend, "cuda") || (!strcmp(backend, "auto") && di_cuda_backend(NULL)))
+        return di_cmd_bench_gpu(s, backend);
     const char *dir = *s->model_dir ? s->model_dir : DI_SOURCE_DIR "/tests/data/v41-tiny";
     di_engine_options o = {.model_dir = dir, .max_num_seqs = 64, .max_batch_tokens = 64 * 64,
                            .kv_budget_bytes = (int64_t)4 << 30};

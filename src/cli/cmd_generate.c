@@ -128,6 +128,8 @@ static di_engine *open_engine(const di_settings *s, const di_engine_options *opt
     }
     di_engine_options o = *opt;
     o.model_dir = dir;
+    o.backend = di_cli_backend(s);
+    o.batch_invariant = s->batch_invariant;
     di_engine *e = NULL;
     if (di_engine_create(&o, &e, msg, sizeof msg)) {
         fprintf(stderr, "deepinfer generate: %s\n", msg);

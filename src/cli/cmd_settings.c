@@ -10,14 +10,19 @@ bool di_cli_parse(di_settings *s, int argc, char **argv, int *n_positional) {
         fprintf(stderr, "deepinfer %s: %s\n", argv[0], err.msg);
         return false;
     }
-    /* --backend wins over DeepInfer's DEEPINFER_ACCELERATOR */
-    const char *backend = di_settings_given(s, "backend") || !*s->accelerator ? s->backend : s->accelerator;
-    if (strcmp(backend, "cpu") != 0) {
-        fprintf(stderr, "deepinfer %s: backend '%s' is not available in this build (only 'cpu'; the CUDA "
-                        "backend's forward pass is not wired in yet)\n", argv[0], backend);
+    const char *backend = di_cli_backend(s);
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto")) {
+        fprintf(stderr, "deepinfer %s: unknown backend '%s' (--backend cpu|cuda|auto, "
+                        "DEEPINFER_ACCELERATOR=cpu|nvidia)\n", argv[0], backend);
         return false;
     }
     return true;
+}
+
+const char *di_cli_backend(const di_settings *s) {
+    /* --backend wins over DeepInfer's DEEPINFER_ACCELERATOR */
+    if (di_settings_given(s, "backend") || !*s->accelerator) return s->backend;
+    return !strcmp(s->accelerator, "nvidia") ? "cuda" : s->accelerator;
 }
 
 int di_cmd_settings(di_settings *s, int argc, char **argv) {

@@ -19,5 +19,9 @@ int di_cmd_inspect(di_settings *s, int argc, char **argv);
 
 /* Parses flags of argv[1..] into s; prints the error and returns false on failure. */
 bool di_cli_parse(di_settings *s, int argc, char **argv, int *n_positional);
+/* The backend the user asked for: "cpu", "cuda" or "auto" (--backend, else DEEPINFER_ACCELERATOR). */
+const char *di_cli_backend(const di_settings *s);
+/* `deepinfer bench` on a device backend (cmd_bench_gpu.c) */
+int di_cmd_bench_gpu(di_settings *s, const char *backend);
 
 #endif

@@ -1,0 +1,313 @@
+/* `deepinfer bench` on a device backend (issue 5): the whole V4.1-Flash forward pass (all 40
+ * layers, real shapes) on one GPU as an EP-N rank proxy, without a checkpoint.
+ *
+ * Method. The released config (bundled; --model DIR uses DIR's config.json) is written as a
+ * sparse synthetic checkpoint into a temporary directory and loaded (shapes only: the data are
+ * holes); the device backend then generates every weight on the GPU. As one rank of an EP-N
+ * deployment (--ep-ranks N, default 8) the GPU holds 384/N experts per layer and runs attention for
+ * its B local requests; per MoE layer it processes the 6*B token-expert assignments that uniform
+ * routing sends to a rank (routing is made uniform over the resident experts; the all-to-all
+ * communication is not part of the measurement). Engram tables keep their row size with fewer
+ * rows. Decode: B sequences whose state is fast-forwarded to the context length (random KV
+ * entries, index keys and rings in our layout) take one token each per step; the median of a few
+ * steps is reported. Prefill: one sequence of N new tokens in one forward call.
+ *
+ * Every row states the bytes the step must move at least (the weights it touches once, the state
+ * it reads, in our formats) and its FLOPs (2 per multiply-add of the matrices, attention and
+ * indexer dot products), and the % of the roofline max(bytes / copy bandwidth, FLOPs / FP8 rate)
+ * with both ceilings measured at the start of the same run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "forward/device.h"
+#include "base/file.h"
+#include "model/synthetic_checkpoint.h"
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wbytes(const di_weight *w) {
+    if (!w->rows) return 0;
+    double n = (double)w->rows * (double)w->cols;
+    switch (w->dtype) {
+    case DI_DT_F8_E4M3: return n + (double)((w->rows + 31) / 32) * ((w->cols + 31) / 32);
+    case DI_DT_I8: return n / 2 + (double)w->rows * (w->cols / 32);
+    case DI_DT_BF16: return 2 * n;
+    default: return 4 * n;
+    }
+}
+static double wmacs(const di_weight *w) { return (double)w->rows * (double)w->cols; }
+
+/* What one forward call must move and compute, in our formats. */
+typedef struct cost {
+    double bytes, flops;
+} cost;
+
+/* rows: new tokens (B decode rows, or S prefill rows of one sequence); ctx: tokens before them
+ * (per sequence); seqs: sequences; experts_touched: distinct resident experts the 6*rows
+ * assignments reach per layer. */
+static cost step_cost(const di_model *m, int rows, int seqs, int64_t ctx, int resident) {
+    const di_config *c = &m->cfg;
+    cost k = {0, 0};
+    const double R = rows;
+    const int64_t per_seq = rows / seqs;
+    const double f = 4.0; /* bytes per state float */
+    for (int l = 0; l < m->n_layers; l++) {
+        const di_layer *L = &m->layers[l];
+        const di_attn_weights *a = &L->attn;
+        const di_weight *dense[] = {&a->wq_a, &a->wq_b, &a->wkv, &a->wo_a, &a->wo_b, &a->cmp_wkv, &a->cmp_wgate,
+                                    &a->idx_wq_b, &a->idx_weights_proj, &L->ffn.gate, &L->ffn.sh_w1,
+                                    &L->ffn.sh_w2, &L->ffn.sh_w3, &L->engram.wkv};
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+            k.bytes += wbytes(dense[i]);
+            k.flops += 2 * R * wmacs(dense[i]);
+        }
+        /* idx_wk and the compressor run once per compressed entry (~rows / ratio) */
+        if (L->is_kv_source) {
+            k.bytes += wbytes(&a->idx_wk);
+            k.flops += 2 * (R / (L->ratio ? L->ratio : 1)) * wmacs(&a->idx_wk);
+        }
+        k.bytes += 2.0 * 24 * c->hc_mult * c->hidden_size * 4; /* hc fns */
+        int touched = 6 * rows < resident ? 6 * rows : resident;
+        const di_ffn_weights *fw = &L->ffn;
+        k.bytes += touched * (wbytes(&fw->w1[0]) + wbytes(&fw->w2[0]) + wbytes(&fw->w3[0]));
+        k.flops += 2 * R * fw->top_k * (wmacs(&fw->w1[0]) + wmacs(&fw->w2[0]) + wmacs(&fw->w3[0]));
+        if (L->engram_slot >= 0) k.bytes += R * m->engram.n_cols * c->engram_head_dim;
+        /* attention: own window, compressed selections (our fp32 entries) */
+        const int64_t P = L->ratio ? (ctx + per_seq) / L->ratio : 0;
+        const double sel = L->ratio ? (double)(P < c->index_topk ? P : c->index_topk) : 0;
+        const double win = c->sliding_window;
+        const double list = win + sel;
+        k.bytes += seqs * (win * c->head_dim * f) + R * sel * c->head_dim * f;
+        k.flops += 2.0 * 2.0 * R * c->num_attention_heads * c->head_dim * list;
+        if (L->is_index_source) {
+            k.bytes += seqs * (double)P * c->index_head_dim * f;
+            k.flops += 2.0 * R * c->index_n_heads * c->index_head_dim * (double)P;
+        }
+    }
+    k.bytes += wbytes(&m->head) + R * c->hidden_size * 2.0; /* head + embedding rows */
+    k.flops += 2.0 * seqs * wmacs(&m->head);                 /* logits of the last row per sequence */
+    return k;
+}
+
+typedef struct ceil3 {
+    double hbm, bf16, fp8; /* GB/s, TFLOP/s, TFLOP/s */
+} ceil3;
+
+static void print_row(const char *what, int B, int64_t ctx, double ms, double tok_s, cost k, const ceil3 *cl) {
+    const double t_mem = k.bytes / (cl->hbm * 1e9), t_fp8 = k.flops / (cl->fp8 * 1e12);
+    const double roof = t_mem > t_fp8 ? t_mem : t_fp8;
+    printf("| %s | %d | %lld | %.2f | %.1f | %.2f | %.1f | %.3f | %s | %.2f%% |\n", what, B, (long long)ctx, ms,
+           tok_s, k.bytes / 1e9, k.flops / 1e12, roof * 1e3, t_mem > t_fp8 ? "HBM" : "FP8",
+           100.0 * roof / (ms / 1e3));
+    fflush(stdout);
+}
+
+/* B sequences fast-forwarded to ctx tokens: blocks reserved for ctx + extra, entries present,
+ * contents random. */
+static di_status make_states(const di_model *m, di_kv_pool *pool, int B, int64_t ctx, int extra,
+                             di_seq_state **st, di_err *err) {
+    const di_device_backend *be = m->dev_backend;
+    for (int b = 0; b < B; b++) {
+        st[b] = di_seq_state_new_in(m, pool);
+        di_status s = di_seq_state_reserve(st[b], ctx + extra, err);
+        if (s) return s;
+        st[b]->n_tokens = ctx;
+        for (int k = 0; k < st[b]->n_kv; k++) {
+            st[b]->kv[k].n = ctx / st[b]->kv[k].ratio;
+            st[b]->kv[k].has_pending = st[b]->kv[k].ratio == 2 && ctx % 2 == 1;
+        }
+        for (int h = 0; h < 8; h++) st[b]->engram_hist[h] = (int32_t)((b * 131 + h * 977) % 99000);
+        st[b]->n_hist = ctx < 8 ? (int)ctx : 8;
+        for (int l = 0; l < st[b]->n_layers; l++)
+            be->fill_random(st[b]->swa[l], sizeof(float) * (size_t)m->cfg.sliding_window * m->cfg.head_dim, (uint64_t)b * 1000 + l);
+    }
+    if (pool->dev_base)
+        be->fill_random(pool->dev_base, di_kv_pool_block_bytes(pool) * (size_t)pool->dev_cap_blocks, 7);
+    return DI_OK;
+}
+
+static void free_states(di_seq_state **st, int B) {
+    for (int b = 0; b < B; b++) di_seq_state_free(st[b]);
+}
+
+/* One forward call over the given states (rows_per_seq each); returns seconds, or < 0 on error. */
+static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq, float *logits,
+                            uint64_t salt, di_err *err) {
+    const int R = n_seqs * rows_per_seq;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)R);
+    int *nr = malloc(sizeof(int) * (size_t)n_seqs);
+    uint8_t *want = calloc((size_t)R, 1);
+    for (int r = 0; r < R; r++) tokens[r] = 3 + (int32_t)((salt * 2654435761u + (uint64_t)r * 40503u) % 120000);
+    for (int s = 0; s < n_seqs; s++) {
+        nr[s] = rows_per_seq;
+        want[(s + 1) * rows_per_seq - 1] = 1;
+    }
+    di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n_seqs, .seqs = st, .seq_n_rows = nr,
+                  .logits = logits, .want_logits = want};
+    double t0 = now_s();
+    di_status s = di_forward(m, &b, err);
+    double dt = now_s() - t0;
+    free(tokens);
+    free(nr);
+    free(want);
+    return s ? -1.0 : dt;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int di_cmd_bench_gpu(di_settings *s, const char *backend) {
+    di_err err = {0};
+    const int ep = s->ep_ranks > 0 ? (int)s->ep_ranks : 8;
+    const bool quick = s->quick;
+    char cfg_path[4096];
+    if (*s->model_dir) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", s->model_dir);
+    else snprintf(cfg_path, sizeof cfg_path, "%s", DI_SOURCE_DIR "/tests/data/v41-flash-config/config.json");
+    char *cfg_json = NULL;
+    size_t cfg_len = 0;
+    if (di_read_file(cfg_path, (size_t)1 << 24, "config", &cfg_json, &cfg_len, &err)) {
+        fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+        return 1;
+    }
+    char dir[] = "/tmp/deepinfer-bench-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("deepinfer bench: mkdtemp");
+        free(cfg_json);
+        return 1;
+    }
+    di_model *m = NULL;
+    int rc = 1;
+    fprintf(stderr, "bench: writing a sparse synthetic checkpoint of %s into %s\n", cfg_path, dir);
+    if (di_synthetic_checkpoint_write(dir, cfg_json, NULL, &err) || di_model_load(&m, dir, &err)) goto fail;
+    if (m->cfg.n_routed_experts % ep) {
+        di_errf(&err, DI_EINVAL, "--ep-ranks %d does not divide %d experts", ep, m->cfg.n_routed_experts);
+        goto fail;
+    }
+    m->proxy.synthetic = true;
+    m->proxy.resident_experts = m->cfg.n_routed_experts / ep;
+    m->proxy.engram_rows = (int64_t)1 << 20;
+    fprintf(stderr, "bench: generating the weights on the device (EP-%d rank: %d experts per layer)\n", ep,
+            m->proxy.resident_experts);
+    if (di_model_select_backend(m, backend, s->batch_invariant, &err)) goto fail;
+    if (!m->dev_backend) {
+        di_errf(&err, DI_EUNSUPPORTED, "no device backend: the GPU benchmark needs one (this is the CPU)");
+        goto fail;
+    }
+    const di_device_backend *be = m->dev_backend;
+    char devname[256];
+    be->describe(devname, sizeof devname);
+    ceil3 cl;
+    fprintf(stderr, "bench: measuring the card's ceilings\n");
+    be->ceilings(quick, &cl.hbm, &cl.bf16, &cl.fp8);
+    size_t free_b, total_b;
+    be->mem_info(&free_b, &total_b);
+    printf("deepinfer bench on %s, backend %s%s, EP-%d rank proxy (%d of %d experts per layer resident)\n",
+           devname, be->name, m->batch_invariant ? " (batch invariant)" : "", ep, m->proxy.resident_experts,
+           m->cfg.n_routed_experts);
+    printf("ceilings measured now: HBM copy %.0f GB/s, BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s; "
+           "device memory free %.1f of %.1f GB after the weights\n\n",
+           cl.hbm, cl.bf16, cl.fp8, (double)free_b / 1e9, (double)total_b / 1e9);
+    printf("| phase | B | context | ms / step | tokens/s | GB moved | TFLOP | roofline ms | bound | %% of roofline |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    fflush(stdout);
+    float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size * 256);
+    const int64_t ctxs[] = {4096, 32768, 131072};
+    const int Bs[] = {1, 8, 32, 64, 128, 256};
+    const int steps = quick ? 2 : 4;
+    const double budget_s = quick ? 20.0 : 60.0; /* per row: larger B at this context are skipped after */
+    for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
+        bool slow = false;
+        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+            const int B = Bs[bi];
+            const int64_t ctx = ctxs[ci];
+            if (slow) {
+                printf("| decode | %d | %lld | skipped: the previous batch size took over %.0f s per step |||||||\n", B,
+                       (long long)ctx, budget_s / steps);
+                continue;
+            }
+            di_kv_pool pool;
+            di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
+            di_kv_pool_set_mem(&pool, &be->mem);
+            di_seq_state *probe = di_seq_state_new_in(m, &pool);
+            const int64_t blocks = di_seq_state_blocks_needed(probe, ctx + steps + 2) * B;
+            const double need = (double)blocks * di_kv_pool_block_bytes(&pool) + (double)B * di_seq_state_bytes(m, probe);
+            di_seq_state_free(probe);
+            be->mem_info(&free_b, &total_b);
+            if (need > 0.9 * (double)free_b) {
+                printf("| decode | %d | %lld | does not fit: %.1f GB of state (fp32 entries) > %.1f GB free |||||||\n",
+                       B, (long long)ctx, need / 1e9, (double)free_b / 1e9);
+                di_kv_pool_destroy(&pool);
+                continue;
+            }
+            pool.max_blocks = blocks;
+            di_seq_state **st = calloc((size_t)B, sizeof *st);
+            double t[8];
+            int n_t = 0;
+            if (!make_states(m, &pool, B, ctx, steps + 2, st, &err)) {
+                for (int i = 0; i <= steps; i++) { /* the first step warms up */
+                    double dt = timed_forward(m, st, B, 1, logits, (uint64_t)i, &err);
+                    if (dt < 0) break;
+                    if (i > 0) t[n_t++] = dt;
+                    if (dt * steps > budget_s) slow = true;
+                }
+            }
+            free_states(st, B);
+            free(st);
+            di_kv_pool_destroy(&pool);
+            if (n_t < steps) {
+                printf("| decode | %d | %lld | failed: %s |||||||\n", B, (long long)ctx, err.msg);
+                continue;
+            }
+            qsort(t, (size_t)n_t, sizeof(double), cmp_d);
+            const double ms = t[n_t / 2] * 1e3;
+            print_row("decode", B, ctx, ms, B / (ms / 1e3), step_cost(m, B, B, ctx, m->proxy.resident_experts), &cl);
+        }
+    }
+    const int prefills[] = {512, 4096, 16384};
+    for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++) {
+        const int S = prefills[pi];
+        di_kv_pool pool;
+        di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
+        di_kv_pool_set_mem(&pool, &be->mem);
+        di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
+        double dt = timed_forward(m, st, 1, S, logits, 99, &err);
+        di_seq_state_free(st[0]);
+        di_kv_pool_destroy(&pool);
+        if (dt < 0) {
+            printf("| prefill | 1 | %d new | failed: %s |||||||\n", S, err.msg);
+            break;
+        }
+        print_row("prefill", 1, S, dt * 1e3, S / dt, step_cost(m, S, 1, 0, m->proxy.resident_experts), &cl);
+        if (dt > budget_s) {
+            printf("| prefill | 1 | larger | skipped: %d tokens took %.0f s |||||||\n", S, dt);
+            break;
+        }
+    }
+    printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
+           "sequence per step, median of %d steps after one warm-up step.\n", steps);
+    free(logits);
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+    di_model_free(m);
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) fprintf(stderr, "deepinfer bench: could not remove %s\n", dir);
+    free(cfg_json);
+    return rc;
+}
