@@ -7,7 +7,26 @@
 #include <string.h>
 
 #include "base/numerics.h"
+#include "forward/device.h"
 #include "model/safetensors.h"
+
+/* The backend the model tests run on: DEEPINFER_ACCELERATOR=nvidia (or DI_TEST_BACKEND=cuda)
+ * selects the GPU, as on device runs (tools/cuda/device_run.sh); the CPU otherwise, so CI runs
+ * them on the reference. DEEPINFER_BATCH_INVARIANT=1 as for the CLI. Tests read the environment
+ * directly: the settings registry is the CLI's. */
+static inline const char *test_backend(void) {
+    const char *t = getenv("DI_TEST_BACKEND"), *a = getenv("DEEPINFER_ACCELERATOR");
+    if (t && *t) return t;
+    if (a && !strcmp(a, "nvidia")) return "cuda";
+    return "cpu";
+}
+static inline bool test_batch_invariant(void) {
+    const char *b = getenv("DEEPINFER_BATCH_INVARIANT");
+    return b && !strcmp(b, "1");
+}
+static inline di_status test_use_backend(di_model *m, di_err *err) {
+    return di_model_select_backend(m, test_backend(), test_batch_invariant(), err);
+}
 
 typedef struct logit_stats {
     double mean_abs, p99_abs, max_abs;

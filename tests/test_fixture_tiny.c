@@ -324,13 +324,13 @@ static void batched_mode(const fixture *f) {
 int main(void) {
     fixture f = {0};
     di_err err = {0};
-    if (di_model_load(&f.m, DI_TINY_FIXTURE_DIR, &err) ||
+    if (di_model_load(&f.m, DI_TINY_FIXTURE_DIR, &err) || test_use_backend(f.m, &err) ||
         di_safetensors_open_file(&f.golden, DI_TINY_FIXTURE_DIR "/golden.safetensors", &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;
     }
     f.V = f.m->cfg.vocab_size;
-    printf("v41-tiny fixture, CPU backend:\n");
+    printf("v41-tiny fixture, %s backend:\n", di_model_backend_name(f.m));
     for (int i = 0; i < N_PROMPTS; i++) {
         replay_mode(&f, i, "topk", "decode_logits");
         replay_mode(&f, i, "repaired_topk", "repaired_decode_logits");

@@ -11,7 +11,7 @@ int main(void) {
     di_err err = {0};
     di_model *m = NULL;
     di_checkpoint *golden = NULL;
-    if (di_model_load(&m, DI_TINY_FIXTURE_DIR, &err) ||
+    if (di_model_load(&m, DI_TINY_FIXTURE_DIR, &err) || test_use_backend(m, &err) ||
         di_safetensors_open_file(&golden, DI_TINY_FIXTURE_DIR "/golden.safetensors", &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;

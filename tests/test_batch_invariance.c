@@ -1,0 +1,129 @@
+/* Batch invariance (issue 5, DEEPINFER_BATCH_INVARIANT): one request's logits are bit-identical
+ * whether it runs alone or inside batches of 2..64 random other sequences -- prefills of random
+ * length, chunks of sequences that already have context, single decode tokens -- with the target
+ * at a random place in the batch. Four calls: the target's prefill, then three decode steps.
+ *
+ * On the CPU this holds by construction (every op is per row with a fixed order); the device run
+ * (DEEPINFER_ACCELERATOR=nvidia DEEPINFER_BATCH_INVARIANT=1) checks the GPU backend. */
+#include <stdint.h>
+#include <string.h>
+
+#include "forward/forward.h"
+#include "test_harness.h"
+#include "fixture_util.h"
+
+enum { PROMPT = 23, STEPS = 4 };
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint32_t rnd(uint32_t n) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(g_rng >> 33) % n;
+}
+
+static const int32_t k_target[PROMPT + STEPS] = {0,   17,  912, 44,  1203, 7,   7,   88,  1500, 3,
+                                                 42,  256, 999, 12,  640,  31,  77,  5,   1900, 64,
+                                                 128, 18,  11,  301, 5,    1777, 23};
+
+/* Runs call `step` of the target (prefill for step 0, else one decode token) with `n_others`
+ * random other sequences; returns the target's logits [V] in out. */
+static int run_call(const di_model *m, di_seq_state *target, di_seq_state **others, int n_others, int step,
+                    float *out, di_err *err) {
+    const int64_t V = m->cfg.vocab_size;
+    const int n = n_others + 1, slot = rnd((uint32_t)n);
+    di_seq_state **seqs = malloc(sizeof *seqs * (size_t)n);
+    int *rows = malloc(sizeof(int) * (size_t)n);
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(n * 48 + PROMPT));
+    int R = 0, target_row = -1, o = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == slot) {
+            seqs[i] = target;
+            rows[i] = step == 0 ? PROMPT : 1;
+            for (int j = 0; j < rows[i]; j++) tokens[R + j] = k_target[step == 0 ? j : PROMPT + step - 1];
+            target_row = R + rows[i] - 1;
+        } else {
+            seqs[i] = others[o++];
+            /* a fresh prefill, a chunk or a decode token */
+            rows[i] = seqs[i]->n_tokens == 0 ? 1 + (int)rnd(40) : (rnd(3) == 0 ? 1 + (int)rnd(8) : 1);
+            for (int j = 0; j < rows[i]; j++) tokens[R + j] = 3 + (int32_t)rnd(2000);
+            if (seqs[i]->n_tokens == 0) tokens[R] = 0;
+        }
+        R += rows[i];
+    }
+    uint8_t *want = calloc((size_t)R, 1);
+    int n_want = 0, target_out = -1;
+    for (int i = 0, r = 0; i < n; r += rows[i], i++) { /* every sequence's last row: the head's GEMM sees n rows */
+        want[r + rows[i] - 1] = 1;
+        if (r + rows[i] - 1 == target_row) target_out = n_want;
+        n_want++;
+    }
+    float *logits = malloc(sizeof(float) * (size_t)n_want * V);
+    di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n, .seqs = seqs, .seq_n_rows = rows, .logits = logits,
+                  .want_logits = want};
+    di_status st = di_forward(m, &b, err);
+    if (!st) memcpy(out, logits + (size_t)target_out * V, sizeof(float) * (size_t)V);
+    free(seqs);
+    free(rows);
+    free(tokens);
+    free(want);
+    free(logits);
+    return st;
+}
+
+int main(void) {
+    di_err err = {0};
+    di_model *m = NULL;
+    if (di_model_load(&m, DI_TINY_FIXTURE_DIR, &err) || test_use_backend(m, &err)) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return 1;
+    }
+    printf("batch invariance, %s backend%s\n", di_model_backend_name(m), m->batch_invariant ? " (batch-invariant mode)" : "");
+    const int64_t V = m->cfg.vocab_size;
+    float *ref = malloc(sizeof(float) * (size_t)V * STEPS), *got = malloc(sizeof(float) * (size_t)V);
+    di_seq_state *alone = di_seq_state_new(m);
+    for (int step = 0; step < STEPS; step++)
+        CHECKF(run_call(m, alone, NULL, 0, step, ref + (size_t)step * V, &err) == DI_OK, "%s", err.msg);
+    di_seq_state_free(alone);
+    const int sizes[] = {2, 3, 8, 17, 32, 64};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int n_others = sizes[si] - 1;
+        di_seq_state *target = di_seq_state_new(m);
+        di_seq_state **others = malloc(sizeof *others * (size_t)n_others);
+        for (int i = 0; i < n_others; i++) {
+            others[i] = di_seq_state_new(m);
+            if (i % 2) { /* half of them already hold context */
+                int32_t toks[64];
+                int len = 1 + (int)rnd(60);
+                for (int j = 0; j < len; j++) toks[j] = j ? 3 + (int32_t)rnd(2000) : 0;
+                int nr = len;
+                di_batch b = {.n_rows = len, .tokens = toks, .n_seqs = 1, .seqs = &others[i], .seq_n_rows = &nr};
+                CHECKF(di_forward(m, &b, &err) == DI_OK, "%s", err.msg);
+            }
+        }
+        int differing_steps = 0;
+        for (int step = 0; step < STEPS; step++) {
+            CHECKF(run_call(m, target, others, n_others, step, got, &err) == DI_OK, "%s", err.msg);
+            if (memcmp(got, ref + (size_t)step * V, sizeof(float) * (size_t)V) != 0) {
+                int64_t nd = 0, first = -1;
+                for (int64_t v = 0; v < V; v++)
+                    if (memcmp(&got[v], &ref[(size_t)step * V + v], 4)) {
+                        if (first < 0) first = v;
+                        nd++;
+                    }
+                fprintf(stderr, "batch of %d, step %d: %lld of %lld logits differ (first at %lld: %.9g vs %.9g)\n",
+                        sizes[si], step, (long long)nd, (long long)V, (long long)first, got[first],
+                        ref[(size_t)step * V + first]);
+                differing_steps++;
+            }
+        }
+        CHECKF(differing_steps == 0, "batch of %d: %d of %d calls not bit-identical to the request alone", sizes[si],
+               differing_steps, STEPS);
+        printf("  batch of %2d: %s\n", sizes[si], differing_steps ? "DIFFERS" : "bit-identical in all 4 calls");
+        for (int i = 0; i < n_others; i++) di_seq_state_free(others[i]);
+        free(others);
+        di_seq_state_free(target);
+    }
+    free(ref);
+    free(got);
+    di_model_free(m);
+    return TEST_SUMMARY();
+}
