@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The GPU forward pass on the device machine, in one call of the device tool (issue 5):
+#   1. builds the whole tree with -DDI_CUDA=ON (the CPU build's libraries -- cJSON, PCRE2, ICU -- come
+#      as Debian packages carried in .sysroot/debs and unpacked into a private sysroot: the GPU image
+#      has none of them and no network; `tools/cuda/fetch_sysroot_debs.sh` fetches them here),
+#   2. the per-op parity suites (test_cuda_ops, test_cuda_fwd_ops),
+#   3. the model tests on the GPU (DEEPINFER_ACCELERATOR=nvidia): the v41-tiny fixture in replay,
+#      free and greedy modes and through the engine, chunked = one-shot, batch invariance (default
+#      and DEEPINFER_BATCH_INVARIANT=1),
+#   4. compute-sanitizer memcheck and racecheck on a fixture run,
+#   5. `deepinfer bench` (the whole-model EP-8 rank proxy) and a generate demo on the bundled model.
+# Logs land in $OUT; the summary is the end of stdout. Stages past a time budget are skipped.
+#     bash tools/cuda/device_model_run.sh [--quick] [--only STAGES]   (STAGES: e.g. "build,parity,fixture")
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/deepinfer-device-out}"
+mkdir -p "$OUT"
+T0=$(date +%s)
+QUICK=0
+ONLY="build,parity,fixture,sanitize,bench,demo"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --only) ONLY="build,$2"; shift ;;
+    esac
+    shift
+done
+want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
+log() { echo "[device_model_run $(($(date +%s) - T0))s] $*"; }
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
+export NCCL_NVLS_ENABLE=0
+JOBS=$(nproc)
+
+# ---- 1. build ----
+SR=/tmp/di-sysroot
+mkdir -p "$SR"
+for f in .sysroot/debs/*.deb; do
+    [ -f "$f" ] || continue
+    if command -v dpkg >/dev/null; then dpkg -x "$f" "$SR"; else
+        (cd "$SR" && ar p "$OLDPWD/$f" "$(ar t "$OLDPWD/$f" | grep data.tar)" | tar -x --auto-compress 2>/dev/null ||
+            ar p "$OLDPWD/$f" data.tar.xz | tar -xJ); fi
+done
+LIBDIR="$SR/usr/lib/x86_64-linux-gnu"
+export PKG_CONFIG_LIBDIR="$LIBDIR/pkgconfig:$SR/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$SR"
+export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+PKGCONF=$(command -v pkg-config || echo "$SR/usr/bin/pkgconf")
+{ date -u; nvidia-smi; nvcc --version | tail -2; ldd --version | head -1; cmake --version | head -1; } >"$OUT/machine.txt" 2>&1
+B=build-dev
+if cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDI_CUDA=ON -DPKG_CONFIG_EXECUTABLE="$PKGCONF" >"$OUT/build.log" 2>&1 &&
+    cmake --build $B -j "$JOBS" >>"$OUT/build.log" 2>&1; then
+    log "build ok"
+else
+    log "BUILD FAILED (tail of build.log):"
+    grep -E "error|Error" "$OUT/build.log" | head -20
+    tail -15 "$OUT/build.log"
+    exit 1
+fi
+
+run() { # name timeout_s command...: runs, logs to $OUT/name.log, prints one status line
+    local name=$1 t=$2
+    shift 2
+    local s=$(date +%s)
+    timeout "$t" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    log "$name: exit $rc in $(($(date +%s) - s)) s; $(grep -E 'passed|PASS|FAIL|SKIPPED' "$OUT/$name.log" | tail -1)"
+    return $rc
+}
+
+# ---- 2. per-op parity ----
+if want parity; then
+    run parity_ops 240 $B/test_cuda_ops
+    grep -E "^FAIL" "$OUT/parity_ops.log" | head -10
+    run parity_fwd_ops 240 $B/test_cuda_fwd_ops
+    grep -E "^FAIL" "$OUT/parity_fwd_ops.log" | head -10
+fi
+
+# ---- 3. model tests on the GPU ----
+if want fixture; then
+    export DEEPINFER_ACCELERATOR=nvidia
+    run fixture_tiny 300 $B/test_fixture_tiny
+    grep -E "backend|prompt|argmax|CHECK" "$OUT/fixture_tiny.log" | head -40
+    run fixture_debug 300 $B/test_fixture_debug
+    grep -E "CHECK|layer|differ" "$OUT/fixture_debug.log" | head -20
+    run forward_chunked 300 $B/test_forward_chunked
+    grep -E "CHECK" "$OUT/forward_chunked.log" | head -5
+    run batch_invariance 300 $B/test_batch_invariance
+    grep -E "batch of|CHECK" "$OUT/batch_invariance.log" | head -10
+    DEEPINFER_BATCH_INVARIANT=1 run batch_invariance_bi 300 $B/test_batch_invariance
+    grep -E "batch of|CHECK" "$OUT/batch_invariance_bi.log" | head -10
+    run engine 300 $B/test_engine
+    grep -E "CHECK" "$OUT/engine.log" | head -10
+    unset DEEPINFER_ACCELERATOR
+fi
+
+# ---- 4. sanitizers on a fixture run ----
+if want sanitize && command -v compute-sanitizer >/dev/null; then
+    export DEEPINFER_ACCELERATOR=nvidia
+    run memcheck 420 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_forward_chunked
+    grep -E "ERROR SUMMARY|passed" "$OUT/memcheck.log" | tail -2
+    run racecheck 420 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_forward_chunked
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck.log" | tail -2
+    unset DEEPINFER_ACCELERATOR
+fi
+
+# ---- 5. benchmark and demo ----
+if want bench; then
+    BQ=""
+    [ "$QUICK" = 1 ] && BQ="--quick"
+    run bench 480 $B/deepinfer bench --backend cuda $BQ
+    cat "$OUT/bench.log"
+fi
+if want demo; then
+    run demo 120 $B/deepinfer generate --backend cuda -p "The capital of France is" --max-tokens 24 --temperature 0 \
+        --demo-model-dir /tmp/di-demo
+    tail -5 "$OUT/demo.log"
+fi
+log "done"
