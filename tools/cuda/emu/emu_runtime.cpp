@@ -66,3 +66,31 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
         }
     return CUBLAS_STATUS_SUCCESS;
 }
+
+/* ---- the C view (cuda_emu_c.h) for the GPU driver's C files ---- */
+extern "C" {
+cudaError_t emu_c_cudaGetDeviceCount(int *n) { return cudaGetDeviceCount(n); }
+cudaError_t emu_c_cudaGetDeviceProperties(cudaDeviceProp *p, int dev) { return cudaGetDeviceProperties(p, dev); }
+cudaError_t emu_c_cudaGetDevice(int *d) { return cudaGetDevice(d); }
+cudaError_t emu_c_cudaMalloc(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t emu_c_cudaFree(void *p) { return cudaFree(p); }
+cudaError_t emu_c_cudaMemset(void *d, int v, size_t n) { return cudaMemset(d, v, n); }
+cudaError_t emu_c_cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) { return cudaMemcpy(d, s, n, k); }
+cudaError_t emu_c_cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) {
+    return cudaMemcpy(d, s, n, k);
+}
+cudaError_t emu_c_cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width, size_t height,
+                                    cudaMemcpyKind, cudaStream_t) {
+    for (size_t r = 0; r < height; r++) memcpy((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    return cudaSuccess;
+}
+cudaError_t emu_c_cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t emu_c_cudaFreeAsync(void *p, cudaStream_t) { return cudaFree(p); }
+cudaError_t emu_c_cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t emu_c_cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t emu_c_cudaGetLastError(void) { return cudaSuccess; }
+const char *emu_c_cudaGetErrorString(cudaError_t) { return "emulated"; }
+cudaError_t emu_c_cudaDeviceGetDefaultMemPool(void **p, int) { *p = nullptr; return cudaSuccess; }
+cudaError_t emu_c_cudaMemPoolSetAttribute(void *, int, void *) { return cudaSuccess; }
+cudaError_t emu_c_cudaMemGetInfo(size_t *f, size_t *t) { *f = (size_t)8 << 30; *t = (size_t)16 << 30; return cudaSuccess; }
+}

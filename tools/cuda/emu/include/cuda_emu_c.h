@@ -1,0 +1,63 @@
+/* The C view of the emulated CUDA runtime (cuda_emu.h is the C++ one, for translated .cu files):
+ * the runtime calls the GPU forward driver (src/backend/cuda/gpu_*.c, plain C) makes, with the
+ * same types, routed to C-linkage twins in emu_runtime.cpp (emu_c_*). Streams are synchronous,
+ * the stream-ordered allocator is malloc. */
+#ifndef DI_CUDA_EMU_C_H
+#define DI_CUDA_EMU_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100 } cudaError_t;
+typedef struct emu_stream *cudaStream_t;
+typedef struct emu_mempool *cudaMemPool_t;
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount, l2CacheSize;
+    size_t totalGlobalMem;
+};
+
+#define EMU_C(ret, name, args) ret emu_c_##name args;
+EMU_C(cudaError_t, cudaGetDeviceCount, (int *n))
+EMU_C(cudaError_t, cudaGetDeviceProperties, (struct cudaDeviceProp *p, int dev))
+EMU_C(cudaError_t, cudaGetDevice, (int *d))
+EMU_C(cudaError_t, cudaMalloc, (void **p, size_t n))
+EMU_C(cudaError_t, cudaFree, (void *p))
+EMU_C(cudaError_t, cudaMemset, (void *d, int v, size_t n))
+EMU_C(cudaError_t, cudaMemcpy, (void *d, const void *s, size_t n, enum cudaMemcpyKind k))
+EMU_C(cudaError_t, cudaMemcpyAsync, (void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st))
+EMU_C(cudaError_t, cudaMemcpy2DAsync, (void *d, size_t dpitch, const void *s, size_t spitch, size_t width,
+                                       size_t height, enum cudaMemcpyKind k, cudaStream_t st))
+EMU_C(cudaError_t, cudaMallocAsync, (void **p, size_t n, cudaStream_t st))
+EMU_C(cudaError_t, cudaFreeAsync, (void *p, cudaStream_t st))
+EMU_C(cudaError_t, cudaStreamSynchronize, (cudaStream_t s))
+EMU_C(cudaError_t, cudaDeviceSynchronize, (void))
+EMU_C(cudaError_t, cudaGetLastError, (void))
+EMU_C(const char *, cudaGetErrorString, (cudaError_t e))
+EMU_C(cudaError_t, cudaDeviceGetDefaultMemPool, (cudaMemPool_t *p, int dev))
+EMU_C(cudaError_t, cudaMemPoolSetAttribute, (cudaMemPool_t p, enum cudaMemPoolAttr a, void *v))
+EMU_C(cudaError_t, cudaMemGetInfo, (size_t *free_b, size_t *total_b))
+#undef EMU_C
+
+#define cudaGetDeviceCount emu_c_cudaGetDeviceCount
+#define cudaGetDeviceProperties emu_c_cudaGetDeviceProperties
+#define cudaGetDevice emu_c_cudaGetDevice
+#define cudaMalloc emu_c_cudaMalloc
+#define cudaFree emu_c_cudaFree
+#define cudaMemset emu_c_cudaMemset
+#define cudaMemcpy emu_c_cudaMemcpy
+#define cudaMemcpyAsync emu_c_cudaMemcpyAsync
+#define cudaMemcpy2DAsync emu_c_cudaMemcpy2DAsync
+#define cudaMallocAsync emu_c_cudaMallocAsync
+#define cudaFreeAsync emu_c_cudaFreeAsync
+#define cudaStreamSynchronize emu_c_cudaStreamSynchronize
+#define cudaDeviceSynchronize emu_c_cudaDeviceSynchronize
+#define cudaGetLastError emu_c_cudaGetLastError
+#define cudaGetErrorString emu_c_cudaGetErrorString
+#define cudaDeviceGetDefaultMemPool emu_c_cudaDeviceGetDefaultMemPool
+#define cudaMemPoolSetAttribute emu_c_cudaMemPoolSetAttribute
+#define cudaMemGetInfo emu_c_cudaMemGetInfo
+
+#endif
