@@ -83,6 +83,13 @@ static __device__ __forceinline__ int di_dev_e4m3_to_int512(uint32_t b) {
     if (ex == 15 && man == 7) mag = 0;
     return (b & 0x80) ? -mag : mag;
 }
+/* e4m3 code -> its float, as di_e4m3_to_f32 (the CPU's table): 0x80 is -0, 0x7f/0xff are NaN */
+static __device__ __forceinline__ float di_dev_e4m3_f32(uint32_t b) {
+    const int ex = (b >> 3) & 15, man = b & 7;
+    float v = (float)(ex == 0 ? man : (8 + man) << (ex - 1)) * 0x1p-9f; /* exact */
+    if (ex == 15 && man == 7) v = __uint_as_float(0x7fc00000u);
+    return (b & 0x80) ? -v : v;
+}
 /* e4m3 grid value (already rounded, |q| <= 448) -> q * 512 as an integer (exact) */
 static __device__ __forceinline__ int di_dev_q_to_int512(float q) { return (int)(q * 512.0f); }
 

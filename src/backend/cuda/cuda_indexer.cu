@@ -1,10 +1,12 @@
 /* Indexer scores and top-k selection on the GPU (model-spec §2.4 (6)), twins of index_scores()
  * and topk_select() in src/forward/indexer.c.
  *
- * Scores: one warp per (row, key), lane = head (<= 32 heads). Each lane takes q_h . k_t in double
- * in index order (the CPU's order; the FP4-grid products are exact, so the sum is too), rounds to
- * bf16, applies relu and the bf16 head-weight product; the warp then adds the 32 head terms in
- * double in head order and rounds once to bf16 -- the CPU's three roundings, bit-exact.
+ * Scores: one warp per (row, key), lane = head (<= 32 heads); the per-key arithmetic is in
+ * cuda_index_score.cuh, shared with the paged variant in cuda_fwd_index.cu. Each lane takes
+ * q_h . k_t in double in index order (the CPU's order; the FP4-grid products are exact, so the
+ * sum is too), rounds to bf16, applies relu and the bf16 head-weight product; the warp then adds
+ * the 32 head terms in double in head order and rounds once to bf16 -- the CPU's three
+ * roundings, bit-exact.
  *
  * Top-k: one thread block per row. The order "higher score first, lower position on exact ties"
  * is a total order on 64-bit keys (order-preserving score bits << 32 | ~position; -0 counts as
@@ -13,10 +15,9 @@
  * order by a block-wide ordered compaction, and padded with -1. -inf (and NaN) scores are never
  * selected, as on the CPU. Exact. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_index_score.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define IDX_WARPS 8
-#define IDX_MAX_DIM 128
 #define TOPK_THREADS 1024
 
 __global__ void __launch_bounds__(IDX_WARPS * 32)
@@ -26,26 +27,14 @@ index_score_kernel(const float *__restrict__ qi, const float *__restrict__ w,
     __shared__ float q_s[32][IDX_MAX_DIM + 1];
     __shared__ float w_s[32];
     const int64_t r = blockIdx.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int i = threadIdx.x; i < nh * idim; i += IDX_WARPS * 32)
-        q_s[i / idim][i % idim] = qi[r * nh * idim + i];
-    if (threadIdx.x < nh) w_s[threadIdx.x] = w[r * nh + threadIdx.x];
+    di_dev_index_load_query(qi, w, r, nh, idim, q_s, w_s);
     __syncthreads();
-    const int64_t t = (int64_t)blockIdx.x * IDX_WARPS + warp;
+    const int64_t t = (int64_t)blockIdx.x * IDX_WARPS + (threadIdx.x >> 5);
     if (t >= P) return;
-    const float *kt = keys + t * idim;
-    float term = 0.0f;
-    if (lane < nh) {
-        double dot = 0.0;
-        for (int d = 0; d < idim; d++) dot += (double)q_s[lane][d] * kt[d];
-        const float sv = di_dev_bf16_round((float)dot);
-        term = di_dev_bf16_round(fmaxf(sv, 0.0f) * w_s[lane]);
-    }
-    double sum = 0.0;
-    for (int h = 0; h < nh; h++) sum += (double)__shfl_sync(0xffffffffu, term, h);
-    if (lane == 0) {
+    const float sc = di_dev_index_score_key(q_s, w_s, keys + t * idim, nh, idim);
+    if ((threadIdx.x & 31) == 0) {
         const bool vis = !visible || t < visible[r];
-        score[r * P + t] = vis ? di_dev_bf16_round((float)sum) : -INFINITY;
+        score[r * P + t] = vis ? sc : -INFINITY;
     }
 }
 

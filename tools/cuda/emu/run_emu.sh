@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# Runs the CUDA parity suite's small shapes (test_cuda_ops --quick) with the kernels executed on
-# the CPU through cuda_emu.h: a logic check (indexing, barriers, warp collectives) for machines
+# Runs a CUDA parity test's small shapes (default: test_cuda_ops --quick) with the kernels executed
+# on the CPU through cuda_emu.h: a logic check (indexing, barriers, warp collectives) for machines
 # without a GPU. Not a substitute for the device run (tools/cuda/device_run.sh).
 #     bash tools/cuda/emu/run_emu.sh [test args]
+#     EMU_TEST=test_cuda_fwd_ops bash tools/cuda/emu/run_emu.sh [test args]
+# EMU_TEST names the tests/cuda/<name>.cu to build (default test_cuda_ops); EMU_BUILD the build
+# folder, EMU_JOBS the parallel compiles (default nproc). Each test gets its own executable, $EMU_BUILD/<name>_emu.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${EMU_BUILD:-/tmp/deepinfer-cuda-emu}
-mkdir -p "$B"
-for f in src/backend/cuda/*.cu tests/cuda/test_cuda_ops.cu; do
-    python3 tools/cuda/emu/translate.py "$f" "$B/$(basename "$f" .cu).cpp"
+T=${EMU_TEST:-test_cuda_ops}
+[ -f "tests/cuda/$T.cu" ] || { echo "run_emu.sh: no tests/cuda/$T.cu" >&2; exit 2; }
+mkdir -p "$B/kernels" "$B/tests"
+srcs=()
+for f in src/backend/cuda/*.cu; do
+    python3 tools/cuda/emu/translate.py "$f" "$B/kernels/$(basename "$f" .cu).cpp"
+    srcs+=("$B/kernels/$(basename "$f" .cu).cpp")
 done
+python3 tools/cuda/emu/translate.py "tests/cuda/$T.cu" "$B/tests/$T.cpp"
+srcs+=("$B/tests/$T.cpp" tools/cuda/emu/emu_runtime.cpp)
+J=${EMU_JOBS:-$(nproc)}
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "$J" ]; do wait -n; done; }
 CXXFLAGS="-std=c++20 -O2 -pthread -Itools/cuda/emu/include -Isrc -Iinclude -D_GNU_SOURCE -w"
 objs=()
-for f in "$B"/*.cpp tools/cuda/emu/emu_runtime.cpp; do
+for f in "${srcs[@]}"; do
     o="$B/$(basename "$f" .cpp).o"
+    throttle
     g++ $CXXFLAGS -c "$f" -o "$o" &
     objs+=("$o")
 done
 for f in src/base/numerics.c src/backend/cpu/*.c; do
     o="$B/$(basename "$f" .c).c.o"
+    throttle
     gcc -std=c11 -O2 -D_GNU_SOURCE -fopenmp -Isrc -Iinclude -c "$f" -o "$o" &
     objs+=("$o")
 done
 wait
-g++ -pthread -fopenmp -o "$B/test_cuda_ops_emu" "${objs[@]}" -lm
-"$B/test_cuda_ops_emu" "${@:---quick}"
+g++ -pthread -fopenmp -o "$B/${T}_emu" "${objs[@]}" -lm
+"$B/${T}_emu" "${@:---quick}"

@@ -1,0 +1,729 @@
+/* Parity of the forward-pass kernels of cuda_fwd_ops.h against the CPU loops they twin
+ * (src/forward/*.c, src/backend/cpu/cpu_linear.c), in the manner of test_cuda_ops.cu: random
+ * inputs, device outputs poisoned (NaN) before each run, one PASS/FAIL line per case with the max
+ * relative error, the number of elements whose bits differ and the criterion.
+ *
+ * The CPU references are di_cpu_linear for the fixed linear and, for stages that are static loops
+ * inside src/forward/*.c, a copy of that loop here (named ref_*, with the function it follows).
+ * Criteria:
+ *   exact       bit-identical: everything except the two double sums below
+ *   exact(mod)  linear_fixed and engram_gate sum in double in another order than the CPU; they are
+ *               required bit-exact on bf16-exact inputs of moderate range (the double sums are then
+ *               exact in any order), expected so on real activations
+ *   batch-inv   linear_fixed / engram_gate: row j of an m-row call equals the row computed alone,
+ *               bit for bit, on inputs of wide range
+ * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
+ * small shapes only (the CPU emulator, compute-sanitizer). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend/cpu/cpu_ops.h"
+}
+#include "backend/cuda/cuda_fwd_ops.h"
+
+#define CK(call)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static int g_pass, g_fail;
+
+/* ---- random inputs (splitmix64) ---- */
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint64_t rnd_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * 0x1p-24); } /* [0, 1) */
+static float rnd_normalish(void) { return (rnd_unit() + rnd_unit() + rnd_unit() - 1.5f) * 2.0f; }
+/* bf16-exact, wide range: mostly O(scale), some tiny, some large, some exact zeros */
+static void fill_wide(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rnd_u64() & 1023;
+        float v = rnd_normalish() * scale;
+        if (r < 4) v = 0.0f;
+        else if (r < 12) v *= 300.0f;
+        else if (r < 20) v *= 1e-3f;
+        x[i] = di_bf16_round(v);
+    }
+}
+/* bf16-exact, moderate range: +-(1 + j/128) 2^e * scale, e in [-4, 3], some exact zeros */
+static float rnd_moderate(float scale) {
+    const uint64_t r = rnd_u64();
+    if ((r & 255) == 0) return 0.0f;
+    const float v = ldexpf(1.0f + (float)((r >> 8) & 127) / 128.0f, (int)((r >> 16) % 8) - 4);
+    return di_bf16_round(((r >> 24) & 1 ? -v : v) * scale);
+}
+static void fill_moderate(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = rnd_moderate(scale);
+}
+static uint8_t rnd_e4m3(void) {
+    for (;;) {
+        uint8_t b = (uint8_t)rnd_u64();
+        if ((b & 0x7f) != 0x7f) return b;
+    }
+}
+
+/* ---- device buffers ---- */
+static void *dev_upload(const void *h, size_t bytes) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *dev_poisoned(size_t bytes) { /* 0xff bytes: NaN floats */
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    CK(cudaMemset(d, 0xff, bytes));
+    return d;
+}
+static void dev_download(void *h, const void *d, size_t bytes) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+static float *host_poisoned(int64_t n) {
+    float *p = (float *)malloc(4 * (size_t)(n ? n : 1));
+    memset(p, 0xff, 4 * (size_t)n);
+    return p;
+}
+
+/* ---- comparison: bits, except that NaN matches only the same NaN bits ---- */
+static void compare(const char *op, const char *shape, const float *gpu, const float *cpu, int64_t n,
+                    const char *crit) {
+    int64_t ndiff = 0;
+    double maxrel = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (memcmp(&gpu[i], &cpu[i], 4) == 0) continue;
+        ndiff++;
+        double rel = isnan(gpu[i]) || isnan(cpu[i]) ? INFINITY
+                                                     : fabs((double)gpu[i] - cpu[i]) / fmax(fabs((double)cpu[i]), 1e-30);
+        if (rel > maxrel) maxrel = rel;
+    }
+    printf("%s  %-20s %-40s max_rel_err %.3e  differing %lld / %lld  [%s]\n", ndiff ? "FAIL" : "PASS", op, shape,
+           maxrel, (long long)ndiff, (long long)n, crit);
+    for (int64_t i = 0, shown = 0; ndiff && i < n && shown < 4; i++) {
+        if (memcmp(&gpu[i], &cpu[i], 4) == 0) continue;
+        printf("      [%lld] gpu %a (%.9g)  cpu %a (%.9g)\n", (long long)i, gpu[i], gpu[i], cpu[i], cpu[i]);
+        shown++;
+    }
+    fflush(stdout);
+    if (ndiff) g_fail++;
+    else g_pass++;
+}
+
+/* ---- data movement ---- */
+static void test_copy_rows(int64_t n, int64_t width) {
+    const int64_t pool_rows = 2 * n + 3;
+    float *src = (float *)malloc(4 * pool_rows * width), *ref = host_poisoned(pool_rows * width);
+    float *got = (float *)malloc(4 * pool_rows * width);
+    fill_wide(src, pool_rows * width, 1.0f);
+    float *dsrc = (float *)dev_upload(src, 4 * pool_rows * width), *ddst = (float *)dev_poisoned(4 * pool_rows * width);
+    const float **hs = (const float **)malloc(sizeof(float *) * n);
+    float **hd = (float **)malloc(sizeof(float *) * n);
+    for (int64_t i = 0; i < n; i++) { /* scattered rows; each dst row distinct; some NULLs */
+        const int64_t srow = (int64_t)(rnd_u64() % pool_rows), drow = 2 * i + 1;
+        const bool null_src = rnd_u64() % 5 == 0, null_dst = rnd_u64() % 7 == 0;
+        hs[i] = null_src ? NULL : dsrc + srow * width;
+        hd[i] = null_dst ? NULL : ddst + drow * width;
+        if (!null_dst)
+            for (int64_t k = 0; k < width; k++) ref[drow * width + k] = null_src ? 0.0f : src[srow * width + k];
+    }
+    const float *const *ds = (const float *const *)dev_upload(hs, sizeof(float *) * n);
+    float *const *dd = (float *const *)dev_upload(hd, sizeof(float *) * n);
+    di_cuda_copy_rows(dd, ds, n, width, 0);
+    dev_download(got, ddst, 4 * pool_rows * width);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld width=%lld", (long long)n, (long long)width);
+    compare("copy_rows", shape, got, ref, pool_rows * width, "exact");
+    cudaFree(dsrc), cudaFree(ddst), cudaFree((void *)ds), cudaFree((void *)dd);
+    free(src), free(ref), free(got), free(hs), free(hd);
+}
+
+/* forward.c di_forward's embedding loop */
+static void test_embed(int64_t V, int64_t R, int n, int64_t D) {
+    uint16_t *table = (uint16_t *)malloc(2 * V * D);
+    for (int64_t i = 0; i < V * D; i++) table[i] = di_f32_to_bf16(rnd_normalish() * 0.02f);
+    int32_t *tok = (int32_t *)malloc(4 * R);
+    for (int64_t r = 0; r < R; r++) tok[r] = (int32_t)(rnd_u64() % V);
+    tok[R - 1] = (int32_t)(V - 1);
+    float *X = (float *)malloc(4 * R * n * D), *pre = (float *)calloc((size_t)(R * n), 4);
+    for (int64_t r = 0; r < R; r++) {
+        const uint8_t *e = (const uint8_t *)table + (size_t)tok[r] * D * 2;
+        for (int i = 0; i < n; i++)
+            for (int64_t k = 0; k < D; k++) X[(r * n + i) * D + k] = di_bf16_load(e + 2 * k);
+        pre[r * n] = 1.0f;
+    }
+    uint16_t *dt = (uint16_t *)dev_upload(table, 2 * V * D);
+    int32_t *dtok = (int32_t *)dev_upload(tok, 4 * R);
+    float *dX = (float *)dev_poisoned(4 * R * n * D), *dpre = (float *)dev_poisoned(4 * R * n);
+    di_cuda_embed(dt, dtok, R, n, D, dX, dpre, 0);
+    float *gX = (float *)malloc(4 * R * n * D), *gpre = (float *)malloc(4 * R * n);
+    dev_download(gX, dX, 4 * R * n * D);
+    dev_download(gpre, dpre, 4 * R * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "V=%lld R=%lld n=%d D=%lld", (long long)V, (long long)R, n, (long long)D);
+    compare("embed.X", shape, gX, X, R * n * D, "exact");
+    compare("embed.pre", shape, gpre, pre, R * n, "exact");
+    cudaFree(dt), cudaFree(dtok), cudaFree(dX), cudaFree(dpre);
+    free(table), free(tok), free(X), free(pre), free(gX), free(gpre);
+}
+
+/* forward.c capture_target, into column block `target` of a [R, ntargets * D] buffer */
+static void test_hc_mean(int64_t R, int n, int64_t D, int ntargets, int target) {
+    const int64_t W = (int64_t)ntargets * D;
+    float *X = (float *)malloc(4 * R * n * D), *ref = host_poisoned(R * W), *got = (float *)malloc(4 * R * W);
+    fill_wide(X, R * n * D, 1.0f);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t k = 0; k < D; k++) {
+            float s = 0.0f;
+            for (int i = 0; i < n; i++) s += X[(r * n + i) * D + k];
+            ref[r * W + target * D + k] = di_bf16_round(s / (float)n);
+        }
+    float *dX = (float *)dev_upload(X, 4 * R * n * D), *dout = (float *)dev_poisoned(4 * R * W);
+    di_cuda_hc_mean(dX, R, n, D, dout + target * D, W, 0);
+    dev_download(got, dout, 4 * R * W);
+    char shape[64];
+    snprintf(shape, sizeof shape, "R=%lld n=%d D=%lld target %d/%d", (long long)R, n, (long long)D, target, ntargets);
+    compare("hc_mean", shape, got, ref, R * W, "exact");
+    cudaFree(dX), cudaFree(dout);
+    free(X), free(ref), free(got);
+}
+
+/* indexer.c di_fwd_indexer: w[i] = bf16(w[i] * wscale) */
+static void test_scale_bf16(int64_t n, int nh, int idim) {
+    float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
+    fill_wide(x, n, 1.0f);
+    const float wscale = (float)(1.0 / sqrt((double)idim) / sqrt((double)nh));
+    for (int64_t i = 0; i < n; i++) ref[i] = di_bf16_round(x[i] * wscale);
+    float *dx = (float *)dev_upload(x, 4 * n);
+    di_cuda_scale_bf16(dx, n, wscale, 0);
+    dev_download(got, dx, 4 * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld scale 1/sqrt(%d*%d)", (long long)n, idim, nh);
+    compare("scale_bf16", shape, got, ref, n, "exact");
+    cudaFree(dx);
+    free(x), free(ref), free(got);
+}
+
+/* ---- fixed-order linear ---- */
+typedef struct lin_case {
+    di_weight w;            /* host data */
+    void *wd;               /* host weight bytes */
+    uint8_t *ws;            /* host scale bytes (FP8) */
+    size_t wbytes, sbytes;
+    di_weight dw;           /* the same on the device */
+} lin_case;
+
+/* weight [N_stored, K] of dtype dt (view rows [row0, row0 + N)); values bf16-exact, moderate
+ * range (or, `wide`, bf16 of a normal-ish spread) */
+static lin_case lin_make(di_dtype dt, int64_t N_stored, int64_t row0, int64_t N, int64_t K, bool wide) {
+    lin_case c;
+    memset(&c, 0, sizeof c);
+    const int64_t nw = N_stored * K;
+    c.wbytes = dt == DI_DT_F8_E4M3 ? (size_t)nw : dt == DI_DT_BF16 ? (size_t)nw * 2 : (size_t)nw * 4;
+    c.wd = malloc(c.wbytes);
+    for (int64_t i = 0; i < nw; i++) {
+        const float v = wide ? di_bf16_round(rnd_normalish() * 0.05f) : rnd_moderate(1.0f / 32.0f);
+        if (dt == DI_DT_F8_E4M3) ((uint8_t *)c.wd)[i] = rnd_e4m3();
+        else if (dt == DI_DT_BF16) ((uint16_t *)c.wd)[i] = di_f32_to_bf16(v);
+        else ((float *)c.wd)[i] = v;
+    }
+    if (dt == DI_DT_F8_E4M3) {
+        c.sbytes = (size_t)(((N_stored + 31) / 32) * ((K + 31) / 32));
+        c.ws = (uint8_t *)malloc(c.sbytes);
+        for (size_t i = 0; i < c.sbytes; i++) c.ws[i] = (uint8_t)(118 + rnd_u64() % 12);
+    }
+    c.w.dtype = dt;
+    c.w.data = c.wd;
+    c.w.scale = c.ws;
+    c.w.rows = N;
+    c.w.cols = K;
+    c.w.row0 = row0;
+    c.dw = c.w;
+    c.dw.data = dev_upload(c.wd, c.wbytes);
+    c.dw.scale = c.sbytes ? (const uint8_t *)dev_upload(c.ws, c.sbytes) : NULL;
+    return c;
+}
+static void lin_free(lin_case *c) {
+    cudaFree((void *)c->dw.data);
+    if (c->dw.scale) cudaFree((void *)c->dw.scale);
+    free(c->wd), free(c->ws);
+}
+static const char *dt_name(di_dtype dt) {
+    return dt == DI_DT_F8_E4M3 ? "fp8" : dt == DI_DT_BF16 ? "bf16" : "f32";
+}
+
+/* against di_cpu_linear on bf16-exact inputs of moderate range: exact */
+static void test_linear_fixed(di_dtype dt, di_linear_mode mode, int64_t m, int64_t K, int64_t N, int64_t N_stored,
+                              int64_t row0) {
+    lin_case c = lin_make(dt, N_stored, row0, N, K, false);
+    float *x = (float *)malloc(4 * m * K), *ref = (float *)malloc(4 * m * N), *got = (float *)malloc(4 * m * N);
+    fill_moderate(x, m * K, 1.0f);
+    di_cpu_linear(&c.w, x, m, ref, mode);
+    float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
+    di_cuda_linear_fixed(&c.dw, dx, m, dy, mode, 0);
+    dev_download(got, dy, 4 * m * N);
+    char name[48], shape[96];
+    snprintf(name, sizeof name, "linear_fixed %s %s", dt_name(dt), mode == DI_LIN_BF16 ? "bf16" : "f32");
+    snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (rows %lld+ of %lld)", (long long)m, (long long)K, (long long)N,
+             (long long)row0, (long long)N_stored);
+    compare(name, shape, got, ref, m * N, "exact(mod)");
+    cudaFree(dx), cudaFree(dy);
+    lin_free(&c);
+    free(x), free(ref), free(got);
+}
+
+/* row j of an m-row call == row j alone, bit for bit, for m in {1, 3, 8, 17, 64}, wide inputs */
+static void test_linear_batch_inv(di_dtype dt, di_linear_mode mode, int64_t K, int64_t N) {
+    static const int64_t ms[] = {1, 3, 8, 17, 64};
+    const int64_t mmax = 64;
+    lin_case c = lin_make(dt, N + 32, 32, N, K, true);
+    float *x = (float *)malloc(4 * mmax * K), *all = (float *)malloc(4 * mmax * N), *one = (float *)malloc(4 * mmax * N);
+    fill_wide(x, mmax * K, 1.0f);
+    float *dx = (float *)dev_upload(x, 4 * mmax * K), *dy = (float *)dev_poisoned(4 * mmax * N);
+    for (int64_t r = 0; r < mmax; r++) di_cuda_linear_fixed(&c.dw, dx + r * K, 1, dy + r * N, mode, 0);
+    dev_download(one, dy, 4 * mmax * N);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const int64_t m = ms[i], off = mmax - m; /* the last m rows: row offsets not multiples of 8 */
+        float *dym = (float *)dev_poisoned(4 * m * N);
+        di_cuda_linear_fixed(&c.dw, dx + off * K, m, dym, mode, 0);
+        dev_download(all, dym, 4 * m * N);
+        char name[48], shape[96];
+        snprintf(name, sizeof name, "batch_inv %s %s", dt_name(dt), mode == DI_LIN_BF16 ? "bf16" : "f32");
+        snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (rows alone vs in batch)", (long long)m, (long long)K,
+                 (long long)N);
+        compare(name, shape, all, one + off * N, m * N, "batch-inv");
+        cudaFree(dym);
+    }
+    cudaFree(dx), cudaFree(dy);
+    lin_free(&c);
+    free(x), free(all), free(one);
+}
+
+/* ---- compressor, indexer ---- */
+/* indexer.c di_fwd_compress, the ratio-2 pair loop */
+static void test_cmp_pair(int64_t n, int dh) {
+    const int64_t pool = 4 * n + 1;
+    float *kp = (float *)malloc(4 * pool * dh), *zp = (float *)malloc(4 * pool * dh);
+    for (int64_t i = 0; i < pool * dh; i++) {
+        kp[i] = rnd_normalish() * 3.0f; /* fp32 linear outputs */
+        zp[i] = rnd_normalish() * (rnd_u64() % 4 == 0 ? 40.0f : 4.0f);
+    }
+    float *dk = (float *)dev_upload(kp, 4 * pool * dh), *dz = (float *)dev_upload(zp, 4 * pool * dh);
+    const float **h[4], **hd[4];
+    float *ref = (float *)malloc(4 * n * dh), *got = (float *)malloc(4 * n * dh);
+    for (int a = 0; a < 4; a++) {
+        h[a] = (const float **)malloc(sizeof(float *) * n);
+        hd[a] = (const float **)malloc(sizeof(float *) * n);
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int a = 0; a < 4; a++) {
+            const int64_t row = (int64_t)(rnd_u64() % pool);
+            h[a][i] = ((a & 1) ? zp : kp) + row * dh;
+            hd[a][i] = ((a & 1) ? dz : dk) + row * dh;
+        }
+    for (int64_t i = 0; i < n; i++)
+        for (int d = 0; d < dh; d++) {
+            float z0 = h[1][i][d], z1 = h[3][i][d], mx = fmaxf(z0, z1);
+            float e0 = expf(z0 - mx), e1 = expf(z1 - mx), sum = e0 + e1;
+            ref[i * dh + d] = di_bf16_round(h[0][i][d] * (e0 / sum) + h[2][i][d] * (e1 / sum));
+        }
+    const float *const *dp[4];
+    for (int a = 0; a < 4; a++) dp[a] = (const float *const *)dev_upload(hd[a], sizeof(float *) * n);
+    float *dl = (float *)dev_poisoned(4 * n * dh);
+    di_cuda_cmp_pair(dp[0], dp[1], dp[2], dp[3], n, dh, dl, 0);
+    dev_download(got, dl, 4 * n * dh);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld dh=%d", (long long)n, dh);
+    compare("cmp_pair", shape, got, ref, n * dh, "exact");
+    for (int a = 0; a < 4; a++) cudaFree((void *)dp[a]), free(h[a]), free(hd[a]);
+    cudaFree(dk), cudaFree(dz), cudaFree(dl);
+    free(kp), free(zp), free(ref), free(got);
+}
+
+/* indexer.c index_scores over a paged pool, then the visible mask of di_fwd_indexer */
+static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int block_entries, int entry_floats,
+                                   int key_offset) {
+    const int64_t nblk = (P + block_entries - 1) / block_entries, pool_blocks = nblk + 3;
+    const int64_t pool_floats = pool_blocks * block_entries * entry_floats;
+    float *pool = (float *)malloc(4 * pool_floats);
+    fill_wide(pool, pool_floats, 1.0f);
+    int32_t *perm = (int32_t *)malloc(4 * pool_blocks), *blocks = perm; /* [nblk] distinct pool blocks */
+    for (int64_t b = 0; b < pool_blocks; b++) perm[b] = (int32_t)b;
+    for (int64_t b = pool_blocks - 1; b > 0; b--) {
+        const int64_t a = (int64_t)(rnd_u64() % (uint64_t)(b + 1));
+        const int32_t t = perm[b];
+        perm[b] = perm[a];
+        perm[a] = t;
+    }
+    float *keys = (float *)malloc(4 * P * idim); /* [P, idim] the sequence's keys, contiguous */
+    fill_wide(keys, P * idim, 1.0f);
+    di_cpu_fp4_quant_inplace(keys, P * idim, 32, DI_FP4_SCALE_UE8M0);
+    for (int64_t t = 0; t < P; t++) {
+        const int64_t e = (int64_t)blocks[t / block_entries] * block_entries + t % block_entries;
+        memcpy(pool + e * entry_floats + key_offset, keys + t * idim, 4 * (size_t)idim);
+    }
+    float *qi = (float *)malloc(4 * R * nh * idim), *w = (float *)malloc(4 * R * nh);
+    fill_wide(qi, R * nh * idim, 1.0f);
+    di_cpu_fp4_quant_inplace(qi, R * nh * idim, 32, DI_FP4_SCALE_UE8M0);
+    for (int64_t i = 0; i < R * nh; i++) w[i] = di_bf16_round(rnd_normalish() * (1.0f / 64.0f));
+    int64_t *vis = (int64_t *)malloc(8 * R);
+    float *ref = (float *)malloc(4 * R * P), *got = (float *)malloc(4 * R * P);
+    for (int64_t r = 0; r < R; r++) {
+        vis[r] = r == 0 ? P : P - (int64_t)(rnd_u64() % (P / 3 + 1));
+        for (int64_t t = 0; t < P; t++) {
+            const float *kt = keys + t * idim;
+            double sum = 0.0;
+            for (int hh = 0; hh < nh; hh++) {
+                double dot = 0.0;
+                for (int d = 0; d < idim; d++) dot += (double)qi[(r * nh + hh) * idim + d] * kt[d];
+                float s = di_bf16_round((float)dot);
+                sum += di_bf16_round(fmaxf(s, 0.0f) * w[r * nh + hh]);
+            }
+            ref[r * P + t] = t < vis[r] ? di_bf16_round((float)sum) : -INFINITY;
+        }
+    }
+    float *dpool = (float *)dev_upload(pool, 4 * pool_floats), *dq = (float *)dev_upload(qi, 4 * R * nh * idim);
+    float *dw = (float *)dev_upload(w, 4 * R * nh), *ds = (float *)dev_poisoned(4 * R * P);
+    int32_t *db = (int32_t *)dev_upload(blocks, 4 * nblk);
+    int64_t *dv = (int64_t *)dev_upload(vis, 8 * R);
+    di_cuda_index_score_paged(dq, dw, dpool, db, block_entries, entry_floats, key_offset, R, P, nh, idim, dv, ds, 0);
+    dev_download(got, ds, 4 * R * P);
+    char shape[96];
+    snprintf(shape, sizeof shape, "R=%lld P=%lld %dx%d blk=%d ent=%d@%d", (long long)R, (long long)P, nh, idim,
+             block_entries, entry_floats, key_offset);
+    compare("index_score_paged", shape, got, ref, R * P, "exact");
+    cudaFree(dpool), cudaFree(dq), cudaFree(dw), cudaFree(ds), cudaFree(db), cudaFree(dv);
+    free(pool), free(blocks), free(keys), free(qi), free(w), free(vis), free(ref), free(got);
+}
+
+/* indexer.c topk_select (the order the candidate pool's kept blocks come in) */
+static void ref_topk(const float *score, int64_t n, int k, int32_t *out) {
+    uint8_t *taken = (uint8_t *)calloc((size_t)(n ? n : 1), 1);
+    for (int got = 0; got < k; got++) {
+        int64_t best = -1;
+        for (int64_t t = 0; t < n; t++)
+            if (!taken[t] && score[t] > -INFINITY && (best < 0 || score[t] > score[best])) best = t;
+        if (best < 0) break;
+        taken[best] = 1;
+    }
+    int j = 0;
+    for (int64_t t = 0; t < n; t++)
+        if (taken[t]) out[j++] = (int32_t)t;
+    for (; j < k; j++) out[j] = -1;
+    free(taken);
+}
+
+/* indexer.c candidate_pool (block max, pin, flags) and di_fwd_indexer's use of the flags. Scores
+ * have no zeros (fmaxf's choice between -0 and +0 is not pinned down; the top-k treats them as
+ * equal anyway). */
+static void test_candidates(int64_t R, int64_t P, int bs, int keep_max, int64_t nb_apply_cut) {
+    const int64_t nb = (P + bs - 1) / bs;
+    float *score = (float *)malloc(4 * R * P);
+    for (int64_t i = 0; i < R * P; i++) {
+        float v = (float)(1 + rnd_u64() % 50) * 0.125f * (rnd_u64() & 1 ? 1.0f : -1.0f);
+        score[i] = rnd_u64() % 10 == 0 ? -INFINITY : v;
+    }
+    int64_t *vis = (int64_t *)malloc(8 * R);
+    for (int64_t r = 0; r < R; r++) {
+        vis[r] = r == 0 ? 0 : r == 1 ? P : (int64_t)(rnd_u64() % (P + 1));
+        for (int64_t t = vis[r]; t < P; t++) score[r * P + t] = -INFINITY;
+    }
+    /* step 1: block max */
+    float *bref = (float *)malloc(4 * R * nb), *bgot = (float *)malloc(4 * R * nb);
+    for (int64_t r = 0; r < R; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            float mx = -INFINITY;
+            for (int64_t t = b * bs; t < (b + 1) * bs && t < P; t++) mx = fmaxf(mx, score[r * P + t]);
+            bref[r * nb + b] = mx;
+        }
+        if (vis[r] > 0) bref[r * nb + (vis[r] - 1) / bs] = INFINITY;
+    }
+    float *dscore = (float *)dev_upload(score, 4 * R * P), *dbs = (float *)dev_poisoned(4 * R * nb);
+    int64_t *dv = (int64_t *)dev_upload(vis, 8 * R);
+    di_cuda_block_max(dscore, R, P, bs, dv, dbs, 0);
+    dev_download(bgot, dbs, 4 * R * nb);
+    char shape[96];
+    snprintf(shape, sizeof shape, "R=%lld P=%lld bs=%d nb=%lld", (long long)R, (long long)P, bs, (long long)nb);
+    compare("block_max", shape, bgot, bref, R * nb, "exact");
+
+    /* step 2: flags from the kept blocks (the CPU's top-k of the CPU's block scores) */
+    const int keep = keep_max < nb ? keep_max : (int)nb;
+    int32_t *kept = (int32_t *)malloc(4 * R * (keep ? keep : 1));
+    for (int64_t r = 0; r < R; r++) ref_topk(bref + r * nb, nb, keep, kept + r * keep);
+    float *fref = (float *)calloc((size_t)(R * nb), 4), *fgot = (float *)malloc(4 * R * nb);
+    for (int64_t r = 0; r < R; r++)
+        for (int j = 0; j < keep; j++)
+            if (kept[r * keep + j] >= 0) fref[r * nb + kept[r * keep + j]] = 1.0f;
+    int32_t *dkept = (int32_t *)dev_upload(kept, 4 * R * (keep ? keep : 1));
+    uint8_t *dflags = (uint8_t *)dev_poisoned(R * nb), *hflags = (uint8_t *)malloc(R * nb);
+    di_cuda_cand_flags(dkept, R, keep, nb, dflags, 0);
+    dev_download(hflags, dflags, R * nb);
+    for (int64_t i = 0; i < R * nb; i++) fgot[i] = hflags[i] == 1 ? 1.0f : hflags[i] == 0 ? 0.0f : NAN;
+    snprintf(shape, sizeof shape, "R=%lld nb=%lld keep=%d", (long long)R, (long long)nb, keep);
+    compare("cand_flags", shape, fgot, fref, R * nb, "exact");
+
+    /* use: mask the scores; the flags cut to nb_apply_cut blocks exercise t / bs >= nb */
+    const int64_t nba = nb_apply_cut > 0 && nb_apply_cut < nb ? nb_apply_cut : nb;
+    uint8_t *fl = (uint8_t *)malloc(R * nba);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t b = 0; b < nba; b++) fl[r * nba + b] = fref[r * nb + b] != 0.0f;
+    float *sref = (float *)malloc(4 * R * P), *sgot = (float *)malloc(4 * R * P);
+    memcpy(sref, score, 4 * R * P);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t t = 0; t < P; t++)
+            if (t / bs >= nba || !fl[r * nba + t / bs]) sref[r * P + t] = -INFINITY;
+    uint8_t *dfl = (uint8_t *)dev_upload(fl, R * nba);
+    di_cuda_cand_apply(dscore, R, P, bs, dfl, nba, 0);
+    dev_download(sgot, dscore, 4 * R * P);
+    snprintf(shape, sizeof shape, "R=%lld P=%lld bs=%d nb=%lld", (long long)R, (long long)P, bs, (long long)nba);
+    compare("cand_apply", shape, sgot, sref, R * P, "exact");
+
+    cudaFree(dscore), cudaFree(dbs), cudaFree(dv), cudaFree(dkept), cudaFree(dflags), cudaFree(dfl);
+    free(score), free(vis), free(bref), free(bgot), free(kept), free(fref), free(fgot), free(hflags), free(fl);
+    free(sref), free(sgot);
+}
+
+/* ---- MoE, Engram ---- */
+/* moe.c expert_ffn's SwiGLU loop; `alias`: h written over g */
+static void test_swiglu(int64_t n, int64_t inter, bool with_wt, bool alias) {
+    const float lim = 10.0f;
+    float *g = (float *)malloc(4 * n * inter), *u = (float *)malloc(4 * n * inter), *wt = (float *)malloc(4 * n);
+    float *ref = (float *)malloc(4 * n * inter), *got = (float *)malloc(4 * n * inter);
+    fill_wide(g, n * inter, 4.0f);
+    fill_wide(u, n * inter, 4.0f);
+    for (int64_t r = 0; r < n; r++) wt[r] = rnd_unit() * 1.5f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < inter; i++) {
+            float gv = fminf(g[r * inter + i], lim), uv = di_clampf(u[r * inter + i], -lim, lim);
+            float h = gv / (1.0f + expf(-gv)) * uv;
+            if (with_wt) h *= wt[r];
+            ref[r * inter + i] = di_bf16_round(h);
+        }
+    float *dg = (float *)dev_upload(g, 4 * n * inter), *du = (float *)dev_upload(u, 4 * n * inter);
+    float *dwt = (float *)dev_upload(wt, 4 * n), *dh = alias ? dg : (float *)dev_poisoned(4 * n * inter);
+    di_cuda_swiglu(dg, du, n, inter, lim, with_wt ? dwt : NULL, dh, 0);
+    dev_download(got, dh, 4 * n * inter);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld inter=%lld%s%s", (long long)n, (long long)inter, with_wt ? " wt" : "",
+             alias ? " h=g" : "");
+    compare("swiglu", shape, got, ref, n * inter, "exact");
+    cudaFree(dg), cudaFree(du), cudaFree(dwt);
+    if (!alias) cudaFree(dh);
+    free(g), free(u), free(wt), free(ref), free(got);
+}
+
+/* moe.c di_fwd_moe's combine: ascending-expert order, then the shared expert */
+static void test_moe_combine(int64_t R, int K, int64_t D) {
+    float *eo = (float *)malloc(4 * R * K * D), *sh = (float *)malloc(4 * R * D);
+    float *ref = (float *)malloc(4 * R * D), *got = (float *)malloc(4 * R * D);
+    fill_wide(eo, R * K * D, 0.5f);
+    fill_wide(sh, R * D, 0.5f);
+    int32_t *order = (int32_t *)malloc(4 * R * K);
+    for (int64_t r = 0; r < R; r++) { /* a random permutation per row */
+        for (int j = 0; j < K; j++) order[r * K + j] = j;
+        for (int j = K - 1; j > 0; j--) {
+            int a = (int)(rnd_u64() % (j + 1)), t = order[r * K + j];
+            order[r * K + j] = order[r * K + a];
+            order[r * K + a] = t;
+        }
+        for (int64_t k = 0; k < D; k++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc += eo[((size_t)r * K + order[r * K + j]) * D + k];
+            acc += sh[r * D + k];
+            ref[r * D + k] = di_bf16_round(acc);
+        }
+    }
+    float *deo = (float *)dev_upload(eo, 4 * R * K * D), *dsh = (float *)dev_upload(sh, 4 * R * D);
+    int32_t *dord = (int32_t *)dev_upload(order, 4 * R * K);
+    float *dout = (float *)dev_poisoned(4 * R * D);
+    di_cuda_moe_combine(deo, dord, dsh, R, K, D, dout, 0);
+    dev_download(got, dout, 4 * R * D);
+    char shape[64];
+    snprintf(shape, sizeof shape, "R=%lld K=%d D=%lld", (long long)R, K, (long long)D);
+    compare("moe_combine", shape, got, ref, R * D, "exact");
+    cudaFree(deo), cudaFree(dsh), cudaFree(dord), cudaFree(dout);
+    free(eo), free(sh), free(ref), free(got), free(order);
+}
+
+/* engram.c di_fwd_engram's gather loop */
+static void test_engram_gather(int64_t T, int64_t R, int ncols, int hd) {
+    uint8_t *table = (uint8_t *)malloc(T * hd), *scale = (uint8_t *)malloc(T * (hd / 32));
+    for (int64_t i = 0; i < T * hd; i++) table[i] = rnd_e4m3();
+    for (int64_t i = 0; i < T * (hd / 32); i++) scale[i] = (uint8_t)(110 + rnd_u64() % 30);
+    int64_t *rows = (int64_t *)malloc(8 * R * ncols);
+    for (int64_t i = 0; i < R * ncols; i++) rows[i] = (int64_t)(rnd_u64() % T);
+    const int64_t E = (int64_t)ncols * hd;
+    float *ref = (float *)malloc(4 * R * E), *got = (float *)malloc(4 * R * E);
+    for (int64_t r = 0; r < R; r++)
+        for (int c = 0; c < ncols; c++) {
+            const uint8_t *q = table + (size_t)rows[r * ncols + c] * hd;
+            const uint8_t *sc = scale + (size_t)rows[r * ncols + c] * (hd / 32);
+            for (int d = 0; d < hd; d++)
+                ref[r * E + c * hd + d] = di_bf16_round(di_e4m3_to_f32(q[d]) * di_e8m0_to_f32(sc[d / 32]));
+        }
+    uint8_t *dt = (uint8_t *)dev_upload(table, T * hd), *ds = (uint8_t *)dev_upload(scale, T * (hd / 32));
+    int64_t *dr = (int64_t *)dev_upload(rows, 8 * R * ncols);
+    float *de = (float *)dev_poisoned(4 * R * E);
+    di_cuda_engram_gather(dt, ds, dr, R, ncols, hd, de, 0);
+    dev_download(got, de, 4 * R * E);
+    char shape[64];
+    snprintf(shape, sizeof shape, "T=%lld R=%lld cols=%d hd=%d", (long long)T, (long long)R, ncols, hd);
+    compare("engram_gather", shape, got, ref, R * E, "exact");
+    cudaFree(dt), cudaFree(ds), cudaFree(dr), cudaFree(de);
+    free(table), free(scale), free(rows), free(ref), free(got);
+}
+
+/* engram.c di_fwd_engram's gate loop, on X [R, n, D] in place */
+static void ref_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D, float eps,
+                            float inv_sqrt_d) {
+    for (int64_t r = 0; r < R; r++) {
+        const float *value = kv + r * (n + 1) * D + n * D;
+        for (int i = 0; i < n; i++) {
+            float *x = X + (r * n + i) * D;
+            const float *key = kv + r * (n + 1) * D + i * D, *w = qk + i * D;
+            double sx = 0.0, sk = 0.0, dot = 0.0;
+            for (int64_t d = 0; d < D; d++) {
+                sx += (double)x[d] * x[d];
+                sk += (double)key[d] * key[d];
+                dot += (double)(x[d] * w[d] * key[d]);
+            }
+            float rx = 1.0f / sqrtf((float)(sx / (double)D) + eps);
+            float rk = 1.0f / sqrtf((float)(sk / (double)D) + eps);
+            float g = (float)dot * (rx * rk) * inv_sqrt_d;
+            g = 1.0f / (1.0f + expf(-copysignf(sqrtf(fmaxf(fabsf(g), 1e-6f)), g)));
+            for (int64_t d = 0; d < D; d++) x[d] = di_bf16_round(x[d] + g * value[d]);
+        }
+    }
+}
+
+/* exact on moderate-range bf16 inputs; then batch invariance on wide ones */
+static void test_engram_gate(int64_t R, int n, int64_t D) {
+    const float eps = 1e-20f, isd = (float)(1.0 / sqrt((double)D));
+    float *X = (float *)malloc(4 * R * n * D), *kv = (float *)malloc(4 * R * (n + 1) * D), *qk = (float *)malloc(4 * n * D);
+    float *ref = (float *)malloc(4 * R * n * D), *got = (float *)malloc(4 * R * n * D);
+    fill_moderate(X, R * n * D, 1.0f);
+    fill_moderate(kv, R * (n + 1) * D, 1.0f);
+    for (int64_t i = 0; i < n * D; i++) qk[i] = rnd_moderate(1.0f) * rnd_moderate(0.25f); /* q_weight * k_weight */
+    memcpy(ref, X, 4 * R * n * D);
+    ref_engram_gate(ref, kv, qk, R, n, D, eps, isd);
+    float *dX = (float *)dev_upload(X, 4 * R * n * D), *dkv = (float *)dev_upload(kv, 4 * R * (n + 1) * D);
+    float *dqk = (float *)dev_upload(qk, 4 * n * D);
+    di_cuda_engram_gate(dX, dkv, dqk, R, n, D, eps, isd, 0);
+    dev_download(got, dX, 4 * R * n * D);
+    char shape[64];
+    snprintf(shape, sizeof shape, "R=%lld n=%d D=%lld", (long long)R, n, (long long)D);
+    compare("engram_gate", shape, got, ref, R * n * D, "exact(mod)");
+
+    /* batch invariance: the last m rows in one call vs each alone */
+    fill_wide(X, R * n * D, 1.0f);
+    fill_wide(kv, R * (n + 1) * D, 1.0f);
+    CK(cudaMemcpy(dkv, kv, 4 * R * (n + 1) * D, cudaMemcpyHostToDevice));
+    float *one = (float *)malloc(4 * R * n * D);
+    CK(cudaMemcpy(dX, X, 4 * R * n * D, cudaMemcpyHostToDevice));
+    for (int64_t r = 0; r < R; r++)
+        di_cuda_engram_gate(dX + r * n * D, dkv + r * (n + 1) * D, dqk, 1, n, D, eps, isd, 0);
+    dev_download(one, dX, 4 * R * n * D);
+    static const int64_t ms[] = {3, 8, 17};
+    for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) {
+        const int64_t m = ms[k] < R ? ms[k] : R, off = R - m;
+        CK(cudaMemcpy(dX, X, 4 * R * n * D, cudaMemcpyHostToDevice));
+        di_cuda_engram_gate(dX + off * n * D, dkv + off * (n + 1) * D, dqk, m, n, D, eps, isd, 0);
+        dev_download(got, dX, 4 * R * n * D);
+        snprintf(shape, sizeof shape, "R=%lld n=%d D=%lld (alone vs batch)", (long long)m, n, (long long)D);
+        compare("engram_gate batch", shape, got + off * n * D, one + off * n * D, m * n * D, "batch-inv");
+    }
+    cudaFree(dX), cudaFree(dkv), cudaFree(dqk);
+    free(X), free(kv), free(qk), free(ref), free(got), free(one);
+}
+
+static void run_quick(void) {
+    test_copy_rows(37, 300);
+    test_copy_rows(5, 1);
+    test_embed(50, 5, 4, 264);
+    test_hc_mean(3, 4, 300, 3, 1);
+    test_scale_bf16(1000, 32, 128);
+
+    test_linear_fixed(DI_DT_BF16, DI_LIN_BF16, 3, 256, 40, 40, 0);
+    test_linear_fixed(DI_DT_BF16, DI_LIN_F32, 9, 100, 37, 37, 0);
+    test_linear_fixed(DI_DT_F32, DI_LIN_F32, 2, 333, 20, 20, 0);
+    test_linear_fixed(DI_DT_F8_E4M3, DI_LIN_BF16, 5, 256, 64, 128, 64);
+    test_linear_fixed(DI_DT_F8_E4M3, DI_LIN_BF16, 2, 96, 24, 100, 40);
+    test_linear_batch_inv(DI_DT_BF16, DI_LIN_BF16, 200, 12);
+    test_linear_batch_inv(DI_DT_F8_E4M3, DI_LIN_BF16, 128, 8);
+    test_linear_batch_inv(DI_DT_F32, DI_LIN_F32, 96, 8);
+
+    test_cmp_pair(6, 512);
+    test_index_score_paged(2, 100, 32, 128, 16, 656, 520);
+    test_index_score_paged(3, 37, 8, 64, 8, 200, 3);
+    test_candidates(4, 300, 8, 10, 0);
+    test_candidates(3, 45, 8, 64, 4);
+
+    test_swiglu(3, 300, false, false);
+    test_swiglu(3, 300, true, true);
+    test_moe_combine(3, 6, 300);
+    test_engram_gather(40, 3, 24, 64);
+    test_engram_gate(17, 4, 512);
+}
+
+static void run_full(void) {
+    test_copy_rows(1000, 5120);
+    test_copy_rows(64, 640);
+    test_embed(129280, 64, 4, 5120);
+    test_hc_mean(64, 4, 5120, 3, 2);
+    test_scale_bf16(64 * 32, 32, 128);
+
+    /* idx_weights_proj 5120 -> 32 (BF16), compressor wkv/wgate 5120 -> 512 (F32 mode, bf16 w),
+     * wo_a groups (FP8 [8 x 1024, 4096] read as bf16, a row-block view), the head 5120 -> 129280
+     * (F32 mode, m = 1..4), router 5120 -> 384 (F32) */
+    test_linear_fixed(DI_DT_BF16, DI_LIN_BF16, 64, 5120, 32, 32, 0);
+    test_linear_fixed(DI_DT_BF16, DI_LIN_F32, 17, 5120, 512, 512, 0);
+    test_linear_fixed(DI_DT_F8_E4M3, DI_LIN_BF16, 8, 4096, 1024, 8192, 3072);
+    test_linear_fixed(DI_DT_F8_E4M3, DI_LIN_BF16, 1, 4096, 1024, 8192, 7168);
+    test_linear_fixed(DI_DT_F32, DI_LIN_F32, 3, 5120, 384, 384, 0);
+    test_linear_fixed(DI_DT_BF16, DI_LIN_F32, 1, 5120, 129280, 129280, 0);
+    test_linear_fixed(DI_DT_BF16, DI_LIN_F32, 4, 5120, 129280, 129280, 0);
+    test_linear_batch_inv(DI_DT_BF16, DI_LIN_BF16, 5120, 64);
+    test_linear_batch_inv(DI_DT_F8_E4M3, DI_LIN_BF16, 4096, 64);
+    test_linear_batch_inv(DI_DT_F32, DI_LIN_F32, 5120, 48);
+
+    test_cmp_pair(64, 512);
+    test_index_score_paged(4, 2048, 32, 128, 64, 656, 528);
+    test_index_score_paged(2, 333, 32, 128, 16, 640, 512);
+    test_candidates(4, 16384, 8, 2048, 0);
+    test_candidates(2, 1000, 8, 2048, 100);
+
+    test_swiglu(64, 2304, true, true);
+    test_swiglu(17, 2304, false, false);
+    test_moe_combine(64, 6, 5120);
+    test_engram_gather(99092, 64, 24, 256);
+    test_engram_gate(64, 4, 5120);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    if (quick) run_quick();
+    else run_full();
+    printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
