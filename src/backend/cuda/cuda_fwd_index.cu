@@ -55,7 +55,7 @@ index_score_paged_kernel(const float *__restrict__ qi, const float *__restrict__
     const int64_t entry = (int64_t)blocks[t / block_entries] * block_entries + t % block_entries;
     const float *kt = pool + entry * entry_floats + key_offset; /* [idim] FP4 grid */
     const float sc = di_dev_index_score_key(q_s, w_s, kt, nh, idim);
-    if ((threadIdx.x & 31) == 0) score[r * P + t] = t < visible[r] ? sc : -INFINITY;
+    if ((threadIdx.x & 31) == 0) score[r * P + t] = !visible || t < visible[r] ? sc : -INFINITY;
 }
 
 extern "C" void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool,

@@ -56,7 +56,7 @@ void di_cuda_cmp_pair(const float *const *k0, const float *const *z0, const floa
  * pool + ((int64_t)blocks[t / block_entries] * block_entries + t % block_entries) * entry_floats
  *      + key_offset   ([idim] floats).
  * Same arithmetic as di_cuda_index_score (cuda_ops.h); t >= visible[r] (host value per row,
- * passed as a device array [R]) scores -inf. */
+ * passed as a device array [R]) scores -inf; visible NULL = all visible, as there. */
 void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool,
                                const int32_t *blocks, int block_entries, int entry_floats,
                                int key_offset, int64_t R, int64_t P, int nh, int idim,
