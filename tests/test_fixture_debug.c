@@ -173,18 +173,20 @@ int main(void) {
         check_tensor(dbg, c->name, c->data, c->n, tolerance_of(c->name));
     }
     /* caches left in the state after the prefill */
+    float *ring = malloc(sizeof(float) * (size_t)cf->sliding_window * cf->head_dim);
     for (int l = 0; l < m->n_layers; l++) {
         char key[64];
         snprintf(key, sizeof key, "layer.%d.window_kv_cache", l);
-        check_tensor(dbg, key, st->swa[l], (int64_t)cf->sliding_window * cf->head_dim, EXACT);
+        di_seq_state_read(st, ring, st->swa[l], (size_t)cf->sliding_window * cf->head_dim);
+        check_tensor(dbg, key, ring, (int64_t)cf->sliding_window * cf->head_dim, EXACT);
         if (!m->layers[l].is_kv_source) continue;
         const int src = m->layers[l].kv_slot;
         const int64_t n = st->kv[src].n;
         float *ckv = malloc(sizeof(float) * (size_t)n * cf->head_dim);
         float *ik = malloc(sizeof(float) * (size_t)n * cf->index_head_dim);
         for (int64_t g = 0; g < n; g++) {
-            memcpy(ckv + g * cf->head_dim, di_seq_ckv(st, src, g), sizeof(float) * (size_t)cf->head_dim);
-            memcpy(ik + g * cf->index_head_dim, di_seq_ikey(st, src, g), sizeof(float) * (size_t)cf->index_head_dim);
+            di_seq_state_read(st, ckv + g * cf->head_dim, di_seq_ckv(st, src, g), (size_t)cf->head_dim);
+            di_seq_state_read(st, ik + g * cf->index_head_dim, di_seq_ikey(st, src, g), (size_t)cf->index_head_dim);
         }
         snprintf(key, sizeof key, "layer.%d.compress_kv_cache", l);
         check_tensor(dbg, key, ckv, n * cf->head_dim, EXACT);
@@ -193,6 +195,7 @@ int main(void) {
         free(ckv);
         free(ik);
     }
+    free(ring);
     /* own selections, on the reference's layer inputs (teacher forcing as above), vs the
      * reference's raw indexer output (kv row = position + L): the indexer and the candidate pool
      * must choose exactly the same entries */

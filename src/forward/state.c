@@ -133,6 +133,11 @@ void di_seq_state_reset(di_seq_state *s) {
     }
 }
 
+void di_seq_state_read(const di_seq_state *s, float *dst, const float *src, size_t n) {
+    if (s->mem) s->mem->to_host(dst, src, n * sizeof(float));
+    else memcpy(dst, src, n * sizeof(float));
+}
+
 size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s) {
     const di_config *c = &m->cfg;
     size_t bytes = sizeof *s + (size_t)s->n_layers * c->sliding_window * c->head_dim * sizeof(float);

@@ -63,6 +63,8 @@ static inline float *di_seq_ckv(const di_seq_state *s, int src, int64_t g) {
 static inline float *di_seq_ikey(const di_seq_state *s, int src, int64_t g) {
     return di_seq_ckv(s, src, g) + s->dh;
 }
+/* Copies n floats of the state's memory (a ring, an entry: host or device) to host memory. */
+void di_seq_state_read(const di_seq_state *s, float *dst, const float *src, size_t n);
 /* Bytes held by the state (for reporting memory per sequence). */
 size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s);
 /* Forgets every token (the state of an empty sequence), keeping the allocations. */

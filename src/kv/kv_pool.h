@@ -18,11 +18,13 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* Memory of a device backend: zeroed allocation (NULL on failure), release, device-to-device copy. */
+/* Memory of a device backend: zeroed allocation (NULL on failure), release, device-to-device copy,
+ * device-to-host copy (for tests and tools that inspect state). */
 typedef struct di_mem_ops {
     void *(*alloc)(size_t bytes);
     void (*release)(void *p);
     void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*to_host)(void *dst, const void *src, size_t bytes);
 } di_mem_ops;
 
 typedef struct di_kv_pool {

@@ -86,8 +86,6 @@ if want fixture; then
     grep -E "CHECK" "$OUT/forward_chunked.log" | head -5
     run batch_invariance 300 $B/test_batch_invariance
     grep -E "batch of|CHECK" "$OUT/batch_invariance.log" | head -10
-    DEEPINFER_BATCH_INVARIANT=1 run batch_invariance_bi 300 $B/test_batch_invariance
-    grep -E "batch of|CHECK" "$OUT/batch_invariance_bi.log" | head -10
     run engine 300 $B/test_engine
     grep -E "CHECK" "$OUT/engine.log" | head -10
     unset DEEPINFER_ACCELERATOR

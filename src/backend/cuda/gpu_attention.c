@@ -89,8 +89,10 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     int *seq_n_rows = di_xmalloc(sizeof(int) * (size_t)ns);
     const float **ring = di_xmalloc(sizeof(float *) * (size_t)ns);
     int64_t *n_ent = di_xcalloc((size_t)ns, sizeof(int64_t));
+    const float **pools = di_xmalloc(sizeof(float *) * (size_t)ns);
     for (int s = 0; s < ns; s++) {
         seq_n_rows[s] = b->seq_n_rows[s];
+        pools[s] = b->seqs[s]->pool->dev_base;
         ring[s] = b->seqs[s]->swa[L->id];
         if (L->ratio > 0) n_ent[s] = b->seqs[s]->kv[L->kv_slot].n;
     }
@@ -111,7 +113,7 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
         a.sel_len = f->sel_len[L->index_slot];
         a.n_entries = gpu_upload(f, n_ent, sizeof(int64_t) * (size_t)ns);
         a.blocks = gpu_upload(f, f->d_blocks + (size_t)L->kv_slot * ns, sizeof(int32_t *) * (size_t)ns);
-        a.pool = b->seqs[0]->pool->dev_base;
+        a.pool = gpu_upload(f, pools, sizeof(float *) * (size_t)ns);
         a.block_entries = b->seqs[0]->pool->block_entries;
         a.entry_floats = b->seqs[0]->pool->entry_floats;
     }
@@ -129,10 +131,12 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     gpu_free(f, (void *)a.ring);
     gpu_free(f, (void *)a.n_entries);
     gpu_free(f, (void *)a.blocks);
+    gpu_free(f, (void *)a.pool);
     gpu_free(f, list);
     free(seq_n_rows);
     free(ring);
     free(n_ent);
+    free(pools);
     gpu_free(f, qr);
     gpu_free(f, q);
     gpu_free(f, kv);

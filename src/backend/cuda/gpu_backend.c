@@ -288,7 +288,7 @@ static void fill_random(void *dev, size_t bytes, uint64_t seed) {
 
 static const di_device_backend cuda_backend = {
     .name = "cuda",
-    .mem = {mem_alloc, mem_release, mem_copy},
+    .mem = {mem_alloc, mem_release, mem_copy, down},
     .upload = up,
     .download = down,
     .attach = attach,

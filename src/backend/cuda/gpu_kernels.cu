@@ -40,7 +40,7 @@ __global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const f
         const int32_t g = a.sel[r * a.sel_stride + (j - nw)];
         if (g >= 0 && g < a.n_entries[s]) {
             const int32_t blk = a.blocks[s][g / a.block_entries];
-            out = a.pool + ((int64_t)blk * a.block_entries + g % a.block_entries) * a.entry_floats;
+            out = a.pool[s] + ((int64_t)blk * a.block_entries + g % a.block_entries) * a.entry_floats;
         }
     }
     list[i] = out;
