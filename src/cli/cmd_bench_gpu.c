@@ -173,6 +173,36 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Prefill rows: one sequence of S new tokens in one forward call. */
+static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, double budget_s, double deadline) {
+    const di_device_backend *be = m->dev_backend;
+    di_err err = {0};
+    const int prefills[] = {512, 4096, 16384};
+    for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++) {
+        const int S = prefills[pi];
+        if (now_s() > deadline) {
+            printf("| prefill | 1 | %d new | skipped: benchmark time budget spent |||||||\n", S);
+            continue;
+        }
+        di_kv_pool pool;
+        di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
+        di_kv_pool_set_mem(&pool, &be->mem);
+        di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
+        double dt = timed_forward(m, st, 1, S, logits, 99, &err);
+        di_seq_state_free(st[0]);
+        di_kv_pool_destroy(&pool);
+        if (dt < 0) {
+            printf("| prefill | 1 | %d new | failed: %s |||||||\n", S, err.msg);
+            break;
+        }
+        print_row("prefill", 1, S, dt * 1e3, S / dt, step_cost(m, S, 1, 0, m->proxy.resident_experts), cl);
+        if (dt > budget_s) {
+            printf("| prefill | 1 | larger | skipped: %d tokens took %.0f s |||||||\n", S, dt);
+            break;
+        }
+    }
+}
+
 int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     di_err err = {0};
     const int ep = s->ep_ranks > 0 ? (int)s->ep_ranks : 8;
@@ -232,14 +262,16 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     const int Bs[] = {1, 8, 32, 64, 128, 256};
     const int steps = quick ? 2 : 4;
     const double budget_s = quick ? 20.0 : 60.0; /* per row: larger B at this context are skipped after */
+    const double deadline = now_s() + (quick ? 240.0 : 1500.0); /* the whole table */
     for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
+        if (ci == 1) bench_prefill(m, &cl, logits, budget_s, deadline); /* after 4K decode: the rows that matter most first */
         bool slow = false;
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             const int B = Bs[bi];
             const int64_t ctx = ctxs[ci];
-            if (slow) {
-                printf("| decode | %d | %lld | skipped: the previous batch size took over %.0f s per step |||||||\n", B,
-                       (long long)ctx, budget_s / steps);
+            if (slow || now_s() > deadline) {
+                printf("| decode | %d | %lld | skipped: %s |||||||\n", B, (long long)ctx,
+                       slow ? "the previous batch size was too slow" : "benchmark time budget spent");
                 continue;
             }
             di_kv_pool pool;
@@ -278,26 +310,6 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             qsort(t, (size_t)n_t, sizeof(double), cmp_d);
             const double ms = t[n_t / 2] * 1e3;
             print_row("decode", B, ctx, ms, B / (ms / 1e3), step_cost(m, B, B, ctx, m->proxy.resident_experts), &cl);
-        }
-    }
-    const int prefills[] = {512, 4096, 16384};
-    for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++) {
-        const int S = prefills[pi];
-        di_kv_pool pool;
-        di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
-        di_kv_pool_set_mem(&pool, &be->mem);
-        di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
-        double dt = timed_forward(m, st, 1, S, logits, 99, &err);
-        di_seq_state_free(st[0]);
-        di_kv_pool_destroy(&pool);
-        if (dt < 0) {
-            printf("| prefill | 1 | %d new | failed: %s |||||||\n", S, err.msg);
-            break;
-        }
-        print_row("prefill", 1, S, dt * 1e3, S / dt, step_cost(m, S, 1, 0, m->proxy.resident_experts), &cl);
-        if (dt > budget_s) {
-            printf("| prefill | 1 | larger | skipped: %d tokens took %.0f s |||||||\n", S, dt);
-            break;
         }
     }
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "

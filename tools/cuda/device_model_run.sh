@@ -17,7 +17,7 @@ OUT="${OUT:-/tmp/deepinfer-device-out}"
 mkdir -p "$OUT"
 T0=$(date +%s)
 QUICK=0
-ONLY="build,parity,fixture,sanitize,bench,demo"
+ONLY="build,parity,fixture,sanitize,memcheck,bench,demo"
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
@@ -94,9 +94,11 @@ fi
 # ---- 4. sanitizers on a fixture run ----
 if want sanitize && command -v compute-sanitizer >/dev/null; then
     export DEEPINFER_ACCELERATOR=nvidia
-    run memcheck 420 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_forward_chunked
-    grep -E "ERROR SUMMARY|passed" "$OUT/memcheck.log" | tail -2
-    run racecheck 420 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_forward_chunked
+    want memcheck && run memcheck 420 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_forward_chunked
+    want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck.log" | tail -2
+    # racecheck is far slower: one short run (4-token prefill + 2 decode steps)
+    run racecheck 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/deepinfer logits --backend cuda \
+        --model tests/data/v41-tiny --ids 0,5,9,17,33,70 --prefill 4 --out /tmp/di-racecheck.f32
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck.log" | tail -2
     unset DEEPINFER_ACCELERATOR
 fi
@@ -105,7 +107,7 @@ fi
 if want bench; then
     BQ=""
     [ "$QUICK" = 1 ] && BQ="--quick"
-    run bench 480 $B/deepinfer bench --backend cuda $BQ
+    run bench 400 $B/deepinfer bench --backend cuda $BQ
     cat "$OUT/bench.log"
 fi
 if want demo; then
