@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "forward/device.h"
 #include "base/file.h"
+#include "model/demo_model.h"
 #include "model/synthetic_checkpoint.h"
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -102,6 +103,19 @@ static cost step_cost(const di_model *m, int rows, int seqs, int64_t ctx, int re
     k.bytes += wbytes(&m->head) + R * c->hidden_size * 2.0; /* head + embedding rows */
     k.flops += 2.0 * seqs * wmacs(&m->head);                 /* logits of the last row per sequence */
     return k;
+}
+
+/* The Engram token map needs the tokenizer: the embedded V4.1 one (the demo model's). */
+static di_status write_tokenizer(const char *dir, di_err *err) {
+    size_t n = 0;
+    const unsigned char *data = di_demo_asset_tokenizer_json(&n);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return di_errf(err, DI_EIO, "%s: cannot create the tokenizer file", path);
+    const bool ok = fwrite(data, 1, n, f) == n;
+    if (fclose(f) != 0 || !ok) return di_errf(err, DI_EIO, "%s: cannot write the tokenizer", path);
+    return DI_OK;
 }
 
 typedef struct ceil3 {
@@ -225,7 +239,9 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     di_model *m = NULL;
     int rc = 1;
     fprintf(stderr, "bench: writing a sparse synthetic checkpoint of %s into %s\n", cfg_path, dir);
-    if (di_synthetic_checkpoint_write(dir, cfg_json, NULL, &err) || di_model_load(&m, dir, &err)) goto fail;
+    if (di_synthetic_checkpoint_write(dir, cfg_json, NULL, &err) || write_tokenizer(dir, &err) ||
+        di_model_load(&m, dir, &err))
+        goto fail;
     if (m->cfg.n_routed_experts % ep) {
         di_errf(&err, DI_EINVAL, "--ep-ranks %d does not divide %d experts", ep, m->cfg.n_routed_experts);
         goto fail;
