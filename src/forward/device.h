@@ -25,6 +25,10 @@ typedef struct di_device_backend {
     void (*ceilings)(bool quick, double *hbm_gbs, double *bf16_tflops, double *fp8_tflops);
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     void (*fill_random)(void *dev, size_t bytes, uint64_t seed);
+    /* stage profile: returns the stage names and the seconds charged to each since the last call
+     * (either may be NULL), resets them and turns profiling on or off (off costs nothing) */
+    void (*profile)(bool on, const char *const **names, double *seconds);
+    int n_profile_stages;
 } di_device_backend;
 
 /* The CUDA backend, or NULL with the reason in *why (not built in, no device). */

@@ -80,9 +80,13 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     float *q = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
     float *kv = gpu_alloc(f, sizeof(float) * (size_t)R * Dh);             /* [R, Dh] FP8 grid */
     float *o = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
+    gpu_stage(f, ST_ATTN_QKV);
     q_kv(f, L, x, qr, q, kv);
+    gpu_stage(f, ST_COMPRESS);
     if (L->is_kv_source) gpu_compress(f, L, hL, x);
+    gpu_stage(f, ST_INDEXER);
     if (L->is_index_source) gpu_indexer(f, L, hL, x, qr);
+    gpu_stage(f, ST_ATTN_CORE);
 
     /* per-sequence tables of the list builder */
     const int ns = b->n_seqs;
@@ -123,7 +127,9 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     di_cuda_sparse_attn(q, R, H, Dh, list, n_list, L->attn.attn_sink, (float)(1.0 / sqrt((double)Dh)), o, f->s);
     gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
     ring_write(f, L, kv);
+    gpu_stage(f, ST_ATTN_OUT);
     output_proj(f, &L->attn, o, out);
+    gpu_stage(f, ST_OTHER);
     gpu_free(f, (void *)a.row_seq);
     gpu_free(f, (void *)a.seq_pos0);
     gpu_free(f, (void *)a.seq_row0);

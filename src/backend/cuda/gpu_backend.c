@@ -14,6 +14,7 @@
 
 void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
 di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err);
+void gpu_profile(bool on, const char *const **names, double *seconds);
 
 #define CK(call)                                                                                 \
     do {                                                                                         \
@@ -298,6 +299,8 @@ static const di_device_backend cuda_backend = {
     .ceilings = ceilings,
     .mem_info = mem_info,
     .fill_random = fill_random,
+    .profile = gpu_profile,
+    .n_profile_stages = ST_COUNT,
 };
 
 const di_device_backend *di_cuda_backend_probe(const char **why) {

@@ -4,8 +4,43 @@
  * The stages are in gpu_attention.c, gpu_indexer.c and gpu_moe.c. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/gpu_internal.h"
+
+/* ---- stage profile ---- */
+static bool g_prof;
+static gpu_stage_id g_cur;
+static double g_last, g_stage_s[ST_COUNT];
+static const char *const k_stage_names[ST_COUNT] = {
+    "other (embedding, tables, transfers)", "mHC mixes, pre/post, norms", "attention q / kv projections",
+    "compressor + index keys", "indexer scores, candidates, top-k", "index lists + sparse attention",
+    "attention output (wo_a, wo_b)", "MoE router (gate, download, routing)", "MoE routed experts",
+    "MoE shared expert + combine", "Engram", "head"};
+
+static double host_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void gpu_stage(const gpu_fwd *f, gpu_stage_id next) {
+    if (!g_prof) return;
+    cudaStreamSynchronize(f->s);
+    const double t = host_now();
+    g_stage_s[g_cur] += t - g_last;
+    g_last = t;
+    g_cur = next;
+}
+
+void gpu_profile(bool on, const char *const **names, double *seconds) {
+    if (names) *names = k_stage_names;
+    if (seconds) memcpy(seconds, g_stage_s, sizeof g_stage_s);
+    memset(g_stage_s, 0, sizeof g_stage_s);
+    g_prof = on;
+    g_cur = ST_OTHER;
+    g_last = host_now();
+}
 
 /* Rows from which a plain (BF16/F32) linear goes to cuBLAS outside batch-invariant mode: below it
  * the fixed-order kernel is as fast (skinny GEMMs are weight-bandwidth bound) and exact. */
@@ -72,12 +107,14 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
     float *Y = gpu_alloc(f, sizeof(float) * (size_t)R * HD);         /* [R, n, D] bf16 */
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
+    gpu_stage(f, ST_MHC);
     hc_mixes(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, a_pre, a_post, a_comb);
     di_cuda_hc_pre(X, R, n, D, pre, tmp, f->s);
     di_cuda_rmsnorm(tmp, L->attn_norm, R, D, eps, sub_in, f->s);
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
+    gpu_stage(f, ST_MHC);
     di_cuda_hc_post(sub_out, X, R, n, D, a_post, a_comb, Y, f->s);
     hc_mixes(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, pre, f_post, f_comb);
     di_cuda_hc_pre(Y, R, n, D, a_pre, tmp, f->s);
@@ -86,7 +123,9 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
     gpu_moe(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
     gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);
+    gpu_stage(f, ST_MHC);
     di_cuda_hc_post(sub_out, Y, R, n, D, f_post, f_comb, X, f->s);
+    gpu_stage(f, ST_OTHER);
     gpu_free(f, a_pre);
     gpu_free(f, a_post);
     gpu_free(f, a_comb);
@@ -266,7 +305,9 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
     for (int l = 0; l < m->n_layers; l++) {
         const di_layer *L = &f.g->layers[l], *hL = &m->layers[l];
         if (L->engram_slot >= 0) {
+            gpu_stage(&f, ST_ENGRAM);
             gpu_engram(&f, L, hL, X);
+            gpu_stage(&f, ST_OTHER);
             gpu_debug(&f, "engram_out", l, X, (int64_t)R * n * D);
         }
         for (int t = 0; t < c->n_dspark_targets; t++)
@@ -276,7 +317,9 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
         gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
     }
     if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
+    gpu_stage(&f, ST_HEAD);
     if (b->logits) head(&f, X, pre);
+    gpu_stage(&f, ST_OTHER);
     if (b->main_hidden && W > 0) gpu_download(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
     commit_states(&f);
     gpu_free(&f, X);

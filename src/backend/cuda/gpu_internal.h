@@ -67,6 +67,14 @@ void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes); 
 /* Debug hook on a device tensor: download, call, upload back (teacher forcing may overwrite). */
 void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n);
 
+/* ---- stage profile (bench): when on, each stage boundary synchronises and charges the host
+ * time since the previous boundary to the stage that ran. Off: no cost. ---- */
+typedef enum gpu_stage_id {
+    ST_OTHER, ST_MHC, ST_ATTN_QKV, ST_COMPRESS, ST_INDEXER, ST_ATTN_CORE, ST_ATTN_OUT, ST_MOE_ROUTE,
+    ST_MOE_EXPERTS, ST_MOE_SHARED, ST_ENGRAM, ST_HEAD, ST_COUNT
+} gpu_stage_id;
+void gpu_stage(const gpu_fwd *f, gpu_stage_id next);
+
 /* ---- stages ---- */
 /* y [m, w.rows] = x [m, w.cols] @ w^T (gpu_forward.c): quantised modes through the exact
  * block-scaled kernel; plain modes through the fixed-order kernel (batch invariant), or cuBLAS

@@ -38,6 +38,7 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     const int64_t D = m->cfg.hidden_size;
     const int E = fw->n_experts, K = fw->top_k;
     /* routing on the host */
+    gpu_stage(f, ST_MOE_ROUTE);
     float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * E); /* [R, E] fp32 */
     gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
     float *logits = di_xmalloc(sizeof(float) * (size_t)R * E);
@@ -93,6 +94,7 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
             sdst[i] = eo + ((size_t)r * K + j) * D;
             wts[i] = weight[(size_t)r * K + j];
         }
+    gpu_stage(f, ST_MOE_EXPERTS);
     gpu_copy_rows(f, gdst, src, (int64_t)R * K, D);
     float *d_wts = gpu_upload(f, wts, sizeof(float) * (size_t)R * K);
     for (int e = 0; e < E; e++) {
@@ -103,10 +105,12 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
                    yg + (size_t)count[e] * D);
     }
     gpu_copy_rows(f, sdst, ssrc, (int64_t)R * K, D);
+    gpu_stage(f, ST_MOE_SHARED);
     float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
     expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
     int32_t *d_order = gpu_upload(f, order, sizeof(int32_t) * (size_t)R * K);
     di_cuda_moe_combine(eo, d_order, shared, R, K, D, out, f->s);
+    gpu_stage(f, ST_OTHER);
     gpu_free(f, d_order);
     gpu_free(f, shared);
     gpu_free(f, d_wts);
