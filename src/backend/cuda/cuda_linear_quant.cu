@@ -152,17 +152,25 @@ template <bool FP4, int MT>
 static void launch_mt(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s) {
     const int64_t K = w->cols, N = w->rows, nb = K / 32;
     const size_t smem = (size_t)MT * nb * (LQ_PAD + 1) * 4;
+    /* device queries once per instantiation (they cost more than a small launch); the occupancy
+     * for the last K seen (the same few K values recur every layer) */
     static bool attr_set;
+    static int sms;
+    static int64_t occ_k = -1;
+    static int per_sm = 1;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(linear_quant_kernel<FP4, MT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, LQ_SMEM_MAX));
+        int dev;
+        DI_CUDA_CHECK(cudaGetDevice(&dev));
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         attr_set = true;
     }
-    int dev, sms, per_sm = 1;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, linear_quant_kernel<FP4, MT>,
-                                                                LQ_WARPS * 32, smem));
+    if (occ_k != K) {
+        DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, linear_quant_kernel<FP4, MT>,
+                                                                    LQ_WARPS * 32, smem));
+        occ_k = K;
+    }
     const int64_t tiles_m = (m + MT - 1) / MT;
     int64_t gx = (N + LQ_WARPS - 1) / LQ_WARPS, cap = (int64_t)sms * (per_sm > 0 ? per_sm : 1) * 2 / tiles_m;
     if (cap < 1) cap = 1;
