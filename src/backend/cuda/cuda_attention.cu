@@ -12,24 +12,21 @@
  * CPU's expressions. Everything the CPU rounds
  * is rounded at the same point in the same order, so the result is bit-identical.
  *
- * This is the parity version: it re-stages each run once per group of heads (8 times for 64
- * heads in groups of 8, 64 times in the one-head blocks used for a few query rows) and uses fp32/fp64 CUDA cores; a FlashMLA-style kernel (all heads of a query on tensor
+ * This is the parity version: it re-stages each run once per group of 8 heads (8 times for 64
+ * heads) and uses fp32/fp64 CUDA cores; a FlashMLA-style kernel (all heads of a query on tensor
  * cores, the KV row loaded once) is future work (docs/CUDA.md). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define ATT_RUN 64
+#define ATT_HB 8
+#define ATT_THREADS (ATT_HB * ATT_RUN) /* 512 */
 #define ATT_MAX_DIM 512
-#define ATT_OUT_PER_THREAD (ATT_MAX_DIM / ATT_RUN) /* 8 outputs per thread, whatever the head group */
+#define ATT_OUT_PER_THREAD (ATT_HB * ATT_MAX_DIM / ATT_THREADS) /* 8 */
 
-/* ATT_HB heads per block (ATT_HB * 64 threads): 8 when there are enough blocks to fill the card,
- * 1 for a few query rows (decode at small batch), where 8-head blocks leave most SMs idle. The
- * arithmetic of a head does not depend on its group, so both are bit-identical. */
-template <int ATT_HB>
-__global__ void __launch_bounds__(ATT_HB * ATT_RUN)
+__global__ void __launch_bounds__(ATT_THREADS)
 sparse_attn_kernel(const float *__restrict__ q, int n_heads, int dim, const float *const *kv_rows,
                    int n_idx, const float *__restrict__ sink, float scale, float *__restrict__ out) {
-    constexpr int ATT_THREADS = ATT_HB * ATT_RUN;
     extern __shared__ float att_smem[];
     const int dp = dim + 1;
     float *q_s = att_smem;                         /* [ATT_HB][dim] */
@@ -130,22 +127,15 @@ extern "C" void di_cuda_sparse_attn(const float *q, int64_t nq, int n_heads, int
         abort();
     }
     if (nq <= 0) return;
+    const size_t smem = sizeof(float) * ((size_t)ATT_HB * dim + (size_t)ATT_RUN * (dim + 1) +
+                                         2 * ATT_HB * ATT_RUN + ATT_HB);
     static bool attr_set;
-    static int sms;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            180 * 1024));
-        DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           180 * 1024));
-        int dev;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         attr_set = true;
     }
-    const int hb = nq * ((n_heads + 7) / 8) < sms ? 1 : 8;
-    const size_t smem = sizeof(float) * ((size_t)hb * dim + (size_t)ATT_RUN * (dim + 1) + 2 * hb * ATT_RUN + hb);
-    dim3 grid((unsigned)((n_heads + hb - 1) / hb), (unsigned)nq);
-    if (hb == 1) sparse_attn_kernel<1><<<grid, ATT_RUN, smem, s>>>(q, n_heads, dim, kv_rows, n_idx, sink, scale, out);
-    else sparse_attn_kernel<8><<<grid, 8 * ATT_RUN, smem, s>>>(q, n_heads, dim, kv_rows, n_idx, sink, scale, out);
+    dim3 grid((unsigned)((n_heads + ATT_HB - 1) / ATT_HB), (unsigned)nq);
+    sparse_attn_kernel<<<grid, ATT_THREADS, smem, s>>>(q, n_heads, dim, kv_rows, n_idx, sink, scale, out);
     DI_CUDA_LAUNCHED();
 }
