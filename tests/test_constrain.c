@@ -195,6 +195,52 @@ static void check_masks(di_tokenizer *tok, di_token_trie *v, const char *schema,
     di_grammar_free(g);
 }
 
+/* Fast masks against the reference walk (di_matcher_fill_mask_reference) at every token of `text`
+ * (which the grammar must accept), on a grammar whose positions are sets of several stacks. */
+static void check_reference(di_tokenizer *tok, di_token_trie *v, di_constrain_kind kind, const char *src, const char *text) {
+    di_err err = {0};
+    di_grammar *g = compile(kind, src, &err);
+    CHECKF(g != NULL, "%s", err.msg);
+    if (!g) return;
+    size_t words = ((size_t)di_tokenizer_vocab_size(tok) + 31) / 32;
+    uint32_t *mask = calloc(words, 4), *ref = calloc(words, 4);
+    di_matcher *m = di_matcher_new(g, v);
+    di_token_vec ids = {0};
+    di_tokenizer_encode(tok, text, strlen(text), false, &ids, &err);
+    for (size_t step = 0; step <= ids.n; step++) {
+        di_matcher_fill_mask(m, mask);
+        di_matcher_fill_mask_reference(m, ref);
+        CHECKF(!memcmp(mask, ref, words * 4), "%s: step %zu: mask differs from the reference", src, step);
+        if (step == ids.n) break;
+        bool ok = di_matcher_accept_token(m, ids.ids[step]);
+        CHECKF(ok, "%s: step %zu: token %d refused", src, step, ids.ids[step]);
+        if (!ok) break;
+    }
+    CHECK(di_matcher_can_end(m));
+    di_matcher_free(m);
+    di_token_vec_free(&ids);
+    free(mask);
+    free(ref);
+    di_grammar_free(g);
+}
+
+static void test_masks_reference(di_tokenizer *tok, di_token_trie *v) {
+    /* declared names next to free extra keys: inside a key every declared prefix is a stack */
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA,
+                    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"names\":{\"type\":\"array\","
+                    "\"items\":{\"type\":\"string\"}},\"nam\":{\"type\":\"number\"}},\"additionalProperties\":{\"type\":\"integer\"}}",
+                    "{\"name\": \"x y\", \"names\": [\"a\", \"bc\"], \"nam\": 1.5e3, \"namex\": 12, \"other\": -7}");
+    /* anyOf of strings with different shapes: several string states alive at once */
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA,
+                    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"},"
+                    "{\"type\":\"string\",\"maxLength\":5},{\"type\":\"string\",\"format\":\"date\"},{\"type\":\"integer\"}]}}",
+                    "[\"abcdefgh\", \"2024-01-02\", \"A b\", 42, \"zz\"]");
+    /* regex and EBNF with accepting loops (text may end inside them) */
+    check_reference(tok, v, DI_CONSTRAIN_REGEX, "[a-z ]*(foo|bar)?[0-9]*", "hello world foo123");
+    check_reference(tok, v, DI_CONSTRAIN_EBNF, "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\"",
+                    "ab,(cd,(ef)),gh");
+}
+
 static void test_masks_real_vocab(void) {
     di_tokenizer *tok = NULL;
     di_err err = {0};
@@ -214,6 +260,7 @@ static void test_masks_real_vocab(void) {
     check_masks(tok, v, s2, "{\"n\": \"h\\u00e9llo w\\\"orld\", \"c\": \"caf\xc3\xa9 au lait, s'il vous pla", "it\", \"p\": \"ab c\"}");
     check_masks(tok, v, s2, "{\"n\": \"abc\", \"c\": \"0123456789012345678901234567890123456", "7\", \"p\": \"x\"}");
     check_masks(tok, v, s1, "{\"id\": -3", ", \"tags\": []}");
+    test_masks_reference(tok, v);
     di_token_trie_free(v);
     di_tokenizer_free(tok);
 }

@@ -184,6 +184,8 @@ typedef struct g_runtime {
     light_entry *light; /* [n_light_states] lazily */
     int32_t *canon_idx, *canon_stamp; /* [n_states] scratch of light_canon */
     int canon_cur;
+    int32_t *or_stamp; /* [n_states] scratch of mask_compute */
+    int or_cur;
     int n_light_states;
     int n_light;
 } g_runtime;
@@ -349,6 +351,7 @@ static void runtime_free(g_runtime *r) {
     free(r->info);
     free(r->canon_idx);
     free(r->canon_stamp);
+    free(r->or_stamp);
     if (r->light) {
         for (int i = 0; i < r->n_light_states; i++) {
             free(r->light[i].mask);
@@ -643,6 +646,62 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     return e;
 }
 
+static int cmp_pair_int(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The mask of a set is the union over its stacks (a token is allowed when some stack takes it), so
+ * each stack is handled on its own: one whose top is a light state ORs in the state's cached
+ * light mask and continues below the entry's bounds with its own parent; the other stacks are
+ * walked together from the trie root. Continuations that start at the same trie node are merged
+ * into one set, so no subtree is walked twice. */
+static void mask_compute(di_grammar *g, g_runtime *r, const di_token_trie *v, int s, uint32_t *mask) {
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    memset(mask, 0, words * 4);
+    if (!r->or_stamp) {
+        r->or_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
+    }
+    int stamp = ++r->or_cur;
+    walk_stack w = {0};
+    g_ivec rest = {0}, cont = {0}; /* cont: pairs (trie node, stack node) */
+    int off = r->sets.off.v[s], n = r->sets.off.v[s + 1] - off;
+    for (int i = 0; i < n; i++) {
+        int nd = r->sets.pool.v[off + i], t = r->node_state.v[nd];
+        light_entry *le = light_state(g, t) ? light_get(g, r, v, t, &w) : NULL;
+        if (!le) {
+            g_ivec_push(&rest, nd);
+            continue;
+        }
+        if (r->or_stamp[t] != stamp) {
+            r->or_stamp[t] = stamp;
+            for (size_t k = 0; k < words; k++) mask[k] |= le->mask[k];
+        }
+        int parent = r->node_parent.v[nd];
+        for (int k = 0; k < le->bounds.n; k += 2) {
+            g_ivec_push(&cont, le->bounds.v[k]);
+            g_ivec_push(&cont, node_intern(r, le->bounds.v[k + 1], parent));
+        }
+    }
+    w.sp = 0;
+    if (rest.n) ws_push(&w, 0, set_intern(r, rest.v, rest.n), 0);
+    qsort(cont.v, (size_t)cont.n / 2, 2 * sizeof(int), cmp_pair_int);
+    for (int i = 0; i < cont.n;) {
+        int j = i;
+        rest.n = 0;
+        for (; j < cont.n && cont.v[j] == cont.v[i]; j += 2)
+            if (!rest.n || rest.v[rest.n - 1] != cont.v[j + 1]) g_ivec_push(&rest, cont.v[j + 1]);
+        ws_push(&w, cont.v[i], set_intern(r, rest.v, rest.n), 0);
+        i = j;
+    }
+    trie_walk(g, r, v, &w, mask, NULL);
+    free(w.node);
+    free(w.a);
+    free(w.b);
+    g_ivec_free(&rest);
+    g_ivec_free(&cont);
+}
+
 void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
     const di_token_trie *v = m->v;
     size_t words = ((size_t)v->vocab + 31) / 32;
@@ -658,39 +717,31 @@ void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
         memcpy(mask, r->info[s].mask, words * 4);
         return;
     }
-    walk_stack w = {0};
-    int off = r->sets.off.v[s];
-    light_entry *le = NULL;
-    int parent = 0;
-    if (r->sets.off.v[s + 1] - off == 1) {
-        int n1 = r->sets.pool.v[off], t = r->node_state.v[n1];
-        if (light_state(g, t)) {
-            le = light_get(g, r, v, t, &w);
-            parent = r->node_parent.v[n1];
-        }
-    }
-    if (le) {
-        memcpy(mask, le->mask, words * 4);
-        w.sp = 0;
-        for (int i = 0; i < le->bounds.n; i += 2) {
-            int n1 = node_intern(r, le->bounds.v[i + 1], parent);
-            ws_push(&w, le->bounds.v[i], set_intern(r, &n1, 1), 0);
-        }
-    } else {
-        memset(mask, 0, words * 4);
-        w.sp = 0;
-        ws_push(&w, 0, s, 0);
-    }
-    trie_walk(g, r, v, &w, mask, NULL);
-    free(w.node);
-    free(w.a);
-    free(w.b);
+    mask_compute(g, r, v, s, mask);
     set_close(g, r, s);
     if (r->info[s].accept) mask[v->eos / 32] |= 1u << (v->eos % 32);
     r->info[s].mask = di_xmalloc(words * 4);
     memcpy(r->info[s].mask, mask, words * 4);
     r->info[s].mask_vocab = v;
     r->n_masks++;
+}
+
+void di_matcher_fill_mask_reference(di_matcher *m, uint32_t *mask) {
+    const di_token_trie *v = m->v;
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    memset(mask, 0, words * 4);
+    int s = cur_set(m);
+    if (s == AFTER_EOS) {
+        mask[v->eos / 32] |= 1u << (v->eos % 32);
+        return;
+    }
+    walk_stack w = {0};
+    ws_push(&w, 0, s, 0);
+    trie_walk(m->g, m->g->rt, v, &w, mask, NULL);
+    free(w.node);
+    free(w.a);
+    free(w.b);
+    if (di_matcher_can_end(m)) mask[v->eos / 32] |= 1u << (v->eos % 32);
 }
 
 /* The token's bytes, walking up from the node where it ends. */
