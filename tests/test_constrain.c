@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "constrain/constrain.h"
+#include "constrain/token_trie.h"
 #include "test_harness.h"
 
 static di_grammar *compile(di_constrain_kind kind, const char *text, di_err *err) {
@@ -235,6 +236,11 @@ static void test_masks_reference(di_tokenizer *tok, di_token_trie *v) {
                     "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"},"
                     "{\"type\":\"string\",\"maxLength\":5},{\"type\":\"string\",\"format\":\"date\"},{\"type\":\"integer\"}]}}",
                     "[\"abcdefgh\", \"2024-01-02\", \"A b\", 42, \"zz\"]");
+    /* counted strings: the plain slices up to the remaining length, and past DI_TRIE_SLICE_MAX */
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":3,\"maxLength\":60}",
+                    "\"Les na\xc3\xafves \xe4\xb8\xad\xe6\x96\x87 fish \\\" and chips, 1234567890 abcdefgh\"");
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":400}",
+                    "\"                                                                 long run of spaces\"");
     /* regex and EBNF with accepting loops (text may end inside them) */
     check_reference(tok, v, DI_CONSTRAIN_REGEX, "[a-z ]*(foo|bar)?[0-9]*", "hello world foo123");
     check_reference(tok, v, DI_CONSTRAIN_EBNF, "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\"",
@@ -283,7 +289,27 @@ static void test_truncated_utf8_key(void) {
     }
 }
 
+/* Plain-string lengths of tokens (the slices of token_trie.h). */
+static void test_plain_chars(void) {
+#define PL(s) di_trie_plain_chars((const uint8_t *)(s), sizeof(s) - 1)
+    CHECK(PL("abc") == 3);
+    CHECK(PL(" x\x7f") == 3);
+    CHECK(PL("caf\xc3\xa9") == 4);
+    CHECK(PL("\xe4\xb8") == 1);             /* cut short: still one code point */
+    CHECK(PL("\xf0\x9f\x98\x80!") == 2);
+    CHECK(PL("a\"") == -1);
+    CHECK(PL("\\n") == -1);
+    CHECK(PL("\n") == -1);
+    CHECK(PL("\xb8\x80") == -1);            /* starts inside a code point */
+    CHECK(PL("\xed\xa0\x80") == -1);        /* surrogate */
+    CHECK(PL("\xe0\x80\x80") == -1);        /* overlong */
+    CHECK(PL("\xf4\x90\x80\x80") == -1);    /* above U+10FFFF */
+    CHECK(PL("\xc0\xaf") == -1);
+#undef PL
+}
+
 int main(void) {
+    test_plain_chars();
     test_regex();
     test_truncated_utf8_key();
     test_ebnf();

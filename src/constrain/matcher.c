@@ -12,144 +12,11 @@
  *   - token masks: set -> bit mask over the vocabulary, computed by a depth-first walk of the token
  *     trie that follows transitions and prunes dead subtrees.
  * Rollback is free: a matcher keeps the set id after each accepted token. */
-#include "constrain/constrain.h"
+#include "constrain/token_trie.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- vocabulary trie ---- */
-
-struct di_token_trie {
-    int32_t vocab, eos;
-    int32_t n_nodes;
-    int32_t *child_off; /* [n_nodes + 1] children of node i: child_off[i]..child_off[i+1] */
-    uint8_t *child_byte; /* [n_nodes] byte leading to node j (root: unused) */
-    int32_t *tok_off;    /* [n_nodes + 1] tokens ending at node i */
-    int32_t *toks;
-    int32_t *node_of;   /* [vocab] trie node where token id ends, -1 = never allowed */
-    int32_t *parent_of; /* [n_nodes] */
-    int32_t max_depth;  /* longest token in bytes */
-    /* context-free masks shared by every grammar on this vocabulary (see light_get) */
-    pthread_mutex_t mu;
-    struct shared_light *shared;
-    int n_shared, cap_shared;
-};
-
-typedef struct shared_light {
-    uint64_t hash;
-    int32_t *key;
-    int key_n;
-    uint32_t *mask;
-    g_ivec bounds; /* pairs (trie node, exit index) */
-} shared_light;
-
-typedef struct tmp_node {
-    int32_t first_child, next_sibling, first_tok;
-    uint8_t byte;
-} tmp_node;
-
-di_token_trie *di_token_trie_from_bytes(const uint8_t *const *tokens, const size_t *lens, int32_t n_vocab,
-                                        int32_t eos_id) {
-    /* build a pointer trie, then flatten breadth-first so children of a node are contiguous */
-    int cap = 1 << 16, n = 1;
-    tmp_node *t = di_xmalloc((size_t)cap * sizeof *t);
-    t[0] = (tmp_node){-1, -1, -1, 0};
-    int32_t *tok_next = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
-    for (int32_t id = 0; id < n_vocab; id++) {
-        tok_next[id] = -1;
-        if (!tokens[id] || !lens[id] || id == eos_id) continue;
-        int cur = 0;
-        for (size_t i = 0; i < lens[id]; i++) {
-            uint8_t b = tokens[id][i];
-            int c = t[cur].first_child, prev = -1;
-            while (c >= 0 && t[c].byte < b) prev = c, c = t[c].next_sibling;
-            if (c < 0 || t[c].byte != b) {
-                if (n == cap) t = di_xrealloc(t, (size_t)(cap *= 2) * sizeof *t);
-                t[n] = (tmp_node){-1, c, -1, b};
-                if (prev < 0) t[cur].first_child = n;
-                else t[prev].next_sibling = n;
-                c = n++;
-            }
-            cur = c;
-        }
-        tok_next[id] = t[cur].first_tok;
-        t[cur].first_tok = id;
-    }
-    di_token_trie *v = di_xcalloc(1, sizeof *v);
-    v->vocab = n_vocab;
-    v->eos = eos_id;
-    v->n_nodes = n;
-    v->child_off = di_xmalloc((size_t)(n + 1) * sizeof(int32_t));
-    v->child_byte = di_xmalloc((size_t)n);
-    v->tok_off = di_xmalloc((size_t)(n + 1) * sizeof(int32_t));
-    v->toks = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
-    int32_t *order = di_xmalloc((size_t)n * sizeof(int32_t)); /* new index -> old */
-    int head = 0, tail = 0, nt = 0;
-    order[tail++] = 0;
-    while (head < tail) {
-        int old = order[head];
-        v->child_off[head] = tail;
-        v->child_byte[head] = t[old].byte;
-        v->tok_off[head] = nt;
-        for (int k = t[old].first_tok; k >= 0; k = tok_next[k]) v->toks[nt++] = k;
-        for (int c = t[old].first_child; c >= 0; c = t[c].next_sibling) order[tail++] = c;
-        head++;
-    }
-    v->child_off[n] = tail;
-    v->tok_off[n] = nt;
-    free(order);
-    free(tok_next);
-    free(t);
-    pthread_mutex_init(&v->mu, NULL);
-    for (int32_t id = 0; id < n_vocab; id++)
-        if (tokens[id] && (int32_t)lens[id] > v->max_depth) v->max_depth = (int32_t)lens[id];
-    v->node_of = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
-    v->parent_of = di_xmalloc((size_t)n * sizeof(int32_t));
-    for (int32_t i = 0; i < n_vocab; i++) v->node_of[i] = -1;
-    v->parent_of[0] = -1;
-    for (int32_t nd = 0; nd < n; nd++) {
-        for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) v->parent_of[c] = nd;
-        for (int k = v->tok_off[nd]; k < v->tok_off[nd + 1]; k++) v->node_of[v->toks[k]] = nd;
-    }
-    return v;
-}
-
-di_status di_token_trie_build(const di_tokenizer *tok, int32_t eos_id, di_token_trie **out, di_err *err) {
-    int32_t n = di_tokenizer_vocab_size(tok);
-    if (eos_id < 0 || eos_id >= n) return di_errf(err, DI_ERANGE, "token trie: eos id %d outside [0, %d)", eos_id, n);
-    const uint8_t **p = di_xcalloc((size_t)n, sizeof *p);
-    size_t *l = di_xcalloc((size_t)n, sizeof *l);
-    for (int32_t id = 0; id < n; id++) {
-        if (di_tokenizer_is_added(tok, id)) continue;
-        p[id] = di_tokenizer_id_bytes(tok, id, &l[id]);
-    }
-    *out = di_token_trie_from_bytes(p, l, n, eos_id);
-    free(p);
-    free(l);
-    return DI_OK;
-}
-
-void di_token_trie_free(di_token_trie *v) {
-    if (!v) return;
-    free(v->child_off);
-    free(v->child_byte);
-    free(v->tok_off);
-    free(v->toks);
-    free(v->node_of);
-    free(v->parent_of);
-    for (int i = 0; i < v->n_shared; i++) {
-        free(v->shared[i].key);
-        free(v->shared[i].mask);
-        g_ivec_free(&v->shared[i].bounds);
-    }
-    free(v->shared);
-    pthread_mutex_destroy(&v->mu);
-    free(v);
-}
-
-int32_t di_token_trie_vocab_size(const di_token_trie *v) { return v->vocab; }
-int32_t di_token_trie_eos(const di_token_trie *v) { return v->eos; }
 
 /* ---- runtime caches of a grammar ---- */
 
@@ -185,6 +52,10 @@ typedef struct g_runtime {
     int32_t *canon_idx, *canon_stamp; /* [n_states] scratch of light_canon */
     int canon_cur;
     int32_t *or_stamp; /* [n_states] scratch of mask_compute */
+    int *plain_rep_n;      /* [DI_TRIE_PLAIN_POSITIONS] (plain_capacity) */
+    uint8_t *plain_rep;    /* [DI_TRIE_PLAIN_POSITIONS][256] representative bytes */
+    int32_t *plain_seen;   /* [n_states * DI_TRIE_PLAIN_POSITIONS] stamps */
+    int plain_cur;
     int or_cur;
     int n_light_states;
     int n_light;
@@ -352,6 +223,9 @@ static void runtime_free(g_runtime *r) {
     free(r->canon_idx);
     free(r->canon_stamp);
     free(r->or_stamp);
+    free(r->plain_rep_n);
+    free(r->plain_rep);
+    free(r->plain_seen);
     if (r->light) {
         for (int i = 0; i < r->n_light_states; i++) {
             free(r->light[i].mask);
@@ -436,8 +310,6 @@ bool di_matcher_accept_bytes(di_matcher *m, const uint8_t *b, size_t n) {
     return true;
 }
 
-static const uint8_t *trie_token_bytes(const di_token_trie *v, int32_t id, uint8_t *buf, size_t cap, size_t *len);
-
 bool di_matcher_accept_token(di_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->vocab || cur_set(m) == AFTER_EOS) return false;
     if (id == m->v->eos) {
@@ -447,7 +319,7 @@ bool di_matcher_accept_token(di_matcher *m, int32_t id) {
     }
     uint8_t buf[1024];
     size_t len;
-    const uint8_t *b = trie_token_bytes(m->v, id, buf, sizeof buf, &len);
+    const uint8_t *b = di_trie_token_bytes(m->v, id, buf, sizeof buf, &len);
     if (!b) return false;
     return di_matcher_accept_bytes(m, b, len);
 }
@@ -481,13 +353,17 @@ static void ws_push(walk_stack *w, int node, int a, int b) {
  * (a >= 0: set id) or, while the automaton is a single stack whose top state only consumes bytes
  * (no calls, not final), a "light" pair (a = -1 - DFA state, b = parent node) advanced by table
  * lookups alone. With bounds != NULL the walk is context-free: it stops where a light position
- * would turn into a set and records (trie node, -1 - state) there instead. */
-static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_stack *w, uint32_t *mask, g_ivec *bounds) {
+ * would turn into a set and records (trie node, -1 - state) there instead. With skip_chars > 0
+ * (only for a light walk from the root, see plain_capacity) subtrees whose tokens are all plain and
+ * at most skip_chars code points long are not entered: the caller has allowed them already. */
+static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_stack *w, uint32_t *mask, g_ivec *bounds,
+                      int skip_chars) {
     const int nc = g->n_classes;
     while (w->sp) {
         w->sp--;
         int nd = w->node[w->sp], a = w->a[w->sp], pb = w->b[w->sp];
         for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) {
+            if (v->sub_chars[c] <= skip_chars) break; /* this and every later sibling: all plain, short */
             int na, nb = 0;
             bool leaf = v->child_off[c] == v->child_off[c + 1];
             if (a < 0) {
@@ -572,6 +448,70 @@ static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max,
     return ok;
 }
 
+static int cmp_int_asc(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+#define PLAIN_ALL (DI_TRIE_NOT_PLAIN - 1)
+
+/* How many plain code points (token_trie.h) DFA state t surely takes: the largest m such that
+ * every byte prefix of every string of m plain code points leads from t to live light states. Then
+ * every plain token of at most m code points is in t's light mask and leaves no bound below it.
+ * Breadth-first, one level per code point, over (DFA state, UTF-8 position) pairs, with one
+ * representative byte per (byte class, next position). Returns DI_TRIE_SLICE_MAX for anything from
+ * there up to the longest plain token, and PLAIN_ALL when a level repeats the previous one (the
+ * capacity is then unbounded) or the longest plain token fits. */
+static int plain_capacity(const di_grammar *g, g_runtime *r, int t, const di_token_trie *v) {
+    if (!r->plain_rep_n) {
+        r->plain_rep_n = di_xcalloc(DI_TRIE_PLAIN_POSITIONS, sizeof(int));
+        r->plain_rep = di_xmalloc((size_t)DI_TRIE_PLAIN_POSITIONS * 256);
+        for (int u = 0; u < DI_TRIE_PLAIN_POSITIONS; u++) {
+            uint8_t seen[256 * DI_TRIE_PLAIN_POSITIONS] = {0}; /* class x next position */
+            for (int b = 0; b < 256; b++) {
+                int u2 = di_trie_plain_step(u, (uint8_t)b);
+                if (u2 < 0 || seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2]) continue;
+                seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2] = 1;
+                r->plain_rep[u * 256 + r->plain_rep_n[u]++] = (uint8_t)b;
+            }
+        }
+        r->plain_seen = di_xcalloc((size_t)g->n_states * DI_TRIE_PLAIN_POSITIONS, sizeof(int32_t));
+    }
+    g_ivec cur = {0}, next = {0}, todo = {0};
+    g_ivec_push(&cur, t);
+    int m = 0;
+    for (;;) {
+        int stamp = ++r->plain_cur;
+        next.n = todo.n = 0;
+        for (int i = 0; i < cur.n; i++) g_ivec_push(&todo, cur.v[i] * DI_TRIE_PLAIN_POSITIONS);
+        bool fail = false;
+        while (todo.n && !fail) {
+            int pair = todo.v[--todo.n], s = pair / DI_TRIE_PLAIN_POSITIONS, u = pair % DI_TRIE_PLAIN_POSITIONS;
+            for (int k = 0; k < r->plain_rep_n[u] && !fail; k++) {
+                uint8_t b = r->plain_rep[u * 256 + k];
+                int u2 = di_trie_plain_step(u, b);
+                int s2 = g->next[(size_t)s * (size_t)g->n_classes + g->byte_class[b]];
+                if (s2 < 0 || !light_state(g, s2)) { fail = true; break; }
+                int p2 = s2 * DI_TRIE_PLAIN_POSITIONS + u2;
+                if (r->plain_seen[p2] == stamp) continue;
+                r->plain_seen[p2] = stamp;
+                g_ivec_push(u2 ? &todo : &next, u2 ? p2 : s2);
+            }
+        }
+        if (fail) break;
+        m++;
+        qsort(next.v, (size_t)next.n, sizeof(int), cmp_int_asc);
+        bool same = next.n == cur.n && !memcmp(next.v, cur.v, (size_t)cur.n * sizeof(int));
+        if (same || m >= v->max_plain) { m = PLAIN_ALL; break; }
+        if (m > DI_TRIE_SLICE_MAX) { m = DI_TRIE_SLICE_MAX; break; }
+        g_ivec tmp = cur; cur = next; next = tmp;
+    }
+    g_ivec_free(&cur);
+    g_ivec_free(&next);
+    g_ivec_free(&todo);
+    return m;
+}
+
 /* The context-free part of a light state's mask: tokens consumed by the top rule alone, plus the
  * trie nodes where the walk needs the stack below. Cached per DFA state in the grammar, and by
  * canonical form in the vocabulary (shared by every grammar using it). */
@@ -607,10 +547,12 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
         pthread_mutex_unlock(&v->mu);
     }
     if (!hit) {
-        memset(e->mask, 0, words * 4);
+        int m = plain_capacity(g, r, t, v);
+        if (m > 0) memcpy(e->mask, v->slice_mask + (m > DI_TRIE_SLICE_MAX ? 0 : (size_t)m * words), words * 4);
+        else memset(e->mask, 0, words * 4);
         w->sp = 0;
         ws_push(w, 0, -1 - t, 0);
-        trie_walk(g, r, v, w, e->mask, &e->bounds);
+        trie_walk(g, r, v, w, e->mask, &e->bounds, m);
         pthread_mutex_lock(&v->mu);
         if (canon && v->n_shared < SHARED_MAX) {
             if (v->n_shared == v->cap_shared) {
@@ -694,7 +636,7 @@ static void mask_compute(di_grammar *g, g_runtime *r, const di_token_trie *v, in
         ws_push(&w, cont.v[i], set_intern(r, rest.v, rest.n), 0);
         i = j;
     }
-    trie_walk(g, r, v, &w, mask, NULL);
+    trie_walk(g, r, v, &w, mask, NULL, 0);
     free(w.node);
     free(w.a);
     free(w.b);
@@ -737,22 +679,9 @@ void di_matcher_fill_mask_reference(di_matcher *m, uint32_t *mask) {
     }
     walk_stack w = {0};
     ws_push(&w, 0, s, 0);
-    trie_walk(m->g, m->g->rt, v, &w, mask, NULL);
+    trie_walk(m->g, m->g->rt, v, &w, mask, NULL, 0);
     free(w.node);
     free(w.a);
     free(w.b);
     if (di_matcher_can_end(m)) mask[v->eos / 32] |= 1u << (v->eos % 32);
-}
-
-/* The token's bytes, walking up from the node where it ends. */
-static const uint8_t *trie_token_bytes(const di_token_trie *v, int32_t id, uint8_t *buf, size_t cap, size_t *len) {
-    int32_t nd = v->node_of[id];
-    if (nd < 0) return NULL;
-    size_t n = 0;
-    for (int32_t x = nd; x > 0; x = v->parent_of[x]) n++;
-    if (n > cap) return NULL;
-    size_t i = n;
-    for (int32_t x = nd; x > 0; x = v->parent_of[x]) buf[--i] = v->child_byte[x];
-    *len = n;
-    return buf;
 }
