@@ -52,17 +52,28 @@ typedef struct g_runtime {
     int32_t *canon_idx, *canon_stamp; /* [n_states] scratch of light_canon */
     int canon_cur;
     int32_t *or_stamp; /* [n_states] scratch of mask_compute */
+    uint8_t *is_light;     /* [n_states] light_state, precomputed */
     int *plain_rep_n;      /* [DI_TRIE_PLAIN_POSITIONS] (plain_capacity) */
     uint8_t *plain_rep;    /* [DI_TRIE_PLAIN_POSITIONS][256] representative bytes */
+    uint8_t *plain_rep_u;  /* [DI_TRIE_PLAIN_POSITIONS][256] UTF-8 position after each */
     int32_t *plain_seen;   /* [n_states * DI_TRIE_PLAIN_POSITIONS] stamps */
-    int plain_cur;
+    int32_t *plain_idx, *plain_idx_stamp; /* [n_states] */
+    int16_t *plain_dist;   /* [n_states] distance to failure, -1 = not known */
+    int plain_cur, plain_idx_cur;
     int or_cur;
     int n_light_states;
     int n_light;
 } g_runtime;
 
 static g_runtime *rt_get(di_grammar *g) {
-    if (!g->rt) g->rt = di_xcalloc(1, sizeof(g_runtime));
+    if (!g->rt) {
+        g->rt = di_xcalloc(1, sizeof(g_runtime));
+        /* light: the state consumes bytes, calls nothing and is not final, so a walk through it
+         * needs no stack (see trie_walk) */
+        g->rt->is_light = di_xmalloc((size_t)(g->n_states ? g->n_states : 1));
+        for (int t = 0; t < g->n_states; t++)
+            g->rt->is_light[t] = g->has_bytes[t] && !g->accepting[t] && g->call_off[t] == g->call_off[t + 1];
+    }
     return g->rt;
 }
 
@@ -225,7 +236,12 @@ static void runtime_free(g_runtime *r) {
     free(r->or_stamp);
     free(r->plain_rep_n);
     free(r->plain_rep);
+    free(r->plain_rep_u);
     free(r->plain_seen);
+    free(r->plain_idx);
+    free(r->plain_idx_stamp);
+    free(r->plain_dist);
+    free(r->is_light);
     if (r->light) {
         for (int i = 0; i < r->n_light_states; i++) {
             free(r->light[i].mask);
@@ -330,9 +346,7 @@ int di_matcher_rollback(di_matcher *m, int n) {
     return k;
 }
 
-static bool light_state(const di_grammar *g, int t) {
-    return g->has_bytes[t] && !g->accepting[t] && g->call_off[t] == g->call_off[t + 1];
-}
+static bool light_state(const di_grammar *g, int t) { return g->rt->is_light[t]; }
 
 typedef struct walk_stack {
     int32_t *node, *a, *b;
@@ -448,67 +462,147 @@ static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max,
     return ok;
 }
 
-static int cmp_int_asc(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 #define PLAIN_ALL (DI_TRIE_NOT_PLAIN - 1)
 
-/* How many plain code points (token_trie.h) DFA state t surely takes: the largest m such that
- * every byte prefix of every string of m plain code points leads from t to live light states. Then
- * every plain token of at most m code points is in t's light mask and leaves no bound below it.
- * Breadth-first, one level per code point, over (DFA state, UTF-8 position) pairs, with one
- * representative byte per (byte class, next position). Returns DI_TRIE_SLICE_MAX for anything from
- * there up to the longest plain token, and PLAIN_ALL when a level repeats the previous one (the
- * capacity is then unbounded) or the longest plain token fits. */
+/* How many plain code points (token_trie.h) DFA state t surely takes: the length of the shortest
+ * string of plain code points some byte prefix of which leads from t to a dead or non-light state
+ * (t "fails" after that many code points). Then every plain token of at most that many code points
+ * is in t's light mask and leaves no bound below it.
+ *
+ * Over the graph of boundary states (DFA states between code points; an edge is one plain code
+ * point, followed byte by byte through one representative byte per (byte class, UTF-8 position)):
+ * explore breadth-first from t up to PLAIN_HORIZON code points, mark the states that fail at their
+ * next code point, and compute shortest distances to failure backwards (Dijkstra with one bucket per
+ * distance, distances clamped at the longest plain token: beyond that every plain token fits).
+ * States past the horizon count as never failing; a path through them is at least as long as the
+ * horizon is far, so the distance of every state within PLAIN_HORIZON - max_plain of t is exact
+ * (or at least max_plain), and those distances are kept per state for later calls. */
+#define PLAIN_HORIZON(v) (2 * (v)->max_plain + 2)
+
+typedef struct plain_scratch {
+    g_ivec state, depth, fail, dist; /* per explored boundary state, in discovery order */
+    g_ivec efrom, eto;               /* edges between those indices */
+    g_ivec todo, rev_off, rev;
+} plain_scratch;
+
+/* Plain successors of boundary state s (appended to out as DFA states); false when s fails. */
+static bool plain_successors(const di_grammar *g, g_runtime *r, int s, g_ivec *todo, g_ivec *out) {
+    int stamp = ++r->plain_cur;
+    todo->n = 0;
+    g_ivec_push(todo, s * DI_TRIE_PLAIN_POSITIONS);
+    while (todo->n) {
+        int pair = todo->v[--todo->n], x = pair / DI_TRIE_PLAIN_POSITIONS, u = pair % DI_TRIE_PLAIN_POSITIONS;
+        const uint8_t *rep = r->plain_rep + u * 256, *rep_u = r->plain_rep_u + u * 256;
+        const int32_t *row = g->next + (size_t)x * (size_t)g->n_classes;
+        for (int k = 0; k < r->plain_rep_n[u]; k++) {
+            int s2 = row[g->byte_class[rep[k]]], u2 = rep_u[k];
+            if (s2 < 0 || !r->is_light[s2]) return false;
+            int p2 = s2 * DI_TRIE_PLAIN_POSITIONS + u2;
+            if (r->plain_seen[p2] == stamp) continue;
+            r->plain_seen[p2] = stamp;
+            g_ivec_push(u2 ? todo : out, u2 ? p2 : s2);
+        }
+    }
+    return true;
+}
+
+static void plain_tables(const di_grammar *g, g_runtime *r) {
+    r->plain_rep_n = di_xcalloc(DI_TRIE_PLAIN_POSITIONS, sizeof(int));
+    r->plain_rep = di_xmalloc((size_t)DI_TRIE_PLAIN_POSITIONS * 256);
+    r->plain_rep_u = di_xmalloc((size_t)DI_TRIE_PLAIN_POSITIONS * 256);
+    for (int u = 0; u < DI_TRIE_PLAIN_POSITIONS; u++) {
+        uint8_t seen[256 * DI_TRIE_PLAIN_POSITIONS] = {0}; /* class x next position */
+        for (int b = 0; b < 256; b++) {
+            int u2 = di_trie_plain_step(u, (uint8_t)b);
+            if (u2 < 0 || seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2]) continue;
+            seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2] = 1;
+            r->plain_rep[u * 256 + r->plain_rep_n[u]] = (uint8_t)b;
+            r->plain_rep_u[u * 256 + r->plain_rep_n[u]++] = (uint8_t)u2;
+        }
+    }
+    r->plain_seen = di_xcalloc((size_t)g->n_states * DI_TRIE_PLAIN_POSITIONS, sizeof(int32_t));
+    r->plain_idx = di_xmalloc((size_t)g->n_states * sizeof(int32_t));
+    r->plain_idx_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
+    r->plain_dist = di_xmalloc((size_t)g->n_states * sizeof(int16_t));
+    for (int i = 0; i < g->n_states; i++) r->plain_dist[i] = -1;
+}
+
+/* Shortest distances to failure over the explored graph (ps->dist), clamped at cap. */
+static void plain_distances(plain_scratch *ps, int cap) {
+    int n = ps->state.n;
+    ps->rev_off.n = ps->rev.n = 0;
+    for (int i = 0; i <= n; i++) g_ivec_push(&ps->rev_off, 0);
+    for (int e = 0; e < ps->eto.n; e++) ps->rev_off.v[ps->eto.v[e] + 1]++;
+    for (int i = 0; i < n; i++) ps->rev_off.v[i + 1] += ps->rev_off.v[i];
+    for (int e = 0; e < ps->efrom.n; e++) g_ivec_push(&ps->rev, 0);
+    g_ivec fill = {0};
+    for (int i = 0; i < n; i++) g_ivec_push(&fill, ps->rev_off.v[i]);
+    for (int e = 0; e < ps->efrom.n; e++) ps->rev.v[fill.v[ps->eto.v[e]]++] = ps->efrom.v[e];
+    g_ivec_free(&fill);
+    /* buckets as linked lists: head per distance, next per node (a node may sit in several
+     * buckets after improvements; stale entries are skipped) */
+    g_ivec head = {0}, link = {0}, who = {0};
+    for (int d = 0; d <= cap; d++) g_ivec_push(&head, -1);
+    for (int i = 0; i < n; i++) {
+        if (ps->dist.v[i] < cap) g_ivec_push(&who, i), g_ivec_push(&link, head.v[ps->dist.v[i]]), head.v[ps->dist.v[i]] = who.n - 1;
+    }
+    for (int d = 0; d < cap; d++) {
+        for (int it = head.v[d]; it >= 0; it = link.v[it]) {
+            int i = who.v[it];
+            if (ps->dist.v[i] != d) continue;
+            for (int k = ps->rev_off.v[i]; k < ps->rev_off.v[i + 1]; k++) {
+                int p = ps->rev.v[k];
+                if (ps->fail.v[p] < 0 || ps->dist.v[p] <= d + 1) continue; /* fixed (a leaf) or no better */
+                ps->dist.v[p] = d + 1;
+                if (d + 1 < cap) g_ivec_push(&who, p), g_ivec_push(&link, head.v[d + 1]), head.v[d + 1] = who.n - 1;
+            }
+        }
+    }
+    g_ivec_free(&head);
+    g_ivec_free(&link);
+    g_ivec_free(&who);
+}
+
 static int plain_capacity(const di_grammar *g, g_runtime *r, int t, const di_token_trie *v) {
-    if (!r->plain_rep_n) {
-        r->plain_rep_n = di_xcalloc(DI_TRIE_PLAIN_POSITIONS, sizeof(int));
-        r->plain_rep = di_xmalloc((size_t)DI_TRIE_PLAIN_POSITIONS * 256);
-        for (int u = 0; u < DI_TRIE_PLAIN_POSITIONS; u++) {
-            uint8_t seen[256 * DI_TRIE_PLAIN_POSITIONS] = {0}; /* class x next position */
-            for (int b = 0; b < 256; b++) {
-                int u2 = di_trie_plain_step(u, (uint8_t)b);
-                if (u2 < 0 || seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2]) continue;
-                seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2] = 1;
-                r->plain_rep[u * 256 + r->plain_rep_n[u]++] = (uint8_t)b;
-            }
+    if (!r->plain_rep_n) plain_tables(g, r);
+    if (r->plain_dist[t] >= 0) return r->plain_dist[t];
+    int cap = v->max_plain, horizon = PLAIN_HORIZON(v);
+    plain_scratch ps = {0};
+    g_ivec succ = {0};
+    int stamp = ++r->plain_idx_cur;
+    r->plain_idx_stamp[t] = stamp, r->plain_idx[t] = 0;
+    g_ivec_push(&ps.state, t), g_ivec_push(&ps.depth, 0);
+    for (int i = 0; i < ps.state.n; i++) {
+        int s = ps.state.v[i], d = ps.depth.v[i];
+        /* fail: 1 = fails next, 0 = explored, -1 = a leaf with a known distance */
+        if (i > 0 && r->plain_dist[s] >= 0) {
+            g_ivec_push(&ps.fail, -1), g_ivec_push(&ps.dist, r->plain_dist[s]);
+            continue;
         }
-        r->plain_seen = di_xcalloc((size_t)g->n_states * DI_TRIE_PLAIN_POSITIONS, sizeof(int32_t));
-    }
-    g_ivec cur = {0}, next = {0}, todo = {0};
-    g_ivec_push(&cur, t);
-    int m = 0;
-    for (;;) {
-        int stamp = ++r->plain_cur;
-        next.n = todo.n = 0;
-        for (int i = 0; i < cur.n; i++) g_ivec_push(&todo, cur.v[i] * DI_TRIE_PLAIN_POSITIONS);
-        bool fail = false;
-        while (todo.n && !fail) {
-            int pair = todo.v[--todo.n], s = pair / DI_TRIE_PLAIN_POSITIONS, u = pair % DI_TRIE_PLAIN_POSITIONS;
-            for (int k = 0; k < r->plain_rep_n[u] && !fail; k++) {
-                uint8_t b = r->plain_rep[u * 256 + k];
-                int u2 = di_trie_plain_step(u, b);
-                int s2 = g->next[(size_t)s * (size_t)g->n_classes + g->byte_class[b]];
-                if (s2 < 0 || !light_state(g, s2)) { fail = true; break; }
-                int p2 = s2 * DI_TRIE_PLAIN_POSITIONS + u2;
-                if (r->plain_seen[p2] == stamp) continue;
-                r->plain_seen[p2] = stamp;
-                g_ivec_push(u2 ? &todo : &next, u2 ? p2 : s2);
-            }
+        if (d >= horizon) {
+            g_ivec_push(&ps.fail, -1), g_ivec_push(&ps.dist, cap);
+            continue;
         }
-        if (fail) break;
-        m++;
-        qsort(next.v, (size_t)next.n, sizeof(int), cmp_int_asc);
-        bool same = next.n == cur.n && !memcmp(next.v, cur.v, (size_t)cur.n * sizeof(int));
-        if (same || m >= v->max_plain) { m = PLAIN_ALL; break; }
-        if (m > DI_TRIE_SLICE_MAX) { m = DI_TRIE_SLICE_MAX; break; }
-        g_ivec tmp = cur; cur = next; next = tmp;
+        succ.n = 0;
+        bool ok = plain_successors(g, r, s, &ps.todo, &succ);
+        g_ivec_push(&ps.fail, ok ? 0 : 1), g_ivec_push(&ps.dist, ok ? cap : 0);
+        if (!ok) continue;
+        for (int k = 0; k < succ.n; k++) {
+            int s2 = succ.v[k];
+            if (r->plain_idx_stamp[s2] != stamp) {
+                r->plain_idx_stamp[s2] = stamp, r->plain_idx[s2] = ps.state.n;
+                g_ivec_push(&ps.state, s2), g_ivec_push(&ps.depth, d + 1);
+            }
+            g_ivec_push(&ps.efrom, i), g_ivec_push(&ps.eto, r->plain_idx[s2]);
+        }
     }
-    g_ivec_free(&cur);
-    g_ivec_free(&next);
-    g_ivec_free(&todo);
+    plain_distances(&ps, cap);
+    for (int i = 0; i < ps.state.n; i++)
+        if (ps.fail.v[i] >= 0 && ps.depth.v[i] <= horizon - cap) r->plain_dist[ps.state.v[i]] = (int16_t)ps.dist.v[i];
+    int m = ps.dist.v[0];
+    g_ivec *all[] = {&ps.state, &ps.depth, &ps.fail, &ps.dist, &ps.efrom, &ps.eto, &ps.todo,
+                     &ps.rev_off, &ps.rev, &succ};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) g_ivec_free(all[k]);
     return m;
 }
 
@@ -548,6 +642,7 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     }
     if (!hit) {
         int m = plain_capacity(g, r, t, v);
+        m = m >= v->max_plain ? PLAIN_ALL : m > DI_TRIE_SLICE_MAX ? DI_TRIE_SLICE_MAX : m;
         if (m > 0) memcpy(e->mask, v->slice_mask + (m > DI_TRIE_SLICE_MAX ? 0 : (size_t)m * words), words * 4);
         else memset(e->mask, 0, words * 4);
         w->sp = 0;
