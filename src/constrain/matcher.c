@@ -48,33 +48,58 @@ typedef struct g_runtime {
     int stamp_cap, cur_stamp;
     g_ivec stack, tmp;
     int64_t n_masks;
-    light_entry *light; /* [n_light_states] lazily */
-    int32_t *canon_idx, *canon_stamp; /* [n_states] scratch of light_canon */
+    /* per DFA state, grown with the grammar's states by rt_fit (fit_cap entries) */
+    int fit_cap;
+    light_entry *light;               /* light_get cache */
+    int32_t *canon_idx, *canon_stamp; /* scratch of light_canon */
+    int32_t *or_stamp;                /* scratch of mask_compute */
+    int32_t *plain_seen;              /* [fit_cap * DI_TRIE_PLAIN_POSITIONS] stamps */
+    int32_t *plain_idx, *plain_idx_stamp;
+    int16_t *plain_dist;              /* distance to failure, -1 = not known */
     int canon_cur;
-    int32_t *or_stamp; /* [n_states] scratch of mask_compute */
-    uint8_t *is_light;     /* [n_states] light_state, precomputed */
     int *plain_rep_n;      /* [DI_TRIE_PLAIN_POSITIONS] (plain_capacity) */
     uint8_t *plain_rep;    /* [DI_TRIE_PLAIN_POSITIONS][256] representative bytes */
     uint8_t *plain_rep_u;  /* [DI_TRIE_PLAIN_POSITIONS][256] UTF-8 position after each */
-    int32_t *plain_seen;   /* [n_states * DI_TRIE_PLAIN_POSITIONS] stamps */
-    int32_t *plain_idx, *plain_idx_stamp; /* [n_states] */
-    int16_t *plain_dist;   /* [n_states] distance to failure, -1 = not known */
     int plain_cur, plain_idx_cur;
     int or_cur;
-    int n_light_states;
     int n_light;
 } g_runtime;
+
+#define GROW(p, n_old, n_new, fill)                                                        \
+    do {                                                                                  \
+        (p) = di_xrealloc((p), (size_t)(n_new) * sizeof *(p));                             \
+        for (size_t i_ = (size_t)(n_old); i_ < (size_t)(n_new); i_++) (p)[i_] = (fill);    \
+    } while (0)
+
+/* Grows the per-state arrays to the grammar's state capacity. */
+static void rt_fit(di_grammar *g, g_runtime *r) {
+    int old = r->fit_cap, cap = g->cap_states;
+    if (cap <= old) return;
+    r->light = di_xrealloc(r->light, (size_t)cap * sizeof(light_entry));
+    memset(r->light + old, 0, (size_t)(cap - old) * sizeof(light_entry));
+    GROW(r->canon_idx, old, cap, 0);
+    GROW(r->canon_stamp, old, cap, 0);
+    GROW(r->or_stamp, old, cap, 0);
+    GROW(r->plain_seen, (size_t)old * DI_TRIE_PLAIN_POSITIONS, (size_t)cap * DI_TRIE_PLAIN_POSITIONS, 0);
+    GROW(r->plain_idx, old, cap, 0);
+    GROW(r->plain_idx_stamp, old, cap, 0);
+    GROW(r->plain_dist, old, cap, -1);
+    r->fit_cap = cap;
+}
 
 static g_runtime *rt_get(di_grammar *g) {
     if (!g->rt) {
         g->rt = di_xcalloc(1, sizeof(g_runtime));
-        /* light: the state consumes bytes, calls nothing and is not final, so a walk through it
-         * needs no stack (see trie_walk) */
-        g->rt->is_light = di_xmalloc((size_t)(g->n_states ? g->n_states : 1));
-        for (int t = 0; t < g->n_states; t++)
-            g->rt->is_light[t] = g->has_bytes[t] && !g->accepting[t] && g->call_off[t] == g->call_off[t + 1];
+        rt_fit(g, g->rt);
     }
     return g->rt;
+}
+
+/* Makes state s's transitions and calls available (the grammar builds them lazily). */
+static inline void ready(di_grammar *g, int s) {
+    if (g->expanded[s]) return;
+    g_expand_state(g, s);
+    rt_fit(g, g->rt);
 }
 
 static uint64_t mix64(uint64_t x) {
@@ -161,12 +186,12 @@ static void set_close(di_grammar *g, g_runtime *r, int set) {
         r->stamp[nd] = r->cur_stamp;
         int s = r->node_state.v[nd], p = r->node_parent.v[nd];
         if (g->has_bytes[s]) g_ivec_push(&r->tmp, nd);
-        for (int e = g->call_off[s]; e < g->call_off[s + 1]; e++) {
-            int to = g->call_to[e];
+        if (g->has_calls[s]) ready(g, s);
+        for (int e = g->call_first[s]; g->has_calls[s] && e < g->call_first[s] + g->call_count[s]; e++) {
+            int to = g->call_to.v[e];
             /* a tail call (the return state only finishes the rule) pushes no frame */
-            int ret = g->accepting[to] && !g->has_bytes[to] && g->call_off[to] == g->call_off[to + 1]
-                          ? p : node_intern(r, to, p);
-            int child = node_intern(r, g->rule_start[g->call_rule[e]], ret);
+            int ret = g->accepting[to] && !g->has_bytes[to] && !g->has_calls[to] ? p : node_intern(r, to, p);
+            int child = node_intern(r, g->rule_start[g->call_rule.v[e]], ret);
             g_ivec_push(&r->stack, child);
         }
         if (g->accepting[s]) {
@@ -192,6 +217,8 @@ static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
     g_ivec out = {0};
     for (int i = 0; i < si->ready_n; i++) {
         int nd = r->ready_pool.v[si->ready_off + i];
+        ready(g, r->node_state.v[nd]);
+        si = &r->info[set];
         int t = g->next[(size_t)r->node_state.v[nd] * (size_t)g->n_classes + (size_t)cls];
         if (t >= 0) g_ivec_push(&out, node_intern(r, t, r->node_parent.v[nd]));
     }
@@ -241,9 +268,8 @@ static void runtime_free(g_runtime *r) {
     free(r->plain_idx);
     free(r->plain_idx_stamp);
     free(r->plain_dist);
-    free(r->is_light);
     if (r->light) {
-        for (int i = 0; i < r->n_light_states; i++) {
+        for (int i = 0; i < r->fit_cap; i++) {
             free(r->light[i].mask);
             g_ivec_free(&r->light[i].bounds);
         }
@@ -261,13 +287,7 @@ void di_grammar_free(di_grammar *gr) {
     for (int i = 0; i < gr->n_rules; i++) free(gr->rule_names[i]);
     free(gr->rule_names);
     free(gr->rule_start);
-    free(gr->next);
-    free(gr->state_rule);
-    free(gr->accepting);
-    free(gr->has_bytes);
-    free(gr->call_off);
-    free(gr->call_rule);
-    free(gr->call_to);
+    g_grammar_free_tables(gr);
     runtime_free(gr->rt);
     free(gr);
 }
@@ -346,7 +366,11 @@ int di_matcher_rollback(di_matcher *m, int n) {
     return k;
 }
 
-static bool light_state(const di_grammar *g, int t) { return g->rt->is_light[t]; }
+/* light: the state consumes bytes, calls nothing and is not final, so a walk through it needs no
+ * stack (see trie_walk) */
+static inline bool light_state(const di_grammar *g, int t) {
+    return g->has_bytes[t] && !g->accepting[t] && !g->has_calls[t];
+}
 
 typedef struct walk_stack {
     int32_t *node, *a, *b;
@@ -376,6 +400,7 @@ static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_
     while (w->sp) {
         w->sp--;
         int nd = w->node[w->sp], a = w->a[w->sp], pb = w->b[w->sp];
+        if (a < 0) ready(g, -1 - a);
         for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) {
             if (v->sub_chars[c] <= skip_chars) break; /* this and every later sibling: all plain, short */
             int na, nb = 0;
@@ -417,12 +442,8 @@ static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_
  * (light state index | exit index | dead). Two states (of any grammars) with equal forms have
  * equal light walks, up to renaming the exits. Fills exits (exit index -> DFA state); returns
  * false when the form is too large to share. */
-static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max, g_ivec *key, g_ivec *exits) {
+static bool light_canon(di_grammar *g, g_runtime *r, int t, int depth_max, g_ivec *key, g_ivec *exits) {
     key->n = exits->n = 0;
-    if (!r->canon_idx) {
-        r->canon_idx = di_xmalloc((size_t)g->n_states * sizeof(int32_t));
-        r->canon_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
-    }
     r->canon_cur++;
     g_ivec q = {0}, qd = {0};
     g_ivec_push(&q, t), g_ivec_push(&qd, 0);
@@ -431,6 +452,7 @@ static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max,
     for (int h = 0; h < q.n && ok; h++) {
         int s = q.v[h], d = qd.v[h];
         if (d >= depth_max) { g_ivec_push(key, -7); continue; }
+        ready(g, s);
         int prev = -9, run = 0;
         for (int b = 0; b <= 256; b++) {
             int code = -9;
@@ -486,17 +508,18 @@ typedef struct plain_scratch {
 } plain_scratch;
 
 /* Plain successors of boundary state s (appended to out as DFA states); false when s fails. */
-static bool plain_successors(const di_grammar *g, g_runtime *r, int s, g_ivec *todo, g_ivec *out) {
+static bool plain_successors(di_grammar *g, g_runtime *r, int s, g_ivec *todo, g_ivec *out) {
     int stamp = ++r->plain_cur;
     todo->n = 0;
     g_ivec_push(todo, s * DI_TRIE_PLAIN_POSITIONS);
     while (todo->n) {
         int pair = todo->v[--todo->n], x = pair / DI_TRIE_PLAIN_POSITIONS, u = pair % DI_TRIE_PLAIN_POSITIONS;
         const uint8_t *rep = r->plain_rep + u * 256, *rep_u = r->plain_rep_u + u * 256;
-        const int32_t *row = g->next + (size_t)x * (size_t)g->n_classes;
+        ready(g, x);
+        const int32_t *row = g->next + (size_t)x * (size_t)g->n_classes; /* no expansion below */
         for (int k = 0; k < r->plain_rep_n[u]; k++) {
             int s2 = row[g->byte_class[rep[k]]], u2 = rep_u[k];
-            if (s2 < 0 || !r->is_light[s2]) return false;
+            if (s2 < 0 || !light_state(g, s2)) return false;
             int p2 = s2 * DI_TRIE_PLAIN_POSITIONS + u2;
             if (r->plain_seen[p2] == stamp) continue;
             r->plain_seen[p2] = stamp;
@@ -520,11 +543,6 @@ static void plain_tables(const di_grammar *g, g_runtime *r) {
             r->plain_rep_u[u * 256 + r->plain_rep_n[u]++] = (uint8_t)u2;
         }
     }
-    r->plain_seen = di_xcalloc((size_t)g->n_states * DI_TRIE_PLAIN_POSITIONS, sizeof(int32_t));
-    r->plain_idx = di_xmalloc((size_t)g->n_states * sizeof(int32_t));
-    r->plain_idx_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
-    r->plain_dist = di_xmalloc((size_t)g->n_states * sizeof(int16_t));
-    for (int i = 0; i < g->n_states; i++) r->plain_dist[i] = -1;
 }
 
 /* Shortest distances to failure over the explored graph (ps->dist), clamped at cap. */
@@ -563,7 +581,7 @@ static void plain_distances(plain_scratch *ps, int cap) {
     g_ivec_free(&who);
 }
 
-static int plain_capacity(const di_grammar *g, g_runtime *r, int t, const di_token_trie *v) {
+static int plain_capacity(di_grammar *g, g_runtime *r, int t, const di_token_trie *v) {
     if (!r->plain_rep_n) plain_tables(g, r);
     if (r->plain_dist[t] >= 0) return r->plain_dist[t];
     int cap = v->max_plain, horizon = PLAIN_HORIZON(v);
@@ -611,18 +629,13 @@ static int plain_capacity(const di_grammar *g, g_runtime *r, int t, const di_tok
  * canonical form in the vocabulary (shared by every grammar using it). */
 static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *cv, int t, walk_stack *w) {
     di_token_trie *v = (di_token_trie *)cv; /* only the shared cache is written, under its mutex */
-    if (!r->light) {
-        r->light = di_xcalloc((size_t)g->n_states, sizeof(light_entry));
-        r->n_light_states = g->n_states;
-    }
     light_entry *e = &r->light[t];
     if (e->mask && e->vocab == v) return e;
     if (r->n_light >= LIGHT_CACHE_MAX) return NULL;
     size_t words = ((size_t)v->vocab + 31) / 32;
-    free(e->mask);
-    g_ivec_free(&e->bounds);
-    e->mask = di_xmalloc(words * 4);
-    e->vocab = v;
+    /* built aside: the walks below may create states and so move r->light */
+    uint32_t *mask = di_xmalloc(words * 4);
+    g_ivec bounds = {0};
     r->n_light++;
     g_ivec key = {0}, exits = {0};
     bool canon = light_canon(g, r, t, v->max_depth, &key, &exits);
@@ -633,9 +646,9 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
         for (int i = 0; i < v->n_shared && !hit; i++) {
             shared_light *sl = &v->shared[i];
             if (sl->hash != h || sl->key_n != key.n || memcmp(sl->key, key.v, (size_t)key.n * sizeof(int32_t))) continue;
-            memcpy(e->mask, sl->mask, words * 4);
+            memcpy(mask, sl->mask, words * 4);
             for (int k = 0; k < sl->bounds.n; k += 2)
-                g_ivec_push(&e->bounds, sl->bounds.v[k]), g_ivec_push(&e->bounds, exits.v[sl->bounds.v[k + 1]]);
+                g_ivec_push(&bounds, sl->bounds.v[k]), g_ivec_push(&bounds, exits.v[sl->bounds.v[k + 1]]);
             hit = true;
         }
         pthread_mutex_unlock(&v->mu);
@@ -643,11 +656,11 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     if (!hit) {
         int m = plain_capacity(g, r, t, v);
         m = m >= v->max_plain ? PLAIN_ALL : m > DI_TRIE_SLICE_MAX ? DI_TRIE_SLICE_MAX : m;
-        if (m > 0) memcpy(e->mask, v->slice_mask + (m > DI_TRIE_SLICE_MAX ? 0 : (size_t)m * words), words * 4);
-        else memset(e->mask, 0, words * 4);
+        if (m > 0) memcpy(mask, v->slice_mask + (m > DI_TRIE_SLICE_MAX ? 0 : (size_t)m * words), words * 4);
+        else memset(mask, 0, words * 4);
         w->sp = 0;
         ws_push(w, 0, -1 - t, 0);
-        trie_walk(g, r, v, w, e->mask, &e->bounds, m);
+        trie_walk(g, r, v, w, mask, &bounds, m);
         pthread_mutex_lock(&v->mu);
         if (canon && v->n_shared < SHARED_MAX) {
             if (v->n_shared == v->cap_shared) {
@@ -657,11 +670,11 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
             shared_light *sl = &v->shared[v->n_shared];
             memset(sl, 0, sizeof *sl);
             bool all_known = true;
-            for (int k = 0; k < e->bounds.n && all_known; k += 2) {
+            for (int k = 0; k < bounds.n && all_known; k += 2) {
                 int x = 0;
-                while (x < exits.n && exits.v[x] != e->bounds.v[k + 1]) x++;
+                while (x < exits.n && exits.v[x] != bounds.v[k + 1]) x++;
                 if (x == exits.n) all_known = false;
-                g_ivec_push(&sl->bounds, e->bounds.v[k]);
+                g_ivec_push(&sl->bounds, bounds.v[k]);
                 g_ivec_push(&sl->bounds, x);
             }
             if (all_known) {
@@ -670,7 +683,7 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
                 for (int k = 0; k < key.n; k++) sl->key[k] = key.v[k];
                 sl->key_n = key.n;
                 sl->mask = di_xmalloc(words * 4);
-                memcpy(sl->mask, e->mask, words * 4);
+                memcpy(sl->mask, mask, words * 4);
                 v->n_shared++;
             } else {
                 g_ivec_free(&sl->bounds);
@@ -680,6 +693,12 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     }
     g_ivec_free(&key);
     g_ivec_free(&exits);
+    e = &r->light[t];
+    free(e->mask);
+    g_ivec_free(&e->bounds);
+    e->mask = mask;
+    e->bounds = bounds;
+    e->vocab = v;
     return e;
 }
 
@@ -696,9 +715,6 @@ static int cmp_pair_int(const void *a, const void *b) {
 static void mask_compute(di_grammar *g, g_runtime *r, const di_token_trie *v, int s, uint32_t *mask) {
     size_t words = ((size_t)v->vocab + 31) / 32;
     memset(mask, 0, words * 4);
-    if (!r->or_stamp) {
-        r->or_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
-    }
     int stamp = ++r->or_cur;
     walk_stack w = {0};
     g_ivec rest = {0}, cont = {0}; /* cont: pairs (trie node, stack node) */
@@ -722,7 +738,7 @@ static void mask_compute(di_grammar *g, g_runtime *r, const di_token_trie *v, in
     }
     w.sp = 0;
     if (rest.n) ws_push(&w, 0, set_intern(r, rest.v, rest.n), 0);
-    qsort(cont.v, (size_t)cont.n / 2, 2 * sizeof(int), cmp_pair_int);
+    if (cont.n > 2) qsort(cont.v, (size_t)cont.n / 2, 2 * sizeof(int), cmp_pair_int);
     for (int i = 0; i < cont.n;) {
         int j = i;
         rest.n = 0;
