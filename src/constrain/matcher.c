@@ -495,11 +495,16 @@ static bool light_canon(di_grammar *g, g_runtime *r, int t, int depth_max, g_ive
  * point, followed byte by byte through one representative byte per (byte class, UTF-8 position)):
  * explore breadth-first from t up to PLAIN_HORIZON code points, mark the states that fail at their
  * next code point, and compute shortest distances to failure backwards (Dijkstra with one bucket per
- * distance, distances clamped at the longest plain token: beyond that every plain token fits).
- * States past the horizon count as never failing; a path through them is at least as long as the
- * horizon is far, so the distance of every state within PLAIN_HORIZON - max_plain of t is exact
- * (or at least max_plain), and those distances are kept per state for later calls. */
-#define PLAIN_HORIZON(v) (2 * (v)->max_plain + 2)
+ * distance, distances clamped at PLAIN_CAP: slices stop at DI_TRIE_SLICE_MAX code points). A state
+ * from which no failing state is reachable at all has no bound (PLAIN_ALL: every plain token).
+ * The exploration stops at a horizon of 2 * PLAIN_CAP + 2 code points; states there count as
+ * PLAIN_CAP away from failure (a path through them is at least that long), so the distance of every
+ * state within horizon - PLAIN_CAP of t is exact (or at least PLAIN_CAP), and those distances are
+ * kept per state for later calls. After
+ * PLAIN_BUDGET states the horizon is pulled in to the current depth, so one call's work is bounded;
+ * t's distance is then only known up to the horizon, which is taken as its (safe) lower bound. */
+#define PLAIN_CAP(v) ((v)->max_plain < DI_TRIE_SLICE_MAX ? (v)->max_plain : DI_TRIE_SLICE_MAX)
+#define PLAIN_BUDGET 2048
 
 typedef struct plain_scratch {
     g_ivec state, depth, fail, dist; /* per explored boundary state, in discovery order */
@@ -545,7 +550,8 @@ static void plain_tables(const di_grammar *g, g_runtime *r) {
     }
 }
 
-/* Shortest distances to failure over the explored graph (ps->dist), clamped at cap. */
+/* Shortest distances to failure over the explored graph (ps->dist), clamped at cap; a node from
+ * which no failing node and no horizon leaf can be reached keeps PLAIN_ALL. */
 static void plain_distances(plain_scratch *ps, int cap) {
     int n = ps->state.n;
     ps->rev_off.n = ps->rev.n = 0;
@@ -562,17 +568,19 @@ static void plain_distances(plain_scratch *ps, int cap) {
     g_ivec head = {0}, link = {0}, who = {0};
     for (int d = 0; d <= cap; d++) g_ivec_push(&head, -1);
     for (int i = 0; i < n; i++) {
-        if (ps->dist.v[i] < cap) g_ivec_push(&who, i), g_ivec_push(&link, head.v[ps->dist.v[i]]), head.v[ps->dist.v[i]] = who.n - 1;
+        if (ps->dist.v[i] <= cap) g_ivec_push(&who, i), g_ivec_push(&link, head.v[ps->dist.v[i]]), head.v[ps->dist.v[i]] = who.n - 1;
     }
-    for (int d = 0; d < cap; d++) {
-        for (int it = head.v[d]; it >= 0; it = link.v[it]) {
-            int i = who.v[it];
+    for (int d = 0; d <= cap; d++) {
+        int nd = d < cap ? d + 1 : cap;
+        while (head.v[d] >= 0) { /* popped one by one: bucket cap receives while it is drained */
+            int it = head.v[d], i = who.v[it];
+            head.v[d] = link.v[it];
             if (ps->dist.v[i] != d) continue;
             for (int k = ps->rev_off.v[i]; k < ps->rev_off.v[i + 1]; k++) {
                 int p = ps->rev.v[k];
-                if (ps->fail.v[p] < 0 || ps->dist.v[p] <= d + 1) continue; /* fixed (a leaf) or no better */
-                ps->dist.v[p] = d + 1;
-                if (d + 1 < cap) g_ivec_push(&who, p), g_ivec_push(&link, head.v[d + 1]), head.v[d + 1] = who.n - 1;
+                if (ps->fail.v[p] < 0 || ps->dist.v[p] <= nd) continue; /* fixed (a leaf) or no better */
+                ps->dist.v[p] = nd;
+                g_ivec_push(&who, p), g_ivec_push(&link, head.v[nd]), head.v[nd] = who.n - 1;
             }
         }
     }
@@ -584,7 +592,7 @@ static void plain_distances(plain_scratch *ps, int cap) {
 static int plain_capacity(di_grammar *g, g_runtime *r, int t, const di_token_trie *v) {
     if (!r->plain_rep_n) plain_tables(g, r);
     if (r->plain_dist[t] >= 0) return r->plain_dist[t];
-    int cap = v->max_plain, horizon = PLAIN_HORIZON(v);
+    int cap = PLAIN_CAP(v), horizon = 2 * cap + 2;
     plain_scratch ps = {0};
     g_ivec succ = {0};
     int stamp = ++r->plain_idx_cur;
@@ -593,17 +601,18 @@ static int plain_capacity(di_grammar *g, g_runtime *r, int t, const di_token_tri
     for (int i = 0; i < ps.state.n; i++) {
         int s = ps.state.v[i], d = ps.depth.v[i];
         /* fail: 1 = fails next, 0 = explored, -1 = a leaf with a known distance */
-        if (i > 0 && r->plain_dist[s] >= 0) {
+        if (i > 0 && r->plain_dist[s] >= 0) { /* PLAIN_ALL when unbounded */
             g_ivec_push(&ps.fail, -1), g_ivec_push(&ps.dist, r->plain_dist[s]);
             continue;
         }
+        if (d < horizon && i >= PLAIN_BUDGET) horizon = d; /* discovery order is by depth */
         if (d >= horizon) {
             g_ivec_push(&ps.fail, -1), g_ivec_push(&ps.dist, cap);
             continue;
         }
         succ.n = 0;
         bool ok = plain_successors(g, r, s, &ps.todo, &succ);
-        g_ivec_push(&ps.fail, ok ? 0 : 1), g_ivec_push(&ps.dist, ok ? cap : 0);
+        g_ivec_push(&ps.fail, ok ? 0 : 1), g_ivec_push(&ps.dist, ok ? PLAIN_ALL : 0);
         if (!ok) continue;
         for (int k = 0; k < succ.n; k++) {
             int s2 = succ.v[k];
@@ -617,7 +626,7 @@ static int plain_capacity(di_grammar *g, g_runtime *r, int t, const di_token_tri
     plain_distances(&ps, cap);
     for (int i = 0; i < ps.state.n; i++)
         if (ps.fail.v[i] >= 0 && ps.depth.v[i] <= horizon - cap) r->plain_dist[ps.state.v[i]] = (int16_t)ps.dist.v[i];
-    int m = ps.dist.v[0];
+    int m = ps.dist.v[0] == PLAIN_ALL || ps.dist.v[0] < horizon ? ps.dist.v[0] : horizon; /* past the horizon: a lower bound */
     g_ivec *all[] = {&ps.state, &ps.depth, &ps.fail, &ps.dist, &ps.efrom, &ps.eto, &ps.todo,
                      &ps.rev_off, &ps.rev, &succ};
     for (size_t k = 0; k < sizeof all / sizeof *all; k++) g_ivec_free(all[k]);
@@ -655,7 +664,7 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     }
     if (!hit) {
         int m = plain_capacity(g, r, t, v);
-        m = m >= v->max_plain ? PLAIN_ALL : m > DI_TRIE_SLICE_MAX ? DI_TRIE_SLICE_MAX : m;
+        m = m >= v->max_plain ? PLAIN_ALL : m; /* else m <= PLAIN_CAP <= DI_TRIE_SLICE_MAX */
         if (m > 0) memcpy(mask, v->slice_mask + (m > DI_TRIE_SLICE_MAX ? 0 : (size_t)m * words), words * 4);
         else memset(mask, 0, words * 4);
         w->sp = 0;
