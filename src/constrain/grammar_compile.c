@@ -29,6 +29,9 @@ typedef struct g_lazy {
     uint64_t *bucket_hash;  /* [n_classes] */
     int32_t *row;           /* [n_classes] (scratch) */
     int n_sets;             /* length of c.set_classes */
+    int32_t *single;        /* [a.n] DFA state of the closure of {NFA state}, -1 = not yet */
+    int32_t *slot_of_hash;  /* [2 * n_classes rounded up to a power of 2] bucket dedupe (scratch) */
+    int n_hash_slots;
     g_ivec cur, pairs, seeds, set;
 } g_lazy;
 
@@ -77,8 +80,12 @@ static int state_of_set(di_grammar *gr, g_lazy *lz, const int *set, int n, int r
 }
 
 static int state_of_closure(di_grammar *gr, g_lazy *lz, const int *seeds, int n, int rule) {
+    /* one NFA state (most buckets: literals, embedded DFAs) always closes to the same state */
+    if (n == 1 && lz->single[seeds[0]] >= 0) return lz->single[seeds[0]];
     g_eps_closure(&lz->c, seeds, n, &lz->cur);
-    return state_of_set(gr, lz, lz->cur.v, lz->cur.n, rule);
+    int id = state_of_set(gr, lz, lz->cur.v, lz->cur.n, rule);
+    if (n == 1) lz->single[seeds[0]] = id;
+    return id;
 }
 
 void g_expand_state(di_grammar *gr, int s) {
@@ -102,19 +109,28 @@ void g_expand_state(di_grammar *gr, int s) {
                 g_ivec_push(&lz->pairs, ed->to);
             }
         }
-    for (int i = 0; i < nc; i++)
-        lz->bucket_hash[i] = lz->buckets[i].n ? g_hash_ints(lz->buckets[i].v, lz->buckets[i].n) : 0;
+    /* classes with the same NFA targets (edges are visited in the same order) share the closure:
+     * an open-addressing table over bucket hashes finds an earlier one */
+    const int hmask = lz->n_hash_slots - 1;
+    for (int j = 0; j < lz->n_hash_slots; j++) lz->slot_of_hash[j] = -1;
     for (int i = 0; i < nc; i++) {
         int target = -1;
         const g_ivec *b = &lz->buckets[i];
         if (b->n) {
-            /* classes with the same NFA targets (edges are visited in the same order) share the
-             * closure: look for an earlier one before computing it */
-            for (int j = 0; j < i && target < 0; j++)
-                if (lz->bucket_hash[j] == lz->bucket_hash[i] && lz->buckets[j].n == b->n &&
-                    !memcmp(lz->buckets[j].v, b->v, (size_t)b->n * sizeof(int)))
-                    target = lz->row[j];
-            if (target < 0) target = state_of_closure(gr, lz, b->v, b->n, rule);
+            uint64_t h = g_hash_ints(b->v, b->n);
+            lz->bucket_hash[i] = h;
+            int j = (int)(h & (uint64_t)hmask);
+            for (; lz->slot_of_hash[j] >= 0; j = (j + 1) & hmask) {
+                int k = lz->slot_of_hash[j];
+                if (lz->bucket_hash[k] == h && lz->buckets[k].n == b->n && !memcmp(lz->buckets[k].v, b->v, (size_t)b->n * sizeof(int))) {
+                    target = lz->row[k];
+                    break;
+                }
+            }
+            if (target < 0) {
+                target = state_of_closure(gr, lz, b->v, b->n, rule);
+                lz->slot_of_hash[j] = i;
+            }
         }
         lz->row[i] = target;
     }
@@ -281,6 +297,11 @@ di_status di_grammar_build(const g_builder *g, int root, di_grammar **out, di_er
         lz->buckets = di_xcalloc((size_t)gr->n_classes, sizeof(g_ivec));
         lz->bucket_hash = di_xmalloc((size_t)gr->n_classes * sizeof(uint64_t));
         lz->row = di_xmalloc((size_t)gr->n_classes * sizeof(int32_t));
+        lz->n_hash_slots = 16;
+        while (lz->n_hash_slots < 2 * gr->n_classes) lz->n_hash_slots *= 2;
+        lz->slot_of_hash = di_xmalloc((size_t)lz->n_hash_slots * sizeof(int32_t));
+        lz->single = di_xmalloc((size_t)(lz->a.n ? lz->a.n : 1) * sizeof(int32_t));
+        for (int i = 0; i < lz->a.n; i++) lz->single[i] = -1;
         st = check_left_recursion(gr, lz, nfa_start, err);
     }
     for (int r = 0; r < g->n_rules && !st; r++)
@@ -311,6 +332,8 @@ void g_grammar_free_tables(di_grammar *gr) {
         free(lz->buckets);
         free(lz->bucket_hash);
         free(lz->row);
+        free(lz->slot_of_hash);
+        free(lz->single);
         g_ivec_free(&lz->cur);
         g_ivec_free(&lz->pairs);
         g_ivec_free(&lz->seeds);
