@@ -145,6 +145,21 @@ static void test_json_schema(void) {
            L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),
            L("\"example.com\"", "\"http://a b\"", "\"http://a:99999\"", "\"http://x/%zz\"", "\"\""));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", "unsupported: format hostname");
+    /* minProperties / maxProperties: additional members count once toward the minimum (two may
+     * repeat a key, and a validator keeps one), every member toward the maximum */
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":1}", L("{\"a\":1}", "{\"a\":1,\"b\":[]}"),
+           L("{}", "{ }"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"minProperties\":2}",
+           L("{\"a\":1,\"b\":2}", "{\"a\":1,\"x\":2}", "{\"x\":0,\"b\":2}", "{\"a\":1,\"b\":2,\"c\":3}"),
+           L("{\"a\":1}", "{\"x\":1,\"x\":2}", "{\"x\":1,\"y\":2}", "{}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"maxProperties\":1}", L("{}", "{\"a\":1}"),
+           L("{\"a\":1,\"b\":2}", "{\"a\":1,\"a\":1}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"minProperties\":2,\"maxProperties\":2}",
+           L("{\"a\":1,\"b\":2}", "{\"b\":true,\"a\":1}", "3"), L("{\"a\":1}", "{\"a\":1,\"b\":2,\"c\":3}", "{\"b\":1}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":2,\"maxProperties\":1}", L(NULL), L("{}", "{\"a\":1}"));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"minProperties\":-1}", "json schema: minProperties must be a non-negative integer");
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"maxProperties\":1.5}", "json schema: maxProperties must be a non-negative integer");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}",
                  "unsupported: oneOf with overlapping alternatives");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"$ref\":\"http://example.com/s.json\"}", "unsupported: $ref to another document");
