@@ -31,7 +31,8 @@ typedef struct g_lazy {
     int n_sets;             /* length of c.set_classes */
     int32_t *single;        /* [a.n] DFA state of the closure of {NFA state}, -1 = not yet */
     int32_t *slot_of_hash;  /* [2 * n_classes rounded up to a power of 2] bucket dedupe (scratch) */
-    int n_hash_slots;
+    int32_t *slot_stamp;    /* [same] slot in use when equal to the expansion's stamp */
+    int n_hash_slots, stamp;
     g_ivec cur, pairs, seeds, set;
 } g_lazy;
 
@@ -110,17 +111,19 @@ void g_expand_state(di_grammar *gr, int s) {
             }
         }
     /* classes with the same NFA targets (edges are visited in the same order) share the closure:
-     * an open-addressing table over bucket hashes finds an earlier one */
-    const int hmask = lz->n_hash_slots - 1;
-    for (int j = 0; j < lz->n_hash_slots; j++) lz->slot_of_hash[j] = -1;
+     * a single target through the per-NFA-state cache, several through an open-addressing table
+     * over bucket hashes */
+    const int hmask = lz->n_hash_slots - 1, stamp = ++lz->stamp;
     for (int i = 0; i < nc; i++) {
         int target = -1;
         const g_ivec *b = &lz->buckets[i];
-        if (b->n) {
+        if (b->n == 1) {
+            target = state_of_closure(gr, lz, b->v, 1, rule); /* cached per NFA state */
+        } else if (b->n) {
             uint64_t h = g_hash_ints(b->v, b->n);
             lz->bucket_hash[i] = h;
             int j = (int)(h & (uint64_t)hmask);
-            for (; lz->slot_of_hash[j] >= 0; j = (j + 1) & hmask) {
+            for (; lz->slot_stamp[j] == stamp; j = (j + 1) & hmask) {
                 int k = lz->slot_of_hash[j];
                 if (lz->bucket_hash[k] == h && lz->buckets[k].n == b->n && !memcmp(lz->buckets[k].v, b->v, (size_t)b->n * sizeof(int))) {
                     target = lz->row[k];
@@ -130,6 +133,7 @@ void g_expand_state(di_grammar *gr, int s) {
             if (target < 0) {
                 target = state_of_closure(gr, lz, b->v, b->n, rule);
                 lz->slot_of_hash[j] = i;
+                lz->slot_stamp[j] = stamp;
             }
         }
         lz->row[i] = target;
@@ -300,6 +304,7 @@ di_status di_grammar_build(const g_builder *g, int root, di_grammar **out, di_er
         lz->n_hash_slots = 16;
         while (lz->n_hash_slots < 2 * gr->n_classes) lz->n_hash_slots *= 2;
         lz->slot_of_hash = di_xmalloc((size_t)lz->n_hash_slots * sizeof(int32_t));
+        lz->slot_stamp = di_xcalloc((size_t)lz->n_hash_slots, sizeof(int32_t));
         lz->single = di_xmalloc((size_t)(lz->a.n ? lz->a.n : 1) * sizeof(int32_t));
         for (int i = 0; i < lz->a.n; i++) lz->single[i] = -1;
         st = check_left_recursion(gr, lz, nfa_start, err);
@@ -333,6 +338,7 @@ void g_grammar_free_tables(di_grammar *gr) {
         free(lz->bucket_hash);
         free(lz->row);
         free(lz->slot_of_hash);
+        free(lz->slot_stamp);
         free(lz->single);
         g_ivec_free(&lz->cur);
         g_ivec_free(&lz->pairs);
