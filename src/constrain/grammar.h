@@ -151,6 +151,7 @@ typedef struct di_grammar {
     uint8_t *accepting;    /* [cap_states] the rule may finish here */
     uint8_t *has_bytes;    /* [cap_states] any byte transition */
     uint8_t *has_calls;    /* [cap_states] any rule call */
+    uint8_t *light;        /* [cap_states] has_bytes, no calls, not accepting: a walk needs no stack */
     uint8_t *expanded;     /* [cap_states] next row and calls computed */
     int32_t *call_first;   /* [cap_states] rule calls of state s: call_rule/call_to.v[call_first[s] ...] */
     int32_t *call_count;   /* [cap_states] (once expanded) */

@@ -51,6 +51,7 @@ static void grow_states(di_grammar *gr) {
     gr->accepting = di_xrealloc(gr->accepting, (size_t)cap);
     gr->has_bytes = di_xrealloc(gr->has_bytes, (size_t)cap);
     gr->has_calls = di_xrealloc(gr->has_calls, (size_t)cap);
+    gr->light = di_xrealloc(gr->light, (size_t)cap);
     gr->expanded = di_xrealloc(gr->expanded, (size_t)cap);
     gr->cap_states = cap;
 }
@@ -74,6 +75,7 @@ static int state_of_set(di_grammar *gr, g_lazy *lz, const int *set, int n, int r
     gr->accepting[id] = acc;
     gr->has_bytes[id] = bytes;
     gr->has_calls[id] = calls;
+    gr->light[id] = bytes && !calls && !acc;
     gr->expanded[id] = 0;
     gr->call_first[id] = gr->call_count[id] = 0;
     gr->n_states++;
@@ -351,6 +353,7 @@ void g_grammar_free_tables(di_grammar *gr) {
     free(gr->accepting);
     free(gr->has_bytes);
     free(gr->has_calls);
+    free(gr->light);
     free(gr->expanded);
     free(gr->call_first);
     free(gr->call_count);

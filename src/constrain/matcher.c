@@ -58,7 +58,7 @@ typedef struct g_runtime {
     int16_t *plain_dist;              /* distance to failure, -1 = not known */
     int canon_cur;
     int *plain_rep_n;      /* [DI_TRIE_PLAIN_POSITIONS] (plain_capacity) */
-    uint8_t *plain_rep;    /* [DI_TRIE_PLAIN_POSITIONS][256] representative bytes */
+    uint8_t *plain_rep;    /* [DI_TRIE_PLAIN_POSITIONS][256] byte class of each representative byte */
     uint8_t *plain_rep_u;  /* [DI_TRIE_PLAIN_POSITIONS][256] UTF-8 position after each */
     int plain_cur, plain_idx_cur;
     int or_cur;
@@ -368,9 +368,7 @@ int di_matcher_rollback(di_matcher *m, int n) {
 
 /* light: the state consumes bytes, calls nothing and is not final, so a walk through it needs no
  * stack (see trie_walk) */
-static inline bool light_state(const di_grammar *g, int t) {
-    return g->has_bytes[t] && !g->accepting[t] && !g->has_calls[t];
-}
+static inline bool light_state(const di_grammar *g, int t) { return g->light[t]; }
 
 typedef struct walk_stack {
     int32_t *node, *a, *b;
@@ -523,7 +521,7 @@ static bool plain_successors(di_grammar *g, g_runtime *r, int s, g_ivec *todo, g
         ready(g, x);
         const int32_t *row = g->next + (size_t)x * (size_t)g->n_classes; /* no expansion below */
         for (int k = 0; k < r->plain_rep_n[u]; k++) {
-            int s2 = row[g->byte_class[rep[k]]], u2 = rep_u[k];
+            int s2 = row[rep[k]], u2 = rep_u[k];
             if (s2 < 0 || !light_state(g, s2)) return false;
             int p2 = s2 * DI_TRIE_PLAIN_POSITIONS + u2;
             if (r->plain_seen[p2] == stamp) continue;
@@ -544,7 +542,7 @@ static void plain_tables(const di_grammar *g, g_runtime *r) {
             int u2 = di_trie_plain_step(u, (uint8_t)b);
             if (u2 < 0 || seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2]) continue;
             seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2] = 1;
-            r->plain_rep[u * 256 + r->plain_rep_n[u]] = (uint8_t)b;
+            r->plain_rep[u * 256 + r->plain_rep_n[u]] = g->byte_class[b];
             r->plain_rep_u[u * 256 + r->plain_rep_n[u]++] = (uint8_t)u2;
         }
     }
