@@ -28,6 +28,7 @@ typedef struct g_lazy {
     g_ivec *buckets;        /* [n_classes] NFA targets per class (scratch) */
     uint64_t *bucket_hash;  /* [n_classes] */
     int32_t *row;           /* [n_classes] (scratch) */
+    int32_t *count, *first; /* [n_classes] NFA targets per class: how many, the first (scratch) */
     int n_sets;             /* length of c.set_classes */
     int32_t *single;        /* [a.n] DFA state of the closure of {NFA state}, -1 = not yet */
     int32_t *slot_of_hash;  /* [2 * n_classes rounded up to a power of 2] bucket dedupe (scratch) */
@@ -99,19 +100,37 @@ void g_expand_state(di_grammar *gr, int s) {
     int off = lz->sets.off.v[s], len = lz->sets.off.v[s + 1] - off;
     lz->set.n = 0;
     for (int i = 0; i < len; i++) g_ivec_push(&lz->set, lz->sets.pool.v[off + i]);
-    for (int i = 0; i < nc; i++) lz->buckets[i].n = 0;
+    /* pass 1: per class, how many NFA targets and the first one (most classes have one) */
+    for (int i = 0; i < nc; i++) lz->count[i] = 0;
     lz->pairs.n = 0;
+    bool multi = false;
     for (int i = 0; i < len; i++)
         for (int e = lz->a.head[lz->set.v[i]]; e >= 0; e = lz->a.e[e].next) {
             const nfa_edge *ed = &lz->a.e[e];
             if (ed->type == E_BYTES) {
                 const g_ivec *cl = &lz->c.set_classes[ed->label];
-                for (int j = 0; j < cl->n; j++) g_ivec_push(&lz->buckets[cl->v[j]], ed->to);
+                for (int j = 0; j < cl->n; j++) {
+                    int k = cl->v[j];
+                    if (lz->count[k]++ == 0) lz->first[k] = ed->to;
+                    else multi = true;
+                }
             } else if (ed->type == E_RULE) {
                 g_ivec_push(&lz->pairs, ed->label);
                 g_ivec_push(&lz->pairs, ed->to);
             }
         }
+    /* pass 2, only when needed: the target lists of classes with several */
+    if (multi) {
+        for (int i = 0; i < nc; i++) lz->buckets[i].n = 0;
+        for (int i = 0; i < len; i++)
+            for (int e = lz->a.head[lz->set.v[i]]; e >= 0; e = lz->a.e[e].next) {
+                const nfa_edge *ed = &lz->a.e[e];
+                if (ed->type != E_BYTES) continue;
+                const g_ivec *cl = &lz->c.set_classes[ed->label];
+                for (int j = 0; j < cl->n; j++)
+                    if (lz->count[cl->v[j]] > 1) g_ivec_push(&lz->buckets[cl->v[j]], ed->to);
+            }
+    }
     /* classes with the same NFA targets (edges are visited in the same order) share the closure:
      * a single target through the per-NFA-state cache, several through an open-addressing table
      * over bucket hashes */
@@ -119,9 +138,9 @@ void g_expand_state(di_grammar *gr, int s) {
     for (int i = 0; i < nc; i++) {
         int target = -1;
         const g_ivec *b = &lz->buckets[i];
-        if (b->n == 1) {
-            target = state_of_closure(gr, lz, b->v, 1, rule); /* cached per NFA state */
-        } else if (b->n) {
+        if (lz->count[i] == 1) {
+            target = state_of_closure(gr, lz, &lz->first[i], 1, rule); /* cached per NFA state */
+        } else if (lz->count[i] > 1) {
             uint64_t h = g_hash_ints(b->v, b->n);
             lz->bucket_hash[i] = h;
             int j = (int)(h & (uint64_t)hmask);
@@ -303,6 +322,8 @@ di_status di_grammar_build(const g_builder *g, int root, di_grammar **out, di_er
         lz->buckets = di_xcalloc((size_t)gr->n_classes, sizeof(g_ivec));
         lz->bucket_hash = di_xmalloc((size_t)gr->n_classes * sizeof(uint64_t));
         lz->row = di_xmalloc((size_t)gr->n_classes * sizeof(int32_t));
+        lz->count = di_xmalloc((size_t)gr->n_classes * sizeof(int32_t));
+        lz->first = di_xmalloc((size_t)gr->n_classes * sizeof(int32_t));
         lz->n_hash_slots = 16;
         while (lz->n_hash_slots < 2 * gr->n_classes) lz->n_hash_slots *= 2;
         lz->slot_of_hash = di_xmalloc((size_t)lz->n_hash_slots * sizeof(int32_t));
@@ -339,6 +360,8 @@ void g_grammar_free_tables(di_grammar *gr) {
         free(lz->buckets);
         free(lz->bucket_hash);
         free(lz->row);
+        free(lz->count);
+        free(lz->first);
         free(lz->slot_of_hash);
         free(lz->slot_stamp);
         free(lz->single);
