@@ -11,6 +11,12 @@
  *   - transitions: set x byte class -> set (or dead);
  *   - token masks: set -> bit mask over the vocabulary, computed by a depth-first walk of the token
  *     trie that follows transitions and prunes dead subtrees.
+ * A new set's mask is the union over its stacks (mask_compute): a stack whose top state is light
+ * (no stack needed to walk through it) takes the state's cached light mask (light_get), which
+ * starts from the vocabulary's plain-string slice for the state's plain capacity (plain_capacity)
+ * and skips the trie subtrees that slice covers, then continues below the entry's bounds with its
+ * own parent. The grammar's DFA rows are built lazily (ready), so arrays indexed by DFA state grow
+ * (rt_fit) and no pointer into them is kept across a call that may expand a state.
  * Rollback is free: a matcher keeps the set id after each accepted token. */
 #include "constrain/token_trie.h"
 
