@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "constrain/constrain.h"
+#include "constrain/token_trie.h"
 #include "test_harness.h"
 
 static di_grammar *compile(di_constrain_kind kind, const char *text, di_err *err) {
@@ -144,6 +145,21 @@ static void test_json_schema(void) {
            L("\"https://example.com/a/b?x=1#f\"", "\"http://a.b:8080\"", "\"urn:isbn:0451450523\"", "\"mailto:x@y.org\""),
            L("\"example.com\"", "\"http://a b\"", "\"http://a:99999\"", "\"http://x/%zz\"", "\"\""));
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", "unsupported: format hostname");
+    /* minProperties / maxProperties: additional members count once toward the minimum (two may
+     * repeat a key, and a validator keeps one), every member toward the maximum */
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":1}", L("{\"a\":1}", "{\"a\":1,\"b\":[]}"),
+           L("{}", "{ }"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"minProperties\":2}",
+           L("{\"a\":1,\"b\":2}", "{\"a\":1,\"x\":2}", "{\"x\":0,\"b\":2}", "{\"a\":1,\"b\":2,\"c\":3}"),
+           L("{\"a\":1}", "{\"x\":1,\"x\":2}", "{\"x\":1,\"y\":2}", "{}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"maxProperties\":1}", L("{}", "{\"a\":1}"),
+           L("{\"a\":1,\"b\":2}", "{\"a\":1,\"a\":1}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA,
+           "{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"minProperties\":2,\"maxProperties\":2}",
+           L("{\"a\":1,\"b\":2}", "{\"b\":true,\"a\":1}", "3"), L("{\"a\":1}", "{\"a\":1,\"b\":2,\"c\":3}", "{\"b\":1}"));
+    expect(DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":2,\"maxProperties\":1}", L(NULL), L("{}", "{\"a\":1}"));
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"minProperties\":-1}", "json schema: minProperties must be a non-negative integer");
+    expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"maxProperties\":1.5}", "json schema: maxProperties must be a non-negative integer");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}",
                  "unsupported: oneOf with overlapping alternatives");
     expect_error(DI_CONSTRAIN_JSON_SCHEMA, "{\"$ref\":\"http://example.com/s.json\"}", "unsupported: $ref to another document");
@@ -195,6 +211,57 @@ static void check_masks(di_tokenizer *tok, di_token_trie *v, const char *schema,
     di_grammar_free(g);
 }
 
+/* Fast masks against the reference walk (di_matcher_fill_mask_reference) at every token of `text`
+ * (which the grammar must accept), on a grammar whose positions are sets of several stacks. */
+static void check_reference(di_tokenizer *tok, di_token_trie *v, di_constrain_kind kind, const char *src, const char *text) {
+    di_err err = {0};
+    di_grammar *g = compile(kind, src, &err);
+    CHECKF(g != NULL, "%s", err.msg);
+    if (!g) return;
+    size_t words = ((size_t)di_tokenizer_vocab_size(tok) + 31) / 32;
+    uint32_t *mask = calloc(words, 4), *ref = calloc(words, 4);
+    di_matcher *m = di_matcher_new(g, v);
+    di_token_vec ids = {0};
+    di_tokenizer_encode(tok, text, strlen(text), false, &ids, &err);
+    for (size_t step = 0; step <= ids.n; step++) {
+        di_matcher_fill_mask(m, mask);
+        di_matcher_fill_mask_reference(m, ref);
+        CHECKF(!memcmp(mask, ref, words * 4), "%s: step %zu: mask differs from the reference", src, step);
+        if (step == ids.n) break;
+        bool ok = di_matcher_accept_token(m, ids.ids[step]);
+        CHECKF(ok, "%s: step %zu: token %d refused", src, step, ids.ids[step]);
+        if (!ok) break;
+    }
+    CHECK(di_matcher_can_end(m));
+    di_matcher_free(m);
+    di_token_vec_free(&ids);
+    free(mask);
+    free(ref);
+    di_grammar_free(g);
+}
+
+static void test_masks_reference(di_tokenizer *tok, di_token_trie *v) {
+    /* declared names next to free extra keys: inside a key every declared prefix is a stack */
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA,
+                    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"names\":{\"type\":\"array\","
+                    "\"items\":{\"type\":\"string\"}},\"nam\":{\"type\":\"number\"}},\"additionalProperties\":{\"type\":\"integer\"}}",
+                    "{\"name\": \"x y\", \"names\": [\"a\", \"bc\"], \"nam\": 1.5e3, \"namex\": 12, \"other\": -7}");
+    /* anyOf of strings with different shapes: several string states alive at once */
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA,
+                    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"},"
+                    "{\"type\":\"string\",\"maxLength\":5},{\"type\":\"string\",\"format\":\"date\"},{\"type\":\"integer\"}]}}",
+                    "[\"abcdefgh\", \"2024-01-02\", \"A b\", 42, \"zz\"]");
+    /* counted strings: the plain slices up to the remaining length, and past DI_TRIE_SLICE_MAX */
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":3,\"maxLength\":60}",
+                    "\"Les na\xc3\xafves \xe4\xb8\xad\xe6\x96\x87 fish \\\" and chips, 1234567890 abcdefgh\"");
+    check_reference(tok, v, DI_CONSTRAIN_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":400}",
+                    "\"                                                                 long run of spaces\"");
+    /* regex and EBNF with accepting loops (text may end inside them) */
+    check_reference(tok, v, DI_CONSTRAIN_REGEX, "[a-z ]*(foo|bar)?[0-9]*", "hello world foo123");
+    check_reference(tok, v, DI_CONSTRAIN_EBNF, "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\"",
+                    "ab,(cd,(ef)),gh");
+}
+
 static void test_masks_real_vocab(void) {
     di_tokenizer *tok = NULL;
     di_err err = {0};
@@ -214,6 +281,7 @@ static void test_masks_real_vocab(void) {
     check_masks(tok, v, s2, "{\"n\": \"h\\u00e9llo w\\\"orld\", \"c\": \"caf\xc3\xa9 au lait, s'il vous pla", "it\", \"p\": \"ab c\"}");
     check_masks(tok, v, s2, "{\"n\": \"abc\", \"c\": \"0123456789012345678901234567890123456", "7\", \"p\": \"x\"}");
     check_masks(tok, v, s1, "{\"id\": -3", ", \"tags\": []}");
+    test_masks_reference(tok, v);
     di_token_trie_free(v);
     di_tokenizer_free(tok);
 }
@@ -236,7 +304,27 @@ static void test_truncated_utf8_key(void) {
     }
 }
 
+/* Plain-string lengths of tokens (the slices of token_trie.h). */
+static void test_plain_chars(void) {
+#define PL(s) di_trie_plain_chars((const uint8_t *)(s), sizeof(s) - 1)
+    CHECK(PL("abc") == 3);
+    CHECK(PL(" x\x7f") == 3);
+    CHECK(PL("caf\xc3\xa9") == 4);
+    CHECK(PL("\xe4\xb8") == 1);             /* cut short: still one code point */
+    CHECK(PL("\xf0\x9f\x98\x80!") == 2);
+    CHECK(PL("a\"") == -1);
+    CHECK(PL("\\n") == -1);
+    CHECK(PL("\n") == -1);
+    CHECK(PL("\xb8\x80") == -1);            /* starts inside a code point */
+    CHECK(PL("\xed\xa0\x80") == -1);        /* surrogate */
+    CHECK(PL("\xe0\x80\x80") == -1);        /* overlong */
+    CHECK(PL("\xf4\x90\x80\x80") == -1);    /* above U+10FFFF */
+    CHECK(PL("\xc0\xaf") == -1);
+#undef PL
+}
+
 int main(void) {
+    test_plain_chars();
     test_regex();
     test_truncated_utf8_key();
     test_ebnf();

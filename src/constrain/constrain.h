@@ -83,6 +83,9 @@ int di_matcher_rollback(di_matcher *m, int n);
 /* Fills mask[(vocab + 31) / 32]: bit (id % 32) of word id / 32 = id allowed next. After EOS only
  * EOS is allowed. Masks are cached per automaton state. */
 void di_matcher_fill_mask(di_matcher *m, uint32_t *mask);
+/* The same mask by the plainest method (one trie walk from the whole stack set, no per-state or
+ * shared caches, nothing stored): the reference that tests compare di_matcher_fill_mask with. */
+void di_matcher_fill_mask_reference(di_matcher *m, uint32_t *mask);
 /* Cache statistics of the grammar's runtime (states, stacks, masks computed). */
 void di_grammar_stats(const di_grammar *g, int64_t *n_nodes, int64_t *n_sets, int64_t *n_masks);
 

@@ -1,15 +1,7 @@
-/* Grammar builder and compiler (see grammar.h).
- *
- * Compilation, per rule reachable from the root:
- *   1. byte classes: the 256 byte values are partitioned so that every byte set used anywhere is a
- *      union of classes (DFA rows are n_classes wide, not 256);
- *   2. Thompson NFA of the rule's expression (bounded repetition is expanded into copies);
- *   3. subset construction over the alphabet (byte classes) + (rule calls). A rule call is an edge
- *      labelled with the callee; the matcher pushes the callee and continues at the edge's target
- *      when the callee accepts.
- * Then nullable rules are found (fixed point) and left recursion (a rule that can call itself
- * without consuming a byte) is refused. */
-#include "constrain/grammar.h"
+/* Grammar builder (see grammar.h), Thompson NFAs with epsilon closures and byte classes
+ * (grammar_nfa.h), and complete byte DFAs for boolean operations on terminal expressions. The
+ * compiled grammar (per-rule DFAs, built lazily) is in grammar_compile.c. */
+#include "constrain/grammar_nfa.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +25,7 @@ void g_builder_free(g_builder *g) {
     free(g->nodes);
     g_ivec_free(&g->kids);
     free(g->sets);
+    free(g->set_slots);
     for (int i = 0; i < g->n_rules; i++) free(g->rule_names[i]);
     free(g->rule_names);
     free(g->rule_body);
@@ -58,16 +51,47 @@ static int new_node(g_builder *g, int kind, int a, int b, int c) {
 int g_empty(g_builder *g) { return new_node(g, G_EMPTY, 0, 0, 0); }
 int g_none(g_builder *g) { return new_node(g, G_NONE, 0, 0, 0); }
 
-int g_bytes(g_builder *g, const uint8_t set[32]) {
-    bool any = false;
-    for (int i = 0; i < 32; i++) any |= set[i] != 0;
-    if (!any) return g_none(g);
+static uint64_t set_hash(const uint8_t set[32]) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 32; i++) h = (h ^ set[i]) * 1099511628211ull;
+    return h ^ (h >> 31);
+}
+
+/* Byte sets are interned (a schema builds the same JSON character classes over and over), so the
+ * byte-class computation and the DFA rows see each distinct set once. */
+static int set_intern(g_builder *g, const uint8_t set[32]) {
+    if ((g->n_sets + 1) * 2 > g->n_set_slots) {
+        int ns = g->n_set_slots ? g->n_set_slots * 2 : 256;
+        int *sl = di_xmalloc((size_t)ns * sizeof(int));
+        for (int i = 0; i < ns; i++) sl[i] = -1;
+        for (int k = 0; k < g->n_sets; k++) {
+            int j = (int)(set_hash(g->sets[k]) & (uint64_t)(ns - 1));
+            while (sl[j] >= 0) j = (j + 1) & (ns - 1);
+            sl[j] = k;
+        }
+        free(g->set_slots);
+        g->set_slots = sl;
+        g->n_set_slots = ns;
+    }
+    int j = (int)(set_hash(set) & (uint64_t)(g->n_set_slots - 1));
+    while (g->set_slots[j] >= 0) {
+        if (!memcmp(g->sets[g->set_slots[j]], set, 32)) return g->set_slots[j];
+        j = (j + 1) & (g->n_set_slots - 1);
+    }
     if (g->n_sets == g->cap_sets) {
         g->cap_sets = g->cap_sets ? g->cap_sets * 2 : 64;
         g->sets = di_xrealloc(g->sets, (size_t)g->cap_sets * 32);
     }
     memcpy(g->sets[g->n_sets], set, 32);
-    return new_node(g, G_BYTES, g->n_sets++, 0, 0);
+    g->set_slots[j] = g->n_sets;
+    return g->n_sets++;
+}
+
+int g_bytes(g_builder *g, const uint8_t set[32]) {
+    bool any = false;
+    for (int i = 0; i < 32; i++) any |= set[i] != 0;
+    if (!any) return g_none(g);
+    return new_node(g, G_BYTES, set_intern(g, set), 0, 0);
 }
 
 int g_byte_range(g_builder *g, int lo, int hi) {
@@ -244,20 +268,6 @@ int g_utf8_class(g_builder *g, const uint32_t *ranges, int n_ranges) {
 
 /* ---- NFA ---- */
 
-enum { E_EPS, E_BYTES, E_RULE };
-
-typedef struct nfa_edge {
-    int type, label, to, next;
-} nfa_edge;
-
-typedef struct nfa {
-    int *head; /* [n] first edge, -1 = none */
-    int n, cap;
-    nfa_edge *e;
-    int ne, ce;
-    bool overflow;
-} nfa;
-
 static int nfa_state(nfa *a) {
     if (a->n >= DI_G_MAX_NFA_STATES) {
         a->overflow = true;
@@ -282,7 +292,7 @@ static void nfa_edge_add(nfa *a, int from, int type, int label, int to) {
 }
 
 /* Builds node between fresh states; returns via *s, *t. */
-static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
+void g_nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
     const g_node *nd = &g->nodes[node];
     if (a->overflow) { *s = *t = 0; return; }
     switch (nd->kind) {
@@ -301,10 +311,10 @@ static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
         return;
     case G_SEQ: {
         int cs, ct;
-        nfa_build(g, a, g->kids.v[nd->a], s, &ct);
+        g_nfa_build(g, a, g->kids.v[nd->a], s, &ct);
         for (int i = 1; i < nd->b; i++) {
             int ns, nt;
-            nfa_build(g, a, g->kids.v[nd->a + i], &ns, &nt);
+            g_nfa_build(g, a, g->kids.v[nd->a + i], &ns, &nt);
             nfa_edge_add(a, ct, E_EPS, 0, ns);
             ct = nt;
         }
@@ -317,7 +327,7 @@ static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
         *t = nfa_state(a);
         for (int i = 0; i < nd->b; i++) {
             int ns, nt;
-            nfa_build(g, a, g->kids.v[nd->a + i], &ns, &nt);
+            g_nfa_build(g, a, g->kids.v[nd->a + i], &ns, &nt);
             nfa_edge_add(a, *s, E_EPS, 0, ns);
             nfa_edge_add(a, nt, E_EPS, 0, *t);
         }
@@ -340,14 +350,14 @@ static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
         *s = cur;
         for (int i = 0; i < nd->b && !a->overflow; i++) {
             int ns, nt;
-            nfa_build(g, a, nd->a, &ns, &nt);
+            g_nfa_build(g, a, nd->a, &ns, &nt);
             nfa_edge_add(a, cur, E_EPS, 0, ns);
             cur = nt;
         }
         if (nd->c < 0) {
             int loop = nfa_state(a), ns, nt;
             nfa_edge_add(a, cur, E_EPS, 0, loop);
-            nfa_build(g, a, nd->a, &ns, &nt);
+            g_nfa_build(g, a, nd->a, &ns, &nt);
             nfa_edge_add(a, loop, E_EPS, 0, ns);
             nfa_edge_add(a, nt, E_EPS, 0, loop);
             *t = loop;
@@ -356,7 +366,7 @@ static void nfa_build(const g_builder *g, nfa *a, int node, int *s, int *t) {
             nfa_edge_add(a, cur, E_EPS, 0, end);
             for (int i = nd->b; i < nd->c && !a->overflow; i++) {
                 int ns, nt;
-                nfa_build(g, a, nd->a, &ns, &nt);
+                g_nfa_build(g, a, nd->a, &ns, &nt);
                 nfa_edge_add(a, cur, E_EPS, 0, ns);
                 nfa_edge_add(a, nt, E_EPS, 0, end);
                 cur = nt;
@@ -430,23 +440,9 @@ static int cmp_int(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-typedef struct dfa_ctx {
-    const g_builder *g;
-    nfa *a;
-    int *mark;  /* [a->n] stamp */
-    int stamp;
-    g_ivec stack, tmp;
-    uint8_t byte_class[256];
-    int n_classes;
-    g_ivec *set_classes; /* [n_sets] classes inside each byte set */
-    int64_t work;        /* NFA states visited by closures: bounds compile time */
-} dfa_ctx;
-
-/* Closures may visit this many NFA states per compilation before it is refused as too large. */
-#define DI_G_MAX_CLOSURE_WORK 50000000
 
 /* Epsilon closure of seeds (in tmp) -> sorted unique set in out. */
-static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
+void g_eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
     c->stamp++;
     out->n = 0;
     c->stack.n = 0;
@@ -468,7 +464,7 @@ static void eps_closure(dfa_ctx *c, const int *seeds, int n, g_ivec *out) {
     if (out->n > 1) qsort(out->v, (size_t)out->n, sizeof(int), cmp_int);
 }
 
-static void compute_classes(dfa_ctx *c) {
+void g_compute_classes(dfa_ctx *c) {
     const g_builder *g = c->g;
     memset(c->byte_class, 0, 256);
     int n = 1;
@@ -518,294 +514,6 @@ static void compute_classes(dfa_ctx *c) {
     }
 }
 
-typedef struct dfa_out {
-    g_ivec next;      /* [n_states * n_classes] */
-    g_ivec state_rule, accepting, has_bytes;
-    g_ivec call_off, call_rule, call_to;
-    int n_states;
-} dfa_out;
-
-static int cmp_pair(const void *a, const void *b) {
-    const int *x = a, *y = b;
-    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
-    return x[1] < y[1] ? -1 : x[1] > y[1];
-}
-
-/* Subset construction of one rule whose NFA is start..accept; states are appended to o. */
-static di_status rule_dfa(dfa_ctx *c, dfa_out *o, int rule, int start, int accept, int *start_state,
-                          di_err *err) {
-    g_set_table t = {0};
-    g_ivec cur = {0}, work = {0}, pairs = {0};
-    g_ivec *buckets = di_xcalloc((size_t)c->n_classes, sizeof(g_ivec));
-    int base = o->n_states;
-    bool added;
-    eps_closure(c, &start, 1, &cur);
-    g_st_intern(&t, cur.v, cur.n, &added);
-    g_ivec_push(&work, 0);
-    *start_state = base;
-    /* DFA states of this rule are numbered base + set index, processed in creation order. */
-    di_status st = DI_OK;
-    for (int k = 0; k < t.off.n - 1; k++) {
-        if (c->work > DI_G_MAX_CLOSURE_WORK) {
-            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too expensive to compile (rule '%s')", c->g->rule_names[rule]);
-            break;
-        }
-        if (base + k >= DI_G_MAX_DFA_STATES) {
-            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (more than %d automaton states, at rule '%s')",
-                         DI_G_MAX_DFA_STATES, c->g->rule_names[rule]);
-            break;
-        }
-        int len = t.off.v[k + 1] - t.off.v[k];
-        int *set = di_xmalloc((size_t)(len ? len : 1) * sizeof(int));
-        memcpy(set, t.pool.v + t.off.v[k], (size_t)len * sizeof(int));
-        for (int i = 0; i < c->n_classes; i++) buckets[i].n = 0;
-        pairs.n = 0;
-        bool acc = false;
-        for (int i = 0; i < len; i++) {
-            int s = set[i];
-            if (s == accept) acc = true;
-            for (int e = c->a->head[s]; e >= 0; e = c->a->e[e].next) {
-                const nfa_edge *ed = &c->a->e[e];
-                if (ed->type == E_BYTES) {
-                    const g_ivec *cl = &c->set_classes[ed->label];
-                    for (int j = 0; j < cl->n; j++) g_ivec_push(&buckets[cl->v[j]], ed->to);
-                } else if (ed->type == E_RULE) {
-                    g_ivec_push(&pairs, ed->label);
-                    g_ivec_push(&pairs, ed->to);
-                }
-            }
-        }
-        free(set);
-        int row = o->n_states;
-        o->n_states++;
-        g_ivec_push(&o->state_rule, rule);
-        g_ivec_push(&o->accepting, acc);
-        bool hb = false;
-        int row0 = o->next.n;
-        uint64_t bh[256];
-        for (int i = 0; i < c->n_classes; i++) bh[i] = buckets[i].n ? g_hash_ints(buckets[i].v, buckets[i].n) : 0;
-        for (int i = 0; i < c->n_classes; i++) {
-            int target = -1;
-            if (buckets[i].n) {
-                hb = true;
-                /* classes with the same NFA targets (edges are visited in the same order) share
-                 * the closure: look for an earlier one before computing it */
-                for (int j = 0; j < i && target < 0; j++)
-                    if (bh[j] == bh[i] && buckets[j].n == buckets[i].n &&
-                        !memcmp(buckets[j].v, buckets[i].v, (size_t)buckets[i].n * sizeof(int)))
-                        target = o->next.v[row0 + j];
-                if (target < 0) {
-                    eps_closure(c, buckets[i].v, buckets[i].n, &cur);
-                    target = base + g_st_intern(&t, cur.v, cur.n, &added);
-                }
-            }
-            g_ivec_push(&o->next, target);
-        }
-        g_ivec_push(&o->has_bytes, hb);
-        /* rule calls grouped by callee */
-        int np = pairs.n / 2;
-        if (np > 1) qsort(pairs.v, (size_t)np, 2 * sizeof(int), cmp_pair);
-        for (int i = 0; i < np;) {
-            int j = i;
-            g_ivec seeds = {0};
-            while (j < np && pairs.v[2 * j] == pairs.v[2 * i]) g_ivec_push(&seeds, pairs.v[2 * j + 1]), j++;
-            eps_closure(c, seeds.v, seeds.n, &cur);
-            g_ivec_free(&seeds);
-            g_ivec_push(&o->call_rule, pairs.v[2 * i]);
-            g_ivec_push(&o->call_to, base + g_st_intern(&t, cur.v, cur.n, &added));
-            i = j;
-        }
-        g_ivec_push(&o->call_off, o->call_rule.n);
-        (void)row;
-    }
-    for (int i = 0; i < c->n_classes; i++) g_ivec_free(&buckets[i]);
-    free(buckets);
-    g_ivec_free(&cur);
-    g_ivec_free(&work);
-    g_ivec_free(&pairs);
-    g_st_free(&t);
-    return st;
-}
-
-/* Nullable rules and the left-recursion check. */
-static di_status check_left_recursion(di_grammar *gr, di_err *err) {
-    int R = gr->n_rules;
-    uint8_t *nullable = di_xcalloc((size_t)R, 1);
-    int *seen = di_xcalloc((size_t)gr->n_states + 1, sizeof(int)); /* stamp per walk */
-    int stamp = 0;
-    g_ivec stack = {0};
-    /* states reachable from a rule's start without consuming a byte */
-    bool changed = true;
-    while (changed) {
-        changed = false;
-        for (int r = 0; r < R; r++) {
-            if (nullable[r] || gr->rule_start[r] < 0) continue;
-            stamp++;
-            stack.n = 0;
-            g_ivec_push(&stack, gr->rule_start[r]);
-            seen[gr->rule_start[r]] = stamp;
-            while (stack.n) {
-                int s = stack.v[--stack.n];
-                if (gr->accepting[s]) { nullable[r] = 1; changed = true; break; }
-                for (int e = gr->call_off[s]; e < gr->call_off[s + 1]; e++)
-                    if (nullable[gr->call_rule[e]] && seen[gr->call_to[e]] != stamp) {
-                        seen[gr->call_to[e]] = stamp;
-                        g_ivec_push(&stack, gr->call_to[e]);
-                    }
-            }
-        }
-    }
-    /* left-call graph: r -> q when r can call q before consuming a byte (adjacency lists) */
-    g_ivec *adj = di_xcalloc((size_t)R, sizeof(g_ivec));
-    for (int r = 0; r < R; r++) {
-        if (gr->rule_start[r] < 0) continue;
-        stamp++;
-        stack.n = 0;
-        g_ivec_push(&stack, gr->rule_start[r]);
-        seen[gr->rule_start[r]] = stamp;
-        while (stack.n) {
-            int s = stack.v[--stack.n];
-            for (int e = gr->call_off[s]; e < gr->call_off[s + 1]; e++) {
-                g_ivec_push(&adj[r], gr->call_rule[e]);
-                if (nullable[gr->call_rule[e]] && seen[gr->call_to[e]] != stamp) {
-                    seen[gr->call_to[e]] = stamp;
-                    g_ivec_push(&stack, gr->call_to[e]);
-                }
-            }
-        }
-    }
-    /* cycle detection: iterative DFS, colour 1 = on the path, 2 = done */
-    di_status st = DI_OK;
-    uint8_t *vis = di_xcalloc((size_t)R, 1);
-    int *edge_pos = di_xcalloc((size_t)R, sizeof(int));
-    for (int r0 = 0; r0 < R && !st; r0++) {
-        if (vis[r0]) continue;
-        stack.n = 0;
-        g_ivec_push(&stack, r0);
-        vis[r0] = 1;
-        while (stack.n && !st) {
-            int q = stack.v[stack.n - 1];
-            if (edge_pos[q] < adj[q].n) {
-                int p = adj[q].v[edge_pos[q]++];
-                if (vis[p] == 1) {
-                    st = di_errf(err, DI_EUNSUPPORTED, "unsupported: left recursion (rule '%s')", gr->rule_names[p]);
-                } else if (!vis[p]) {
-                    vis[p] = 1;
-                    g_ivec_push(&stack, p);
-                }
-            } else {
-                vis[q] = 2;
-                stack.n--;
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) g_ivec_free(&adj[r]);
-    free(edge_pos);
-    free(vis);
-    free(adj);
-    free(nullable);
-    free(seen);
-    g_ivec_free(&stack);
-    return st;
-}
-
-static int32_t *take_ivec(g_ivec *v) {
-    int32_t *p = di_xmalloc((size_t)(v->n ? v->n : 1) * sizeof(int32_t));
-    for (int i = 0; i < v->n; i++) p[i] = v->v[i];
-    g_ivec_free(v);
-    return p;
-}
-
-di_status di_grammar_build(const g_builder *g, int root, di_grammar **out, di_err *err) {
-    *out = NULL;
-    /* rules reachable from root */
-    uint8_t *reach = di_xcalloc((size_t)g->n_rules + 1, 1);
-    g_ivec stack = {0};
-    reach[root] = 1;
-    g_ivec_push(&stack, root);
-    di_status st = DI_OK;
-    while (stack.n && !st) {
-        int r = stack.v[--stack.n];
-        if (g->rule_body[r] < 0) {
-            st = di_errf(err, DI_EINVAL, "undefined rule '%s'", g->rule_names[r]);
-            break;
-        }
-        /* scan the expression tree for references */
-        g_ivec nodes = {0};
-        g_ivec_push(&nodes, g->rule_body[r]);
-        while (nodes.n) {
-            const g_node *nd = &g->nodes[nodes.v[--nodes.n]];
-            if (nd->kind == G_RULE && !reach[nd->a]) reach[nd->a] = 1, g_ivec_push(&stack, nd->a);
-            if (nd->kind == G_SEQ || nd->kind == G_ALT)
-                for (int i = 0; i < nd->b; i++) g_ivec_push(&nodes, g->kids.v[nd->a + i]);
-            if (nd->kind == G_REPEAT) g_ivec_push(&nodes, nd->a);
-        }
-        g_ivec_free(&nodes);
-    }
-    g_ivec_free(&stack);
-    if (st) { free(reach); return st; }
-
-    dfa_ctx c = {.g = g};
-    compute_classes(&c);
-    dfa_out o = {0};
-    g_ivec_push(&o.call_off, 0);
-    di_grammar *gr = di_xcalloc(1, sizeof *gr);
-    gr->n_rules = g->n_rules;
-    gr->root_rule = root;
-    gr->rule_names = di_xmalloc((size_t)g->n_rules * sizeof(char *));
-    gr->rule_start = di_xmalloc((size_t)g->n_rules * sizeof(int));
-    for (int r = 0; r < g->n_rules; r++) {
-        gr->rule_names[r] = di_xstrdup(g->rule_names[r]);
-        gr->rule_start[r] = -1;
-    }
-    for (int r = 0; r < g->n_rules && !st; r++) {
-        if (!reach[r]) continue;
-        nfa a = {0};
-        int s, t;
-        nfa_build(g, &a, g->rule_body[r], &s, &t);
-        if (a.overflow) {
-            st = di_errf(err, DI_EUNSUPPORTED, "unsupported: grammar too large (rule '%s' over %d NFA states)",
-                         g->rule_names[r], DI_G_MAX_NFA_STATES);
-        } else {
-            c.a = &a;
-            c.mark = di_xcalloc((size_t)a.n, sizeof(int));
-            c.stamp = 0;
-            st = rule_dfa(&c, &o, r, s, t, &gr->rule_start[r], err);
-            free(c.mark);
-        }
-        free(a.head);
-        free(a.e);
-    }
-    free(reach);
-    g_ivec_free(&c.stack);
-    g_ivec_free(&c.tmp);
-    for (int s = 0; s < g->n_sets; s++) g_ivec_free(&c.set_classes[s]);
-    free(c.set_classes);
-    memcpy(gr->byte_class, c.byte_class, 256);
-    gr->n_classes = c.n_classes;
-    gr->n_states = o.n_states;
-    gr->next = take_ivec(&o.next);
-    gr->state_rule = take_ivec(&o.state_rule);
-    gr->accepting = di_xmalloc((size_t)(o.n_states ? o.n_states : 1));
-    gr->has_bytes = di_xmalloc((size_t)(o.n_states ? o.n_states : 1));
-    for (int i = 0; i < o.n_states; i++) {
-        gr->accepting[i] = (uint8_t)o.accepting.v[i];
-        gr->has_bytes[i] = (uint8_t)o.has_bytes.v[i];
-    }
-    g_ivec_free(&o.accepting);
-    g_ivec_free(&o.has_bytes);
-    gr->call_off = take_ivec(&o.call_off);
-    gr->call_rule = take_ivec(&o.call_rule);
-    gr->call_to = take_ivec(&o.call_to);
-    if (!st) st = check_left_recursion(gr, err);
-    if (st) {
-        di_grammar_free(gr);
-        return st;
-    }
-    *out = gr;
-    return DI_OK;
-}
-
 /* ---- byte DFAs for boolean operations ---- */
 
 void g_dfa_free(g_dfa *d) {
@@ -829,7 +537,7 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
     memset(out, 0, sizeof *out);
     nfa a = {0};
     int s, t;
-    nfa_build(g, &a, node, &s, &t);
+    g_nfa_build(g, &a, node, &s, &t);
     if (a.overflow) {
         free(a.head), free(a.e);
         return di_errf(err, DI_EUNSUPPORTED, "unsupported: expression too large for an automaton operation");
@@ -847,7 +555,7 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
     memset(buckets, 0, sizeof buckets);
     bool added;
     int cap = 0;
-    eps_closure(&c, &s, 1, &cur);
+    g_eps_closure(&c, &s, 1, &cur);
     g_st_intern(&tab, cur.v, cur.n, &added);
     dfa_add_state(out, &cap);
     di_status st = DI_OK;
@@ -879,7 +587,7 @@ di_status g_node_dfa(const g_builder *g, int node, g_dfa *out, di_err *err) {
                 out->next[(size_t)k * 256 + b] = out->next[(size_t)k * 256 + b - 1];
                 continue;
             }
-            eps_closure(&c, buckets[b].v, buckets[b].n, &cur);
+            g_eps_closure(&c, buckets[b].v, buckets[b].n, &cur);
             int id = g_st_intern(&tab, cur.v, cur.n, &added);
             if (added) dfa_add_state(out, &cap);
             out->next[(size_t)k * 256 + b] = id;

@@ -7,12 +7,14 @@
  * sequences by g_utf8_class.
  *
  * di_grammar_build compiles each rule's expression into a DFA over (byte classes + rule calls):
- * Thompson NFA, then subset construction. The result is a set of per-rule DFAs whose "rule call"
- * edges make it a pushdown automaton; src/constrain/matcher.c runs it on a set of stacks (so
- * ambiguous grammars work) and turns it into token masks. Left recursion is refused at build time
- * (it would make the stack grow without consuming input).
+ * Thompson NFA, then subset construction, done lazily state by state as the matcher needs them.
+ * The result is a set of per-rule DFAs whose "rule call" edges make it a pushdown automaton;
+ * src/constrain/matcher.c runs it on a set of stacks (so ambiguous grammars work) and turns it into
+ * token masks. Left recursion is refused at build time (it would make the stack grow without
+ * consuming input).
  *
- * Limits (each an `unsupported:` error, never a silent cut): DI_G_MAX_NFA_STATES, DI_G_MAX_DFA_STATES. */
+ * Limits (each an `unsupported:` error, never a silent cut): DI_G_MAX_NFA_STATES, and
+ * DI_G_MAX_OP_STATES for the byte-DFA operations. */
 #ifndef DI_CONSTRAIN_GRAMMAR_H
 #define DI_CONSTRAIN_GRAMMAR_H
 
@@ -23,7 +25,6 @@
 #include "base/error.h"
 
 #define DI_G_MAX_NFA_STATES 4000000
-#define DI_G_MAX_DFA_STATES 400000
 
 /* A growable int array (builder scratch). */
 typedef struct g_ivec {
@@ -58,8 +59,10 @@ typedef struct g_builder {
     g_node *nodes;
     int n_nodes, cap_nodes;
     g_ivec kids;
-    uint8_t (*sets)[32]; /* [n_sets][32] byte bitsets */
+    uint8_t (*sets)[32]; /* [n_sets][32] byte bitsets, each distinct */
     int n_sets, cap_sets;
+    int *set_slots;      /* open addressing over sets: index or -1 */
+    int n_set_slots;
     char **rule_names; /* [n_rules] */
     int *rule_body;    /* [n_rules], -1 = not yet defined */
     int n_rules, cap_rules;
@@ -130,27 +133,45 @@ int g_hex_value(char c);
 
 /* ---- compiled grammar ---- */
 
+/* The per-rule DFAs are built lazily (grammar_compile.c): a state exists once some transition or
+ * call reaches it (its flags are then known), and its row of transitions and its rule calls are
+ * computed the first time they are needed (g_expand_state). Arrays indexed by state grow as
+ * states are created, so never keep a pointer into them across a call that may expand a state. */
 typedef struct di_grammar {
     int n_rules;
     int root_rule;
     char **rule_names;     /* [n_rules] */
-    int *rule_start;       /* [n_rules] DFA state where each rule starts */
+    int *rule_start;       /* [n_rules] DFA state where each rule starts, -1 = unreachable */
     uint8_t byte_class[256];
     int n_classes;
-    int n_states;          /* DFA states, all rules */
-    int32_t *next;         /* [n_states * n_classes] next state on a byte class, -1 = none */
-    int32_t *state_rule;   /* [n_states] the rule a state belongs to */
-    uint8_t *accepting;    /* [n_states] */
-    uint8_t *has_bytes;    /* [n_states] any byte transition */
-    int32_t *call_off;     /* [n_states + 1] rule-call edges of state s: call_off[s]..call_off[s+1] */
-    int32_t *call_rule;    /* [n_calls] */
-    int32_t *call_to;      /* [n_calls] state after the call returns */
+    int n_states;          /* DFA states created so far, all rules */
+    int cap_states;        /* allocated length of the per-state arrays */
+    int32_t *next;         /* [cap_states * n_classes] next state on a byte class, -1 = none (once expanded) */
+    int32_t *state_rule;   /* [cap_states] the rule a state belongs to */
+    uint8_t *accepting;    /* [cap_states] the rule may finish here */
+    uint8_t *has_bytes;    /* [cap_states] any byte transition */
+    uint8_t *has_calls;    /* [cap_states] any rule call */
+    uint8_t *light;        /* [cap_states] has_bytes, no calls, not accepting: a walk needs no stack */
+    uint8_t *expanded;     /* [cap_states] next row and calls computed */
+    int32_t *call_first;   /* [cap_states] rule calls of state s: call_rule/call_to.v[call_first[s] ...] */
+    int32_t *call_count;   /* [cap_states] (once expanded) */
+    g_ivec call_rule;      /* [calls] callee */
+    g_ivec call_to;        /* [calls] state after the callee returns */
+    struct g_lazy *lazy;   /* NFA and subset tables for expansion (grammar_compile.c) */
     struct g_runtime *rt;  /* matcher caches (matcher.c) */
 } di_grammar;
 
 /* Compiles rules reachable from root. Takes nothing from g (g is still freed by the caller).
- * Errors: an undefined rule (DI_EINVAL), left recursion or size limits (DI_EUNSUPPORTED). */
+ * Errors: an undefined rule (DI_EINVAL), left recursion or an NFA over DI_G_MAX_NFA_STATES
+ * (DI_EUNSUPPORTED). */
 di_status di_grammar_build(const g_builder *g, int root_rule, di_grammar **out, di_err *err);
+/* Computes state s's transitions and calls (creating the states they reach). */
+void g_expand_state(di_grammar *gr, int s);
+static inline void g_state_ready(di_grammar *gr, int s) {
+    if (!gr->expanded[s]) g_expand_state(gr, s);
+}
+/* Frees what grammar_compile.c owns (the lazy tables and per-state arrays). */
+void g_grammar_free_tables(di_grammar *gr);
 void di_grammar_free(di_grammar *gr);
 
 #endif

@@ -703,6 +703,96 @@ static int pp_extra_member(js_ctx *c, const pp_info *p, const cJSON *addl, const
     return res;
 }
 
+/* A non-negative integer keyword into *out (left alone when absent; large values are clamped,
+ * they are refused later by size); false after an error. */
+static bool count_keyword(js_ctx *c, const cJSON *s, const char *name, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, name);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble != floor(v->valuedouble)) {
+        js_fail(c, DI_EINVAL, "%s must be a non-negative integer", name);
+        return false;
+    }
+    *out = v->valuedouble > 1e6 ? 1000000 : (int)v->valuedouble;
+    return true;
+}
+
+/* Object members as rules. Unambiguous member order: T(i, k) = next declared index i, count state
+ * k; U(i, k) = after an additional member that must be followed by declared member i (or the end
+ * when i = m). Additional members attach to the next declared member, so each text has one
+ * derivation. The count state k is (members written, capped at 1 without maxProperties; a lower
+ * bound of the distinct names written, capped at minProperties; whether an additional member was
+ * written). The lower bound counts every declared member (their names are distinct, and differ
+ * from every additional key) but additional members once: two of them may repeat a key, and a
+ * validator keeps one of duplicate keys, so counting them all could accept an object with too few
+ * properties. maxProperties counts every member (an upper bound of the distinct names). Only
+ * reachable (i, k, U) combinations become rules. */
+typedef struct member_rules {
+    js_ctx *c;
+    int m;
+    const int *key, *val;
+    const bool *required;
+    int add_rule, min_props, max_props, comma;
+    int n_counts; /* count states: mc (0..mc_max) x lb (0..min_props) x ef (0..1) */
+    int *rule;    /* [(m + 1) * n_counts * 2] rule id or -1 */
+    g_ivec todo;  /* rule slots to define */
+} member_rules;
+
+enum { MEMBERS_MAX_RULES = 20000 };
+
+static int mr_mc_max(const member_rules *r) { return r->max_props >= 0 ? r->max_props : 1; }
+
+static int mr_state(const member_rules *r, int mc, int lb, int ef) {
+    return (mc * (r->min_props + 1) + lb) * 2 + ef;
+}
+
+/* Count state after one more member (declared or additional), or -1 if maxProperties forbids it. */
+static int mr_after(const member_rules *r, int k, bool extra) {
+    int ef = k % 2, lb = (k / 2) % (r->min_props + 1), mc = k / 2 / (r->min_props + 1);
+    if (r->max_props >= 0 && mc + 1 > r->max_props) return -1;
+    int mc2 = mc + 1 > mr_mc_max(r) ? mr_mc_max(r) : mc + 1;
+    int lb2 = extra && ef ? lb : (lb + 1 > r->min_props ? r->min_props : lb + 1);
+    return mr_state(r, mc2, lb2, extra && r->min_props > 0 ? 1 : ef);
+}
+
+static int mr_rule(member_rules *r, int i, int k, int u) {
+    int slot = (i * r->n_counts + k) * 2 + u;
+    if (r->rule[slot] < 0) {
+        r->rule[slot] = g_rule_new(r->c->g, u ? "members_after_extra" : "members");
+        g_ivec_push(&r->todo, slot);
+    }
+    return r->rule[slot];
+}
+
+static void mr_define(member_rules *r, int slot) {
+    g_builder *g = r->c->g;
+    int u = slot % 2, k = slot / 2 % r->n_counts, i = slot / 2 / r->n_counts;
+    int mc = k / 2 / (r->min_props + 1), lb = (k / 2) % (r->min_props + 1);
+    int sep = mc > 0 ? r->comma : g_empty(g); /* a comma unless nothing is written yet */
+    int kd = mr_after(r, k, false), ke = mr_after(r, k, true);
+    g_ivec alts = {0};
+    if (i < r->m && kd >= 0)
+        g_ivec_push(&alts, g_seq(g, (int[]){sep, r->key[i], punct(r->c, ":"), r->val[i], g_ref(g, mr_rule(r, i + 1, kd, 0))}, 5));
+    if (!u && i < r->m && !r->required[i]) g_ivec_push(&alts, g_ref(g, mr_rule(r, i + 1, k, 0)));
+    if (i == r->m && lb >= r->min_props) g_ivec_push(&alts, g_empty(g));
+    if (r->add_rule >= 0 && ke >= 0) g_ivec_push(&alts, g_seq3(g, sep, g_ref(g, r->add_rule), g_ref(g, mr_rule(r, i, ke, 1))));
+    g_rule_set(g, r->rule[slot], alts.n ? g_alt(g, alts.v, alts.n) : g_none(g));
+    g_ivec_free(&alts);
+}
+
+/* Defines the member rules; returns the first one (nothing written yet), or -1 on error. */
+static int members_build(member_rules *r) {
+    r->n_counts = (mr_mc_max(r) + 1) * (r->min_props + 1) * 2;
+    if ((int64_t)(r->m + 1) * r->n_counts * 2 > MEMBERS_MAX_RULES)
+        return js_fail(r->c, DI_EUNSUPPORTED, "minProperties/maxProperties with this many properties");
+    r->rule = di_xmalloc((size_t)(r->m + 1) * (size_t)r->n_counts * 2 * sizeof(int));
+    for (int i = 0; i < (r->m + 1) * r->n_counts * 2; i++) r->rule[i] = -1;
+    int first = mr_rule(r, 0, mr_state(r, 0, 0, 0), 0);
+    while (r->todo.n) mr_define(r, r->todo.v[--r->todo.n]);
+    free(r->rule);
+    g_ivec_free(&r->todo);
+    return first;
+}
+
 static int object_node(js_ctx *c, const cJSON *s) {
     g_builder *g = c->g;
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
@@ -716,6 +806,11 @@ static int object_node(js_ctx *c, const cJSON *s) {
     if (props && !cJSON_IsObject(props)) return js_fail(c, DI_EINVAL, "properties must be an object");
     if (req && !cJSON_IsArray(req)) return js_fail(c, DI_EINVAL, "required must be an array");
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl)) return js_fail(c, DI_EINVAL, "additionalProperties must be a schema");
+    int min_props = 0, max_props = -1;
+    if (!count_keyword(c, s, "minProperties", &min_props) || !count_keyword(c, s, "maxProperties", &max_props)) {
+        pp_free(&ppi);
+        return -1;
+    }
     int n = 0;
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next) n++;
     for (const cJSON *r = req ? req->child : NULL; r; r = r->next) n++;
@@ -788,48 +883,15 @@ static int object_node(js_ctx *c, const cJSON *s) {
     }
     int res = -1;
     if (!c->st) {
-        /* Unambiguous member order: T(i,f) = next declared index i, f = nothing written yet;
-         * U(i) = after an additional member that must be followed by declared member i (or the
-         * end when i = m). Additional members attach to the next declared member, so each text
-         * has one derivation, and every rule body is small (linear size overall). */
-        int *T = di_xmalloc((size_t)(m + 1) * 3 * sizeof(int));
-        for (int i = 0; i <= m; i++) {
-            T[3 * i] = g_rule_new(g, "members");
-            T[3 * i + 1] = g_rule_new(g, "members_first");
-            T[3 * i + 2] = g_rule_new(g, "members_after_extra");
-        }
         int add_rule = -1;
         if (addl_member >= 0) {
             add_rule = g_rule_new(g, "extra_member");
             g_rule_set(g, add_rule, addl_member);
         }
-        int comma = punct(c, ",");
-        for (int i = 0; i <= m; i++) {
-            for (int f = 0; f < 2; f++) {
-                g_ivec alts = {0};
-                if (i < m) {
-                    int mem = g_seq(g, (int[]){key[i], punct(c, ":"), val[i], g_ref(g, T[3 * (i + 1)])}, 4);
-                    g_ivec_push(&alts, f ? mem : g_seq2(g, comma, mem));
-                    if (!required[i]) g_ivec_push(&alts, g_ref(g, T[3 * (i + 1) + f]));
-                } else {
-                    g_ivec_push(&alts, g_empty(g));
-                }
-                if (add_rule >= 0) {
-                    int mem = g_seq2(g, g_ref(g, add_rule), g_ref(g, T[3 * i + 2]));
-                    g_ivec_push(&alts, f ? mem : g_seq2(g, comma, mem));
-                }
-                g_rule_set(g, T[3 * i + f], g_alt(g, alts.v, alts.n));
-                g_ivec_free(&alts);
-            }
-            g_ivec alts = {0};
-            if (add_rule >= 0) g_ivec_push(&alts, g_seq3(g, comma, g_ref(g, add_rule), g_ref(g, T[3 * i + 2])));
-            if (i < m) g_ivec_push(&alts, g_seq(g, (int[]){comma, key[i], punct(c, ":"), val[i], g_ref(g, T[3 * (i + 1)])}, 5));
-            else g_ivec_push(&alts, g_empty(g));
-            g_rule_set(g, T[3 * i + 2], g_alt(g, alts.v, alts.n));
-            g_ivec_free(&alts);
-        }
-        res = g_seq3(g, g_seq2(g, tok(c, "{"), ws(c)), g_ref(g, T[1]), g_seq2(g, ws(c), tok(c, "}")));
-        free(T);
+        member_rules mr = {.c = c, .m = m, .key = key, .val = val, .required = required, .add_rule = add_rule,
+                           .min_props = min_props, .max_props = max_props, .comma = punct(c, ",")};
+        int first = members_build(&mr);
+        if (first >= 0) res = g_seq3(g, g_seq2(g, tok(c, "{"), ws(c)), g_ref(g, first), g_seq2(g, ws(c), tok(c, "}")));
     }
     pp_free(&ppi);
     free(key);
@@ -890,14 +952,12 @@ static int not_types_mask(const cJSON *s) {
 }
 
 static const char *unsupported_keyword(const cJSON *s) {
-    static const char *kw[] = {"not", "propertyNames",
-                               "minProperties", "maxProperties", "contains", "minContains", "maxContains",
+    static const char *kw[] = {"not", "propertyNames", "contains", "minContains", "maxContains",
                                "multipleOf", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
                                "$recursiveRef", NULL};
     for (int i = 0; kw[i]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
         if (!v) continue;
-        if (!strcmp(kw[i], "minProperties") && cJSON_IsNumber(v) && v->valuedouble <= 0) continue;
         if (!strcmp(kw[i], "not") && (not_is_everything(s) || cJSON_IsFalse(v) || not_types_mask(s))) continue;
         return kw[i];
     }

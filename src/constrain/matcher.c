@@ -11,145 +11,18 @@
  *   - transitions: set x byte class -> set (or dead);
  *   - token masks: set -> bit mask over the vocabulary, computed by a depth-first walk of the token
  *     trie that follows transitions and prunes dead subtrees.
+ * A new set's mask is the union over its stacks (mask_compute): a stack whose top state is light
+ * (no stack needed to walk through it) takes the state's cached light mask (light_get), which
+ * starts from the vocabulary's plain-string slice for the state's plain capacity (plain_capacity)
+ * and skips the trie subtrees that slice covers, then continues below the entry's bounds with its
+ * own parent. The grammar's DFA rows are built lazily (ready), so arrays indexed by DFA state grow
+ * (rt_fit) and no pointer into them is kept across a call that may expand a state.
  * Rollback is free: a matcher keeps the set id after each accepted token. */
-#include "constrain/constrain.h"
+#include "constrain/token_trie.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- vocabulary trie ---- */
-
-struct di_token_trie {
-    int32_t vocab, eos;
-    int32_t n_nodes;
-    int32_t *child_off; /* [n_nodes + 1] children of node i: child_off[i]..child_off[i+1] */
-    uint8_t *child_byte; /* [n_nodes] byte leading to node j (root: unused) */
-    int32_t *tok_off;    /* [n_nodes + 1] tokens ending at node i */
-    int32_t *toks;
-    int32_t *node_of;   /* [vocab] trie node where token id ends, -1 = never allowed */
-    int32_t *parent_of; /* [n_nodes] */
-    int32_t max_depth;  /* longest token in bytes */
-    /* context-free masks shared by every grammar on this vocabulary (see light_get) */
-    pthread_mutex_t mu;
-    struct shared_light *shared;
-    int n_shared, cap_shared;
-};
-
-typedef struct shared_light {
-    uint64_t hash;
-    int32_t *key;
-    int key_n;
-    uint32_t *mask;
-    g_ivec bounds; /* pairs (trie node, exit index) */
-} shared_light;
-
-typedef struct tmp_node {
-    int32_t first_child, next_sibling, first_tok;
-    uint8_t byte;
-} tmp_node;
-
-di_token_trie *di_token_trie_from_bytes(const uint8_t *const *tokens, const size_t *lens, int32_t n_vocab,
-                                        int32_t eos_id) {
-    /* build a pointer trie, then flatten breadth-first so children of a node are contiguous */
-    int cap = 1 << 16, n = 1;
-    tmp_node *t = di_xmalloc((size_t)cap * sizeof *t);
-    t[0] = (tmp_node){-1, -1, -1, 0};
-    int32_t *tok_next = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
-    for (int32_t id = 0; id < n_vocab; id++) {
-        tok_next[id] = -1;
-        if (!tokens[id] || !lens[id] || id == eos_id) continue;
-        int cur = 0;
-        for (size_t i = 0; i < lens[id]; i++) {
-            uint8_t b = tokens[id][i];
-            int c = t[cur].first_child, prev = -1;
-            while (c >= 0 && t[c].byte < b) prev = c, c = t[c].next_sibling;
-            if (c < 0 || t[c].byte != b) {
-                if (n == cap) t = di_xrealloc(t, (size_t)(cap *= 2) * sizeof *t);
-                t[n] = (tmp_node){-1, c, -1, b};
-                if (prev < 0) t[cur].first_child = n;
-                else t[prev].next_sibling = n;
-                c = n++;
-            }
-            cur = c;
-        }
-        tok_next[id] = t[cur].first_tok;
-        t[cur].first_tok = id;
-    }
-    di_token_trie *v = di_xcalloc(1, sizeof *v);
-    v->vocab = n_vocab;
-    v->eos = eos_id;
-    v->n_nodes = n;
-    v->child_off = di_xmalloc((size_t)(n + 1) * sizeof(int32_t));
-    v->child_byte = di_xmalloc((size_t)n);
-    v->tok_off = di_xmalloc((size_t)(n + 1) * sizeof(int32_t));
-    v->toks = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
-    int32_t *order = di_xmalloc((size_t)n * sizeof(int32_t)); /* new index -> old */
-    int head = 0, tail = 0, nt = 0;
-    order[tail++] = 0;
-    while (head < tail) {
-        int old = order[head];
-        v->child_off[head] = tail;
-        v->child_byte[head] = t[old].byte;
-        v->tok_off[head] = nt;
-        for (int k = t[old].first_tok; k >= 0; k = tok_next[k]) v->toks[nt++] = k;
-        for (int c = t[old].first_child; c >= 0; c = t[c].next_sibling) order[tail++] = c;
-        head++;
-    }
-    v->child_off[n] = tail;
-    v->tok_off[n] = nt;
-    free(order);
-    free(tok_next);
-    free(t);
-    pthread_mutex_init(&v->mu, NULL);
-    for (int32_t id = 0; id < n_vocab; id++)
-        if (tokens[id] && (int32_t)lens[id] > v->max_depth) v->max_depth = (int32_t)lens[id];
-    v->node_of = di_xmalloc((size_t)(n_vocab ? n_vocab : 1) * sizeof(int32_t));
-    v->parent_of = di_xmalloc((size_t)n * sizeof(int32_t));
-    for (int32_t i = 0; i < n_vocab; i++) v->node_of[i] = -1;
-    v->parent_of[0] = -1;
-    for (int32_t nd = 0; nd < n; nd++) {
-        for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) v->parent_of[c] = nd;
-        for (int k = v->tok_off[nd]; k < v->tok_off[nd + 1]; k++) v->node_of[v->toks[k]] = nd;
-    }
-    return v;
-}
-
-di_status di_token_trie_build(const di_tokenizer *tok, int32_t eos_id, di_token_trie **out, di_err *err) {
-    int32_t n = di_tokenizer_vocab_size(tok);
-    if (eos_id < 0 || eos_id >= n) return di_errf(err, DI_ERANGE, "token trie: eos id %d outside [0, %d)", eos_id, n);
-    const uint8_t **p = di_xcalloc((size_t)n, sizeof *p);
-    size_t *l = di_xcalloc((size_t)n, sizeof *l);
-    for (int32_t id = 0; id < n; id++) {
-        if (di_tokenizer_is_added(tok, id)) continue;
-        p[id] = di_tokenizer_id_bytes(tok, id, &l[id]);
-    }
-    *out = di_token_trie_from_bytes(p, l, n, eos_id);
-    free(p);
-    free(l);
-    return DI_OK;
-}
-
-void di_token_trie_free(di_token_trie *v) {
-    if (!v) return;
-    free(v->child_off);
-    free(v->child_byte);
-    free(v->tok_off);
-    free(v->toks);
-    free(v->node_of);
-    free(v->parent_of);
-    for (int i = 0; i < v->n_shared; i++) {
-        free(v->shared[i].key);
-        free(v->shared[i].mask);
-        g_ivec_free(&v->shared[i].bounds);
-    }
-    free(v->shared);
-    pthread_mutex_destroy(&v->mu);
-    free(v);
-}
-
-int32_t di_token_trie_vocab_size(const di_token_trie *v) { return v->vocab; }
-int32_t di_token_trie_eos(const di_token_trie *v) { return v->eos; }
 
 /* ---- runtime caches of a grammar ---- */
 
@@ -181,16 +54,58 @@ typedef struct g_runtime {
     int stamp_cap, cur_stamp;
     g_ivec stack, tmp;
     int64_t n_masks;
-    light_entry *light; /* [n_light_states] lazily */
-    int32_t *canon_idx, *canon_stamp; /* [n_states] scratch of light_canon */
+    /* per DFA state, grown with the grammar's states by rt_fit (fit_cap entries) */
+    int fit_cap;
+    light_entry *light;               /* light_get cache */
+    int32_t *canon_idx, *canon_stamp; /* scratch of light_canon */
+    int32_t *or_stamp;                /* scratch of mask_compute */
+    int32_t *plain_seen;              /* [fit_cap * DI_TRIE_PLAIN_POSITIONS] stamps */
+    int32_t *plain_idx, *plain_idx_stamp;
+    int16_t *plain_dist;              /* distance to failure, -1 = not known */
     int canon_cur;
-    int n_light_states;
+    int *plain_rep_n;      /* [DI_TRIE_PLAIN_POSITIONS] (plain_capacity) */
+    uint8_t *plain_rep;    /* [DI_TRIE_PLAIN_POSITIONS][256] byte class of each representative byte */
+    uint8_t *plain_rep_u;  /* [DI_TRIE_PLAIN_POSITIONS][256] UTF-8 position after each */
+    int plain_cur, plain_idx_cur;
+    int or_cur;
     int n_light;
 } g_runtime;
 
+#define GROW(p, n_old, n_new, fill)                                                        \
+    do {                                                                                  \
+        (p) = di_xrealloc((p), (size_t)(n_new) * sizeof *(p));                             \
+        for (size_t i_ = (size_t)(n_old); i_ < (size_t)(n_new); i_++) (p)[i_] = (fill);    \
+    } while (0)
+
+/* Grows the per-state arrays to the grammar's state capacity. */
+static void rt_fit(di_grammar *g, g_runtime *r) {
+    int old = r->fit_cap, cap = g->cap_states;
+    if (cap <= old) return;
+    r->light = di_xrealloc(r->light, (size_t)cap * sizeof(light_entry));
+    memset(r->light + old, 0, (size_t)(cap - old) * sizeof(light_entry));
+    GROW(r->canon_idx, old, cap, 0);
+    GROW(r->canon_stamp, old, cap, 0);
+    GROW(r->or_stamp, old, cap, 0);
+    GROW(r->plain_seen, (size_t)old * DI_TRIE_PLAIN_POSITIONS, (size_t)cap * DI_TRIE_PLAIN_POSITIONS, 0);
+    GROW(r->plain_idx, old, cap, 0);
+    GROW(r->plain_idx_stamp, old, cap, 0);
+    GROW(r->plain_dist, old, cap, -1);
+    r->fit_cap = cap;
+}
+
 static g_runtime *rt_get(di_grammar *g) {
-    if (!g->rt) g->rt = di_xcalloc(1, sizeof(g_runtime));
+    if (!g->rt) {
+        g->rt = di_xcalloc(1, sizeof(g_runtime));
+        rt_fit(g, g->rt);
+    }
     return g->rt;
+}
+
+/* Makes state s's transitions and calls available (the grammar builds them lazily). */
+static inline void ready(di_grammar *g, int s) {
+    if (g->expanded[s]) return;
+    g_expand_state(g, s);
+    rt_fit(g, g->rt);
 }
 
 static uint64_t mix64(uint64_t x) {
@@ -277,12 +192,12 @@ static void set_close(di_grammar *g, g_runtime *r, int set) {
         r->stamp[nd] = r->cur_stamp;
         int s = r->node_state.v[nd], p = r->node_parent.v[nd];
         if (g->has_bytes[s]) g_ivec_push(&r->tmp, nd);
-        for (int e = g->call_off[s]; e < g->call_off[s + 1]; e++) {
-            int to = g->call_to[e];
+        if (g->has_calls[s]) ready(g, s);
+        for (int e = g->call_first[s]; g->has_calls[s] && e < g->call_first[s] + g->call_count[s]; e++) {
+            int to = g->call_to.v[e];
             /* a tail call (the return state only finishes the rule) pushes no frame */
-            int ret = g->accepting[to] && !g->has_bytes[to] && g->call_off[to] == g->call_off[to + 1]
-                          ? p : node_intern(r, to, p);
-            int child = node_intern(r, g->rule_start[g->call_rule[e]], ret);
+            int ret = g->accepting[to] && !g->has_bytes[to] && !g->has_calls[to] ? p : node_intern(r, to, p);
+            int child = node_intern(r, g->rule_start[g->call_rule.v[e]], ret);
             g_ivec_push(&r->stack, child);
         }
         if (g->accepting[s]) {
@@ -308,6 +223,8 @@ static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
     g_ivec out = {0};
     for (int i = 0; i < si->ready_n; i++) {
         int nd = r->ready_pool.v[si->ready_off + i];
+        ready(g, r->node_state.v[nd]);
+        si = &r->info[set];
         int t = g->next[(size_t)r->node_state.v[nd] * (size_t)g->n_classes + (size_t)cls];
         if (t >= 0) g_ivec_push(&out, node_intern(r, t, r->node_parent.v[nd]));
     }
@@ -349,8 +266,16 @@ static void runtime_free(g_runtime *r) {
     free(r->info);
     free(r->canon_idx);
     free(r->canon_stamp);
+    free(r->or_stamp);
+    free(r->plain_rep_n);
+    free(r->plain_rep);
+    free(r->plain_rep_u);
+    free(r->plain_seen);
+    free(r->plain_idx);
+    free(r->plain_idx_stamp);
+    free(r->plain_dist);
     if (r->light) {
-        for (int i = 0; i < r->n_light_states; i++) {
+        for (int i = 0; i < r->fit_cap; i++) {
             free(r->light[i].mask);
             g_ivec_free(&r->light[i].bounds);
         }
@@ -368,13 +293,7 @@ void di_grammar_free(di_grammar *gr) {
     for (int i = 0; i < gr->n_rules; i++) free(gr->rule_names[i]);
     free(gr->rule_names);
     free(gr->rule_start);
-    free(gr->next);
-    free(gr->state_rule);
-    free(gr->accepting);
-    free(gr->has_bytes);
-    free(gr->call_off);
-    free(gr->call_rule);
-    free(gr->call_to);
+    g_grammar_free_tables(gr);
     runtime_free(gr->rt);
     free(gr);
 }
@@ -433,8 +352,6 @@ bool di_matcher_accept_bytes(di_matcher *m, const uint8_t *b, size_t n) {
     return true;
 }
 
-static const uint8_t *trie_token_bytes(const di_token_trie *v, int32_t id, uint8_t *buf, size_t cap, size_t *len);
-
 bool di_matcher_accept_token(di_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->vocab || cur_set(m) == AFTER_EOS) return false;
     if (id == m->v->eos) {
@@ -444,7 +361,7 @@ bool di_matcher_accept_token(di_matcher *m, int32_t id) {
     }
     uint8_t buf[1024];
     size_t len;
-    const uint8_t *b = trie_token_bytes(m->v, id, buf, sizeof buf, &len);
+    const uint8_t *b = di_trie_token_bytes(m->v, id, buf, sizeof buf, &len);
     if (!b) return false;
     return di_matcher_accept_bytes(m, b, len);
 }
@@ -455,9 +372,9 @@ int di_matcher_rollback(di_matcher *m, int n) {
     return k;
 }
 
-static bool light_state(const di_grammar *g, int t) {
-    return g->has_bytes[t] && !g->accepting[t] && g->call_off[t] == g->call_off[t + 1];
-}
+/* light: the state consumes bytes, calls nothing and is not final, so a walk through it needs no
+ * stack (see trie_walk) */
+static inline bool light_state(const di_grammar *g, int t) { return g->light[t]; }
 
 typedef struct walk_stack {
     int32_t *node, *a, *b;
@@ -478,13 +395,18 @@ static void ws_push(walk_stack *w, int node, int a, int b) {
  * (a >= 0: set id) or, while the automaton is a single stack whose top state only consumes bytes
  * (no calls, not final), a "light" pair (a = -1 - DFA state, b = parent node) advanced by table
  * lookups alone. With bounds != NULL the walk is context-free: it stops where a light position
- * would turn into a set and records (trie node, -1 - state) there instead. */
-static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_stack *w, uint32_t *mask, g_ivec *bounds) {
+ * would turn into a set and records (trie node, -1 - state) there instead. With skip_chars > 0
+ * (only for a light walk from the root, see plain_capacity) subtrees whose tokens are all plain and
+ * at most skip_chars code points long are not entered: the caller has allowed them already. */
+static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_stack *w, uint32_t *mask, g_ivec *bounds,
+                      int skip_chars) {
     const int nc = g->n_classes;
     while (w->sp) {
         w->sp--;
         int nd = w->node[w->sp], a = w->a[w->sp], pb = w->b[w->sp];
+        if (a < 0) ready(g, -1 - a);
         for (int c = v->child_off[nd]; c < v->child_off[nd + 1]; c++) {
+            if (v->sub_chars[c] <= skip_chars) break; /* this and every later sibling: all plain, short */
             int na, nb = 0;
             bool leaf = v->child_off[c] == v->child_off[c + 1];
             if (a < 0) {
@@ -524,12 +446,8 @@ static void trie_walk(di_grammar *g, g_runtime *r, const di_token_trie *v, walk_
  * (light state index | exit index | dead). Two states (of any grammars) with equal forms have
  * equal light walks, up to renaming the exits. Fills exits (exit index -> DFA state); returns
  * false when the form is too large to share. */
-static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max, g_ivec *key, g_ivec *exits) {
+static bool light_canon(di_grammar *g, g_runtime *r, int t, int depth_max, g_ivec *key, g_ivec *exits) {
     key->n = exits->n = 0;
-    if (!r->canon_idx) {
-        r->canon_idx = di_xmalloc((size_t)g->n_states * sizeof(int32_t));
-        r->canon_stamp = di_xcalloc((size_t)g->n_states, sizeof(int32_t));
-    }
     r->canon_cur++;
     g_ivec q = {0}, qd = {0};
     g_ivec_push(&q, t), g_ivec_push(&qd, 0);
@@ -538,6 +456,7 @@ static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max,
     for (int h = 0; h < q.n && ok; h++) {
         int s = q.v[h], d = qd.v[h];
         if (d >= depth_max) { g_ivec_push(key, -7); continue; }
+        ready(g, s);
         int prev = -9, run = 0;
         for (int b = 0; b <= 256; b++) {
             int code = -9;
@@ -569,23 +488,167 @@ static bool light_canon(const di_grammar *g, g_runtime *r, int t, int depth_max,
     return ok;
 }
 
+#define PLAIN_ALL (DI_TRIE_NOT_PLAIN - 1)
+
+/* How many plain code points (token_trie.h) DFA state t surely takes: the length of the shortest
+ * string of plain code points some byte prefix of which leads from t to a dead or non-light state
+ * (t "fails" after that many code points). Then every plain token of at most that many code points
+ * is in t's light mask and leaves no bound below it.
+ *
+ * Over the graph of boundary states (DFA states between code points; an edge is one plain code
+ * point, followed byte by byte through one representative byte per (byte class, UTF-8 position)):
+ * explore breadth-first from t up to PLAIN_HORIZON code points, mark the states that fail at their
+ * next code point, and compute shortest distances to failure backwards (Dijkstra with one bucket per
+ * distance, distances clamped at PLAIN_CAP: slices stop at DI_TRIE_SLICE_MAX code points). A state
+ * from which no failing state is reachable at all has no bound (PLAIN_ALL: every plain token).
+ * The exploration stops at a horizon of 2 * PLAIN_CAP + 2 code points; states there count as
+ * PLAIN_CAP away from failure (a path through them is at least that long), so the distance of every
+ * state within horizon - PLAIN_CAP of t is exact (or at least PLAIN_CAP), and those distances are
+ * kept per state for later calls. After
+ * PLAIN_BUDGET states the horizon is pulled in to the current depth, so one call's work is bounded;
+ * t's distance is then only known up to the horizon, which is taken as its (safe) lower bound. */
+#define PLAIN_CAP(v) ((v)->max_plain < DI_TRIE_SLICE_MAX ? (v)->max_plain : DI_TRIE_SLICE_MAX)
+#define PLAIN_BUDGET 2048
+
+typedef struct plain_scratch {
+    g_ivec state, depth, fail, dist; /* per explored boundary state, in discovery order */
+    g_ivec efrom, eto;               /* edges between those indices */
+    g_ivec todo, rev_off, rev;
+} plain_scratch;
+
+/* Plain successors of boundary state s (appended to out as DFA states); false when s fails. */
+static bool plain_successors(di_grammar *g, g_runtime *r, int s, g_ivec *todo, g_ivec *out) {
+    int stamp = ++r->plain_cur;
+    todo->n = 0;
+    g_ivec_push(todo, s * DI_TRIE_PLAIN_POSITIONS);
+    while (todo->n) {
+        int pair = todo->v[--todo->n], x = pair / DI_TRIE_PLAIN_POSITIONS, u = pair % DI_TRIE_PLAIN_POSITIONS;
+        const uint8_t *rep = r->plain_rep + u * 256, *rep_u = r->plain_rep_u + u * 256;
+        ready(g, x);
+        const int32_t *row = g->next + (size_t)x * (size_t)g->n_classes; /* no expansion below */
+        for (int k = 0; k < r->plain_rep_n[u]; k++) {
+            int s2 = row[rep[k]], u2 = rep_u[k];
+            if (s2 < 0 || !light_state(g, s2)) return false;
+            int p2 = s2 * DI_TRIE_PLAIN_POSITIONS + u2;
+            if (r->plain_seen[p2] == stamp) continue;
+            r->plain_seen[p2] = stamp;
+            g_ivec_push(u2 ? todo : out, u2 ? p2 : s2);
+        }
+    }
+    return true;
+}
+
+static void plain_tables(const di_grammar *g, g_runtime *r) {
+    r->plain_rep_n = di_xcalloc(DI_TRIE_PLAIN_POSITIONS, sizeof(int));
+    r->plain_rep = di_xmalloc((size_t)DI_TRIE_PLAIN_POSITIONS * 256);
+    r->plain_rep_u = di_xmalloc((size_t)DI_TRIE_PLAIN_POSITIONS * 256);
+    for (int u = 0; u < DI_TRIE_PLAIN_POSITIONS; u++) {
+        uint8_t seen[256 * DI_TRIE_PLAIN_POSITIONS] = {0}; /* class x next position */
+        for (int b = 0; b < 256; b++) {
+            int u2 = di_trie_plain_step(u, (uint8_t)b);
+            if (u2 < 0 || seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2]) continue;
+            seen[g->byte_class[b] * DI_TRIE_PLAIN_POSITIONS + u2] = 1;
+            r->plain_rep[u * 256 + r->plain_rep_n[u]] = g->byte_class[b];
+            r->plain_rep_u[u * 256 + r->plain_rep_n[u]++] = (uint8_t)u2;
+        }
+    }
+}
+
+/* Shortest distances to failure over the explored graph (ps->dist), clamped at cap; a node from
+ * which no failing node and no horizon leaf can be reached keeps PLAIN_ALL. */
+static void plain_distances(plain_scratch *ps, int cap) {
+    int n = ps->state.n;
+    ps->rev_off.n = ps->rev.n = 0;
+    for (int i = 0; i <= n; i++) g_ivec_push(&ps->rev_off, 0);
+    for (int e = 0; e < ps->eto.n; e++) ps->rev_off.v[ps->eto.v[e] + 1]++;
+    for (int i = 0; i < n; i++) ps->rev_off.v[i + 1] += ps->rev_off.v[i];
+    for (int e = 0; e < ps->efrom.n; e++) g_ivec_push(&ps->rev, 0);
+    g_ivec fill = {0};
+    for (int i = 0; i < n; i++) g_ivec_push(&fill, ps->rev_off.v[i]);
+    for (int e = 0; e < ps->efrom.n; e++) ps->rev.v[fill.v[ps->eto.v[e]]++] = ps->efrom.v[e];
+    g_ivec_free(&fill);
+    /* buckets as linked lists: head per distance, next per node (a node may sit in several
+     * buckets after improvements; stale entries are skipped) */
+    g_ivec head = {0}, link = {0}, who = {0};
+    for (int d = 0; d <= cap; d++) g_ivec_push(&head, -1);
+    for (int i = 0; i < n; i++) {
+        if (ps->dist.v[i] <= cap) g_ivec_push(&who, i), g_ivec_push(&link, head.v[ps->dist.v[i]]), head.v[ps->dist.v[i]] = who.n - 1;
+    }
+    for (int d = 0; d <= cap; d++) {
+        int nd = d < cap ? d + 1 : cap;
+        while (head.v[d] >= 0) { /* popped one by one: bucket cap receives while it is drained */
+            int it = head.v[d], i = who.v[it];
+            head.v[d] = link.v[it];
+            if (ps->dist.v[i] != d) continue;
+            for (int k = ps->rev_off.v[i]; k < ps->rev_off.v[i + 1]; k++) {
+                int p = ps->rev.v[k];
+                if (ps->fail.v[p] < 0 || ps->dist.v[p] <= nd) continue; /* fixed (a leaf) or no better */
+                ps->dist.v[p] = nd;
+                g_ivec_push(&who, p), g_ivec_push(&link, head.v[nd]), head.v[nd] = who.n - 1;
+            }
+        }
+    }
+    g_ivec_free(&head);
+    g_ivec_free(&link);
+    g_ivec_free(&who);
+}
+
+static int plain_capacity(di_grammar *g, g_runtime *r, int t, const di_token_trie *v) {
+    if (!r->plain_rep_n) plain_tables(g, r);
+    if (r->plain_dist[t] >= 0) return r->plain_dist[t];
+    int cap = PLAIN_CAP(v), horizon = 2 * cap + 2;
+    plain_scratch ps = {0};
+    g_ivec succ = {0};
+    int stamp = ++r->plain_idx_cur;
+    r->plain_idx_stamp[t] = stamp, r->plain_idx[t] = 0;
+    g_ivec_push(&ps.state, t), g_ivec_push(&ps.depth, 0);
+    for (int i = 0; i < ps.state.n; i++) {
+        int s = ps.state.v[i], d = ps.depth.v[i];
+        /* fail: 1 = fails next, 0 = explored, -1 = a leaf with a known distance */
+        if (i > 0 && r->plain_dist[s] >= 0) { /* PLAIN_ALL when unbounded */
+            g_ivec_push(&ps.fail, -1), g_ivec_push(&ps.dist, r->plain_dist[s]);
+            continue;
+        }
+        if (d < horizon && i >= PLAIN_BUDGET) horizon = d; /* discovery order is by depth */
+        if (d >= horizon) {
+            g_ivec_push(&ps.fail, -1), g_ivec_push(&ps.dist, cap);
+            continue;
+        }
+        succ.n = 0;
+        bool ok = plain_successors(g, r, s, &ps.todo, &succ);
+        g_ivec_push(&ps.fail, ok ? 0 : 1), g_ivec_push(&ps.dist, ok ? PLAIN_ALL : 0);
+        if (!ok) continue;
+        for (int k = 0; k < succ.n; k++) {
+            int s2 = succ.v[k];
+            if (r->plain_idx_stamp[s2] != stamp) {
+                r->plain_idx_stamp[s2] = stamp, r->plain_idx[s2] = ps.state.n;
+                g_ivec_push(&ps.state, s2), g_ivec_push(&ps.depth, d + 1);
+            }
+            g_ivec_push(&ps.efrom, i), g_ivec_push(&ps.eto, r->plain_idx[s2]);
+        }
+    }
+    plain_distances(&ps, cap);
+    for (int i = 0; i < ps.state.n; i++)
+        if (ps.fail.v[i] >= 0 && ps.depth.v[i] <= horizon - cap) r->plain_dist[ps.state.v[i]] = (int16_t)ps.dist.v[i];
+    int m = ps.dist.v[0] == PLAIN_ALL || ps.dist.v[0] < horizon ? ps.dist.v[0] : horizon; /* past the horizon: a lower bound */
+    g_ivec *all[] = {&ps.state, &ps.depth, &ps.fail, &ps.dist, &ps.efrom, &ps.eto, &ps.todo,
+                     &ps.rev_off, &ps.rev, &succ};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) g_ivec_free(all[k]);
+    return m;
+}
+
 /* The context-free part of a light state's mask: tokens consumed by the top rule alone, plus the
  * trie nodes where the walk needs the stack below. Cached per DFA state in the grammar, and by
  * canonical form in the vocabulary (shared by every grammar using it). */
 static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *cv, int t, walk_stack *w) {
     di_token_trie *v = (di_token_trie *)cv; /* only the shared cache is written, under its mutex */
-    if (!r->light) {
-        r->light = di_xcalloc((size_t)g->n_states, sizeof(light_entry));
-        r->n_light_states = g->n_states;
-    }
     light_entry *e = &r->light[t];
     if (e->mask && e->vocab == v) return e;
     if (r->n_light >= LIGHT_CACHE_MAX) return NULL;
     size_t words = ((size_t)v->vocab + 31) / 32;
-    free(e->mask);
-    g_ivec_free(&e->bounds);
-    e->mask = di_xmalloc(words * 4);
-    e->vocab = v;
+    /* built aside: the walks below may create states and so move r->light */
+    uint32_t *mask = di_xmalloc(words * 4);
+    g_ivec bounds = {0};
     r->n_light++;
     g_ivec key = {0}, exits = {0};
     bool canon = light_canon(g, r, t, v->max_depth, &key, &exits);
@@ -596,18 +659,21 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
         for (int i = 0; i < v->n_shared && !hit; i++) {
             shared_light *sl = &v->shared[i];
             if (sl->hash != h || sl->key_n != key.n || memcmp(sl->key, key.v, (size_t)key.n * sizeof(int32_t))) continue;
-            memcpy(e->mask, sl->mask, words * 4);
+            memcpy(mask, sl->mask, words * 4);
             for (int k = 0; k < sl->bounds.n; k += 2)
-                g_ivec_push(&e->bounds, sl->bounds.v[k]), g_ivec_push(&e->bounds, exits.v[sl->bounds.v[k + 1]]);
+                g_ivec_push(&bounds, sl->bounds.v[k]), g_ivec_push(&bounds, exits.v[sl->bounds.v[k + 1]]);
             hit = true;
         }
         pthread_mutex_unlock(&v->mu);
     }
     if (!hit) {
-        memset(e->mask, 0, words * 4);
+        int m = plain_capacity(g, r, t, v);
+        m = m >= v->max_plain ? PLAIN_ALL : m; /* else m <= PLAIN_CAP <= DI_TRIE_SLICE_MAX */
+        if (m > 0) memcpy(mask, v->slice_mask + (m > DI_TRIE_SLICE_MAX ? 0 : (size_t)m * words), words * 4);
+        else memset(mask, 0, words * 4);
         w->sp = 0;
         ws_push(w, 0, -1 - t, 0);
-        trie_walk(g, r, v, w, e->mask, &e->bounds);
+        trie_walk(g, r, v, w, mask, &bounds, m);
         pthread_mutex_lock(&v->mu);
         if (canon && v->n_shared < SHARED_MAX) {
             if (v->n_shared == v->cap_shared) {
@@ -617,11 +683,11 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
             shared_light *sl = &v->shared[v->n_shared];
             memset(sl, 0, sizeof *sl);
             bool all_known = true;
-            for (int k = 0; k < e->bounds.n && all_known; k += 2) {
+            for (int k = 0; k < bounds.n && all_known; k += 2) {
                 int x = 0;
-                while (x < exits.n && exits.v[x] != e->bounds.v[k + 1]) x++;
+                while (x < exits.n && exits.v[x] != bounds.v[k + 1]) x++;
                 if (x == exits.n) all_known = false;
-                g_ivec_push(&sl->bounds, e->bounds.v[k]);
+                g_ivec_push(&sl->bounds, bounds.v[k]);
                 g_ivec_push(&sl->bounds, x);
             }
             if (all_known) {
@@ -630,7 +696,7 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
                 for (int k = 0; k < key.n; k++) sl->key[k] = key.v[k];
                 sl->key_n = key.n;
                 sl->mask = di_xmalloc(words * 4);
-                memcpy(sl->mask, e->mask, words * 4);
+                memcpy(sl->mask, mask, words * 4);
                 v->n_shared++;
             } else {
                 g_ivec_free(&sl->bounds);
@@ -640,7 +706,66 @@ static light_entry *light_get(di_grammar *g, g_runtime *r, const di_token_trie *
     }
     g_ivec_free(&key);
     g_ivec_free(&exits);
+    e = &r->light[t];
+    free(e->mask);
+    g_ivec_free(&e->bounds);
+    e->mask = mask;
+    e->bounds = bounds;
+    e->vocab = v;
     return e;
+}
+
+static int cmp_pair_int(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The mask of a set is the union over its stacks (a token is allowed when some stack takes it), so
+ * each stack is handled on its own: one whose top is a light state ORs in the state's cached
+ * light mask and continues below the entry's bounds with its own parent; the other stacks are
+ * walked together from the trie root. Continuations that start at the same trie node are merged
+ * into one set, so no subtree is walked twice. */
+static void mask_compute(di_grammar *g, g_runtime *r, const di_token_trie *v, int s, uint32_t *mask) {
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    memset(mask, 0, words * 4);
+    int stamp = ++r->or_cur;
+    walk_stack w = {0};
+    g_ivec rest = {0}, cont = {0}; /* cont: pairs (trie node, stack node) */
+    int off = r->sets.off.v[s], n = r->sets.off.v[s + 1] - off;
+    for (int i = 0; i < n; i++) {
+        int nd = r->sets.pool.v[off + i], t = r->node_state.v[nd];
+        light_entry *le = light_state(g, t) ? light_get(g, r, v, t, &w) : NULL;
+        if (!le) {
+            g_ivec_push(&rest, nd);
+            continue;
+        }
+        if (r->or_stamp[t] != stamp) {
+            r->or_stamp[t] = stamp;
+            for (size_t k = 0; k < words; k++) mask[k] |= le->mask[k];
+        }
+        int parent = r->node_parent.v[nd];
+        for (int k = 0; k < le->bounds.n; k += 2) {
+            g_ivec_push(&cont, le->bounds.v[k]);
+            g_ivec_push(&cont, node_intern(r, le->bounds.v[k + 1], parent));
+        }
+    }
+    w.sp = 0;
+    if (rest.n) ws_push(&w, 0, set_intern(r, rest.v, rest.n), 0);
+    if (cont.n > 2) qsort(cont.v, (size_t)cont.n / 2, 2 * sizeof(int), cmp_pair_int);
+    for (int i = 0; i < cont.n;) {
+        int j = i;
+        rest.n = 0;
+        for (; j < cont.n && cont.v[j] == cont.v[i]; j += 2)
+            if (!rest.n || rest.v[rest.n - 1] != cont.v[j + 1]) g_ivec_push(&rest, cont.v[j + 1]);
+        ws_push(&w, cont.v[i], set_intern(r, rest.v, rest.n), 0);
+        i = j;
+    }
+    trie_walk(g, r, v, &w, mask, NULL, 0);
+    free(w.node);
+    free(w.a);
+    free(w.b);
+    g_ivec_free(&rest);
+    g_ivec_free(&cont);
 }
 
 void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
@@ -658,33 +783,7 @@ void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
         memcpy(mask, r->info[s].mask, words * 4);
         return;
     }
-    walk_stack w = {0};
-    int off = r->sets.off.v[s];
-    light_entry *le = NULL;
-    int parent = 0;
-    if (r->sets.off.v[s + 1] - off == 1) {
-        int n1 = r->sets.pool.v[off], t = r->node_state.v[n1];
-        if (light_state(g, t)) {
-            le = light_get(g, r, v, t, &w);
-            parent = r->node_parent.v[n1];
-        }
-    }
-    if (le) {
-        memcpy(mask, le->mask, words * 4);
-        w.sp = 0;
-        for (int i = 0; i < le->bounds.n; i += 2) {
-            int n1 = node_intern(r, le->bounds.v[i + 1], parent);
-            ws_push(&w, le->bounds.v[i], set_intern(r, &n1, 1), 0);
-        }
-    } else {
-        memset(mask, 0, words * 4);
-        w.sp = 0;
-        ws_push(&w, 0, s, 0);
-    }
-    trie_walk(g, r, v, &w, mask, NULL);
-    free(w.node);
-    free(w.a);
-    free(w.b);
+    mask_compute(g, r, v, s, mask);
     set_close(g, r, s);
     if (r->info[s].accept) mask[v->eos / 32] |= 1u << (v->eos % 32);
     r->info[s].mask = di_xmalloc(words * 4);
@@ -693,15 +792,20 @@ void di_matcher_fill_mask(di_matcher *m, uint32_t *mask) {
     r->n_masks++;
 }
 
-/* The token's bytes, walking up from the node where it ends. */
-static const uint8_t *trie_token_bytes(const di_token_trie *v, int32_t id, uint8_t *buf, size_t cap, size_t *len) {
-    int32_t nd = v->node_of[id];
-    if (nd < 0) return NULL;
-    size_t n = 0;
-    for (int32_t x = nd; x > 0; x = v->parent_of[x]) n++;
-    if (n > cap) return NULL;
-    size_t i = n;
-    for (int32_t x = nd; x > 0; x = v->parent_of[x]) buf[--i] = v->child_byte[x];
-    *len = n;
-    return buf;
+void di_matcher_fill_mask_reference(di_matcher *m, uint32_t *mask) {
+    const di_token_trie *v = m->v;
+    size_t words = ((size_t)v->vocab + 31) / 32;
+    memset(mask, 0, words * 4);
+    int s = cur_set(m);
+    if (s == AFTER_EOS) {
+        mask[v->eos / 32] |= 1u << (v->eos % 32);
+        return;
+    }
+    walk_stack w = {0};
+    ws_push(&w, 0, s, 0);
+    trie_walk(m->g, m->g->rt, v, &w, mask, NULL, 0);
+    free(w.node);
+    free(w.a);
+    free(w.b);
+    if (di_matcher_can_end(m)) mask[v->eos / 32] |= 1u << (v->eos % 32);
 }

@@ -8,6 +8,9 @@
  * and on stderr-free stdout a final "mask_us" line with every per-token time, for the driver to
  * summarise next to llguidance and xgrammar.
  *
+ * With --check (after the tokenizer), every mask is also compared with di_matcher_fill_mask_reference
+ * and a schema whose masks differ anywhere is reported as "mismatch" (times are then meaningless).
+ *
  * Build: see bench_masks.py (links build/libdeepinfer_core.a). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -26,7 +29,7 @@ static double now_us(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: mask_bench TOKENIZER_JSON [--compact] < cases.jsonl\n");
+        fprintf(stderr, "usage: mask_bench TOKENIZER_JSON [--compact] [--check] < cases.jsonl\n");
         return 2;
     }
     di_err err = {0};
@@ -37,11 +40,16 @@ int main(int argc, char **argv) {
     }
     di_constrain_opts opts;
     di_constrain_opts_init(&opts);
-    if (argc > 2 && !strcmp(argv[2], "--compact")) opts.json_ws_flexible = false;
+    bool check = false;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--compact")) opts.json_ws_flexible = false;
+        if (!strcmp(argv[i], "--check")) check = true;
+    }
     di_token_trie *v = NULL;
     di_token_trie_build(tok, 1, &v, &err);
     int32_t n_vocab = di_tokenizer_vocab_size(tok);
-    uint32_t *mask = malloc(((size_t)n_vocab + 31) / 32 * 4);
+    size_t words = ((size_t)n_vocab + 31) / 32;
+    uint32_t *mask = malloc(words * 4), *ref = malloc(words * 4);
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -63,7 +71,7 @@ int main(int argc, char **argv) {
             continue;
         }
         int n_tok = 0;
-        bool all_ok = true;
+        bool all_ok = true, same = true;
         const cJSON *inst;
         cJSON_ArrayForEach(inst, cJSON_GetObjectItem(c, "instances")) {
             const char *text = cJSON_GetStringValue(inst);
@@ -76,6 +84,10 @@ int main(int argc, char **argv) {
                 double b = now_us();
                 if (n_times == cap_times) times = realloc(times, (cap_times *= 2) * sizeof(double));
                 times[n_times++] = b - a;
+                if (check) {
+                    di_matcher_fill_mask_reference(m, ref);
+                    same &= !memcmp(mask, ref, words * 4);
+                }
                 n_tok++;
                 int32_t next = i < ids.n ? ids.ids[i] : 1;
                 if (!((mask[next / 32] >> (next % 32)) & 1) || !di_matcher_accept_token(m, next)) {
@@ -86,7 +98,7 @@ int main(int argc, char **argv) {
             di_matcher_free(m);
             di_token_vec_free(&ids);
         }
-        printf("%s %s %.1f %d\n", name, all_ok ? "ok" : "reject", compile_us, n_tok);
+        printf("%s %s %.1f %d\n", name, !same ? "mismatch" : all_ok ? "ok" : "reject", compile_us, n_tok);
         di_grammar_free(g);
         cJSON_Delete(c);
     }
@@ -96,6 +108,7 @@ int main(int argc, char **argv) {
     free(times);
     free(line);
     free(mask);
+    free(ref);
     di_token_trie_free(v);
     di_tokenizer_free(tok);
     return 0;
