@@ -58,6 +58,10 @@ DI_SETTING(home, STR, NULL, "HOME", "", "standard variable: ~/.cache/deepinfer/d
 DI_SETTING(ep_ranks, INT, "--ep-ranks", NULL, "8",
            "bench on a GPU: the expert-parallel deployment one GPU stands in for (384/N experts resident)")
 DI_SETTING(quick, BOOL, "--quick", NULL, "0", "bench on a GPU: fewer steps, quicker ceilings")
+DI_SETTING(bench_max_context, INT, "--bench-max-context", NULL, "131072",
+           "bench on a GPU: decode rows up to this context (4096, 32768, 131072)")
+DI_SETTING(bench_max_prefill, INT, "--bench-max-prefill", NULL, "16384",
+           "bench on a GPU: prefill rows up to this many new tokens (512, 4096, 16384)")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

@@ -215,12 +215,14 @@ static void print_profile(FILE *out, const di_model *m, const char *what, double
 }
 
 /* Prefill rows: one sequence of S new tokens in one forward call. */
-static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, double budget_s, double deadline) {
+static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, double budget_s, double deadline,
+                          int64_t max_prefill) {
     const di_device_backend *be = m->dev_backend;
     di_err err = {0};
     const int prefills[] = {512, 4096, 16384};
     for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++) {
         const int S = prefills[pi];
+        if (S > max_prefill) continue;
         if (now_s() > deadline) {
             printf("| prefill | 1 | %d new | skipped: benchmark time budget spent |||||||\n", S);
             continue;
@@ -314,7 +316,9 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     const double budget_s = quick ? 20.0 : 60.0; /* per row: larger B at this context are skipped after */
     const double deadline = now_s() + (quick ? 240.0 : 1500.0); /* the whole table */
     for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
-        if (ci == 1) bench_prefill(m, &cl, logits, budget_s, deadline); /* after 4K decode: the rows that matter most first */
+        if (ci == 1) /* after 4K decode: the rows that matter most first */
+            bench_prefill(m, &cl, logits, budget_s, deadline, s->bench_max_prefill);
+        if (ctxs[ci] > s->bench_max_context) continue;
         bool slow = false;
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             const int B = Bs[bi];

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include <cuda_runtime.h>
+#include <vector>
 
 extern "C" {
 #include "backend/cpu/cpu_ops.h"
@@ -651,6 +652,58 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     free(X), free(kv), free(qk), free(ref), free(got), free(one);
 }
 
+/* ---- grouped quantised linear: each group's rows equal a single-matrix call on that group ---- */
+void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s);
+
+static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+    const bool fp4 = dt == DI_DT_I8;
+    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
+    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
+    std::vector<void *> wd(G), ws(G);
+    std::vector<int> off(G + 1, 0);
+    for (int g = 0; g < G; g++) off[g + 1] = off[g] + rows[g];
+    const int M = off[G];
+    int max_rows = 0;
+    for (int g = 0; g < G; g++) max_rows = rows[g] > max_rows ? rows[g] : max_rows;
+    std::vector<uint8_t> hb(dbytes), hs(sbytes);
+    for (int g = 0; g < G; g++) {
+        for (size_t i = 0; i < dbytes; i++) hb[i] = fp4 ? (uint8_t)rnd_u64() : rnd_e4m3();
+        for (size_t i = 0; i < sbytes; i++) hs[i] = (uint8_t)(118 + rnd_u64() % 12);
+        wd[g] = dev_upload(hb.data(), dbytes);
+        ws[g] = dev_upload(hs.data(), sbytes);
+    }
+    float *hx = (float *)malloc(sizeof(float) * (size_t)(M ? M : 1) * K);
+    fill_moderate(hx, (int64_t)M * K, 2.0f);
+    float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
+    float *yg = (float *)dev_poisoned(sizeof(float) * (size_t)M * N), *y1 = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+    di_weight shape = {};
+    shape.dtype = dt;
+    shape.rows = N;
+    shape.cols = K;
+    for (int g = 0; g < G; g++) { /* reference: one call per group */
+        di_weight w = shape;
+        w.data = wd[g];
+        w.scale = (const uint8_t *)ws[g];
+        di_cuda_linear_quant(&w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N, 0);
+    }
+    const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * G);
+    const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * G);
+    int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (G + 1));
+    di_cuda_linear_quant_grouped(&shape, d_wd, d_ws, d_off, G, max_rows, x, yg, 0);
+    float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
+    dev_download(a, yg, sizeof(float) * (size_t)M * N);
+    dev_download(b, y1, sizeof(float) * (size_t)M * N);
+    char shp[96];
+    snprintf(shp, sizeof shp, "%s G=%d M=%d K=%lld N=%lld", fp4 ? "fp4" : "fp8", G, M, (long long)K, (long long)N);
+    compare("linear_quant_grouped", shp, a, b, (int64_t)M * N, "exact");
+    for (int g = 0; g < G; g++) {
+        cudaFree(wd[g]);
+        cudaFree(ws[g]);
+    }
+    cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(x), cudaFree(yg), cudaFree(y1);
+    free(hx), free(a), free(b);
+}
+
 static void run_quick(void) {
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
@@ -678,11 +731,17 @@ static void run_quick(void) {
     test_moe_combine(3, 6, 300);
     test_engram_gather(40, 3, 24, 64);
     test_engram_gate(17, 4, 512);
+    const int grp_rows[] = {3, 0, 8, 1, 17};
+    test_linear_grouped(DI_DT_I8, 256, 96, grp_rows, 5);
+    test_linear_grouped(DI_DT_F8_E4M3, 160, 40, grp_rows, 5);
 }
 
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes
  * far too long over 129280 warps) */
 static void run_full(bool head) {
+    const int expert_rows[] = {8, 0, 13, 1, 64, 8, 8, 2};
+    test_linear_grouped(DI_DT_I8, 5120, 2304, expert_rows, 8); /* w1 / w3 of 8 experts */
+    test_linear_grouped(DI_DT_I8, 2304, 5120, expert_rows, 8); /* w2 */
     test_copy_rows(1000, 5120);
     test_copy_rows(64, 640);
     test_embed(129280, 64, 4, 5120);

@@ -10,14 +10,15 @@
 #   4. compute-sanitizer memcheck and racecheck on a fixture run,
 #   5. `deepinfer bench` (the whole-model EP-8 rank proxy) and a generate demo on the bundled model.
 # Logs land in $OUT; the summary is the end of stdout. Stages past a time budget are skipped.
-#     bash tools/cuda/device_model_run.sh [--quick] [--only STAGES]   (STAGES: e.g. "build,parity,fixture")
+#     bash tools/cuda/device_model_run.sh [--quick] [--only STAGES]   (STAGES: e.g. "build,parity,fixture";
+#     all: parity,fixture,sanitize,memcheck,bench,bench_bi,demo; BENCH_ARGS passes options to the bench)
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/deepinfer-device-out}"
 mkdir -p "$OUT"
 T0=$(date +%s)
 QUICK=0
-ONLY="build,parity,fixture,sanitize,memcheck,bench,demo"
+ONLY="build,parity,fixture,sanitize,memcheck,bench,bench_bi,demo"
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
@@ -107,8 +108,14 @@ fi
 if want bench; then
     BQ=""
     [ "$QUICK" = 1 ] && BQ="--quick"
-    run bench 400 $B/deepinfer bench --backend cuda $BQ
+    run bench 400 $B/deepinfer bench --backend cuda $BQ ${BENCH_ARGS:-}
     cat "$OUT/bench.log"
+fi
+if want bench_bi; then # the same in batch-invariant mode: its cost against the default
+    BQ=""
+    [ "$QUICK" = 1 ] && BQ="--quick"
+    DEEPINFER_BATCH_INVARIANT=1 run bench_bi 400 $B/deepinfer bench --backend cuda $BQ ${BENCH_ARGS:-}
+    cat "$OUT/bench_bi.log"
 fi
 if want demo; then
     run demo 120 $B/deepinfer generate --backend cuda -p "The capital of France is" --max-tokens 24 --temperature 0 \

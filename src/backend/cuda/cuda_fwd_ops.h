@@ -46,6 +46,15 @@ void di_cuda_scale_bf16(float *x, int64_t n, float scale, cudaStream_t s);
 void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *y,
                           di_linear_mode mode, cudaStream_t s);
 
+/* ---- grouped quantised linear (cuda_linear_quant.cu): the routed experts of a layer in one launch ---- */
+/* For g < n_groups: y[row_off[g] .. row_off[g+1]) = x[same rows] @ W_g^T, W_g = (wdata[g], wscale[g])
+ * with the dtype and shape of `shape` (FP8 32x32 or FP4 1x32 e8m0, 16-byte aligned); the arithmetic
+ * of each row is di_cuda_linear's (DI_LIN_QUANT), bit for bit. wdata, wscale, row_off [n_groups + 1]
+ * are device arrays; max_rows (host) bounds the rows of any group. */
+void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *wdata,
+                                  const uint8_t *const *wscale, const int *row_off, int n_groups,
+                                  int64_t max_rows, const float *x, float *y, cudaStream_t s);
+
 /* ---- compressor and indexer (cuda_fwd_index.cu) ---- */
 /* ratio-2 compressor pairs (indexer.c di_fwd_compress): for i < n, d < dh
  *   latent[i, d] = bf16(k0[i][d] * (e0 / sum) + k1[i][d] * (e1 / sum)),

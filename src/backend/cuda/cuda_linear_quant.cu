@@ -18,6 +18,7 @@
  * from the tensor-core rate for large M (see docs/CUDA.md and the benchmark); a wgmma version must
  * keep the exact block sums (e.g. int8 split products) to stay bit-exact. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
 
 #define LQ_WARPS 8
@@ -83,17 +84,33 @@ static __device__ __forceinline__ float block_sum(const int *xb, const int *wv) 
     return __ll2float_rn(s) * 0x1p-18f;
 }
 
-/* y [M, N] = x [M, K] @ w^T; grid.y tiles M by MT rows */
+/* Groups (the routed experts of a MoE layer): group g owns rows row_off[g] .. row_off[g+1] of x
+ * and y and its own weight (wdata[g], wscale[g]; same shape for all). NULL row_off: one matrix. */
+struct lq_groups {
+    const uint8_t *const *wdata, *const *wscale;
+    const int *row_off;
+};
+
+/* y [M, N] = x [M, K] @ w^T; grid.y tiles M by MT rows; grid.z = group */
 template <bool FP4, int MT>
 __global__ void __launch_bounds__(LQ_WARPS * 32)
 linear_quant_kernel(const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
                     const float *__restrict__ x, int64_t M, int64_t N, int64_t K,
-                    float *__restrict__ y) {
+                    float *__restrict__ y, lq_groups grp) {
     extern __shared__ int4 lq_smem[];
     const int nb = (int)(K / 32), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int *xi = reinterpret_cast<int *>(lq_smem);              /* [MT][nb][LQ_PAD] q * 2^9 */
     float *xs = reinterpret_cast<float *>(xi + MT * nb * LQ_PAD); /* [MT][nb] scales */
     const int64_t m0 = (int64_t)blockIdx.y * MT;
+    if (grp.row_off) { /* this block's group: the same arithmetic on its rows and weight */
+        const int g = blockIdx.z, r0 = grp.row_off[g];
+        M = grp.row_off[g + 1] - r0;
+        if (m0 >= M) return; /* uniform over the block */
+        wdata = grp.wdata[g];
+        wscale = grp.wscale[g];
+        x += (int64_t)r0 * K;
+        y += (int64_t)r0 * N;
+    }
 
     /* stage: act_quant(x, 32) of rows m0 .. m0+MT-1 (rows past M are zeros, never written) */
     for (int idx = warp; idx < MT * nb; idx += LQ_WARPS) {
@@ -149,7 +166,8 @@ linear_quant_kernel(const uint8_t *__restrict__ wdata, const uint8_t *__restrict
 }
 
 template <bool FP4, int MT>
-static void launch_mt(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s) {
+static void launch_mt(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s,
+                      lq_groups grp = lq_groups{nullptr, nullptr, nullptr}, int n_groups = 1) {
     const int64_t K = w->cols, N = w->rows, nb = K / 32;
     const size_t smem = (size_t)MT * nb * (LQ_PAD + 1) * 4;
     /* device queries once per instantiation (they cost more than a small launch); the occupancy
@@ -171,14 +189,54 @@ static void launch_mt(const di_weight *w, const float *x, int64_t m, float *y, c
                                                                     LQ_WARPS * 32, smem));
         occ_k = K;
     }
+    /* m: rows of the largest group (all rows for one matrix) */
     const int64_t tiles_m = (m + MT - 1) / MT;
-    int64_t gx = (N + LQ_WARPS - 1) / LQ_WARPS, cap = (int64_t)sms * (per_sm > 0 ? per_sm : 1) * 2 / tiles_m;
+    int64_t gx = (N + LQ_WARPS - 1) / LQ_WARPS,
+            cap = (int64_t)sms * (per_sm > 0 ? per_sm : 1) * 2 / (tiles_m * n_groups);
     if (cap < 1) cap = 1;
     if (gx > cap) gx = cap;
-    dim3 grid((unsigned)gx, (unsigned)tiles_m);
+    dim3 grid((unsigned)gx, (unsigned)tiles_m, (unsigned)n_groups);
     linear_quant_kernel<FP4, MT><<<grid, LQ_WARPS * 32, smem, s>>>((const uint8_t *)w->data, w->scale,
-                                                                  x, m, N, K, y);
+                                                                  x, m, N, K, y, grp);
     DI_CUDA_LAUNCHED();
+}
+
+/* Row tile for m rows within the shared-memory budget of K (0 if none fits). */
+static int pick_mt(int64_t m, int64_t nb) {
+    int mt = m >= 8 ? 8 : (m >= 4 ? 4 : (m >= 2 ? 2 : 1));
+    while (mt > 1 && (size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX) mt /= 2;
+    return (size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX ? 0 : mt;
+}
+
+extern "C" void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *wdata,
+                                             const uint8_t *const *wscale, const int *row_off, int n_groups,
+                                             int64_t max_rows, const float *x, float *y, cudaStream_t s) {
+    const int64_t K = shape->cols, nb = K / 32;
+    if (K % 32 != 0 || (shape->dtype != DI_DT_F8_E4M3 && shape->dtype != DI_DT_I8)) {
+        fprintf(stderr, "di_cuda_linear_quant_grouped: unsupported weight (dtype %d, cols %lld)\n",
+                (int)shape->dtype, (long long)K);
+        abort();
+    }
+    if (n_groups <= 0 || max_rows <= 0 || shape->rows <= 0) return;
+    const int mt = pick_mt(max_rows, nb);
+    if (!mt) {
+        fprintf(stderr, "di_cuda_linear_quant_grouped: K = %lld too large for the staged kernel\n", (long long)K);
+        abort();
+    }
+    const lq_groups grp{wdata, wscale, row_off};
+    const bool fp4 = shape->dtype == DI_DT_I8;
+#define LQ_CASE(MT_)                                                                  \
+    case MT_:                                                                         \
+        if (fp4) launch_mt<true, MT_>(shape, x, max_rows, y, s, grp, n_groups);       \
+        else launch_mt<false, MT_>(shape, x, max_rows, y, s, grp, n_groups);          \
+        break;
+    switch (mt) {
+        LQ_CASE(1)
+        LQ_CASE(2)
+        LQ_CASE(4)
+        LQ_CASE(8)
+    }
+#undef LQ_CASE
 }
 
 /* Quantised linear: picks the row tile MT from M and the shared-memory budget. */
@@ -194,9 +252,8 @@ void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *
         abort();
     }
     if (m <= 0 || w->rows <= 0) return;
-    int mt = m >= 8 ? 8 : (m >= 4 ? 4 : (m >= 2 ? 2 : 1));
-    while (mt > 1 && (size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX) mt /= 2;
-    if ((size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX) {
+    const int mt = pick_mt(m, nb);
+    if (!mt) {
         fprintf(stderr, "di_cuda_linear_quant: K = %lld too large for the staged kernel\n", (long long)K);
         abort();
     }

@@ -2,8 +2,9 @@
  *
  * MoE: the router's logits (fixed-order fp32 linear) are downloaded and routed on the host by the
  * CPU's own function (forward/host_steps.h), so expert choices never differ between backends;
- * rows are grouped per expert on the host, each group gathered, run through its FP4 experts
- * (exact block-scaled GEMMs) and scattered to its (row, slot) output; the combine kernel adds the
+ * rows are grouped per expert on the host and gathered; one grouped launch per matrix (w1, w3,
+ * w2) runs every expert that got rows (exact block-scaled GEMMs, each row's arithmetic that of a
+ * single-matrix call); results are scattered to their (row, slot) outputs; the combine kernel adds the
  * slots in ascending expert id, then the shared expert, and rounds once, as the CPU does. An
  * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
  * routing; the bench routes only to resident experts.
@@ -97,13 +98,42 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     gpu_stage(f, ST_MOE_EXPERTS);
     gpu_copy_rows(f, gdst, src, (int64_t)R * K, D);
     float *d_wts = gpu_upload(f, wts, sizeof(float) * (size_t)R * K);
+    /* the experts that got rows, as groups of one launch per matrix (w1, w3, then w2) */
+    const uint8_t **wp = di_xmalloc(sizeof(uint8_t *) * 6 * (size_t)E); /* [6][n_act] data, scale */
+    int *off = di_xmalloc(sizeof(int) * ((size_t)E + 1));
+    int n_act = 0, max_rows = 0;
     for (int e = 0; e < E; e++) {
         const int n = count[e + 1] - count[e];
         if (!n) continue;
         if (!fw->w1[e].data) di_die("MoE: layer %d routed to expert %d, which has no weights on this device", L->id, e);
-        expert_ffn(f, &fw->w1[e], &fw->w2[e], &fw->w3[e], xg + (size_t)count[e] * D, n, d_wts + count[e],
-                   yg + (size_t)count[e] * D);
+        const di_weight *ws[3] = {&fw->w1[e], &fw->w3[e], &fw->w2[e]};
+        for (int k = 0; k < 3; k++) {
+            wp[(2 * k) * E + n_act] = ws[k]->data;
+            wp[(2 * k + 1) * E + n_act] = ws[k]->scale;
+        }
+        off[n_act++] = count[e];
+        if (n > max_rows) max_rows = n;
     }
+    off[n_act] = R * K;
+    if (n_act) {
+        const uint8_t **d_wp = gpu_upload(f, wp, sizeof(uint8_t *) * 6 * (size_t)E);
+        int *d_off = gpu_upload(f, off, sizeof(int) * ((size_t)n_act + 1));
+        const di_weight *w1 = &fw->w1[0], *w2 = &fw->w2[0];
+        for (int e = 0; e < E && !w1->data; e++) w1 = &fw->w1[e], w2 = &fw->w2[e]; /* a resident expert's shape */
+        const int64_t inter = w1->rows;
+        float *g = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter); /* [R*K, inter] */
+        float *u = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter);
+        di_cuda_linear_quant_grouped(w1, d_wp, d_wp + E, d_off, n_act, max_rows, xg, g, f->s);
+        di_cuda_linear_quant_grouped(w1, d_wp + 2 * E, d_wp + 3 * E, d_off, n_act, max_rows, xg, u, f->s);
+        di_cuda_swiglu(g, u, (int64_t)R * K, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
+        di_cuda_linear_quant_grouped(w2, d_wp + 4 * E, d_wp + 5 * E, d_off, n_act, max_rows, g, yg, f->s);
+        gpu_free(f, g);
+        gpu_free(f, u);
+        gpu_free(f, (void *)d_wp);
+        gpu_free(f, d_off);
+    }
+    free(wp);
+    free(off);
     gpu_copy_rows(f, sdst, ssrc, (int64_t)R * K, D);
     gpu_stage(f, ST_MOE_SHARED);
     float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
