@@ -22,6 +22,16 @@ int di_engram_row_history(const di_model *m, const di_seq_state *st, const int32
     return n;
 }
 
+void di_seq_commit_tokens(const di_model *m, di_seq_state *st, const int32_t *tokens, int n) {
+    for (int j = 0; j < n; j++) {
+        int32_t id = m->token_map.map ? di_engram_token_map_get(&m->token_map, tokens[j]) : DI_ENGRAM_DEAD;
+        memmove(st->engram_hist + 1, st->engram_hist, sizeof(int32_t) * 7);
+        st->engram_hist[0] = id;
+        if (st->n_hist < 8) st->n_hist++;
+    }
+    st->n_tokens += n;
+}
+
 /* last_ids[0..n) for row r: compressed ids of its token and the tokens before it (newest first) */
 static int row_history(const fwd_ctx *c, int r, int32_t *last_ids, int max_n) {
     const int s = c->row_seq[r];

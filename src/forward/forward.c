@@ -6,6 +6,7 @@
 
 #include "forward/device.h"
 #include "forward/forward_internal.h"
+#include "forward/host_steps.h"
 
 void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_row, int64_t stride,
                       int64_t offset, const int64_t *pos, int rows, bool inverse) {
@@ -189,14 +190,7 @@ static void commit_states(fwd_ctx *c) {
     const int64_t W = (int64_t)m->cfg.n_dspark_targets * m->cfg.hidden_size;
     for (int s = 0; s < b->n_seqs; s++) {
         di_seq_state *st = b->seqs[s];
-        for (int j = 0; j < b->seq_n_rows[s]; j++) {
-            int32_t id = m->token_map.map ? di_engram_token_map_get(&m->token_map, b->tokens[c->seq_row0[s] + j])
-                                          : DI_ENGRAM_DEAD;
-            memmove(st->engram_hist + 1, st->engram_hist, sizeof(int32_t) * 7);
-            st->engram_hist[0] = id;
-            if (st->n_hist < 8) st->n_hist++;
-        }
-        st->n_tokens += b->seq_n_rows[s];
+        di_seq_commit_tokens(m, st, b->tokens + c->seq_row0[s], b->seq_n_rows[s]);
         if (W > 0) {
             int last = c->seq_row0[s] + b->seq_n_rows[s] - 1;
             memcpy(st->main_hidden, c->main_hidden + last * W, sizeof(float) * (size_t)W);

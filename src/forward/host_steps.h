@@ -19,4 +19,8 @@ void di_moe_route_row(const di_model *m, const di_ffn_weights *f, const float *l
 int di_engram_row_history(const di_model *m, const di_seq_state *st, const int32_t *seq_tokens, int64_t pos0,
                           int64_t pos, int32_t *last_ids, int max_n);
 
+/* After a forward call: the sequence advances by the n tokens of this call (tokens[0..n)) and
+ * keeps the Engram history of the newest ones. The DSpark input is the caller's (host or device). */
+void di_seq_commit_tokens(const di_model *m, di_seq_state *st, const int32_t *tokens, int n);
+
 #endif

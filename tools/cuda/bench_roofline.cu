@@ -19,16 +19,10 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ceilings.h"
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
+#define CK(call) DI_CUDA_CHECK(call)
 
 static int g_quick;
 static double g_hbm_gbs, g_bf16_tflops, g_fp8_tflops;

@@ -208,6 +208,24 @@ static int pick_mt(int64_t m, int64_t nb) {
     return (size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX ? 0 : mt;
 }
 
+/* the kernel instance for the dtype and row tile */
+static void dispatch(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s, int mt, lq_groups grp,
+                     int n_groups) {
+    const bool fp4 = w->dtype == DI_DT_I8;
+#define LQ_CASE(MT_)                                                              \
+    case MT_:                                                                     \
+        if (fp4) launch_mt<true, MT_>(w, x, m, y, s, grp, n_groups);              \
+        else launch_mt<false, MT_>(w, x, m, y, s, grp, n_groups);                 \
+        break;
+    switch (mt) {
+        LQ_CASE(1)
+        LQ_CASE(2)
+        LQ_CASE(4)
+        LQ_CASE(8)
+    }
+#undef LQ_CASE
+}
+
 extern "C" void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *wdata,
                                              const uint8_t *const *wscale, const int *row_off, int n_groups,
                                              int64_t max_rows, const float *x, float *y, cudaStream_t s) {
@@ -223,20 +241,7 @@ extern "C" void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8
         fprintf(stderr, "di_cuda_linear_quant_grouped: K = %lld too large for the staged kernel\n", (long long)K);
         abort();
     }
-    const lq_groups grp{wdata, wscale, row_off};
-    const bool fp4 = shape->dtype == DI_DT_I8;
-#define LQ_CASE(MT_)                                                                  \
-    case MT_:                                                                         \
-        if (fp4) launch_mt<true, MT_>(shape, x, max_rows, y, s, grp, n_groups);       \
-        else launch_mt<false, MT_>(shape, x, max_rows, y, s, grp, n_groups);          \
-        break;
-    switch (mt) {
-        LQ_CASE(1)
-        LQ_CASE(2)
-        LQ_CASE(4)
-        LQ_CASE(8)
-    }
-#undef LQ_CASE
+    dispatch(shape, x, max_rows, y, s, mt, lq_groups{wdata, wscale, row_off}, n_groups);
 }
 
 /* Quantised linear: picks the row tile MT from M and the shared-memory budget. */
@@ -257,17 +262,5 @@ void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *
         fprintf(stderr, "di_cuda_linear_quant: K = %lld too large for the staged kernel\n", (long long)K);
         abort();
     }
-    const bool fp4 = w->dtype == DI_DT_I8;
-#define LQ_CASE(MT_)                                                   \
-    case MT_:                                                          \
-        if (fp4) launch_mt<true, MT_>(w, x, m, y, s);                  \
-        else launch_mt<false, MT_>(w, x, m, y, s);                     \
-        break;
-    switch (mt) {
-        LQ_CASE(1)
-        LQ_CASE(2)
-        LQ_CASE(4)
-        LQ_CASE(8)
-    }
-#undef LQ_CASE
+    dispatch(w, x, m, y, s, mt, lq_groups{nullptr, nullptr, nullptr}, 1);
 }

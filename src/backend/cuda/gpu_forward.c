@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "backend/cuda/gpu_internal.h"
+#include "forward/host_steps.h"
 
 /* ---- stage profile ---- */
 static bool g_prof;
@@ -190,14 +191,7 @@ static void commit_states(gpu_fwd *f) {
     const int64_t W = (int64_t)m->cfg.n_dspark_targets * m->cfg.hidden_size;
     for (int s = 0; s < b->n_seqs; s++) {
         di_seq_state *st = b->seqs[s];
-        for (int j = 0; j < b->seq_n_rows[s]; j++) {
-            int32_t id = m->token_map.map ? di_engram_token_map_get(&m->token_map, b->tokens[f->seq_row0[s] + j])
-                                          : DI_ENGRAM_DEAD;
-            memmove(st->engram_hist + 1, st->engram_hist, sizeof(int32_t) * 7);
-            st->engram_hist[0] = id;
-            if (st->n_hist < 8) st->n_hist++;
-        }
-        st->n_tokens += b->seq_n_rows[s];
+        di_seq_commit_tokens(m, st, b->tokens + f->seq_row0[s], b->seq_n_rows[s]);
         if (W > 0) {
             int last = f->seq_row0[s] + b->seq_n_rows[s] - 1;
             cudaMemcpyAsync(st->main_hidden, f->d_main_hidden + (size_t)last * W, sizeof(float) * (size_t)W,
