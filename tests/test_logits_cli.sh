@@ -46,5 +46,11 @@ expect_error "config.json" --model "$TMP/nowhere" --ids 0,1
 expect_error "exceeds" --model "$FIX" --ids 0,1 --prefill 5
 expect_error "no tensor" --model "$FIX" --ids 0,1 --replay-topk "$FIX/golden.safetensors:nope"
 expect_error "FILE:TENSOR" --model "$FIX" --ids 0,1 --replay-topk "$FIX/golden.safetensors"
+expect_error "unknown backend 'tpu'" --model "$FIX" --ids 0,1 --backend tpu
+if ! "$BIN" logits --backend cuda --model "$FIX" --ids 0,1 --out "$TMP/g.f32" 2>/dev/null; then
+  # a CPU-only build or no GPU: a clear error, not a crash
+  expect_error "backend cuda" --model "$FIX" --ids 0,1 --backend cuda
+  DEEPINFER_ACCELERATOR=nvidia expect_error "backend cuda" --model "$FIX" --ids 0,1
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
