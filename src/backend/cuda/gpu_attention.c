@@ -88,25 +88,21 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     if (L->is_index_source) gpu_indexer(f, L, hL, x, qr);
     gpu_stage(f, ST_ATTN_CORE);
 
-    /* per-sequence tables of the list builder */
+    /* the list builder: per-call tables (gpu_fwd), this layer's rings and entry counts */
     const int ns = b->n_seqs;
-    int *seq_n_rows = di_xmalloc(sizeof(int) * (size_t)ns);
     const float **ring = di_xmalloc(sizeof(float *) * (size_t)ns);
     int64_t *n_ent = di_xcalloc((size_t)ns, sizeof(int64_t));
-    const float **pools = di_xmalloc(sizeof(float *) * (size_t)ns);
     for (int s = 0; s < ns; s++) {
-        seq_n_rows[s] = b->seq_n_rows[s];
-        pools[s] = b->seqs[s]->pool->dev_base;
         ring[s] = b->seqs[s]->swa[L->id];
         if (L->ratio > 0) n_ent[s] = b->seqs[s]->kv[L->kv_slot].n;
     }
     const bool use_sel = L->ratio > 0 && L->index_slot >= 0 && f->sel_valid[L->index_slot];
     gpu_list_args a = {0};
-    a.row_seq = gpu_upload(f, f->row_seq, sizeof(int) * (size_t)R);
+    a.row_seq = f->d_row_seq;
     a.row_pos = f->d_row_pos;
-    a.seq_pos0 = gpu_upload(f, f->seq_pos0, sizeof(int64_t) * (size_t)ns);
-    a.seq_row0 = gpu_upload(f, f->seq_row0, sizeof(int) * (size_t)ns);
-    a.seq_n_rows = gpu_upload(f, seq_n_rows, sizeof(int) * (size_t)ns);
+    a.seq_pos0 = f->d_seq_pos0;
+    a.seq_row0 = f->d_seq_row0;
+    a.seq_n_rows = f->d_seq_n_rows;
     a.ring = gpu_upload(f, ring, sizeof(float *) * (size_t)ns);
     a.kv = kv;
     a.window = W;
@@ -116,8 +112,8 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
         a.sel_stride = cf->index_topk;
         a.sel_len = f->sel_len[L->index_slot];
         a.n_entries = gpu_upload(f, n_ent, sizeof(int64_t) * (size_t)ns);
-        a.blocks = gpu_upload(f, f->d_blocks + (size_t)L->kv_slot * ns, sizeof(int32_t *) * (size_t)ns);
-        a.pool = gpu_upload(f, pools, sizeof(float *) * (size_t)ns);
+        a.blocks = (const int32_t *const *)f->d_blocks_dev + (size_t)L->kv_slot * ns;
+        a.pool = f->d_pools;
         a.block_entries = b->seqs[0]->pool->block_entries;
         a.entry_floats = b->seqs[0]->pool->entry_floats;
     }
@@ -130,19 +126,11 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     gpu_stage(f, ST_ATTN_OUT);
     output_proj(f, &L->attn, o, out);
     gpu_stage(f, ST_OTHER);
-    gpu_free(f, (void *)a.row_seq);
-    gpu_free(f, (void *)a.seq_pos0);
-    gpu_free(f, (void *)a.seq_row0);
-    gpu_free(f, (void *)a.seq_n_rows);
     gpu_free(f, (void *)a.ring);
     gpu_free(f, (void *)a.n_entries);
-    gpu_free(f, (void *)a.blocks);
-    gpu_free(f, (void *)a.pool);
     gpu_free(f, list);
-    free(seq_n_rows);
     free(ring);
     free(n_ent);
-    free(pools);
     gpu_free(f, qr);
     gpu_free(f, q);
     gpu_free(f, kv);

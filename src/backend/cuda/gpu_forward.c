@@ -224,6 +224,14 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
         }
     }
     f->d_row_pos = gpu_upload(f, f->row_pos, sizeof(int64_t) * (size_t)f->R);
+    f->d_row_seq = gpu_upload(f, f->row_seq, sizeof(int) * (size_t)f->R);
+    f->d_seq_pos0 = gpu_upload(f, f->seq_pos0, sizeof(int64_t) * (size_t)b->n_seqs);
+    f->d_seq_row0 = gpu_upload(f, f->seq_row0, sizeof(int) * (size_t)b->n_seqs);
+    f->d_seq_n_rows = gpu_upload(f, b->seq_n_rows, sizeof(int) * (size_t)b->n_seqs);
+    const float **pools = di_xmalloc(sizeof(float *) * (size_t)b->n_seqs);
+    for (int s = 0; s < b->n_seqs; s++) pools[s] = b->seqs[s]->pool->dev_base;
+    f->d_pools = gpu_upload(f, pools, sizeof(float *) * (size_t)b->n_seqs);
+    free(pools);
     /* RoPE rows of every row's position, for both tables */
     const int half = c->qk_rope_head_dim / 2;
     float *cs = di_xmalloc(sizeof(float) * (size_t)f->R * half), *sn = di_xmalloc(sizeof(float) * (size_t)f->R * half);
@@ -241,6 +249,7 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
             const di_kv_source_state *ks = &b->seqs[s]->kv[k];
             f->d_blocks[k * b->n_seqs + s] = gpu_upload(f, ks->blocks, sizeof(int32_t) * (size_t)ks->n_blocks);
         }
+    f->d_blocks_dev = gpu_upload(f, f->d_blocks, sizeof(int32_t *) * (size_t)c->n_kv_sources * b->n_seqs);
     const int n_idx = c->n_index_sources;
     f->d_sel = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(int32_t *));
     f->sel_len = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(int));
@@ -256,6 +265,12 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
 static void call_free(gpu_fwd *f) {
     const di_config *c = &f->m->cfg;
     gpu_free(f, f->d_row_pos);
+    gpu_free(f, f->d_row_seq);
+    gpu_free(f, f->d_seq_pos0);
+    gpu_free(f, f->d_seq_row0);
+    gpu_free(f, f->d_seq_n_rows);
+    gpu_free(f, (void *)f->d_pools);
+    gpu_free(f, f->d_blocks_dev);
     for (int kind = 0; kind < 2; kind++) {
         gpu_free(f, f->d_cos[kind]);
         gpu_free(f, f->d_sin[kind]);

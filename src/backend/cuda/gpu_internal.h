@@ -47,6 +47,12 @@ typedef struct gpu_fwd {
     int *seq_row0;             /* [n_seqs] */
     int64_t *seq_pos0;         /* [n_seqs] */
     int64_t *d_row_pos;        /* [R] */
+    /* the same per-call tables on the device, for the attention list builder (uploaded once) */
+    int *d_row_seq;            /* [R] */
+    int64_t *d_seq_pos0;       /* [n_seqs] */
+    int *d_seq_row0, *d_seq_n_rows; /* [n_seqs] */
+    const float **d_pools;     /* [n_seqs] pool base of each sequence */
+    int32_t **d_blocks_dev;    /* [n_kv_sources * n_seqs] d_blocks, itself on the device */
     float *d_cos[2], *d_sin[2]; /* [R, rope_dim/2] per RoPE kind (0: ratio-0 layers, 1: compressed) */
     int32_t **d_blocks;        /* [n_kv_sources * n_seqs] device block tables (uploaded per call) */
     /* indexer selections per index-source slot: d_sel[slot] [R, index_topk] */
