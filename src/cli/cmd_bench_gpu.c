@@ -188,30 +188,41 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* Where one forward call's time goes: the stage profile (synchronising at every stage boundary, so
- * the total exceeds an unprofiled step by the lost overlap) of one more call. */
-static char g_deferred[4][8192];
-static int g_n_deferred;
-/* profiles of decode rows are printed after the table (they would split it) */
-static void print_profile(FILE *out, const di_model *m, const char *what, double *secs);
-static void deferred_profile(const di_model *m, const char *what, double *secs) {
-    if (g_n_deferred >= 4) return;
-    FILE *mf = fmemopen(g_deferred[g_n_deferred++], sizeof g_deferred[0], "w");
-    if (!mf) return;
-    print_profile(mf, m, what, secs);
-    fclose(mf);
+ * the total exceeds an unprofiled step by the lost overlap) of one more call over the same states.
+ * Kept and printed after the table, which they would split. */
+enum { MAX_PROFILES = 4, MAX_STAGES = 64 };
+static struct {
+    char what[64];
+    double secs[MAX_STAGES];
+} g_profiles[MAX_PROFILES];
+static int g_n_profiles;
+static const char *const *g_stage_names;
+
+static void profile_call(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq, float *logits,
+                         const char *what) {
+    const di_device_backend *be = m->dev_backend;
+    if (g_n_profiles >= MAX_PROFILES || be->n_profile_stages > MAX_STAGES) return;
+    di_err err = {0};
+    be->profile(true, NULL, NULL);
+    const bool ok = timed_forward(m, st, n_seqs, rows_per_seq, logits, 77, &err) >= 0;
+    be->profile(false, &g_stage_names, g_profiles[g_n_profiles].secs);
+    if (!ok) return;
+    snprintf(g_profiles[g_n_profiles].what, sizeof g_profiles[0].what, "%s", what);
+    g_n_profiles++;
 }
 
-static void print_profile(FILE *out, const di_model *m, const char *what, double *secs) {
-    const di_device_backend *be = m->dev_backend;
-    const char *const *names = NULL;
-    be->profile(false, &names, secs);
-    double total = 0;
-    for (int i = 0; i < be->n_profile_stages; i++) total += secs[i];
-    fprintf(out, "\nstage profile, %s (one call, synchronised at stage boundaries): total %.2f ms\n\n", what,
-            total * 1e3);
-    fprintf(out, "| stage | ms | share |\n|---|---|---|\n");
-    for (int i = 0; i < be->n_profile_stages; i++)
-        if (secs[i] > 0) fprintf(out, "| %s | %.2f | %.1f%% |\n", names[i], secs[i] * 1e3, 100.0 * secs[i] / total);
+static void print_profiles(const di_model *m) {
+    const int n_stages = m->dev_backend->n_profile_stages;
+    for (int p = 0; p < g_n_profiles; p++) {
+        const double *secs = g_profiles[p].secs;
+        double total = 0;
+        for (int i = 0; i < n_stages; i++) total += secs[i];
+        printf("\nstage profile, %s (one call, synchronised at stage boundaries): total %.2f ms\n\n",
+               g_profiles[p].what, total * 1e3);
+        printf("| stage | ms | share |\n|---|---|---|\n");
+        for (int i = 0; i < n_stages; i++)
+            if (secs[i] > 0) printf("| %s | %.2f | %.1f%% |\n", g_stage_names[i], secs[i] * 1e3, 100.0 * secs[i] / total);
+    }
 }
 
 /* Prefill rows: one sequence of S new tokens in one forward call. */
@@ -232,12 +243,9 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
         di_kv_pool_set_mem(&pool, &be->mem);
         di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
         double dt = timed_forward(m, st, 1, S, logits, 99, &err);
-        if (dt >= 0 && S == 512) { /* where the time goes: one more call, profiled */
-            double secs[64];
+        if (dt >= 0 && S == 512) { /* where the time goes: the same prefill again, profiled */
             di_seq_state_reset(st[0]);
-            be->profile(true, NULL, NULL);
-            timed_forward(m, st, 1, S, logits, 99, &err);
-            deferred_profile(m, "prefill of 512 tokens", secs);
+            profile_call(m, st, 1, S, logits, "prefill of 512 tokens");
         }
         di_seq_state_free(st[0]);
         di_kv_pool_destroy(&pool);
@@ -354,12 +362,9 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     if (dt * steps > budget_s) slow = true;
                 }
                 if (n_t == steps && ci == 0 && (B == 1 || B == 64)) { /* where the time goes */
-                    double secs[64];
-                    be->profile(true, NULL, NULL);
-                    timed_forward(m, st, B, 1, logits, 77, &err);
                     char what[64];
                     snprintf(what, sizeof what, "decode B = %d at context %lld", B, (long long)ctx);
-                    deferred_profile(m, what, secs);
+                    profile_call(m, st, B, 1, logits, what);
                 }
             }
             free_states(st, B);
@@ -374,7 +379,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             print_row("decode", B, ctx, ms, B / (ms / 1e3), step_cost(m, B, B, ctx, m->proxy.resident_experts), &cl);
         }
     }
-    for (int i = 0; i < g_n_deferred; i++) fputs(g_deferred[i], stdout);
+    print_profiles(m);
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
            "sequence per step, median of %d steps after one warm-up step.\n", steps);
     free(logits);
