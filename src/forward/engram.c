@@ -39,8 +39,6 @@ static int row_history(const fwd_ctx *c, int r, int32_t *last_ids, int max_n) {
                                  c->row_pos[r], last_ids, max_n);
 }
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 void di_fwd_engram(fwd_ctx *c, const di_layer *L, float *X) {
     const di_model *m = c->m;
     const di_config *cf = &m->cfg;
@@ -63,24 +61,7 @@ void di_fwd_engram(fwd_ctx *c, const di_layer *L, float *X) {
         }
     }
     di_cpu_linear(&ew->wkv, e, R, kv, DI_LIN_QUANT);
-    for (int r = 0; r < R; r++) {
-        const float *value = kv + r * KV + n * D;
-        for (int i = 0; i < n; i++) {
-            float *x = X + (r * n + i) * D;
-            const float *key = kv + r * KV + i * D, *w = ew->qk + i * D;
-            double sx = 0.0, sk = 0.0, dot = 0.0;
-            for (int64_t d = 0; d < D; d++) {
-                sx += (double)x[d] * x[d];
-                sk += (double)key[d] * key[d];
-                dot += (double)(x[d] * w[d] * key[d]);
-            }
-            float rx = 1.0f / sqrtf((float)(sx / (double)D) + eps);
-            float rk = 1.0f / sqrtf((float)(sk / (double)D) + eps);
-            float g = (float)dot * (rx * rk) * inv_sqrt_d;
-            g = sigmoidf(copysignf(sqrtf(fmaxf(fabsf(g), 1e-6f)), g));
-            for (int64_t d = 0; d < D; d++) x[d] = di_bf16_round(x[d] + g * value[d]);
-        }
-    }
+    di_cpu_engram_gate(X, kv, ew->qk, R, n, D, eps, inv_sqrt_d);
     free(e);
     free(kv);
 }

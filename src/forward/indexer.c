@@ -71,43 +71,17 @@ void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
     free(z);
 }
 
-/* Positions of the k highest scores, ascending; -inf ones -> -1. Exact ties go to the lower
- * position. torch.topk leaves tie order unspecified: at the first selection difference of the
- * fixture prompts (each an exact bf16 tie) the reference kept the higher position in some and the
- * lower in others; over whole runs the lower-position rule is the closer one (fixture README). */
-static void topk_select(const float *score, int64_t n, int k, int32_t *out) {
-    uint8_t *taken = calloc((size_t)(n ? n : 1), 1);
-    int got = 0;
-    for (; got < k; got++) {
-        int64_t best = -1;
-        for (int64_t t = 0; t < n; t++)
-            if (!taken[t] && score[t] > -INFINITY && (best < 0 || score[t] > score[best])) best = t;
-        if (best < 0) break;
-        taken[best] = 1;
-    }
-    int j = 0;
-    for (int64_t t = 0; t < n; t++)
-        if (taken[t]) out[j++] = (int32_t)t;
-    for (; j < k; j++) out[j] = -1;
-    free(taken);
-}
-
 /* Candidate pool of one row (model-spec §2.4 (6)): top blocks by max score, the newest pinned. */
 static void candidate_pool(fwd_ctx *c, int r, const float *score, int64_t P, int64_t visible) {
     const di_config *cf = &c->m->cfg;
     const int bs = cf->candidate_block_size;
     const int64_t nb = (P + bs - 1) / bs;
     float *bscore = malloc(sizeof(float) * (size_t)(nb ? nb : 1));
-    for (int64_t b = 0; b < nb; b++) {
-        float mx = -INFINITY;
-        for (int64_t t = b * bs; t < (b + 1) * bs && t < P; t++) mx = fmaxf(mx, score[t]);
-        bscore[b] = mx;
-    }
-    if (visible > 0) bscore[(visible - 1) / bs] = INFINITY;
+    di_cpu_block_max(score, P, bs, visible, bscore);
     di_fwd_debug(c, "candidate_block_score_row", cf->candidate_source_layer_id, bscore, nb);
     int keep = cf->candidate_topk_blocks < nb ? cf->candidate_topk_blocks : (int)nb;
     int32_t *blocks = malloc(sizeof(int32_t) * (size_t)(keep ? keep : 1));
-    topk_select(bscore, nb, keep, blocks);
+    di_cpu_topk_select(bscore, nb, keep, blocks);
     free(c->cand[r]);
     c->cand[r] = calloc((size_t)(nb ? nb : 1), 1);
     c->cand_nblocks[r] = nb;
@@ -175,7 +149,7 @@ void di_fwd_indexer(fwd_ctx *c, const di_layer *L, const float *x, const float *
                 if (t / bs >= c->cand_nblocks[r] || !c->cand[r][t / bs]) score[t] = -INFINITY;
         }
         di_fwd_debug(c, "index_score_row", L->id, score, P);
-        topk_select(score, P, K, sel);
+        di_cpu_topk_select(score, P, K, sel);
         free(score);
     }
     c->sel_len[slot] = sel_len;

@@ -203,7 +203,7 @@ static void test_hc_mean(int64_t R, int n, int64_t D, int ntargets, int target) 
     free(X), free(ref), free(got);
 }
 
-/* indexer.c di_fwd_indexer: w[i] = bf16(w[i] * wscale) */
+/* indexer.c di_cpu_indexer: w[i] = bf16(w[i] * wscale) */
 static void test_scale_bf16(int64_t n, int nh, int idim) {
     float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
     fill_wide(x, n, 1.0f);
@@ -315,7 +315,7 @@ static void test_linear_batch_inv(di_dtype dt, di_linear_mode mode, int64_t K, i
 }
 
 /* ---- compressor, indexer ---- */
-/* indexer.c di_fwd_compress, the ratio-2 pair loop */
+/* indexer.c di_cpu_compress, the ratio-2 pair loop */
 static void test_cmp_pair(int64_t n, int dh) {
     const int64_t pool = 4 * n + 1;
     float *kp = (float *)malloc(4 * pool * dh), *zp = (float *)malloc(4 * pool * dh);
@@ -355,7 +355,7 @@ static void test_cmp_pair(int64_t n, int dh) {
     free(kp), free(zp), free(ref), free(got);
 }
 
-/* indexer.c index_scores over a paged pool, then the visible mask of di_fwd_indexer */
+/* indexer.c index_scores over a paged pool, then the visible mask of di_cpu_indexer */
 static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int block_entries, int entry_floats,
                                    int key_offset, bool vis_null) {
     const int64_t nblk = (P + block_entries - 1) / block_entries, pool_blocks = nblk + 3;
@@ -412,24 +412,7 @@ static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int b
     free(pool), free(blocks), free(keys), free(qi), free(w), free(vis), free(ref), free(got);
 }
 
-/* indexer.c topk_select (the order the candidate pool's kept blocks come in) */
-static void ref_topk(const float *score, int64_t n, int k, int32_t *out) {
-    uint8_t *taken = (uint8_t *)calloc((size_t)(n ? n : 1), 1);
-    for (int got = 0; got < k; got++) {
-        int64_t best = -1;
-        for (int64_t t = 0; t < n; t++)
-            if (!taken[t] && score[t] > -INFINITY && (best < 0 || score[t] > score[best])) best = t;
-        if (best < 0) break;
-        taken[best] = 1;
-    }
-    int j = 0;
-    for (int64_t t = 0; t < n; t++)
-        if (taken[t]) out[j++] = (int32_t)t;
-    for (; j < k; j++) out[j] = -1;
-    free(taken);
-}
-
-/* indexer.c candidate_pool (block max, pin, flags) and di_fwd_indexer's use of the flags. Scores
+/* indexer.c candidate_pool (block max, pin, flags) and di_cpu_indexer's use of the flags. Scores
  * have no zeros (fmaxf's choice between -0 and +0 is not pinned down; the top-k treats them as
  * equal anyway). */
 static void test_candidates(int64_t R, int64_t P, int bs, int keep_max, int64_t nb_apply_cut) {
@@ -446,14 +429,7 @@ static void test_candidates(int64_t R, int64_t P, int bs, int keep_max, int64_t 
     }
     /* step 1: block max */
     float *bref = (float *)malloc(4 * R * nb), *bgot = (float *)malloc(4 * R * nb);
-    for (int64_t r = 0; r < R; r++) {
-        for (int64_t b = 0; b < nb; b++) {
-            float mx = -INFINITY;
-            for (int64_t t = b * bs; t < (b + 1) * bs && t < P; t++) mx = fmaxf(mx, score[r * P + t]);
-            bref[r * nb + b] = mx;
-        }
-        if (vis[r] > 0) bref[r * nb + (vis[r] - 1) / bs] = INFINITY;
-    }
+    for (int64_t r = 0; r < R; r++) di_cpu_block_max(score + r * P, P, bs, vis[r], bref + r * nb);
     float *dscore = (float *)dev_upload(score, 4 * R * P), *dbs = (float *)dev_poisoned(4 * R * nb);
     int64_t *dv = (int64_t *)dev_upload(vis, 8 * R);
     di_cuda_block_max(dscore, R, P, bs, dv, dbs, 0);
@@ -465,7 +441,7 @@ static void test_candidates(int64_t R, int64_t P, int bs, int keep_max, int64_t 
     /* step 2: flags from the kept blocks (the CPU's top-k of the CPU's block scores) */
     const int keep = keep_max < nb ? keep_max : (int)nb;
     int32_t *kept = (int32_t *)malloc(4 * R * (keep ? keep : 1));
-    for (int64_t r = 0; r < R; r++) ref_topk(bref + r * nb, nb, keep, kept + r * keep);
+    for (int64_t r = 0; r < R; r++) di_cpu_topk_select(bref + r * nb, nb, keep, kept + r * keep);
     float *fref = (float *)calloc((size_t)(R * nb), 4), *fgot = (float *)malloc(4 * R * nb);
     for (int64_t r = 0; r < R; r++)
         for (int j = 0; j < keep; j++)
@@ -528,7 +504,7 @@ static void test_swiglu(int64_t n, int64_t inter, bool with_wt, bool alias) {
     free(g), free(u), free(wt), free(ref), free(got);
 }
 
-/* moe.c di_fwd_moe's combine: ascending-expert order, then the shared expert */
+/* moe.c di_cpu_moe's combine: ascending-expert order, then the shared expert */
 static void test_moe_combine(int64_t R, int K, int64_t D) {
     float *eo = (float *)malloc(4 * R * K * D), *sh = (float *)malloc(4 * R * D);
     float *ref = (float *)malloc(4 * R * D), *got = (float *)malloc(4 * R * D);
@@ -561,7 +537,7 @@ static void test_moe_combine(int64_t R, int K, int64_t D) {
     free(eo), free(sh), free(ref), free(got), free(order);
 }
 
-/* engram.c di_fwd_engram's gather loop */
+/* engram.c di_cpu_engram's gather loop */
 static void test_engram_gather(int64_t T, int64_t R, int ncols, int hd) {
     uint8_t *table = (uint8_t *)malloc(T * hd), *scale = (uint8_t *)malloc(T * (hd / 32));
     for (int64_t i = 0; i < T * hd; i++) table[i] = rnd_e4m3();
@@ -589,29 +565,6 @@ static void test_engram_gather(int64_t T, int64_t R, int ncols, int hd) {
     free(table), free(scale), free(rows), free(ref), free(got);
 }
 
-/* engram.c di_fwd_engram's gate loop, on X [R, n, D] in place */
-static void ref_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D, float eps,
-                            float inv_sqrt_d) {
-    for (int64_t r = 0; r < R; r++) {
-        const float *value = kv + r * (n + 1) * D + n * D;
-        for (int i = 0; i < n; i++) {
-            float *x = X + (r * n + i) * D;
-            const float *key = kv + r * (n + 1) * D + i * D, *w = qk + i * D;
-            double sx = 0.0, sk = 0.0, dot = 0.0;
-            for (int64_t d = 0; d < D; d++) {
-                sx += (double)x[d] * x[d];
-                sk += (double)key[d] * key[d];
-                dot += (double)(x[d] * w[d] * key[d]);
-            }
-            float rx = 1.0f / sqrtf((float)(sx / (double)D) + eps);
-            float rk = 1.0f / sqrtf((float)(sk / (double)D) + eps);
-            float g = (float)dot * (rx * rk) * inv_sqrt_d;
-            g = 1.0f / (1.0f + expf(-copysignf(sqrtf(fmaxf(fabsf(g), 1e-6f)), g)));
-            for (int64_t d = 0; d < D; d++) x[d] = di_bf16_round(x[d] + g * value[d]);
-        }
-    }
-}
-
 /* exact on moderate-range bf16 inputs; then batch invariance on wide ones */
 static void test_engram_gate(int64_t R, int n, int64_t D) {
     const float eps = 1e-20f, isd = (float)(1.0 / sqrt((double)D));
@@ -621,7 +574,7 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     fill_moderate(kv, R * (n + 1) * D, 1.0f);
     for (int64_t i = 0; i < n * D; i++) qk[i] = rnd_moderate(1.0f) * rnd_moderate(0.25f); /* q_weight * k_weight */
     memcpy(ref, X, 4 * R * n * D);
-    ref_engram_gate(ref, kv, qk, R, n, D, eps, isd);
+    di_cpu_engram_gate(ref, kv, qk, R, n, D, eps, isd);
     float *dX = (float *)dev_upload(X, 4 * R * n * D), *dkv = (float *)dev_upload(kv, 4 * R * (n + 1) * D);
     float *dqk = (float *)dev_upload(qk, 4 * n * D);
     di_cuda_engram_gate(dX, dkv, dqk, R, n, D, eps, isd, 0);

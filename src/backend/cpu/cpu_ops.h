@@ -23,6 +23,15 @@ void di_cpu_rmsnorm(const float *x, const void *w_bf16, int64_t m, int64_t d, fl
 /* One 32-value (or n-value) block of act_quant: q = e4m3 grid values, *scale = power of two. */
 void di_cpu_act_quant_block(const float *x, int n, float *q, float *scale_out);
 
+/* cpu_select.c: positions of the k highest scores of score[n], ascending, exact ties to the lower
+ * position, -inf never, -1 padded; the candidate pool's block maxima bscore[ceil(P / bs)] of
+ * score[P], the block of position visible-1 pinned to +inf; the Engram gate on X [R, n, D] in
+ * place from kv [R, (n+1)*D] (n keys, then the value) and qk [n, D]. */
+void di_cpu_topk_select(const float *score, int64_t n, int k, int32_t *out);
+void di_cpu_block_max(const float *score, int64_t P, int bs, int64_t visible, float *bscore);
+void di_cpu_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D, float eps,
+                        float inv_sqrt_d);
+
 #endif
 
 #include <stdbool.h>
