@@ -79,6 +79,7 @@ typedef struct di_engine_options {
     uint64_t seed;             /* default seed of requests that give none, mixed with their id */
     const char *backend;       /* "cpu" (NULL/""), "cuda" (error if unavailable), "auto" */
     bool batch_invariant;      /* device backends: logits independent of the batch (CPU: always) */
+    bool exact;                /* device backends: the CPU's exact GEMM block sums (CPU: always) */
 } di_engine_options;
 
 typedef struct di_request {

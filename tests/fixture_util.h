@@ -24,8 +24,15 @@ static inline bool test_batch_invariant(void) {
     const char *b = getenv("DEEPINFER_BATCH_INVARIANT");
     return b && !strcmp(b, "1");
 }
+static inline bool test_gpu_exact(void) {
+    const char *b = getenv("DEEPINFER_GPU_EXACT");
+    return b && !strcmp(b, "1");
+}
 static inline di_status test_use_backend(di_model *m, di_err *err) {
-    return di_model_select_backend(m, test_backend(), test_batch_invariant(), err);
+    return di_model_select_backend(m, test_backend(),
+                                   (test_batch_invariant() ? DI_BACKEND_BATCH_INVARIANT : 0) |
+                                       (test_gpu_exact() ? DI_BACKEND_EXACT : 0),
+                                   err);
 }
 
 typedef struct logit_stats {

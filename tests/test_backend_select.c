@@ -34,7 +34,7 @@ int main(void) {
         CHECK(di_model_select_backend(m, "auto", false, &err) == DI_OK);
         CHECK(!strcmp(di_model_backend_name(m), "cpu"));
     } else {
-        CHECK(di_model_select_backend(m, "auto", true, &err) == DI_OK);
+        CHECK(di_model_select_backend(m, "auto", DI_BACKEND_BATCH_INVARIANT, &err) == DI_OK);
         CHECK(!strcmp(di_model_backend_name(m), "cuda"));
         CHECK(m->batch_invariant);
     }

@@ -73,7 +73,7 @@ int main(void) {
     di_err err = {0};
     di_model *m = NULL;
     /* batch-invariant mode on devices (the default mode may take cuBLAS for large row counts) */
-    if (di_model_load(&m, DI_TINY_FIXTURE_DIR, &err) || di_model_select_backend(m, test_backend(), true, &err)) {
+    if (di_model_load(&m, DI_TINY_FIXTURE_DIR, &err) || di_model_select_backend(m, test_backend(), DI_BACKEND_BATCH_INVARIANT, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;
     }

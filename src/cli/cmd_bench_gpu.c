@@ -295,7 +295,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     m->proxy.engram_rows = (int64_t)1 << 20;
     fprintf(stderr, "bench: generating the weights on the device (EP-%d rank: %d experts per layer)\n", ep,
             m->proxy.resident_experts);
-    if (di_model_select_backend(m, backend, s->batch_invariant, &err)) goto fail;
+    if (di_model_select_backend(m, backend, di_cli_backend_flags(s), &err)) goto fail;
     if (!m->dev_backend) {
         di_errf(&err, DI_EUNSUPPORTED, "no device backend: the GPU benchmark needs one (this is the CPU)");
         goto fail;
@@ -308,8 +308,9 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     be->ceilings(quick, &cl.hbm, &cl.bf16, &cl.fp8);
     size_t free_b, total_b;
     be->mem_info(&free_b, &total_b);
-    printf("deepinfer bench on %s, backend %s%s, EP-%d rank proxy (%d of %d experts per layer resident)\n",
-           devname, be->name, m->batch_invariant ? " (batch invariant)" : "", ep, m->proxy.resident_experts,
+    printf("deepinfer bench on %s, backend %s%s%s, EP-%d rank proxy (%d of %d experts per layer resident)\n",
+           devname, be->name, m->batch_invariant ? " (batch invariant)" : "",
+           m->exact_gemm ? " (exact GEMMs)" : "", ep, m->proxy.resident_experts,
            m->cfg.n_routed_experts);
     printf("ceilings measured now: HBM copy %.0f GB/s, BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s; "
            "device memory free %.1f of %.1f GB after the weights\n\n",

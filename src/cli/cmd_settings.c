@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "forward/device.h"
 
 bool di_cli_parse(di_settings *s, int argc, char **argv, int *n_positional) {
     di_err err = {0};
@@ -23,6 +24,10 @@ const char *di_cli_backend(const di_settings *s) {
     /* --backend wins over DeepInfer's DEEPINFER_ACCELERATOR */
     if (di_settings_given(s, "backend") || !*s->accelerator) return s->backend;
     return !strcmp(s->accelerator, "nvidia") ? "cuda" : s->accelerator;
+}
+
+unsigned di_cli_backend_flags(const di_settings *s) {
+    return (s->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) | (s->gpu_exact ? DI_BACKEND_EXACT : 0);
 }
 
 int di_cmd_settings(di_settings *s, int argc, char **argv) {

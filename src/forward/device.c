@@ -17,7 +17,7 @@ const di_device_backend *di_cuda_backend(const char **why) {
 #endif
 }
 
-di_status di_model_select_backend(di_model *m, const char *name, bool batch_invariant, di_err *err) {
+di_status di_model_select_backend(di_model *m, const char *name, unsigned flags, di_err *err) {
     if (!name || !*name || !strcmp(name, "cpu")) return DI_OK;
     const bool want_cuda = !strcmp(name, "cuda") || !strcmp(name, "nvidia");
     if (!want_cuda && strcmp(name, "auto") != 0)
@@ -30,7 +30,8 @@ di_status di_model_select_backend(di_model *m, const char *name, bool batch_inva
         if (want_cuda) return di_errf(err, DI_EUNSUPPORTED, "backend cuda: %s", why);
         return DI_OK; /* auto: the CPU */
     }
-    m->batch_invariant = batch_invariant;
+    m->batch_invariant = (flags & DI_BACKEND_BATCH_INVARIANT) != 0;
+    m->exact_gemm = (flags & DI_BACKEND_EXACT) != 0;
     m->dev_backend = be;
     di_status st = be->attach(m, err);
     if (st) {

@@ -34,10 +34,14 @@ typedef struct di_device_backend {
 /* The CUDA backend, or NULL with the reason in *why (not built in, no device). */
 const di_device_backend *di_cuda_backend(const char **why);
 
-/* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu).
- * batch_invariant: fixed reduction orders whatever the batch (the CPU always has them). Must be
- * called before any sequence state is created for the model. */
-di_status di_model_select_backend(di_model *m, const char *name, bool batch_invariant, di_err *err);
+/* Flags of di_model_select_backend (the CPU always behaves as with both). */
+enum {
+    DI_BACKEND_BATCH_INVARIANT = 1, /* fixed reduction orders whatever the batch */
+    DI_BACKEND_EXACT = 2,           /* quantised GEMMs with the CPU's exact block sums (slower) */
+};
+/* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu)
+ * with DI_BACKEND_* `flags`. Must be called before any sequence state is created for the model. */
+di_status di_model_select_backend(di_model *m, const char *name, unsigned flags, di_err *err);
 /* "cpu" or the device backend's name */
 const char *di_model_backend_name(const di_model *m);
 

@@ -28,6 +28,7 @@ extern "C" {
 #include "backend/cpu/cpu_ops.h"
 }
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_ops.h"
 
 #define CK(call)                                                                                    \
     do {                                                                                            \
@@ -605,10 +606,9 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     free(X), free(kv), free(qk), free(ref), free(got), free(one);
 }
 
-/* ---- grouped quantised linear: each group's rows equal a single-matrix call on that group ---- */
-void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s);
-
-static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+/* ---- grouped quantised linear: each group's rows equal a single-matrix call on that group, on the
+ * exact kernel and on the tensor-core one ---- */
+static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, bool exact) {
     const bool fp4 = dt == DI_DT_I8;
     const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
     const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
@@ -637,17 +637,18 @@ static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *ro
         di_weight w = shape;
         w.data = wd[g];
         w.scale = (const uint8_t *)ws[g];
-        di_cuda_linear_quant(&w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N, 0);
+        di_cuda_linear_quant(&w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N, exact, 0);
     }
     const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * G);
     const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * G);
     int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (G + 1));
-    di_cuda_linear_quant_grouped(&shape, d_wd, d_ws, d_off, G, max_rows, x, yg, 0);
+    di_cuda_linear_quant_grouped(&shape, d_wd, d_ws, d_off, G, M, max_rows, x, yg, exact, 0);
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     dev_download(a, yg, sizeof(float) * (size_t)M * N);
     dev_download(b, y1, sizeof(float) * (size_t)M * N);
     char shp[96];
-    snprintf(shp, sizeof shp, "%s G=%d M=%d K=%lld N=%lld", fp4 ? "fp4" : "fp8", G, M, (long long)K, (long long)N);
+    snprintf(shp, sizeof shp, "%s %s G=%d M=%d K=%lld N=%lld", exact ? "exact" : "mma", fp4 ? "fp4" : "fp8", G, M,
+             (long long)K, (long long)N);
     compare("linear_quant_grouped", shp, a, b, (int64_t)M * N, "exact");
     for (int g = 0; g < G; g++) {
         cudaFree(wd[g]);
@@ -655,6 +656,10 @@ static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *ro
     }
     cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(x), cudaFree(yg), cudaFree(y1);
     free(hx), free(a), free(b);
+}
+static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+    test_linear_grouped1(dt, K, N, rows, G, true);
+    test_linear_grouped1(dt, K, N, rows, G, false);
 }
 
 static void run_quick(void) {
@@ -687,6 +692,9 @@ static void run_quick(void) {
     const int grp_rows[] = {3, 0, 8, 1, 17};
     test_linear_grouped(DI_DT_I8, 256, 96, grp_rows, 5);
     test_linear_grouped(DI_DT_F8_E4M3, 160, 40, grp_rows, 5);
+    test_linear_grouped(DI_DT_F8_E4M3, 256, 72, grp_rows, 5);
+    const int big_rows[] = {70, 3, 130}; /* the 64- and 128-row tile configurations */
+    test_linear_grouped(DI_DT_I8, 256, 40, big_rows, 3);
 }
 
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes

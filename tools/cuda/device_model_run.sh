@@ -83,6 +83,9 @@ if want fixture; then
     grep -E "backend|prompt|argmax|CHECK" "$OUT/fixture_tiny.log" | head -40
     run fixture_debug 300 $B/test_fixture_debug
     grep -E "CHECK|layer|differ" "$OUT/fixture_debug.log" | head -20
+    # the exact GEMMs (DEEPINFER_GPU_EXACT=1): every tensor as on the CPU
+    DEEPINFER_GPU_EXACT=1 run fixture_debug_exact 300 $B/test_fixture_debug
+    grep -E "CHECK" "$OUT/fixture_debug_exact.log" | head -10
     run forward_chunked 300 $B/test_forward_chunked
     grep -E "CHECK" "$OUT/forward_chunked.log" | head -5
     run batch_invariance 300 $B/test_batch_invariance

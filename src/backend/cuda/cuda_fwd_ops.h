@@ -49,11 +49,22 @@ void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *
 /* ---- grouped quantised linear (cuda_linear_quant.cu): the routed experts of a layer in one launch ---- */
 /* For g < n_groups: y[row_off[g] .. row_off[g+1]) = x[same rows] @ W_g^T, W_g = (wdata[g], wscale[g])
  * with the dtype and shape of `shape` (FP8 32x32 or FP4 1x32 e8m0, 16-byte aligned); the arithmetic
- * of each row is di_cuda_linear's (DI_LIN_QUANT), bit for bit. wdata, wscale, row_off [n_groups + 1]
- * are device arrays; max_rows (host) bounds the rows of any group. */
+ * of each row is di_cuda_linear_quant's with the same `exact`, bit for bit. wdata, wscale, row_off
+ * [n_groups + 1] are device arrays; rows (host) = row_off[n_groups] (x holds them contiguously) and
+ * max_rows (host) bounds the rows of any group. */
 void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *wdata,
                                   const uint8_t *const *wscale, const int *row_off, int n_groups,
-                                  int64_t max_rows, const float *x, float *y, cudaStream_t s);
+                                  int64_t rows, int64_t max_rows, const float *x, float *y, bool exact,
+                                  cudaStream_t s);
+
+/* ---- tensor-core quantised linear (cuda_linear_mma.cu) ---- */
+/* true when the tensor-core kernel takes this weight (K % 128 == 0, FP8 or FP4, whole matrix) */
+bool di_cuda_linear_mma_supported(const di_weight *w);
+/* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
+ * arrays as di_cuda_linear_quant_grouped): x [rows, K] -> y [rows, N], bf16-rounded. */
+void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
+                        const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
+                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y, cudaStream_t s);
 
 /* ---- compressor and indexer (cuda_fwd_index.cu) ---- */
 /* ratio-2 compressor pairs (indexer.c di_fwd_compress): for i < n, d < dh

@@ -16,7 +16,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s);
 
 #define DI_CUBLAS_CHECK(call)                                                                  \
     do {                                                                                       \
@@ -98,7 +97,7 @@ extern "C" void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float
     cudaStream_t s = ctx->stream;
     switch (mode) {
     case DI_LIN_QUANT:
-        di_cuda_linear_quant(w, x, m, y, s);
+        di_cuda_linear_quant(w, x, m, y, ctx->exact, s);
         return;
     case DI_LIN_BF16: {
         if (w->dtype != DI_DT_BF16) break;

@@ -230,6 +230,7 @@ static di_status attach(di_model *m, di_err *err) {
         free(g);
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
     }
+    g->cx.exact = m->exact_gemm;
     /* temporaries of forward calls come from the stream-ordered pool: keep what it grew to */
     cudaMemPool_t pool;
     int dev = 0;

@@ -3,7 +3,7 @@
  * MoE: the router's logits (fixed-order fp32 linear) are downloaded and routed on the host by the
  * CPU's own function (forward/host_steps.h), so expert choices never differ between backends;
  * rows are grouped per expert on the host and gathered; one grouped launch per matrix (w1, w3,
- * w2) runs every expert that got rows (exact block-scaled GEMMs, each row's arithmetic that of a
+ * w2) runs every expert that got rows (block-scaled GEMMs, each row's arithmetic that of a
  * single-matrix call); results are scattered to their (row, slot) outputs; the combine kernel adds the
  * slots in ascending expert id, then the shared expert, and rounds once, as the CPU does. An
  * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
@@ -120,13 +120,14 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
         int *d_off = gpu_upload(f, off, sizeof(int) * ((size_t)n_act + 1));
         const di_weight *w1 = &fw->w1[0], *w2 = &fw->w2[0];
         for (int e = 0; e < E && !w1->data; e++) w1 = &fw->w1[e], w2 = &fw->w2[e]; /* a resident expert's shape */
-        const int64_t inter = w1->rows;
+        const int64_t inter = w1->rows, rows = (int64_t)R * K;
+        const bool exact = f->cx->exact;
         float *g = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter); /* [R*K, inter] */
         float *u = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter);
-        di_cuda_linear_quant_grouped(w1, d_wp, d_wp + E, d_off, n_act, max_rows, xg, g, f->s);
-        di_cuda_linear_quant_grouped(w1, d_wp + 2 * E, d_wp + 3 * E, d_off, n_act, max_rows, xg, u, f->s);
+        di_cuda_linear_quant_grouped(w1, d_wp, d_wp + E, d_off, n_act, rows, max_rows, xg, g, exact, f->s);
+        di_cuda_linear_quant_grouped(w1, d_wp + 2 * E, d_wp + 3 * E, d_off, n_act, rows, max_rows, xg, u, exact, f->s);
         di_cuda_swiglu(g, u, (int64_t)R * K, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
-        di_cuda_linear_quant_grouped(w2, d_wp + 4 * E, d_wp + 5 * E, d_off, n_act, max_rows, g, yg, f->s);
+        di_cuda_linear_quant_grouped(w2, d_wp + 4 * E, d_wp + 5 * E, d_off, n_act, rows, max_rows, g, yg, exact, f->s);
         gpu_free(f, g);
         gpu_free(f, u);
         gpu_free(f, (void *)d_wp);

@@ -1,0 +1,255 @@
+/* Block-scaled quantised linear layers on FP8 tensor cores (the default GPU path; the CUDA-core
+ * twin with the CPU's exact block sums is cuda_linear_quant.cu, kept for DEEPINFER_GPU_EXACT=1).
+ *
+ * y [M, N] = bf16( sum over K blocks b of  blocksum_b(m, n) * xs[m, b] * ws(n, b) ), where the
+ * activations are act_quant'ed per 32 values to e4m3 codes (xq [M, K], scales xs [M, K/32], as
+ * the CPU does) and the weights are FP8 e4m3 with 32x32 e8m0 scales or packed FP4 e2m1 with 1x32
+ * e8m0 scales (w4a8; widened to e4m3 in registers, exactly). Each 32-wide block sum is one
+ * mma.sync m16n8k32 e4m3 with a zero accumulator (the tensor core's sum of 32 exact products,
+ * rounded to fp32: equal to the CPU's exactly rounded sum except where the hardware's internal
+ * alignment drops bits), folded into the fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in
+ * ascending K-block order -- the CPU's fold. Every output element goes through the same
+ * instructions in the same order whatever the tile configuration, so results do not depend on M
+ * or on the batch (batch invariance holds with any of the configurations below).
+ *
+ * Tiling: a block computes BM x BN outputs with WM x WN warps (warp tile (BM/WM) x (BN/WN) =
+ * MI m16 x NI n8 mma tiles); K advances 128 values (4 scale blocks) per pipeline stage, STAGES
+ * stages in flight through cp.async (zero-filled past M and N). Shared rows are padded by 16 bytes
+ * so that the 32-bit fragment loads of a warp hit 32 distinct banks. Groups (the routed experts
+ * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
+ * configurations by rows per group: <= 16 (decode: BM 16, BN 32, many blocks), <= 64, larger.
+ * Needs K % 128 == 0 (every V4.1 projection); other shapes take the exact kernel. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+#define MM_BK 128                  /* K values per pipeline stage */
+#define MM_AROW (MM_BK + 16)       /* shared row bytes of A and of FP8 B tiles */
+#define MM_B4ROW (MM_BK / 2 + 16)  /* shared row bytes of packed FP4 B tiles */
+
+struct mm_groups {
+    const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
+    const int *row_off;                          /* [n_groups + 1] or NULL: one matrix */
+};
+
+/* e4m3 code of a value already on the e4m3 grid (|q| <= 448) */
+static __device__ __forceinline__ uint8_t e4m3_code(float q) {
+    const int iv = (int)(fabsf(q) * 512.0f); /* exact: q = iv * 2^-9 */
+    uint32_t code;
+    if (iv < 8) {
+        code = (uint32_t)iv; /* subnormal */
+    } else {
+        int e = 0;
+        while ((iv >> e) >= 16) e++;
+        code = (uint32_t)(e + 1) << 3 | (uint32_t)((iv >> e) - 8);
+    }
+    return (uint8_t)(code | (q < 0.0f && iv ? 0x80u : 0u));
+}
+
+/* act_quant(x, 32) as e4m3 codes: one warp per 32-value block of x [n_blocks * 32] */
+__global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blocks, uint8_t *__restrict__ q,
+                                      float *__restrict__ s) {
+    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (blk >= n_blocks) return; /* whole warps */
+    const float v = x[blk * 32 + lane];
+    const float amax = fmaxf(di_dev_warp_max(fabsf(v)), 1e-4f);
+    const float sc = di_dev_pow2_ceil(amax * (1.0f / 448.0f));
+    q[blk * 32 + lane] = e4m3_code(di_dev_e4m3_rne(di_dev_clampf(v / sc, -448.0f, 448.0f)));
+    if (lane == 0) s[blk] = sc;
+}
+
+template <bool FP4, int BM, int BN>
+struct mm_layout {
+    static constexpr int BROW = FP4 ? MM_B4ROW : MM_AROW;
+    static constexpr int A_BYTES = BM * MM_AROW;                 /* [BM][MM_AROW] e4m3 */
+    static constexpr int B_BYTES = BN * BROW;                    /* [BN][BROW] e4m3 or packed e2m1 */
+    static constexpr int SA_BYTES = BM * 16;                     /* [BM][4] fp32 activation scales */
+    static constexpr int SB_BYTES = FP4 ? BN * 4 : (BN / 32) * 4; /* [rows][4] e8m0 weight scales */
+    static constexpr int STAGE = (A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + 15) / 16 * 16;
+};
+
+template <bool FP4, int BM, int BN, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(WM * WN * 32)
+gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int64_t M, int64_t N, int64_t K,
+               const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y,
+               mm_groups grp) {
+    typedef mm_layout<FP4, BM, BN> L;
+    constexpr int NT = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
+    extern __shared__ int4 mm_smem4[];
+    uint8_t *smem = reinterpret_cast<uint8_t *>(mm_smem4);
+    const int64_t nb = K / 32, KT = K / MM_BK;
+    const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
+    if (grp.row_off) {
+        const int gi = blockIdx.z, r0 = grp.row_off[gi];
+        M = grp.row_off[gi + 1] - r0;
+        if (m0 >= M) return; /* uniform over the block */
+        wdata = grp.wdata[gi];
+        wscale = grp.wscale[gi];
+        xq += (int64_t)r0 * K;
+        xs += (int64_t)r0 * nb;
+        y += (int64_t)r0 * N;
+    }
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN, g = lane >> 2, t4 = lane & 3;
+    const int64_t wrow = FP4 ? K / 2 : K;
+
+    auto load_stage = [&](int st, int64_t kt) {
+        uint8_t *As = smem + st * L::STAGE, *Bs = As + L::A_BYTES, *Sa = Bs + L::B_BYTES, *Sb = Sa + L::SA_BYTES;
+        const int64_t k0 = kt * MM_BK;
+        for (int i = tid; i < BM * 8; i += NT) {
+            const int r = i >> 3, c = i & 7;
+            const bool ok = m0 + r < M;
+            di_cp_async16(As + r * MM_AROW + c * 16, ok ? xq + (m0 + r) * K + k0 + c * 16 : xq, ok);
+        }
+        constexpr int BCH = FP4 ? 4 : 8; /* 16-byte chunks per B row and stage */
+        for (int i = tid; i < BN * BCH; i += NT) {
+            const int r = i / BCH, c = i % BCH;
+            const bool ok = n0 + r < N;
+            di_cp_async16(Bs + r * L::BROW + c * 16, ok ? wdata + (n0 + r) * wrow + (FP4 ? k0 / 2 : k0) + c * 16 : wdata,
+                          ok);
+        }
+        for (int i = tid; i < BM; i += NT) {
+            const bool ok = m0 + i < M;
+            di_cp_async16(Sa + i * 16, ok ? xs + (m0 + i) * nb + kt * 4 : xs, ok);
+        }
+        constexpr int SROWS = FP4 ? BN : BN / 32;
+        for (int i = tid; i < SROWS; i += NT) {
+            const bool ok = n0 + (FP4 ? i : 32 * i) < N;
+            const int64_t srow = FP4 ? n0 + i : n0 / 32 + i;
+            di_cp_async4(Sb + i * 4, ok ? wscale + srow * nb + kt * 4 : wscale, ok);
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[mi][ni][r] = 0.0f;
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < KT) load_stage(st, st);
+        di_cp_async_commit();
+    }
+    for (int64_t kt = 0; kt < KT; kt++) {
+        di_cp_async_wait<STAGES - 2>();
+        __syncthreads(); /* stage kt landed for everyone; stage kt-1 is free again */
+        if (kt + STAGES - 1 < KT) load_stage((int)((kt + STAGES - 1) % STAGES), kt + STAGES - 1);
+        di_cp_async_commit();
+        const uint8_t *As = smem + (int)(kt % STAGES) * L::STAGE, *Bs = As + L::A_BYTES;
+        const float *Sa = reinterpret_cast<const float *>(Bs + L::B_BYTES);
+        const uint8_t *Sb = Bs + L::B_BYTES + L::SA_BYTES;
+#pragma unroll
+        for (int kb = 0; kb < 4; kb++) {
+            uint32_t af[MI][4];
+            float sa[MI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const int r = wm * (BM / WM) + mi * 16 + g;
+                const uint8_t *p = As + r * MM_AROW + kb * 32 + t4 * 4;
+                af[mi][0] = *reinterpret_cast<const uint32_t *>(p);
+                af[mi][1] = *reinterpret_cast<const uint32_t *>(p + 8 * MM_AROW);
+                af[mi][2] = *reinterpret_cast<const uint32_t *>(p + 16);
+                af[mi][3] = *reinterpret_cast<const uint32_t *>(p + 8 * MM_AROW + 16);
+                sa[mi][0] = Sa[r * 4 + kb];
+                sa[mi][1] = Sa[(r + 8) * 4 + kb];
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) {
+                const int cb = wn * (BN / WN) + ni * 8; /* first column of this n8 tile */
+                uint32_t bf[2];
+                float sb0, sb1;
+                if (FP4) {
+                    const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 16 + t4 * 2;
+                    bf[0] = di_e2m1x4_to_e4m3x4(*reinterpret_cast<const uint16_t *>(p));
+                    bf[1] = di_e2m1x4_to_e4m3x4(*reinterpret_cast<const uint16_t *>(p + 8));
+                    sb0 = di_dev_e8m0(Sb[(cb + 2 * t4) * 4 + kb]);
+                    sb1 = di_dev_e8m0(Sb[(cb + 2 * t4 + 1) * 4 + kb]);
+                } else {
+                    const uint8_t *p = Bs + (cb + g) * MM_AROW + kb * 32 + t4 * 4;
+                    bf[0] = *reinterpret_cast<const uint32_t *>(p);
+                    bf[1] = *reinterpret_cast<const uint32_t *>(p + 16);
+                    sb0 = sb1 = di_dev_e8m0(Sb[(cb / 32) * 4 + kb]);
+                }
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
+                    float d[4];
+                    di_mma_e4m3_16832(d, af[mi], bf);
+                    acc[mi][ni][0] = __fmaf_rn(d[0], sa[mi][0] * sb0, acc[mi][ni][0]);
+                    acc[mi][ni][1] = __fmaf_rn(d[1], sa[mi][0] * sb1, acc[mi][ni][1]);
+                    acc[mi][ni][2] = __fmaf_rn(d[2], sa[mi][1] * sb0, acc[mi][ni][2]);
+                    acc[mi][ni][3] = __fmaf_rn(d[3], sa[mi][1] * sb1, acc[mi][ni][3]);
+                }
+            }
+        }
+    }
+    di_cp_async_wait<0>();
+
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) {
+            const int64_t r = m0 + wm * (BM / WM) + mi * 16 + g, c = n0 + wn * (BN / WN) + ni * 8 + 2 * t4;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t rr = r + 8 * h;
+                if (rr >= M) continue;
+                if (c < N) y[rr * N + c] = di_dev_bf16_round(acc[mi][ni][2 * h]);
+                if (c + 1 < N) y[rr * N + c + 1] = di_dev_bf16_round(acc[mi][ni][2 * h + 1]);
+            }
+        }
+}
+
+template <bool FP4, int BM, int BN, int WM, int WN, int STAGES>
+static void launch(const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
+                   const uint8_t *wscale, float *y, mm_groups grp, int n_groups, cudaStream_t s) {
+    const size_t smem = (size_t)STAGES * mm_layout<FP4, BM, BN>::STAGE;
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_bs_kernel<FP4, BM, BN, WM, WN, STAGES>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((max_rows + BM - 1) / BM), (unsigned)n_groups);
+    gemm_bs_kernel<FP4, BM, BN, WM, WN, STAGES>
+        <<<grid, WM * WN * 32, smem, s>>>(xq, xs, max_rows, N, K, wdata, wscale, y, grp);
+    DI_CUDA_LAUNCHED();
+}
+
+/* the configuration for the rows per group */
+template <bool FP4>
+static void run_cfg(const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
+                    const uint8_t *wscale, float *y, mm_groups grp, int n_groups, cudaStream_t s) {
+    if (max_rows <= 16) launch<FP4, 16, 32, 1, 4, 4>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+    else if (max_rows <= 64) launch<FP4, 64, 128, 2, 4, 3>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+    else launch<FP4, 128, 128, 2, 4, 3>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+}
+
+bool di_cuda_linear_mma_supported(const di_weight *w) {
+    return w->cols % MM_BK == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
+}
+
+/* x [rows, K] (all groups' rows) quantised once, then the GEMM of every group */
+void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
+                        const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
+                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y, cudaStream_t s) {
+    const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
+    if (rows <= 0 || max_rows <= 0 || N <= 0) return;
+    uint8_t *xq;
+    float *xsc;
+    DI_CUDA_CHECK(cudaMallocAsync((void **)&xq, (size_t)(rows * K), s));           /* [rows, K] e4m3 */
+    DI_CUDA_CHECK(cudaMallocAsync((void **)&xsc, sizeof(float) * (size_t)(rows * nb), s)); /* [rows, K/32] */
+    const int64_t blocks = rows * nb, threads = 256;
+    act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
+                                                                                                         xq, xsc);
+    DI_CUDA_LAUNCHED();
+    const mm_groups grp = {wdata_g, wscale_g, row_off};
+    if (shape->dtype == DI_DT_I8) run_cfg<true>(xq, xsc, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+    else run_cfg<false>(xq, xsc, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+    DI_CUDA_CHECK(cudaFreeAsync(xq, s));
+    DI_CUDA_CHECK(cudaFreeAsync(xsc, s));
+}

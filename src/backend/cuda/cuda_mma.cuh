@@ -1,0 +1,69 @@
+/* Warp-level tensor-core and async-copy primitives for sm_90 kernels (internal header): FP8 e4m3
+ * mma.sync m16n8k32 with fp32 accumulation, cp.async 16/4-byte copies into shared memory with
+ * zero fill, and the e2m1 -> e4m3 widening of packed FP4 weights.
+ *
+ * Fragment layout of mma.m16n8k32 with 8-bit inputs (PTX ISA "Matrix Fragments for mma.m16n8k32"),
+ * lane = 4 g + t:
+ *   A 16x32 row-major: a0 row g, k 4t..4t+3 | a1 row g+8, k 4t.. | a2 row g, k 16+4t.. | a3 row g+8, k 16+4t..
+ *   B 32x8 col-major:  b0 col g, k 4t..4t+3 | b1 col g, k 16+4t..
+ *   C 16x8 fp32:       c0, c1 row g, cols 2t, 2t+1 | c2, c3 row g+8, cols 2t, 2t+1
+ * (lowest k in the lowest byte of each register).
+ *
+ * Under the CPU emulator (tools/cuda/emu, which defines DI_CUDA_EMU_H) the same functions come
+ * from tools/cuda/emu/include/cuda_emu_mma.h: the layout above, computed exactly in double. */
+#ifndef DI_CUDA_MMA_CUH
+#define DI_CUDA_MMA_CUH
+
+#include <stdint.h>
+
+#ifdef DI_CUDA_EMU_H
+#include "cuda_emu_mma.h"
+#else
+
+/* d = A(16x32 e4m3) * B(32x8 e4m3), accumulator input zero */
+static __device__ __forceinline__ void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+/* 16 bytes global -> shared; bytes past `valid` (0 or 16) are zero-filled */
+static __device__ __forceinline__ void di_cp_async16(void *smem, const void *gmem, bool valid) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+/* 4 bytes global -> shared, zero-filled when !valid */
+static __device__ __forceinline__ void di_cp_async4(void *smem, const void *gmem, bool valid) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+}
+static __device__ __forceinline__ void di_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+/* wait until at most N committed groups are still in flight */
+template <int N>
+static __device__ __forceinline__ void di_cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+#endif
+
+/* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> four e4m3 bytes of the same
+ * values (every e2m1 value is an e4m3 value): magnitudes through a byte-permute table, signs moved
+ * from nibble bit 3 to byte bit 7. */
+static __device__ __forceinline__ uint32_t di_e2m1x4_to_e4m3x4(uint32_t nib16) {
+    /* magnitude codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6 as e4m3 */
+    const uint32_t lut_lo = 0x3C383000u, lut_hi = 0x4C484440u;
+    const uint32_t sel = nib16 & 0x7777u, sgn = nib16 & 0x8888u;
+#ifdef DI_CUDA_EMU_H
+    const uint32_t lut[2] = {lut_lo, lut_hi};
+    uint32_t mag = 0;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t idx = (sel >> (4 * i)) & 7u;
+        mag |= ((lut[idx >> 2] >> (8 * (idx & 3))) & 0xffu) << (8 * i);
+    }
+#else
+    const uint32_t mag = __byte_perm(lut_lo, lut_hi, sel);
+#endif
+    return mag | ((sgn & 0x8u) << 4) | ((sgn & 0x80u) << 8) | ((sgn & 0x800u) << 12) | ((sgn & 0x8000u) << 16);
+}
+
+#endif

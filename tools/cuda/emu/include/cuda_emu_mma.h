@@ -1,0 +1,59 @@
+/* CPU-emulator versions of src/backend/cuda/cuda_mma.cuh (included from there when cuda_emu.h is
+ * in use): the mma.m16n8k32 e4m3 fragment layout, each output the exact block sum rounded once to
+ * fp32 (an ideal tensor core; the device's internal accumulation may differ in the last bits), and
+ * cp.async as immediate copies (wait/commit are no-ops, so a pipeline's barriers are still needed
+ * and still checked). */
+#ifndef DI_CUDA_EMU_MMA_H
+#define DI_CUDA_EMU_MMA_H
+
+#include <cstdint>
+#include <cstring>
+
+static inline double emu_e4m3_value(uint32_t b) {
+    const int ex = (b >> 3) & 15, man = b & 7;
+    double v = (double)(ex == 0 ? man : (8 + man) << (ex - 1)) / 512.0;
+    return (b & 0x80) ? -v : v;
+}
+
+static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    /* every lane publishes its 6 fragment registers, then reads the ones it needs */
+    uint32_t all[32][6];
+    uint64_t packed[3] = {(uint64_t)a[0] | (uint64_t)a[1] << 32, (uint64_t)a[2] | (uint64_t)a[3] << 32,
+                          (uint64_t)b[0] | (uint64_t)b[1] << 32};
+    for (int r = 0; r < 3; r++)
+        for (unsigned src = 0; src < 32; src++) {
+            const uint64_t v = emu::exchange(packed[r], src);
+            all[src][2 * r] = (uint32_t)v;
+            all[src][2 * r + 1] = (uint32_t)(v >> 32);
+        }
+    auto A = [&](int row, int k) -> uint32_t { /* byte of A[row][k] */
+        const int g = row & 7, reg = (row >> 3) + 2 * (k >> 4), tt = (k & 15) >> 2;
+        return (all[4 * g + tt][reg] >> (8 * (k & 3))) & 0xffu;
+    };
+    auto B = [&](int k, int col) -> uint32_t {
+        const int reg = 4 + (k >> 4), tt = (k & 15) >> 2;
+        return (all[4 * col + tt][reg] >> (8 * (k & 3))) & 0xffu;
+    };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
+        double s = 0.0; /* exact: 32 products of e4m3 values, all multiples of 2^-18 below 2^23 */
+        for (int k = 0; k < 32; k++) s += emu_e4m3_value(A(row, k)) * emu_e4m3_value(B(k, col));
+        d[i] = (float)s;
+    }
+}
+
+static inline void di_cp_async16(void *smem, const void *gmem, bool valid) {
+    if (valid) memcpy(smem, gmem, 16);
+    else memset(smem, 0, 16);
+}
+static inline void di_cp_async4(void *smem, const void *gmem, bool valid) {
+    if (valid) memcpy(smem, gmem, 4);
+    else memset(smem, 0, 4);
+}
+static inline void di_cp_async_commit(void) {}
+template <int N>
+static inline void di_cp_async_wait(void) {}
+
+#endif
