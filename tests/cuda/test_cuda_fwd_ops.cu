@@ -662,7 +662,64 @@ static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *ro
     test_linear_grouped1(dt, K, N, rows, G, false);
 }
 
+/* ---- bf16 x FP8 tensor-core linear (wo_a): n_groups diagonal blocks of one FP8 weight against
+ * the CPU's DI_LIN_BF16 (a double sum rounded once). The tensor core sums each block of 32
+ * products (exact: bf16 x e4m3) in fp32 with about 14 bits kept relative to the largest addend
+ * (DeepSeek-V3 report, §3.3.2): an output is off by at most 2^-9 * sum_k |x_k w_k| plus one bf16
+ * ulp of the final rounding. Then: each row alone equals the row in the m-row call, bit for bit. */
+static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
+    lin_case c = lin_make(DI_DT_F8_E4M3, rank * G, 0, rank, K, false);
+    const int64_t lda = K * G, ldy = rank * G;
+    float *x = (float *)malloc(4 * m * lda), *ref = (float *)malloc(4 * m * ldy), *got = (float *)malloc(4 * m * ldy);
+    float *og = (float *)malloc(4 * m * K), *rg = (float *)malloc(4 * m * rank), *one = (float *)malloc(4 * m * ldy);
+    fill_moderate(x, m * lda, 1.0f);
+    for (int64_t i = 0; i < m * lda; i++) x[i] = di_bf16_round(x[i]); /* attention outputs are bf16 */
+    int64_t nbad = 0, ndiff = 0;
+    double worst = 0.0;
+    float *dx = (float *)dev_upload(x, 4 * m * lda), *dy = (float *)dev_poisoned(4 * m * ldy);
+    di_cuda_linear_bf16w8(&c.dw, rank, G, dx, lda, m, dy, ldy, 0);
+    dev_download(got, dy, 4 * m * ldy);
+    for (int g = 0; g < G; g++) {
+        di_weight wg = c.w;
+        wg.row0 = (int64_t)g * rank;
+        for (int64_t r = 0; r < m; r++) memcpy(og + r * K, x + r * lda + g * K, 4 * K);
+        di_cpu_linear(&wg, og, m, rg, DI_LIN_BF16);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t n = 0; n < rank; n++) {
+                const float h = rg[r * rank + n], d = got[r * ldy + g * rank + n];
+                ref[r * ldy + g * rank + n] = h;
+                double sabs = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t wr = g * rank + n;
+                    sabs += fabs((double)og[r * K + k] * di_e4m3_to_f32(((const uint8_t *)c.wd)[wr * K + k]) *
+                                 di_e8m0_to_f32(c.ws[(wr / 32) * (K / 32) + k / 32]));
+                }
+                const double bound = 0x1p-9 * sabs + ldexp(1.0, ilogb(h == 0.0f ? 1e-30f : h) - 7);
+                const double err = fabs((double)d - h);
+                if (memcmp(&d, &h, 4)) ndiff++;
+                if (!(err <= bound)) nbad++;
+                worst = fmax(worst, err / bound);
+            }
+    }
+    printf("%s  %-20s M=%lld K=%lld rank=%lld G=%d  differing %lld / %lld  worst %.3f of the bound\n",
+           nbad ? "FAIL" : "PASS", "linear_bf16w8", (long long)m, (long long)K, (long long)rank, G, (long long)ndiff,
+           (long long)(m * ldy), worst);
+    if (nbad) g_fail++;
+    else g_pass++;
+    for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy, 0);
+    dev_download(one, dy, 4 * m * ldy);
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (alone vs batch)", (long long)m, (long long)K,
+             (long long)rank, G);
+    compare("linear_bf16w8 batch", shape, one, got, m * ldy, "batch-inv");
+    cudaFree(dx), cudaFree(dy);
+    lin_free(&c);
+    free(x), free(ref), free(got), free(og), free(rg), free(one);
+}
+
 static void run_quick(void) {
+    test_linear_bf16w8(3, 256, 64, 2);
+    test_linear_bf16w8(20, 128, 32, 3);
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
     test_embed(50, 5, 4, 264);
@@ -700,6 +757,8 @@ static void run_quick(void) {
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes
  * far too long over 129280 warps) */
 static void run_full(bool head) {
+    test_linear_bf16w8(1, 4096, 1024, 8); /* wo_a: 8 groups of 4096 -> 1024 */
+    test_linear_bf16w8(70, 4096, 1024, 8);
     const int expert_rows[] = {8, 0, 13, 1, 64, 8, 8, 2};
     test_linear_grouped(DI_DT_I8, 5120, 2304, expert_rows, 8); /* w1 / w3 of 8 experts */
     test_linear_grouped(DI_DT_I8, 2304, 5120, expert_rows, 8); /* w2 */

@@ -25,12 +25,20 @@
 #include "backend/cuda/cuda_ops.h"
 
 #define MM_BK 128                  /* K values per pipeline stage */
-#define MM_AROW (MM_BK + 16)       /* shared row bytes of A and of FP8 B tiles */
+#define MM_AROW (MM_BK + 16)       /* shared row bytes of e4m3 A and of FP8 B tiles */
+#define MM_A16ROW (2 * MM_BK + 16) /* shared row bytes of bf16 A tiles */
 #define MM_B4ROW (MM_BK / 2 + 16)  /* shared row bytes of packed FP4 B tiles */
+
+/* operand kinds: act_quant'ed e4m3 activations with FP8 or FP4 weights (DI_LIN_QUANT), or bf16
+ * activations with FP8 weights (DI_LIN_BF16: no activation quantisation, weight scale only) */
+enum { MM_FP8, MM_FP4, MM_A16 };
 
 struct mm_groups {
     const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
-    const int *row_off;                          /* [n_groups + 1] or NULL: one matrix */
+    const int *row_off;                          /* [n_groups + 1] or NULL */
+    /* row_off NULL and several groups: block-diagonal slices of one matrix (wo_a): group g reads
+     * A columns g*a_col_off.., weight rows g*w_row_off.. and writes y columns g*y_col_off.. */
+    int64_t a_col_off, w_row_off, y_col_off;
 };
 
 /* e4m3 code of a value already on the e4m3 grid (|q| <= 448) */
@@ -60,22 +68,27 @@ __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blo
     if (lane == 0) s[blk] = sc;
 }
 
-template <bool FP4, int BM, int BN>
+template <int MODE, int BM, int BN>
 struct mm_layout {
+    static constexpr bool FP4 = MODE == MM_FP4, A16 = MODE == MM_A16;
+    static constexpr int AROW = A16 ? MM_A16ROW : MM_AROW;
     static constexpr int BROW = FP4 ? MM_B4ROW : MM_AROW;
-    static constexpr int A_BYTES = BM * MM_AROW;                 /* [BM][MM_AROW] e4m3 */
+    static constexpr int A_BYTES = BM * AROW;                    /* [BM][AROW] e4m3 or bf16 */
     static constexpr int B_BYTES = BN * BROW;                    /* [BN][BROW] e4m3 or packed e2m1 */
-    static constexpr int SA_BYTES = BM * 16;                     /* [BM][4] fp32 activation scales */
+    static constexpr int SA_BYTES = A16 ? 0 : BM * 16;           /* [BM][4] fp32 activation scales */
     static constexpr int SB_BYTES = FP4 ? BN * 4 : (BN / 32) * 4; /* [rows][4] e8m0 weight scales */
     static constexpr int STAGE = (A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + 15) / 16 * 16;
 };
 
-template <bool FP4, int BM, int BN, int WM, int WN, int STAGES>
+/* xa: e4m3 codes (FP8/FP4) or bf16 bits (A16), row stride lda elements; y row stride ldy */
+template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__(WM * WN * 32)
-gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int64_t M, int64_t N, int64_t K,
-               const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y,
-               mm_groups grp) {
-    typedef mm_layout<FP4, BM, BN> L;
+gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restrict__ xs, int64_t M, int64_t N,
+               int64_t K, const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
+               float *__restrict__ y, int64_t ldy, mm_groups grp) {
+    typedef mm_layout<MODE, BM, BN> L;
+    constexpr bool FP4 = L::FP4, A16 = L::A16;
+    constexpr int AE = A16 ? 2 : 1; /* bytes per A element */
     constexpr int NT = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
     extern __shared__ int4 mm_smem4[];
     uint8_t *smem = reinterpret_cast<uint8_t *>(mm_smem4);
@@ -87,9 +100,15 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
         if (m0 >= M) return; /* uniform over the block */
         wdata = grp.wdata[gi];
         wscale = grp.wscale[gi];
-        xq += (int64_t)r0 * K;
+        xa += (int64_t)r0 * lda * AE;
         xs += (int64_t)r0 * nb;
-        y += (int64_t)r0 * N;
+        y += (int64_t)r0 * ldy;
+    } else if (blockIdx.z) { /* block-diagonal slice (FP8 weights: w_row_off is a multiple of 32) */
+        const int64_t gi = blockIdx.z;
+        xa += gi * grp.a_col_off * AE;
+        wdata += gi * grp.w_row_off * K;
+        wscale += gi * (grp.w_row_off / 32) * nb;
+        y += gi * grp.y_col_off;
     }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN, g = lane >> 2, t4 = lane & 3;
@@ -98,10 +117,11 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t *As = smem + st * L::STAGE, *Bs = As + L::A_BYTES, *Sa = Bs + L::B_BYTES, *Sb = Sa + L::SA_BYTES;
         const int64_t k0 = kt * MM_BK;
-        for (int i = tid; i < BM * 8; i += NT) {
-            const int r = i >> 3, c = i & 7;
+        constexpr int ACH = MM_BK * AE / 16; /* 16-byte chunks per A row and stage */
+        for (int i = tid; i < BM * ACH; i += NT) {
+            const int r = i / ACH, c = i % ACH;
             const bool ok = m0 + r < M;
-            di_cp_async16(As + r * MM_AROW + c * 16, ok ? xq + (m0 + r) * K + k0 + c * 16 : xq, ok);
+            di_cp_async16(As + r * L::AROW + c * 16, ok ? xa + ((m0 + r) * lda + k0) * AE + c * 16 : xa, ok);
         }
         constexpr int BCH = FP4 ? 4 : 8; /* 16-byte chunks per B row and stage */
         for (int i = tid; i < BN * BCH; i += NT) {
@@ -110,10 +130,11 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
             di_cp_async16(Bs + r * L::BROW + c * 16, ok ? wdata + (n0 + r) * wrow + (FP4 ? k0 / 2 : k0) + c * 16 : wdata,
                           ok);
         }
-        for (int i = tid; i < BM; i += NT) {
-            const bool ok = m0 + i < M;
-            di_cp_async16(Sa + i * 16, ok ? xs + (m0 + i) * nb + kt * 4 : xs, ok);
-        }
+        if (!A16)
+            for (int i = tid; i < BM; i += NT) {
+                const bool ok = m0 + i < M;
+                di_cp_async16(Sa + i * 16, ok ? xs + (m0 + i) * nb + kt * 4 : xs, ok);
+            }
         constexpr int SROWS = FP4 ? BN : BN / 32;
         for (int i = tid; i < SROWS; i += NT) {
             const bool ok = n0 + (FP4 ? i : 32 * i) < N;
@@ -145,23 +166,35 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
         const uint8_t *Sb = Bs + L::B_BYTES + L::SA_BYTES;
 #pragma unroll
         for (int kb = 0; kb < 4; kb++) {
-            uint32_t af[MI][4];
+            uint32_t af[MI][A16 ? 8 : 4]; /* A16: the two k16 halves of the block */
             float sa[MI][2];
 #pragma unroll
             for (int mi = 0; mi < MI; mi++) {
                 const int r = wm * (BM / WM) + mi * 16 + g;
-                const uint8_t *p = As + r * MM_AROW + kb * 32 + t4 * 4;
-                af[mi][0] = *reinterpret_cast<const uint32_t *>(p);
-                af[mi][1] = *reinterpret_cast<const uint32_t *>(p + 8 * MM_AROW);
-                af[mi][2] = *reinterpret_cast<const uint32_t *>(p + 16);
-                af[mi][3] = *reinterpret_cast<const uint32_t *>(p + 8 * MM_AROW + 16);
-                sa[mi][0] = Sa[r * 4 + kb];
-                sa[mi][1] = Sa[(r + 8) * 4 + kb];
+                if (A16) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *p = As + r * L::AROW + kb * 64 + h * 32 + t4 * 4;
+                        af[mi][4 * h + 0] = *reinterpret_cast<const uint32_t *>(p);
+                        af[mi][4 * h + 1] = *reinterpret_cast<const uint32_t *>(p + 8 * L::AROW);
+                        af[mi][4 * h + 2] = *reinterpret_cast<const uint32_t *>(p + 16);
+                        af[mi][4 * h + 3] = *reinterpret_cast<const uint32_t *>(p + 8 * L::AROW + 16);
+                    }
+                    sa[mi][0] = sa[mi][1] = 1.0f;
+                } else {
+                    const uint8_t *p = As + r * L::AROW + kb * 32 + t4 * 4;
+                    af[mi][0] = *reinterpret_cast<const uint32_t *>(p);
+                    af[mi][1] = *reinterpret_cast<const uint32_t *>(p + 8 * L::AROW);
+                    af[mi][2] = *reinterpret_cast<const uint32_t *>(p + 16);
+                    af[mi][3] = *reinterpret_cast<const uint32_t *>(p + 8 * L::AROW + 16);
+                    sa[mi][0] = Sa[r * 4 + kb];
+                    sa[mi][1] = Sa[(r + 8) * 4 + kb];
+                }
             }
 #pragma unroll
             for (int ni = 0; ni < NI; ni++) {
                 const int cb = wn * (BN / WN) + ni * 8; /* first column of this n8 tile */
-                uint32_t bf[2];
+                uint32_t bf[A16 ? 4 : 2];
                 float sb0, sb1;
                 if (FP4) {
                     const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 16 + t4 * 2;
@@ -169,6 +202,14 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
                     bf[1] = di_e2m1x4_to_e4m3x4(*reinterpret_cast<const uint16_t *>(p + 8));
                     sb0 = di_dev_e8m0(Sb[(cb + 2 * t4) * 4 + kb]);
                     sb1 = di_dev_e8m0(Sb[(cb + 2 * t4 + 1) * 4 + kb]);
+                } else if (A16) { /* k pairs 2t, 2t+1 and 8+2t, 9+2t of each k16 half */
+                    const uint8_t *p = Bs + (cb + g) * MM_AROW + kb * 32 + t4 * 2;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        bf[2 * h] = di_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t *>(p + 16 * h));
+                        bf[2 * h + 1] = di_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t *>(p + 16 * h + 8));
+                    }
+                    sb0 = sb1 = di_dev_e8m0(Sb[(cb / 32) * 4 + kb]);
                 } else {
                     const uint8_t *p = Bs + (cb + g) * MM_AROW + kb * 32 + t4 * 4;
                     bf[0] = *reinterpret_cast<const uint32_t *>(p);
@@ -178,7 +219,13 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
 #pragma unroll
                 for (int mi = 0; mi < MI; mi++) {
                     float d[4];
-                    di_mma_e4m3_16832(d, af[mi], bf);
+                    if (A16) { /* the block sum of 32 products: two k16 mmas */
+                        const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        di_mma_bf16_16816(d, af[mi], bf, z);
+                        di_mma_bf16_16816(d, af[mi] + 4, bf + 2, d);
+                    } else {
+                        di_mma_e4m3_16832(d, af[mi], bf);
+                    }
                     acc[mi][ni][0] = __fmaf_rn(d[0], sa[mi][0] * sb0, acc[mi][ni][0]);
                     acc[mi][ni][1] = __fmaf_rn(d[1], sa[mi][0] * sb1, acc[mi][ni][1]);
                     acc[mi][ni][2] = __fmaf_rn(d[2], sa[mi][1] * sb0, acc[mi][ni][2]);
@@ -198,35 +245,45 @@ gemm_bs_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
             for (int h = 0; h < 2; h++) {
                 const int64_t rr = r + 8 * h;
                 if (rr >= M) continue;
-                if (c < N) y[rr * N + c] = di_dev_bf16_round(acc[mi][ni][2 * h]);
-                if (c + 1 < N) y[rr * N + c + 1] = di_dev_bf16_round(acc[mi][ni][2 * h + 1]);
+                if (c < N) y[rr * ldy + c] = di_dev_bf16_round(acc[mi][ni][2 * h]);
+                if (c + 1 < N) y[rr * ldy + c + 1] = di_dev_bf16_round(acc[mi][ni][2 * h + 1]);
             }
         }
 }
 
-template <bool FP4, int BM, int BN, int WM, int WN, int STAGES>
-static void launch(const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
-                   const uint8_t *wscale, float *y, mm_groups grp, int n_groups, cudaStream_t s) {
-    const size_t smem = (size_t)STAGES * mm_layout<FP4, BM, BN>::STAGE;
+struct mm_args {
+    const uint8_t *xa;
+    int64_t lda;
+    const float *xs;
+    int64_t max_rows, N, K;
+    const uint8_t *wdata, *wscale;
+    float *y;
+    int64_t ldy;
+    mm_groups grp;
+    int n_groups;
+};
+
+template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
+static void launch(const mm_args &a, cudaStream_t s) {
+    const size_t smem = (size_t)STAGES * mm_layout<MODE, BM, BN>::STAGE;
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_bs_kernel<FP4, BM, BN, WM, WN, STAGES>,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
-    const dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((max_rows + BM - 1) / BM), (unsigned)n_groups);
-    gemm_bs_kernel<FP4, BM, BN, WM, WN, STAGES>
-        <<<grid, WM * WN * 32, smem, s>>>(xq, xs, max_rows, N, K, wdata, wscale, y, grp);
+    const dim3 grid((unsigned)((a.N + BN - 1) / BN), (unsigned)((a.max_rows + BM - 1) / BM), (unsigned)a.n_groups);
+    gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES><<<grid, WM * WN * 32, smem, s>>>(
+        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.grp);
     DI_CUDA_LAUNCHED();
 }
 
 /* the configuration for the rows per group */
-template <bool FP4>
-static void run_cfg(const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
-                    const uint8_t *wscale, float *y, mm_groups grp, int n_groups, cudaStream_t s) {
-    if (max_rows <= 16) launch<FP4, 16, 32, 1, 4, 4>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
-    else if (max_rows <= 64) launch<FP4, 64, 128, 2, 4, 3>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
-    else launch<FP4, 128, 128, 2, 4, 3>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+template <int MODE>
+static void run_cfg(const mm_args &a, cudaStream_t s) {
+    if (a.max_rows <= 16) launch<MODE, 16, 32, 1, 4, 4>(a, s);
+    else if (a.max_rows <= 64) launch<MODE, 64, 128, 2, 4, 3>(a, s);
+    else launch<MODE, 128, 128, 2, 4, 3>(a, s);
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
@@ -247,9 +304,35 @@ void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
                                                                                                          xq, xsc);
     DI_CUDA_LAUNCHED();
-    const mm_groups grp = {wdata_g, wscale_g, row_off};
-    if (shape->dtype == DI_DT_I8) run_cfg<true>(xq, xsc, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
-    else run_cfg<false>(xq, xsc, max_rows, N, K, wdata, wscale, y, grp, n_groups, s);
+    const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, {wdata_g, wscale_g, row_off, 0, 0, 0}, n_groups};
+    if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
+    else run_cfg<MM_FP8>(a, s);
     DI_CUDA_CHECK(cudaFreeAsync(xq, s));
     DI_CUDA_CHECK(cudaFreeAsync(xsc, s));
+}
+
+__global__ void f32_to_bf16_bits_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ y) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (uint16_t)(__float_as_uint(di_dev_bf16_round(x[i])) >> 16);
+}
+
+bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t lda) {
+    return w->dtype == DI_DT_F8_E4M3 && w->scale && w->cols % MM_BK == 0 && w->row0 % 32 == 0 && lda % 8 == 0;
+}
+
+/* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:
+ * n_groups diagonal blocks of the FP8 weight `w` (rows_per_group rows each, from w->row0) */
+void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_groups, const float *x, int64_t lda,
+                           int64_t m, float *y, int64_t ldy, cudaStream_t s) {
+    if (m <= 0 || rows_per_group <= 0) return;
+    const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
+    uint16_t *xb;
+    DI_CUDA_CHECK(cudaMallocAsync((void **)&xb, sizeof(uint16_t) * (size_t)n_in, s)); /* [m, lda] bf16 */
+    f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
+    DI_CUDA_LAUNCHED();
+    const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
+    const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy,
+                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups};
+    run_cfg<MM_A16>(a, s);
+    DI_CUDA_CHECK(cudaFreeAsync(xb, s));
 }

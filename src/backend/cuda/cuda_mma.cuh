@@ -28,6 +28,30 @@ static __device__ __forceinline__ void di_mma_e4m3_16832(float d[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
 }
 
+/* d = A(16x16 bf16) * B(16x8 bf16) + c, fp32 accumulation; fragments as for k32 with 2-byte
+ * elements: a0 row g, k 2t..2t+1 | a1 row g+8 | a2 row g, k 8+2t.. | a3 row g+8, k 8+2t..;
+ * b0 col g, k 2t..2t+1 | b1 col g, k 8+2t.. */
+static __device__ __forceinline__ void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                                         const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+
+/* two e4m3 codes (lower k in the low byte) -> the same two values as bf16 (low half first): exact */
+static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
+    uint32_t h2, r;
+    float lo, hi;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h2));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 /* 16 bytes global -> shared; bytes past `valid` (0 or 16) are zero-filled */
 static __device__ __forceinline__ void di_cp_async16(void *smem, const void *gmem, bool valid) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);

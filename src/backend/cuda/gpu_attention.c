@@ -51,12 +51,20 @@ static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, fl
     const di_config *cf = &f->m->cfg;
     const int R = f->R, G = cf->o_groups, rank = cf->o_lora_rank;
     const int64_t gcols = (int64_t)cf->num_attention_heads / G * cf->head_dim;
+    float *cat = gpu_alloc(f, sizeof(float) * (size_t)R * G * rank);  /* [R, G*rank] bf16 */
+    di_weight wg = a->wo_a;
+    wg.rows = rank;
+    wg.cols = gcols;
+    if (!f->cx->exact && di_cuda_linear_bf16w8_supported(&wg, (int64_t)G * gcols)) {
+        /* all groups in one tensor-core launch, reading o and writing cat in place */
+        di_cuda_linear_bf16w8(&wg, rank, G, o, (int64_t)G * gcols, R, cat, (int64_t)G * rank, f->s);
+        gpu_linear(f, &a->wo_b, cat, R, out, DI_LIN_QUANT);
+        gpu_free(f, cat);
+        return;
+    }
     float *og = gpu_alloc(f, sizeof(float) * (size_t)R * gcols);      /* [R, gcols] one group */
     float *rg = gpu_alloc(f, sizeof(float) * (size_t)R * rank);       /* [R, rank] */
-    float *cat = gpu_alloc(f, sizeof(float) * (size_t)R * G * rank);  /* [R, G*rank] bf16 */
-    for (int g = 0; g < G; g++) {
-        di_weight wg = a->wo_a; /* group g's row block */
-        wg.rows = rank;
+    for (int g = 0; g < G; g++) { /* the exact path: group by group through the fixed-order kernel */
         wg.row0 = (int64_t)g * rank;
         cudaMemcpy2DAsync(og, sizeof(float) * gcols, o + g * gcols, sizeof(float) * G * gcols,
                           sizeof(float) * gcols, R, cudaMemcpyDeviceToDevice, f->s);

@@ -44,6 +44,47 @@ static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint
     }
 }
 
+/* bf16 m16n8k16: exact products summed in double with c, rounded once */
+static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    uint32_t all[32][6];
+    uint64_t packed[3] = {(uint64_t)a[0] | (uint64_t)a[1] << 32, (uint64_t)a[2] | (uint64_t)a[3] << 32,
+                          (uint64_t)b[0] | (uint64_t)b[1] << 32};
+    for (int r = 0; r < 3; r++)
+        for (unsigned src = 0; src < 32; src++) {
+            const uint64_t v = emu::exchange(packed[r], src);
+            all[src][2 * r] = (uint32_t)v;
+            all[src][2 * r + 1] = (uint32_t)(v >> 32);
+        }
+    auto bf = [](uint32_t bits16) { return (double)__uint_as_float(bits16 << 16); };
+    auto A = [&](int row, int k) { /* a0 row g k 2t.. | a1 row g+8 | a2 row g k 8+2t.. | a3 */
+        const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
+        return bf((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu);
+    };
+    auto B = [&](int k, int col) {
+        const int reg = 4 + (k >> 3), tt = (k & 7) >> 1;
+        return bf((all[4 * col + tt][reg] >> (16 * (k & 1))) & 0xffffu);
+    };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
+        double s = c[i];
+        for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
+        out[i] = (float)s;
+    }
+    for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
+static inline uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
+    uint32_t r = 0;
+    for (int i = 0; i < 2; i++) {
+        const float f = (float)emu_e4m3_value((v >> (8 * i)) & 0xffu);
+        r |= (__float_as_uint(f) >> 16) << (16 * i); /* exact: e4m3 values fit bf16 */
+    }
+    return r;
+}
+
 static inline void di_cp_async16(void *smem, const void *gmem, bool valid) {
     if (valid) memcpy(smem, gmem, 16);
     else memset(smem, 0, 16);
