@@ -717,7 +717,50 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
     free(x), free(ref), free(got), free(og), free(rg), free(one);
 }
 
+/* ---- bf16 x BF16 tensor-core linear (plain modes): against the CPU's exactly rounded double sums,
+ * within the same block-sum bound as above; rows alone = rows in the batch ---- */
+static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
+    lin_case c = lin_make(DI_DT_BF16, N, 0, N, K, true);
+    float *x = (float *)malloc(4 * m * K), *ref = (float *)malloc(4 * m * N), *got = (float *)malloc(4 * m * N),
+          *one = (float *)malloc(4 * m * N);
+    fill_moderate(x, m * K, 1.0f);
+    for (int64_t i = 0; i < m * K; i++) x[i] = di_bf16_round(x[i]); /* norm outputs are bf16 */
+    di_cpu_linear(&c.w, x, m, ref, out_bf16 ? DI_LIN_BF16 : DI_LIN_F32);
+    float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
+    di_cuda_linear_w16(&c.dw, dx, m, dy, out_bf16, 0);
+    dev_download(got, dy, 4 * m * N);
+    int64_t nbad = 0, ndiff = 0;
+    double worst = 0.0;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t n = 0; n < N; n++) {
+            double sabs = 0.0;
+            for (int64_t k = 0; k < K; k++) sabs += fabs((double)x[r * K + k] * di_bf16_load((const uint8_t *)c.wd + 2 * (n * K + k)));
+            const float h = ref[r * N + n], d = got[r * N + n];
+            const double bound = 0x1p-9 * sabs + ldexp(1.0, ilogb(h == 0.0f ? 1e-30f : h) - (out_bf16 ? 7 : 23));
+            const double err = fabs((double)d - h);
+            if (memcmp(&d, &h, 4)) ndiff++;
+            if (!(err <= bound)) nbad++;
+            worst = fmax(worst, err / bound);
+        }
+    printf("%s  %-20s M=%lld K=%lld N=%lld %s  differing %lld / %lld  worst %.3f of the bound\n", nbad ? "FAIL" : "PASS",
+           "linear_w16", (long long)m, (long long)K, (long long)N, out_bf16 ? "bf16" : "f32", (long long)ndiff,
+           (long long)(m * N), worst);
+    if (nbad) g_fail++;
+    else g_pass++;
+    for (int64_t r = 0; r < m; r++) di_cuda_linear_w16(&c.dw, dx + r * K, 1, dy + r * N, out_bf16, 0);
+    dev_download(one, dy, 4 * m * N);
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (alone vs batch)", (long long)m, (long long)K, (long long)N);
+    compare("linear_w16 batch", shape, one, got, m * N, "batch-inv");
+    cudaFree(dx), cudaFree(dy);
+    lin_free(&c);
+    free(x), free(ref), free(got), free(one);
+}
+
 static void run_quick(void) {
+    test_linear_w16(3, 96, 40, false); /* K = 3 blocks: a partial last stage, unaligned scale rows */
+    test_linear_w16(18, 256, 72, true);
+    test_linear_bf16w8(2, 96, 32, 2);
     test_linear_bf16w8(3, 256, 64, 2);
     test_linear_bf16w8(20, 128, 32, 3);
     test_copy_rows(37, 300);
@@ -750,6 +793,7 @@ static void run_quick(void) {
     test_linear_grouped(DI_DT_I8, 256, 96, grp_rows, 5);
     test_linear_grouped(DI_DT_F8_E4M3, 160, 40, grp_rows, 5);
     test_linear_grouped(DI_DT_F8_E4M3, 256, 72, grp_rows, 5);
+    test_linear_grouped(DI_DT_F8_E4M3, 96, 40, grp_rows, 5); /* K = 3 blocks */
     const int big_rows[] = {70, 3, 130}; /* the 64- and 128-row tile configurations */
     test_linear_grouped(DI_DT_I8, 256, 40, big_rows, 3);
 }
@@ -758,6 +802,10 @@ static void run_quick(void) {
  * far too long over 129280 warps) */
 static void run_full(bool head) {
     test_linear_bf16w8(1, 4096, 1024, 8); /* wo_a: 8 groups of 4096 -> 1024 */
+    test_linear_w16(1, 5120, 384, false);  /* router gate */
+    test_linear_w16(64, 5120, 384, false);
+    test_linear_w16(300, 5120, 512, false);
+    test_linear_w16(4, 5120, 8192, false); /* a head-like slab */
     test_linear_bf16w8(70, 4096, 1024, 8);
     const int expert_rows[] = {8, 0, 13, 1, 64, 8, 8, 2};
     test_linear_grouped(DI_DT_I8, 5120, 2304, expert_rows, 8); /* w1 / w3 of 8 experts */

@@ -593,6 +593,8 @@ static void run_quick(void) {
     test_fp4_quant(1024, 16, DI_FP4_SCALE_E4M3, 1.0f);
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 3, 256, 200);
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 9, 1280, 64);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 4, 96, 50);   /* K = 3 blocks */
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 3, 160, 40);       /* K = 5 blocks */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 5, 512, 96);
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);

@@ -58,7 +58,7 @@ void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *
                                   cudaStream_t s);
 
 /* ---- tensor-core quantised linear (cuda_linear_mma.cu) ---- */
-/* true when the tensor-core kernel takes this weight (K % 128 == 0, FP8 or FP4, whole matrix) */
+/* true when the tensor-core kernel takes this weight (K % 32 == 0, FP8 or FP4, whole matrix) */
 bool di_cuda_linear_mma_supported(const di_weight *w);
 /* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
  * arrays as di_cuda_linear_quant_grouped): x [rows, K] -> y [rows, N], bf16-rounded. */
@@ -69,10 +69,14 @@ void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
  * lda, bf16-exact values) @ W_g^T), W_g = rows w->row0 + g*rows_per_group .. of the FP8 weight.
- * Rows never interact (batch invariant). _supported: FP8 with scales, K % 128 == 0, row0 % 32 == 0. */
+ * Rows never interact (batch invariant). _supported: FP8 with scales, K % 32 == 0, row0 % 32 == 0. */
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t lda);
 void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_groups, const float *x, int64_t lda,
                            int64_t m, float *y, int64_t ldy, cudaStream_t s);
+/* bf16 activations x BF16 weights on tensor cores: y [m, N] = x [m, K] (bf16-exact) @ W^T, fp32 sums,
+ * bf16-rounded when out_bf16. _supported: BF16, K % 32 == 0, whole matrix, 16-byte aligned. */
+bool di_cuda_linear_w16_supported(const di_weight *w);
+void di_cuda_linear_w16(const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16, cudaStream_t s);
 
 /* ---- compressor and indexer (cuda_fwd_index.cu) ---- */
 /* ratio-2 compressor pairs (indexer.c di_fwd_compress): for i < n, d < dh

@@ -1,5 +1,11 @@
-/* Block-scaled quantised linear layers on FP8 tensor cores (the default GPU path; the CUDA-core
- * twin with the CPU's exact block sums is cuda_linear_quant.cu, kept for DEEPINFER_GPU_EXACT=1).
+/* Linear layers on tensor cores (the default GPU path; the CUDA-core twins with the CPU's exact
+ * sums -- cuda_linear_quant.cu, cuda_fwd_linear.cu -- serve DEEPINFER_GPU_EXACT=1).
+ *
+ * Modes: FP8 / FP4 (DI_LIN_QUANT, described next); A16 = bf16 activations x FP8 weights (DI_LIN_BF16
+ * with an FP8 weight, wo_a: block sums of two bf16 m16n8k16 mmas, folded with the weight scale);
+ * W16 = bf16 activations x BF16 weights (plain modes: router, head, indexer and compressor
+ * projections; fp32 output or bf16-rounded). Plain-mode inputs are bf16-exact in this model (norm
+ * and RoPE outputs), so their conversion to bf16 loses nothing; sums are fp32 in the tensor core.
  *
  * y [M, N] = bf16( sum over K blocks b of  blocksum_b(m, n) * xs[m, b] * ws(n, b) ), where the
  * activations are act_quant'ed per 32 values to e4m3 codes (xq [M, K], scales xs [M, K/32], as
@@ -18,7 +24,7 @@
  * so that the 32-bit fragment loads of a warp hit 32 distinct banks. Groups (the routed experts
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, many blocks), <= 64, larger.
- * Needs K % 128 == 0 (every V4.1 projection); other shapes take the exact kernel. */
+ * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -29,9 +35,10 @@
 #define MM_A16ROW (2 * MM_BK + 16) /* shared row bytes of bf16 A tiles */
 #define MM_B4ROW (MM_BK / 2 + 16)  /* shared row bytes of packed FP4 B tiles */
 
-/* operand kinds: act_quant'ed e4m3 activations with FP8 or FP4 weights (DI_LIN_QUANT), or bf16
- * activations with FP8 weights (DI_LIN_BF16: no activation quantisation, weight scale only) */
-enum { MM_FP8, MM_FP4, MM_A16 };
+/* operand kinds: act_quant'ed e4m3 activations with FP8 or FP4 weights (DI_LIN_QUANT); bf16
+ * activations with FP8 weights (A16: no activation quantisation, weight scale only) or with BF16
+ * weights (W16: no scales) for the plain modes */
+enum { MM_FP8, MM_FP4, MM_A16, MM_W16 };
 
 struct mm_groups {
     const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
@@ -70,13 +77,13 @@ __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blo
 
 template <int MODE, int BM, int BN>
 struct mm_layout {
-    static constexpr bool FP4 = MODE == MM_FP4, A16 = MODE == MM_A16;
+    static constexpr bool FP4 = MODE == MM_FP4, W16 = MODE == MM_W16, A16 = MODE == MM_A16 || W16;
     static constexpr int AROW = A16 ? MM_A16ROW : MM_AROW;
-    static constexpr int BROW = FP4 ? MM_B4ROW : MM_AROW;
+    static constexpr int BROW = FP4 ? MM_B4ROW : W16 ? MM_A16ROW : MM_AROW;
     static constexpr int A_BYTES = BM * AROW;                    /* [BM][AROW] e4m3 or bf16 */
-    static constexpr int B_BYTES = BN * BROW;                    /* [BN][BROW] e4m3 or packed e2m1 */
+    static constexpr int B_BYTES = BN * BROW;                    /* [BN][BROW] e4m3, packed e2m1 or bf16 */
     static constexpr int SA_BYTES = A16 ? 0 : BM * 16;           /* [BM][4] fp32 activation scales */
-    static constexpr int SB_BYTES = FP4 ? BN * 4 : (BN / 32) * 4; /* [rows][4] e8m0 weight scales */
+    static constexpr int SB_BYTES = W16 ? 0 : FP4 ? BN * 4 : (BN / 32) * 4; /* [rows][4] e8m0 weight scales */
     static constexpr int STAGE = (A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + 15) / 16 * 16;
 };
 
@@ -85,14 +92,17 @@ template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__(WM * WN * 32)
 gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restrict__ xs, int64_t M, int64_t N,
                int64_t K, const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
-               float *__restrict__ y, int64_t ldy, mm_groups grp) {
+               float *__restrict__ y, int64_t ldy, bool out_bf16, mm_groups grp) {
     typedef mm_layout<MODE, BM, BN> L;
-    constexpr bool FP4 = L::FP4, A16 = L::A16;
-    constexpr int AE = A16 ? 2 : 1; /* bytes per A element */
+    constexpr bool FP4 = L::FP4, A16 = L::A16, W16 = L::W16;
+    constexpr int AE = A16 ? 2 : 1;                    /* bytes per A element */
+    constexpr int BEPC = FP4 ? 32 : W16 ? 8 : 16;      /* B elements per 16-byte chunk */
     constexpr int NT = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
     extern __shared__ int4 mm_smem4[];
     uint8_t *smem = reinterpret_cast<uint8_t *>(mm_smem4);
-    const int64_t nb = K / 32, KT = K / MM_BK;
+    const int64_t nb = K / 32, KT = (K + MM_BK - 1) / MM_BK; /* the last stage may hold < 4 blocks */
+    const bool whole_scales = nb % 4 == 0;                   /* scale rows allow 16/4-byte copies */
+    const int64_t wrow = FP4 ? K / 2 : W16 ? 2 * K : K;      /* weight row bytes */
     const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
     if (grp.row_off) {
         const int gi = blockIdx.z, r0 = grp.row_off[gi];
@@ -106,13 +116,12 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     } else if (blockIdx.z) { /* block-diagonal slice (FP8 weights: w_row_off is a multiple of 32) */
         const int64_t gi = blockIdx.z;
         xa += gi * grp.a_col_off * AE;
-        wdata += gi * grp.w_row_off * K;
-        wscale += gi * (grp.w_row_off / 32) * nb;
+        wdata += gi * grp.w_row_off * wrow;
+        if (!W16) wscale += gi * (grp.w_row_off / 32) * nb;
         y += gi * grp.y_col_off;
     }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN, g = lane >> 2, t4 = lane & 3;
-    const int64_t wrow = FP4 ? K / 2 : K;
 
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t *As = smem + st * L::STAGE, *Bs = As + L::A_BYTES, *Sa = Bs + L::B_BYTES, *Sb = Sa + L::SA_BYTES;
@@ -120,26 +129,38 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
         constexpr int ACH = MM_BK * AE / 16; /* 16-byte chunks per A row and stage */
         for (int i = tid; i < BM * ACH; i += NT) {
             const int r = i / ACH, c = i % ACH;
-            const bool ok = m0 + r < M;
+            const bool ok = m0 + r < M && k0 + c * (16 / AE) < K;
             di_cp_async16(As + r * L::AROW + c * 16, ok ? xa + ((m0 + r) * lda + k0) * AE + c * 16 : xa, ok);
         }
-        constexpr int BCH = FP4 ? 4 : 8; /* 16-byte chunks per B row and stage */
+        constexpr int BCH = MM_BK / BEPC; /* 16-byte chunks per B row and stage */
         for (int i = tid; i < BN * BCH; i += NT) {
             const int r = i / BCH, c = i % BCH;
-            const bool ok = n0 + r < N;
-            di_cp_async16(Bs + r * L::BROW + c * 16, ok ? wdata + (n0 + r) * wrow + (FP4 ? k0 / 2 : k0) + c * 16 : wdata,
+            const bool ok = n0 + r < N && k0 + c * BEPC < K;
+            di_cp_async16(Bs + r * L::BROW + c * 16, ok ? wdata + (n0 + r) * wrow + k0 * 16 / BEPC + c * 16 : wdata,
                           ok);
         }
+        /* scales of the stage's 4 K blocks (zeros past K); plain loads when rows are not 4-aligned */
         if (!A16)
             for (int i = tid; i < BM; i += NT) {
                 const bool ok = m0 + i < M;
-                di_cp_async16(Sa + i * 16, ok ? xs + (m0 + i) * nb + kt * 4 : xs, ok);
+                if (whole_scales) {
+                    di_cp_async16(Sa + i * 16, ok ? xs + (m0 + i) * nb + kt * 4 : xs, ok);
+                } else {
+                    float *d = reinterpret_cast<float *>(Sa + i * 16);
+                    for (int j = 0; j < 4; j++) d[j] = ok && kt * 4 + j < nb ? xs[(m0 + i) * nb + kt * 4 + j] : 0.0f;
+                }
             }
-        constexpr int SROWS = FP4 ? BN : BN / 32;
-        for (int i = tid; i < SROWS; i += NT) {
-            const bool ok = n0 + (FP4 ? i : 32 * i) < N;
-            const int64_t srow = FP4 ? n0 + i : n0 / 32 + i;
-            di_cp_async4(Sb + i * 4, ok ? wscale + srow * nb + kt * 4 : wscale, ok);
+        if (!W16) {
+            constexpr int SROWS = FP4 ? BN : BN / 32;
+            for (int i = tid; i < SROWS; i += NT) {
+                const bool ok = n0 + (FP4 ? i : 32 * i) < N;
+                const int64_t srow = FP4 ? n0 + i : n0 / 32 + i;
+                if (whole_scales) {
+                    di_cp_async4(Sb + i * 4, ok ? wscale + srow * nb + kt * 4 : wscale, ok);
+                } else {
+                    for (int j = 0; j < 4; j++) Sb[i * 4 + j] = ok && kt * 4 + j < nb ? wscale[srow * nb + kt * 4 + j] : 0;
+                }
+            }
         }
     };
 
@@ -166,6 +187,7 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
         const uint8_t *Sb = Bs + L::B_BYTES + L::SA_BYTES;
 #pragma unroll
         for (int kb = 0; kb < 4; kb++) {
+            if (kt * MM_BK + kb * 32 >= K) break; /* uniform: the last stage's missing blocks */
             uint32_t af[MI][A16 ? 8 : 4]; /* A16: the two k16 halves of the block */
             float sa[MI][2];
 #pragma unroll
@@ -202,6 +224,14 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
                     bf[1] = di_e2m1x4_to_e4m3x4(*reinterpret_cast<const uint16_t *>(p + 8));
                     sb0 = di_dev_e8m0(Sb[(cb + 2 * t4) * 4 + kb]);
                     sb1 = di_dev_e8m0(Sb[(cb + 2 * t4 + 1) * 4 + kb]);
+                } else if (W16) { /* bf16 weights: k pairs as A's */
+                    const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 64 + t4 * 4;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        bf[2 * h] = *reinterpret_cast<const uint32_t *>(p + 32 * h);
+                        bf[2 * h + 1] = *reinterpret_cast<const uint32_t *>(p + 32 * h + 16);
+                    }
+                    sb0 = sb1 = 1.0f;
                 } else if (A16) { /* k pairs 2t, 2t+1 and 8+2t, 9+2t of each k16 half */
                     const uint8_t *p = Bs + (cb + g) * MM_AROW + kb * 32 + t4 * 2;
 #pragma unroll
@@ -245,8 +275,9 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
             for (int h = 0; h < 2; h++) {
                 const int64_t rr = r + 8 * h;
                 if (rr >= M) continue;
-                if (c < N) y[rr * ldy + c] = di_dev_bf16_round(acc[mi][ni][2 * h]);
-                if (c + 1 < N) y[rr * ldy + c + 1] = di_dev_bf16_round(acc[mi][ni][2 * h + 1]);
+                const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+                if (c < N) y[rr * ldy + c] = out_bf16 ? di_dev_bf16_round(v0) : v0;
+                if (c + 1 < N) y[rr * ldy + c + 1] = out_bf16 ? di_dev_bf16_round(v1) : v1;
             }
         }
 }
@@ -259,6 +290,7 @@ struct mm_args {
     const uint8_t *wdata, *wscale;
     float *y;
     int64_t ldy;
+    bool out_bf16;
     mm_groups grp;
     int n_groups;
 };
@@ -274,7 +306,7 @@ static void launch(const mm_args &a, cudaStream_t s) {
     }
     const dim3 grid((unsigned)((a.N + BN - 1) / BN), (unsigned)((a.max_rows + BM - 1) / BM), (unsigned)a.n_groups);
     gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES><<<grid, WM * WN * 32, smem, s>>>(
-        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.grp);
+        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp);
     DI_CUDA_LAUNCHED();
 }
 
@@ -287,7 +319,7 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
-    return w->cols % MM_BK == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
+    return w->cols % 32 == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
 }
 
 /* x [rows, K] (all groups' rows) quantised once, then the GEMM of every group */
@@ -304,7 +336,8 @@ void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
                                                                                                          xq, xsc);
     DI_CUDA_LAUNCHED();
-    const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, {wdata_g, wscale_g, row_off, 0, 0, 0}, n_groups};
+    const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, 0, 0, 0},
+                       n_groups};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
     DI_CUDA_CHECK(cudaFreeAsync(xq, s));
@@ -317,7 +350,8 @@ __global__ void f32_to_bf16_bits_kernel(const float *__restrict__ x, int64_t n, 
 }
 
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t lda) {
-    return w->dtype == DI_DT_F8_E4M3 && w->scale && w->cols % MM_BK == 0 && w->row0 % 32 == 0 && lda % 8 == 0;
+    return w->dtype == DI_DT_F8_E4M3 && w->scale && w->cols % 32 == 0 && w->row0 % 32 == 0 && lda % 8 == 0 &&
+           ((uintptr_t)w->data & 15) == 0;
 }
 
 /* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:
@@ -331,8 +365,26 @@ void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_gro
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
-    const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy,
+    const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups};
     run_cfg<MM_A16>(a, s);
+    DI_CUDA_CHECK(cudaFreeAsync(xb, s));
+}
+
+bool di_cuda_linear_w16_supported(const di_weight *w) {
+    return w->dtype == DI_DT_BF16 && w->cols % 32 == 0 && w->row0 == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+/* y [m, N] = x [m, K] (bf16-exact values) @ W^T with BF16 weights, fp32 sums; bf16-rounded or not */
+void di_cuda_linear_w16(const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16, cudaStream_t s) {
+    if (m <= 0 || w->rows <= 0) return;
+    const int64_t K = w->cols, n_in = m * K;
+    uint16_t *xb;
+    DI_CUDA_CHECK(cudaMallocAsync((void **)&xb, sizeof(uint16_t) * (size_t)n_in, s)); /* [m, K] bf16 */
+    f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
+    DI_CUDA_LAUNCHED();
+    const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
+                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1};
+    run_cfg<MM_W16>(a, s);
     DI_CUDA_CHECK(cudaFreeAsync(xb, s));
 }

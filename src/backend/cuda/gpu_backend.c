@@ -52,8 +52,30 @@ void gpu_free(const gpu_fwd *f, void *p) {
 }
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     void *p = gpu_alloc(f, bytes);
-    if (bytes) CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, f->s));
+    if (!bytes) return p;
+    gpu_staging *st = f->stg;
+    const size_t need = (bytes + 255) & ~(size_t)255;
+    if (st->used + need <= st->cap) {
+        memcpy(st->buf + st->used, host, bytes);
+        CK(cudaMemcpyAsync(p, st->buf + st->used, bytes, cudaMemcpyHostToDevice, f->s));
+        st->used += need;
+    } else {
+        st->want += need;
+        CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, f->s));
+    }
     return p;
+}
+void gpu_staging_reset(gpu_fwd *f) {
+    gpu_staging *st = f->stg;
+    if (st->used || st->want) CK(cudaStreamSynchronize(f->s)); /* the last call's copies are done */
+    if (st->want) {
+        size_t cap = st->cap ? st->cap : ((size_t)1 << 20);
+        while (cap < st->used + st->want) cap *= 2;
+        if (st->buf) CK(cudaFreeHost(st->buf));
+        CK(cudaHostAlloc((void **)&st->buf, cap, cudaHostAllocDefault));
+        st->cap = cap;
+    }
+    st->used = st->want = 0;
 }
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
@@ -216,6 +238,7 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w2);
         free(g->layers[l].ffn.w3);
     }
+    if (g->stg.buf) cudaFreeHost(g->stg.buf);
     free(g->allocs);
     free(g->layers);
     free(g->hc);

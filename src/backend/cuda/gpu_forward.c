@@ -54,6 +54,16 @@ void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m,
         di_cuda_linear(f->cx, w, x, m, y, mode);
         return;
     }
+    if (!f->cx->exact) { /* tensor cores: batch invariant, so in both modes */
+        if (di_cuda_linear_w16_supported(w)) {
+            di_cuda_linear_w16(w, x, m, y, mode == DI_LIN_BF16, f->s);
+            return;
+        }
+        if (mode == DI_LIN_BF16 && di_cuda_linear_bf16w8_supported(w, w->cols)) {
+            di_cuda_linear_bf16w8(w, w->rows, 1, x, w->cols, m, y, w->rows, f->s);
+            return;
+        }
+    }
     const bool cublas_ok = w->row0 == 0 && w->dtype != DI_DT_F8_E4M3 && !f->m->batch_invariant &&
                            m >= CUBLAS_MIN_ROWS;
     if (cublas_ok) di_cuda_linear(f->cx, w, x, m, y, mode);
@@ -209,6 +219,8 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     f->b = b;
     f->cx = (di_cuda_ctx *)&f->g->cx;
     f->s = f->cx->stream;
+    f->stg = &((gpu_model *)f->g)->stg;
+    gpu_staging_reset(f);
     f->R = b->n_rows;
     const di_config *c = &m->cfg;
     f->row_seq = di_xmalloc(sizeof(int) * (size_t)f->R);

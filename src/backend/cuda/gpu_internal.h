@@ -23,8 +23,18 @@ typedef struct gpu_layer_consts {
     float *attn_scale, *ffn_scale; /* [3] */
 } gpu_layer_consts;
 
+/* Pinned host staging for the per-call uploads (pointer lists, tables): a pageable copy may
+ * synchronise the stream, a pinned one never does. Reset at the start of each forward call (the
+ * stream is idle then); an upload that does not fit goes pageable and the buffer grows for the
+ * next call. */
+typedef struct gpu_staging {
+    uint8_t *buf;              /* cudaHostAlloc'ed */
+    size_t cap, used, want;
+} gpu_staging;
+
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
+    gpu_staging stg;
     di_layer *layers;          /* [n_total_layers] */
     gpu_layer_consts *hc;      /* [n_total_layers] */
     di_cuda_ctx cx;            /* stream + cuBLAS */
@@ -41,6 +51,7 @@ typedef struct gpu_fwd {
     di_batch *b;
     cudaStream_t s;
     di_cuda_ctx *cx;
+    gpu_staging *stg;          /* &g->stg */
     int R;
     int *row_seq;              /* [R] */
     int64_t *row_pos;          /* [R] */
@@ -68,7 +79,8 @@ typedef struct gpu_fwd {
 /* ---- memory (gpu_backend.c) ---- */
 void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* stream-ordered device temporaries */
 void gpu_free(const gpu_fwd *f, void *p);
-void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy */
+void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy, never syncs */
+void gpu_staging_reset(gpu_fwd *f);                   /* start of a forward call */
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes); /* synchronous */
 /* Debug hook on a device tensor: download, call, upload back (teacher forcing may overwrite). */
 void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n);

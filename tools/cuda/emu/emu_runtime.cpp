@@ -92,5 +92,13 @@ cudaError_t emu_c_cudaGetLastError(void) { return cudaSuccess; }
 const char *emu_c_cudaGetErrorString(cudaError_t) { return "emulated"; }
 cudaError_t emu_c_cudaDeviceGetDefaultMemPool(void **p, int) { *p = nullptr; return cudaSuccess; }
 cudaError_t emu_c_cudaMemPoolSetAttribute(void *, int, void *) { return cudaSuccess; }
+cudaError_t emu_c_cudaHostAlloc(void **p, size_t n, unsigned) {
+    *p = malloc(n);
+    return cudaSuccess;
+}
+cudaError_t emu_c_cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
 cudaError_t emu_c_cudaMemGetInfo(size_t *f, size_t *t) { *f = (size_t)8 << 30; *t = (size_t)16 << 30; return cudaSuccess; }
 }

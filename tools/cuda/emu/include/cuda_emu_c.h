@@ -39,7 +39,10 @@ EMU_C(const char *, cudaGetErrorString, (cudaError_t e))
 EMU_C(cudaError_t, cudaDeviceGetDefaultMemPool, (cudaMemPool_t *p, int dev))
 EMU_C(cudaError_t, cudaMemPoolSetAttribute, (cudaMemPool_t p, enum cudaMemPoolAttr a, void *v))
 EMU_C(cudaError_t, cudaMemGetInfo, (size_t *free_b, size_t *total_b))
+EMU_C(cudaError_t, cudaHostAlloc, (void **p, size_t n, unsigned flags))
+EMU_C(cudaError_t, cudaFreeHost, (void *p))
 #undef EMU_C
+#define cudaHostAllocDefault 0
 
 #define cudaGetDeviceCount emu_c_cudaGetDeviceCount
 #define cudaGetDeviceProperties emu_c_cudaGetDeviceProperties
@@ -59,5 +62,7 @@ EMU_C(cudaError_t, cudaMemGetInfo, (size_t *free_b, size_t *total_b))
 #define cudaDeviceGetDefaultMemPool emu_c_cudaDeviceGetDefaultMemPool
 #define cudaMemPoolSetAttribute emu_c_cudaMemPoolSetAttribute
 #define cudaMemGetInfo emu_c_cudaMemGetInfo
+#define cudaHostAlloc emu_c_cudaHostAlloc
+#define cudaFreeHost emu_c_cudaFreeHost
 
 #endif
