@@ -403,12 +403,33 @@ static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int b
     int32_t *db = (int32_t *)dev_upload(blocks, 4 * nblk);
     int64_t *dv = (int64_t *)dev_upload(vis, 8 * R);
     di_cuda_index_score_paged(dq, dw, dpool, db, block_entries, entry_floats, key_offset, R, P, nh, idim,
-                              vis_null ? NULL : dv, ds, 0);
+                              vis_null ? NULL : dv, NULL, ds, 0);
     dev_download(got, ds, 4 * R * P);
     char shape[96];
     snprintf(shape, sizeof shape, "R=%lld P=%lld %dx%d blk=%d ent=%d@%d%s", (long long)R, (long long)P, nh, idim,
              block_entries, entry_floats, key_offset, vis_null ? " vis=NULL" : "");
     compare("index_score_paged", shape, got, ref, R * P, "exact");
+    /* batched: rows of "several sequences" -- odd rows read a second copy of the pool, and rows
+     * have fewer keys (r % 3 quarters short); scores past a row's keys must be -inf */
+    float *dpool2 = (float *)dev_upload(pool, 4 * pool_floats);
+    const float **rp = (const float **)malloc(sizeof(float *) * R);
+    const int32_t **rb = (const int32_t **)malloc(sizeof(int32_t *) * R);
+    int64_t *rk = (int64_t *)malloc(8 * R);
+    for (int64_t r = 0; r < R; r++) {
+        rp[r] = r % 2 ? dpool2 : dpool;
+        rb[r] = db;
+        rk[r] = P - (r % 3) * (P / 4);
+        for (int64_t t = rk[r]; t < P; t++) ref[r * P + t] = -INFINITY;
+    }
+    const di_index_rows rows = {(const float *const *)dev_upload(rp, sizeof(float *) * R),
+                                (const int32_t *const *)dev_upload(rb, sizeof(int32_t *) * R),
+                                (const int64_t *)dev_upload(rk, 8 * R)};
+    di_cuda_index_score_paged(dq, dw, NULL, NULL, block_entries, entry_floats, key_offset, R, P, nh, idim,
+                              vis_null ? NULL : dv, &rows, ds, 0);
+    dev_download(got, ds, 4 * R * P);
+    compare("index_score batched", shape, got, ref, R * P, "exact");
+    cudaFree((void *)rows.pool), cudaFree((void *)rows.blocks), cudaFree((void *)rows.n_keys), cudaFree(dpool2);
+    free(rp), free(rb), free(rk);
     cudaFree(dpool), cudaFree(dq), cudaFree(dw), cudaFree(ds), cudaFree(db), cudaFree(dv);
     free(pool), free(blocks), free(keys), free(qi), free(w), free(vis), free(ref), free(got);
 }

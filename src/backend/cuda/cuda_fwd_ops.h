@@ -84,15 +84,25 @@ void di_cuda_linear_w16(const di_weight *w, const float *x, int64_t m, float *y,
  *   mx = fmaxf(z0, z1), e0 = expf(z0 - mx), e1 = expf(z1 - mx), sum = e0 + e1 (glibc expf twin) */
 void di_cuda_cmp_pair(const float *const *k0, const float *const *z0, const float *const *k1,
                       const float *const *z1, int64_t n, int dh, float *latent, cudaStream_t s);
+/* Per-row paging of a batched index-score call (device arrays [R]): the pool base, block table and
+ * key count of each row's sequence. */
+typedef struct di_index_rows {
+    const float *const *pool;
+    const int32_t *const *blocks;
+    const int64_t *n_keys;
+} di_index_rows;
 /* Index scores of R query rows of ONE sequence over its P paged index keys: key t is at
  * pool + ((int64_t)blocks[t / block_entries] * block_entries + t % block_entries) * entry_floats
  *      + key_offset   ([idim] floats).
  * Same arithmetic as di_cuda_index_score (cuda_ops.h); t >= visible[r] (host value per row,
- * passed as a device array [R]) scores -inf; visible NULL = all visible, as there. */
+ * passed as a device array [R]) scores -inf; visible NULL = all visible, as there.
+ * rows non-NULL: rows of several sequences in one call, each with its own pool, block table and
+ * key count from *rows (pool and blocks are then ignored); P is the row stride of score [R, P] and
+ * keys past a row's count score -inf (top-k and block maxima then behave as on the unpadded row). */
 void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool,
                                const int32_t *blocks, int block_entries, int entry_floats,
                                int key_offset, int64_t R, int64_t P, int nh, int idim,
-                               const int64_t *visible, float *score, cudaStream_t s);
+                               const int64_t *visible, const di_index_rows *rows, float *score, cudaStream_t s);
 /* Candidate pool, step 1 (indexer.c candidate_pool): bscore [R, nb] = max of score [R, P] over
  * each block of bs positions (nb = ceil(P / bs)); the block of position visible[r] - 1 is pinned
  * to +inf when visible[r] > 0. The caller then runs di_cuda_topk(bscore, R, nb, keep, blocks). */

@@ -267,9 +267,8 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     f->sel_len = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(int));
     f->sel_valid = di_xcalloc((size_t)(n_idx ? n_idx : 1), sizeof(bool));
     for (int i = 0; i < n_idx; i++) f->d_sel[i] = gpu_alloc(f, sizeof(int32_t) * (size_t)f->R * c->index_topk);
-    f->d_cand = di_xcalloc((size_t)b->n_seqs, sizeof(uint8_t *));
-    f->cand_nb = di_xmalloc(sizeof(int64_t) * (size_t)b->n_seqs);
-    for (int s = 0; s < b->n_seqs; s++) f->cand_nb[s] = -1; /* no candidate pool yet */
+    f->d_cand = NULL;
+    f->cand_nb = -1; /* no candidate pool yet */
     const int64_t W = (int64_t)(c->n_dspark_targets ? c->n_dspark_targets : 1) * c->hidden_size;
     f->d_main_hidden = gpu_alloc(f, sizeof(float) * (size_t)f->R * W);
 }
@@ -289,14 +288,12 @@ static void call_free(gpu_fwd *f) {
     }
     for (int i = 0; i < c->n_kv_sources * f->b->n_seqs; i++) gpu_free(f, f->d_blocks[i]);
     for (int i = 0; i < c->n_index_sources; i++) gpu_free(f, f->d_sel[i]);
-    for (int s = 0; s < f->b->n_seqs; s++) gpu_free(f, f->d_cand[s]);
+    gpu_free(f, f->d_cand);
     gpu_free(f, f->d_main_hidden);
     free(f->d_blocks);
     free(f->d_sel);
     free(f->sel_len);
     free(f->sel_valid);
-    free(f->d_cand);
-    free(f->cand_nb);
     free(f->row_seq);
     free(f->row_pos);
     free(f->seq_row0);

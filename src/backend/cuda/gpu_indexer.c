@@ -163,48 +163,72 @@ void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float 
     di_cuda_fp4_quant_inplace(qi, (int64_t)R * nh * idim, 32, DI_FP4_SCALE_UE8M0, f->s);
     gpu_linear(f, &L->attn.idx_weights_proj, x, R, w, DI_LIN_BF16);
     di_cuda_scale_bf16(w, (int64_t)R * nh, (float)(1.0 / sqrt((double)idim) / sqrt((double)nh)), f->s);
+    /* all sequences in one pass: each row carries its sequence's pool, block table and key count;
+     * scores [R, Pmax] are -inf past a row's keys, which top-k and block maxima skip exactly as on
+     * the unpadded rows (one launch per step instead of one per sequence) */
     int sel_len = 0;
+    int64_t Pmax = 0;
+    const float **row_pool = di_xmalloc(sizeof(float *) * (size_t)R);
+    const int32_t **row_blocks = di_xmalloc(sizeof(int32_t *) * (size_t)R);
+    int64_t *row_keys = di_xmalloc(sizeof(int64_t) * (size_t)R), *visible = di_xmalloc(sizeof(int64_t) * (size_t)R);
+    const di_kv_pool *pool0 = b->seqs[0]->pool;
     for (int s = 0; s < ns; s++) {
         const di_seq_state *st = b->seqs[s];
-        const int r0 = f->seq_row0[s], S = b->seq_n_rows[s];
         const int64_t P = st->kv[L->kv_slot].n;
+        if (st->pool->block_entries != pool0->block_entries || st->pool->entry_floats != pool0->entry_floats ||
+            st->dh != b->seqs[0]->dh)
+            di_die("indexer: sequences of one batch have differently shaped KV pools");
         if ((P < K ? (int)P : K) > sel_len) sel_len = P < K ? (int)P : K;
-        int64_t *visible = di_xmalloc(sizeof(int64_t) * (size_t)S);
-        for (int j = 0; j < S; j++) visible[j] = (f->row_pos[r0 + j] + 1) / L->ratio;
-        int64_t *d_visible = gpu_upload(f, visible, sizeof(int64_t) * (size_t)S);
-        float *score = gpu_alloc(f, sizeof(float) * (size_t)S * P); /* [S, P] */
-        di_cuda_index_score_paged(qi + (size_t)r0 * nh * idim, w + (size_t)r0 * nh, st->pool->dev_base,
-                                  f->d_blocks[(size_t)L->kv_slot * ns + s], st->pool->block_entries,
-                                  st->pool->entry_floats, st->dh, S, P, nh, idim, d_visible, score, f->s);
-        if (L->is_candidate_source) {
-            const int64_t nb = (P + bs - 1) / bs;
-            const int keep = cf->candidate_topk_blocks < nb ? cf->candidate_topk_blocks : (int)nb;
-            float *bscore = gpu_alloc(f, sizeof(float) * (size_t)S * nb);     /* [S, nb] */
-            int32_t *blocks = gpu_alloc(f, sizeof(int32_t) * (size_t)S * keep); /* [S, keep] */
-            uint8_t *flags = gpu_alloc(f, (size_t)S * nb);                    /* [S, nb] */
-            if (nb > 0) {
-                di_cuda_block_max(score, S, P, bs, d_visible, bscore, f->s);
-                if (b->debug_fn)
-                    for (int j = 0; j < S; j++)
-                        gpu_debug(f, "candidate_block_score_row", cf->candidate_source_layer_id, bscore + (size_t)j * nb, nb);
-                di_cuda_topk(bscore, S, nb, keep, blocks, f->s);
-                di_cuda_cand_flags(blocks, S, keep, nb, flags, f->s);
-            }
-            gpu_free(f, f->d_cand[s]);
-            f->d_cand[s] = flags;
-            f->cand_nb[s] = nb;
-            gpu_free(f, bscore);
-            gpu_free(f, blocks);
+        if (P > Pmax) Pmax = P;
+        for (int j = f->seq_row0[s]; j < f->seq_row0[s] + b->seq_n_rows[s]; j++) {
+            row_pool[j] = st->pool->dev_base;
+            row_blocks[j] = f->d_blocks[(size_t)L->kv_slot * ns + s];
+            row_keys[j] = P;
+            visible[j] = (f->row_pos[j] + 1) / L->ratio;
         }
-        if (L->uses_candidates && f->cand_nb[s] >= 0 && P > 0)
-            di_cuda_cand_apply(score, S, P, bs, f->d_cand[s], f->cand_nb[s], f->s);
-        if (b->debug_fn)
-            for (int j = 0; j < S; j++) gpu_debug(f, "index_score_row", L->id, score + (size_t)j * P, P);
-        di_cuda_topk(score, S, P, K, sel + (size_t)r0 * K, f->s);
-        gpu_free(f, score);
-        gpu_free(f, d_visible);
-        free(visible);
     }
+    const di_index_rows rows = {gpu_upload(f, row_pool, sizeof(float *) * (size_t)R),
+                                gpu_upload(f, row_blocks, sizeof(int32_t *) * (size_t)R),
+                                gpu_upload(f, row_keys, sizeof(int64_t) * (size_t)R)};
+    int64_t *d_visible = gpu_upload(f, visible, sizeof(int64_t) * (size_t)R);
+    float *score = gpu_alloc(f, sizeof(float) * (size_t)R * Pmax); /* [R, Pmax] */
+    di_cuda_index_score_paged(qi, w, NULL, NULL, pool0->block_entries, pool0->entry_floats, b->seqs[0]->dh, R, Pmax,
+                              nh, idim, d_visible, &rows, score, f->s);
+    if (L->is_candidate_source) {
+        const int64_t nb = (Pmax + bs - 1) / bs;
+        const int keep = cf->candidate_topk_blocks < nb ? cf->candidate_topk_blocks : (int)nb;
+        float *bscore = gpu_alloc(f, sizeof(float) * (size_t)R * nb);       /* [R, nb] */
+        int32_t *blocks = gpu_alloc(f, sizeof(int32_t) * (size_t)R * keep); /* [R, keep] */
+        uint8_t *flags = gpu_alloc(f, (size_t)R * nb);                      /* [R, nb] */
+        if (nb > 0) {
+            di_cuda_block_max(score, R, Pmax, bs, d_visible, bscore, f->s);
+            if (b->debug_fn)
+                for (int j = 0; j < R; j++)
+                    gpu_debug(f, "candidate_block_score_row", cf->candidate_source_layer_id, bscore + (size_t)j * nb,
+                              (row_keys[j] + bs - 1) / bs);
+            di_cuda_topk(bscore, R, nb, keep, blocks, f->s);
+            di_cuda_cand_flags(blocks, R, keep, nb, flags, f->s);
+        }
+        gpu_free(f, f->d_cand);
+        f->d_cand = flags;
+        f->cand_nb = nb;
+        gpu_free(f, bscore);
+        gpu_free(f, blocks);
+    }
+    if (L->uses_candidates && f->cand_nb >= 0 && Pmax > 0)
+        di_cuda_cand_apply(score, R, Pmax, bs, f->d_cand, f->cand_nb, f->s);
+    if (b->debug_fn)
+        for (int j = 0; j < R; j++) gpu_debug(f, "index_score_row", L->id, score + (size_t)j * Pmax, row_keys[j]);
+    di_cuda_topk(score, R, Pmax, K, sel, f->s);
+    gpu_free(f, score);
+    gpu_free(f, d_visible);
+    gpu_free(f, (void *)rows.pool);
+    gpu_free(f, (void *)rows.blocks);
+    gpu_free(f, (void *)rows.n_keys);
+    free(row_pool);
+    free(row_blocks);
+    free(row_keys);
+    free(visible);
     f->sel_len[slot] = sel_len;
     f->sel_valid[slot] = sel_len > 0;
     if (b->topk_out) gpu_download(f, b->topk_out + (size_t)slot * R * K, sel, sizeof(int32_t) * (size_t)R * K);

@@ -70,9 +70,9 @@ typedef struct gpu_fwd {
     int32_t **d_sel;
     int *sel_len;
     bool *sel_valid;
-    /* candidate pool flags per sequence: d_cand[s] [rows of s, cand_nb[s]] (NULL = none yet) */
-    uint8_t **d_cand;
-    int64_t *cand_nb;
+    /* candidate pool flags of every row: d_cand [R, cand_nb] (cand_nb -1: none yet this call) */
+    uint8_t *d_cand;
+    int64_t cand_nb;
     float *d_main_hidden;      /* [R, n_targets * D] */
 } gpu_fwd;
 
