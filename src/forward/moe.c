@@ -18,26 +18,8 @@ typedef struct route {
 
 void di_moe_route_row(const di_model *m, const di_ffn_weights *f, const float *logits, int32_t *expert,
                       float *weight) {
-    float score[DI_FWD_MAX_EXPERTS], biased[DI_FWD_MAX_EXPERTS];
-    for (int e = 0; e < f->n_experts; e++) {
-        float z = logits[e];
-        float sp = z > 20.0f ? z : log1pf(expf(z));
-        score[e] = sqrtf(sp);
-        biased[e] = score[e] + f->gate_bias[e];
-    }
-    uint8_t taken[DI_FWD_MAX_EXPERTS] = {0};
-    float sum = 0.0f;
-    for (int j = 0; j < f->top_k; j++) {
-        int best = -1;
-        for (int e = 0; e < f->n_experts; e++)
-            if (!taken[e] && (best < 0 || biased[e] > biased[best])) best = e;
-        taken[best] = 1;
-        expert[j] = best;
-        weight[j] = score[best];
-        sum += score[best];
-    }
-    const float scale = (float)m->cfg.routed_scaling_factor;
-    for (int j = 0; j < f->top_k; j++) weight[j] = weight[j] / (sum + 1e-20f) * scale;
+    di_cpu_moe_route(logits, f->gate_bias, f->n_experts, f->top_k, (float)m->cfg.routed_scaling_factor, expert,
+                     weight);
 }
 
 static void route_row(const di_model *m, const di_ffn_weights *f, const float *x, route *out) {

@@ -778,7 +778,94 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
     free(x), free(ref), free(got), free(one);
 }
 
+static int64_t ulp_dist32(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    if ((ia < 0) != (ib < 0)) return a == b ? 0 : INT64_MAX;
+    const int64_t d = (int64_t)ia - ib;
+    return d < 0 ? -d : d;
+}
+
+/* ---- MoE routing and grouping on the device: experts and slot order exactly the CPU's (di_cpu_moe_route;
+ * CUDA's log1pf may differ from glibc's by an ulp, which random logits never turn into a tie), weights
+ * within 4 fp32 ulps; the groups: counts and rows ascending within each expert, as the host builds them ---- */
+static void test_moe_route(int64_t R, int E, int K, int resident) {
+    const int64_t n = R * K, D = 8;
+    float *logits = (float *)malloc(4 * R * E), *bias = (float *)malloc(4 * E);
+    for (int64_t i = 0; i < R * E; i++) logits[i] = rnd_normalish() * 4.0f;
+    for (int e = 0; e < E; e++) bias[e] = rnd_normalish() * 0.1f;
+    std::vector<int32_t> ex(n), ord(n), gex(n), gord(n);
+    std::vector<float> wt(n), gwt(n);
+    for (int64_t r = 0; r < R; r++) {
+        di_cpu_moe_route(logits + r * E, bias, E, K, 1.5f, &ex[r * K], &wt[r * K]);
+        if (resident)
+            for (int j = 0; j < K; j++) ex[r * K + j] = (int32_t)((r * K + j) % resident);
+        for (int j = 0; j < K; j++) ord[r * K + j] = j;
+        for (int a = 1; a < K; a++)
+            for (int b = a; b > 0 && ex[r * K + ord[r * K + b]] < ex[r * K + ord[r * K + b - 1]]; b--) {
+                const int32_t t = ord[r * K + b];
+                ord[r * K + b] = ord[r * K + b - 1];
+                ord[r * K + b - 1] = t;
+            }
+    }
+    float *dl = (float *)dev_upload(logits, 4 * R * E), *db = (float *)dev_upload(bias, 4 * E);
+    int32_t *dex = (int32_t *)dev_poisoned(4 * n), *dord = (int32_t *)dev_poisoned(4 * n);
+    float *dwt = (float *)dev_poisoned(4 * n);
+    di_cuda_moe_route(dl, db, R, E, K, 1.5f, resident, dex, dwt, dord, 0);
+    dev_download(gex.data(), dex, 4 * n);
+    dev_download(gord.data(), dord, 4 * n);
+    dev_download(gwt.data(), dwt, 4 * n);
+    int64_t bad_ex = 0, bad_w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bad_ex += gex[i] != ex[i] || gord[i] != ord[i];
+        bad_w += ulp_dist32(gwt[i], wt[i]) > 4;
+    }
+    printf("%s  %-20s R=%lld E=%d K=%d resident=%d  experts/order differing %lld, weights beyond 4 ulps %lld / %lld\n",
+           bad_ex || bad_w ? "FAIL" : "PASS", "moe_route", (long long)R, E, K, resident, (long long)bad_ex,
+           (long long)bad_w, (long long)n);
+    if (bad_ex || bad_w) g_fail++;
+    else g_pass++;
+    /* grouping, from the CPU's experts */
+    const int G = resident ? resident : E;
+    std::vector<int> off(G + 1, 0), goff(G + 1);
+    for (int64_t i = 0; i < n; i++) off[ex[i] + 1]++;
+    for (int e = 0; e < G; e++) off[e + 1] += off[e];
+    std::vector<int64_t> want_src(n);
+    {
+        std::vector<int> fill(off.begin(), off.end() - 1);
+        for (int64_t i = 0; i < n; i++) want_src[fill[ex[i]]++] = i;
+    }
+    float *x = (float *)dev_poisoned(4 * R * D), *xg = (float *)dev_poisoned(4 * n * D), *yg = (float *)dev_poisoned(4 * n * D),
+          *eo = (float *)dev_poisoned(4 * n * D), *wts = (float *)dev_poisoned(4 * n);
+    int *doff = (int *)dev_poisoned(4 * (G + 1));
+    void **lists = (void **)dev_poisoned(sizeof(void *) * 4 * n);
+    di_cuda_moe_group(dex, dwt, R, K, G, x, xg, yg, eo, D, doff, (const float **)lists, (float **)lists + n,
+                      (const float **)lists + 2 * n, (float **)lists + 3 * n, wts, 0);
+    std::vector<void *> hl(4 * n);
+    std::vector<float> hw(n);
+    dev_download(goff.data(), doff, 4 * (G + 1));
+    dev_download(hl.data(), lists, sizeof(void *) * 4 * n);
+    dev_download(hw.data(), wts, 4 * n);
+    int64_t bad_g = 0;
+    for (int e = 0; e <= G; e++) bad_g += goff[e] != off[e];
+    for (int64_t p = 0; p < n; p++) {
+        const int64_t a = want_src[p], r = a / K;
+        bad_g += hl[p] != (void *)(x + r * D) || hl[n + p] != (void *)(xg + p * D) || hl[2 * n + p] != (void *)(yg + p * D) ||
+                 hl[3 * n + p] != (void *)(eo + a * D) || memcmp(&hw[p], &gwt[a], 4) != 0;
+    }
+    printf("%s  %-20s R=%lld E=%d K=%d  offsets/lists differing %lld\n", bad_g ? "FAIL" : "PASS", "moe_group",
+           (long long)R, G, K, (long long)bad_g);
+    if (bad_g) g_fail++;
+    else g_pass++;
+    cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(xg), cudaFree(yg);
+    cudaFree(eo), cudaFree(wts), cudaFree(doff), cudaFree(lists);
+    free(logits), free(bias);
+}
+
 static void run_quick(void) {
+    test_moe_route(5, 16, 4, 0);
+    test_moe_route(37, 40, 6, 12);
     test_linear_w16(3, 96, 40, false); /* K = 3 blocks: a partial last stage, unaligned scale rows */
     test_linear_w16(18, 256, 72, true);
     test_linear_bf16w8(2, 96, 32, 2);
@@ -822,6 +909,8 @@ static void run_quick(void) {
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes
  * far too long over 129280 warps) */
 static void run_full(bool head) {
+    test_moe_route(256, 384, 6, 0);
+    test_moe_route(4096, 384, 6, 48);
     test_linear_bf16w8(1, 4096, 1024, 8); /* wo_a: 8 groups of 4096 -> 1024 */
     test_linear_w16(1, 5120, 384, false);  /* router gate */
     test_linear_w16(64, 5120, 384, false);

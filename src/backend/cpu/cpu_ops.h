@@ -28,6 +28,12 @@ void di_cpu_act_quant_block(const float *x, int n, float *q, float *scale_out);
  * score[P], the block of position visible-1 pinned to +inf; the Engram gate on X [R, n, D] in
  * place from kv [R, (n+1)*D] (n keys, then the value) and qk [n, D]. */
 void di_cpu_topk_select(const float *score, int64_t n, int k, int32_t *out);
+/* MoE routing of one row (model-spec §2.6): score = sqrt(softplus(logit)), the k highest of
+ * score + bias (the lower expert on ties) in selection order, weights = score / sum * scale.
+ * E <= DI_CPU_MOE_MAX_E. */
+#define DI_CPU_MOE_MAX_E 1024
+void di_cpu_moe_route(const float *logits, const float *bias, int E, int k, float scale, int32_t *expert,
+                      float *weight);
 void di_cpu_block_max(const float *score, int64_t P, int bs, int64_t visible, float *bscore);
 void di_cpu_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D, float eps,
                         float inv_sqrt_d);

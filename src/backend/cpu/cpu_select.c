@@ -1,6 +1,7 @@
 /* CPU references of the row-level selection and gating steps of the forward pass (called by
- * src/forward/indexer.c and engram.c, and the references of the CUDA parity tests): top-k with the
- * lower position on exact ties, the candidate pool's block maxima, the Engram gate. */
+ * src/forward/indexer.c, moe.c and engram.c, and the references of the CUDA parity tests): top-k
+ * with the lower position on exact ties, MoE routing, the candidate pool's block maxima, the
+ * Engram gate. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -25,6 +26,29 @@ void di_cpu_topk_select(const float *score, int64_t n, int k, int32_t *out) {
         if (taken[t]) out[j++] = (int32_t)t;
     for (; j < k; j++) out[j] = -1;
     free(taken);
+}
+
+void di_cpu_moe_route(const float *logits, const float *bias, int E, int k, float scale, int32_t *expert,
+                      float *weight) {
+    float score[DI_CPU_MOE_MAX_E], biased[DI_CPU_MOE_MAX_E];
+    for (int e = 0; e < E; e++) {
+        float z = logits[e];
+        float sp = z > 20.0f ? z : log1pf(expf(z));
+        score[e] = sqrtf(sp);
+        biased[e] = score[e] + bias[e];
+    }
+    uint8_t taken[DI_CPU_MOE_MAX_E] = {0};
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || biased[e] > biased[best])) best = e;
+        taken[best] = 1;
+        expert[j] = best;
+        weight[j] = score[best];
+        sum += score[best];
+    }
+    for (int j = 0; j < k; j++) weight[j] = weight[j] / (sum + 1e-20f) * scale;
 }
 
 void di_cpu_block_max(const float *score, int64_t P, int bs, int64_t visible, float *bscore) {

@@ -22,6 +22,135 @@ static unsigned ew_blocks(int64_t n) {
     return (unsigned)(b > 8192 ? 8192 : b);
 }
 
+/* ---- routing on the device (no host round trip; the default mode) ---- */
+/* warp per row: the arithmetic of di_moe_route_row (forward/moe.c) with CUDA's log1pf (glibc's may
+ * differ in the last bit, which can swap two experts whose biased scores tie to that bit) */
+__global__ void __launch_bounds__(EW_THREADS)
+moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int64_t R, int E, int K,
+                 float scale, int resident, int32_t *__restrict__ expert, float *__restrict__ weight,
+                 int32_t *__restrict__ order) {
+    __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E], biased_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
+    if (r >= R) return; /* whole warps */
+    float *sc = score_s[warp], *bi = biased_s[warp];
+    for (int e = lane; e < E; e += 32) {
+        const float z = logits[r * E + e];
+        const float sp = z > 20.0f ? z : log1pf(di_dev_expf(z));
+        sc[e] = sqrtf(sp);
+        bi[e] = sc[e] + bias[e];
+    }
+    __syncwarp();
+    int chosen[DI_MOE_ROUTE_MAX_K];
+    for (int j = 0; j < K; j++) { /* the highest biased score not taken; the lower expert on ties */
+        float bv = -INFINITY;
+        int be = -1;
+        for (int e = lane; e < E; e += 32)
+            if (bi[e] != -INFINITY && (be < 0 || bi[e] > bv)) bv = bi[e], be = e;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+        }
+        chosen[j] = be;
+        __syncwarp();
+        if (lane == 0) bi[be] = -INFINITY; /* taken */
+        __syncwarp();
+    }
+    if (lane != 0) return;
+    float sum = 0.0f, wv[DI_MOE_ROUTE_MAX_K];
+    int ord[DI_MOE_ROUTE_MAX_K];
+    for (int j = 0; j < K; j++) {
+        wv[j] = sc[chosen[j]];
+        sum += wv[j];
+    }
+    for (int j = 0; j < K; j++) {
+        const int ex = resident ? (int)((r * K + j) % resident) : chosen[j]; /* bench EP-N proxy */
+        expert[r * K + j] = ex;
+        weight[r * K + j] = wv[j] / (sum + 1e-20f) * scale;
+        ord[j] = j;
+        chosen[j] = ex;
+    }
+    for (int a = 1; a < K; a++) /* slots in ascending expert id */
+        for (int b = a; b > 0 && chosen[ord[b]] < chosen[ord[b - 1]]; b--) {
+            const int t = ord[b];
+            ord[b] = ord[b - 1];
+            ord[b - 1] = t;
+        }
+    for (int j = 0; j < K; j++) order[r * K + j] = ord[j];
+}
+
+extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
+                                  int resident, int32_t *expert, float *weight, int32_t *order, cudaStream_t s) {
+    if (E > DI_MOE_ROUTE_MAX_E || K > DI_MOE_ROUTE_MAX_K || K > E) {
+        fprintf(stderr, "di_cuda_moe_route: %d experts, top %d exceeds %d / %d\n", E, K, DI_MOE_ROUTE_MAX_E,
+                DI_MOE_ROUTE_MAX_K);
+        abort();
+    }
+    if (R <= 0) return;
+    moe_route_kernel<<<(unsigned)((R + EW_THREADS / 32 - 1) / (EW_THREADS / 32)), EW_THREADS, 0, s>>>(
+        logits, bias, R, E, K, scale, resident, expert, weight, order);
+    DI_CUDA_LAUNCHED();
+}
+
+/* One block: the assignments [R*K] grouped per expert, rows ascending within an expert (the
+ * CPU's gather order): counts, offsets, then thread e places expert e's assignments in order. */
+#define GROUP_THREADS 1024
+#define GROUP_CHUNK 4096
+__global__ void __launch_bounds__(GROUP_THREADS)
+moe_group_kernel(const int32_t *__restrict__ expert, const float *__restrict__ weight, int64_t n, int K, int E,
+                 const float *x, float *xg, float *yg, float *eo, int64_t D, int *__restrict__ row_off,
+                 const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *__restrict__ wts) {
+    __shared__ int cnt[GROUP_THREADS], base[GROUP_THREADS];
+    __shared__ int32_t ex_s[GROUP_CHUNK];
+    const int t = threadIdx.x;
+    cnt[t] = 0;
+    __syncthreads();
+    for (int64_t i = t; i < n; i += GROUP_THREADS) atomicAdd(&cnt[expert[i]], 1);
+    __syncthreads();
+    if (t == 0) {
+        int acc = 0;
+        for (int e = 0; e < E; e++) {
+            base[e] = acc;
+            row_off[e] = acc;
+            acc += cnt[e];
+        }
+        row_off[E] = acc;
+    }
+    __syncthreads();
+    int pos = t < E ? base[t] : 0;
+    for (int64_t c0 = 0; c0 < n; c0 += GROUP_CHUNK) {
+        const int64_t cn = n - c0 < GROUP_CHUNK ? n - c0 : GROUP_CHUNK;
+        __syncthreads();
+        for (int64_t i = t; i < cn; i += GROUP_THREADS) ex_s[i] = expert[c0 + i];
+        __syncthreads();
+        if (t < E)
+            for (int64_t i = 0; i < cn; i++)
+                if (ex_s[i] == t) {
+                    const int64_t a = c0 + i, r = a / K;
+                    gsrc[pos] = x + r * D;
+                    gdst[pos] = xg + (int64_t)pos * D;
+                    ssrc[pos] = yg + (int64_t)pos * D;
+                    sdst[pos] = eo + a * D;
+                    wts[pos] = weight[a];
+                    pos++;
+                }
+    }
+}
+
+extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
+                                  const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off,
+                                  const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *wts,
+                                  cudaStream_t s) {
+    if (E > GROUP_THREADS) {
+        fprintf(stderr, "di_cuda_moe_group: %d experts exceed %d\n", E, GROUP_THREADS);
+        abort();
+    }
+    moe_group_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, weight, R * K, K, E, x, xg, yg, eo, D, row_off, gsrc, gdst,
+                                                 ssrc, sdst, wts);
+    DI_CUDA_LAUNCHED();
+}
+
 /* h [n, inter] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]); h may alias g */
 __global__ void __launch_bounds__(EW_THREADS)
 swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,

@@ -117,6 +117,20 @@ void di_cuda_cand_apply(float *score, int64_t R, int64_t P, int bs, const uint8_
                         int64_t nb, cudaStream_t s);
 
 /* ---- MoE and Engram (cuda_fwd_moe.cu) ---- */
+#define DI_MOE_ROUTE_MAX_E 512
+#define DI_MOE_ROUTE_MAX_K 16
+/* Routing on the device (moe.c di_moe_route_row): logits [R, E] fp32, bias [E] -> expert, weight,
+ * order [R, K] (order: slot indices by ascending expert id). resident > 0: the bench's EP-N proxy
+ * (expert of slot j of row r = (r K + j) % resident, weights from the real scores). */
+void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
+                       int resident, int32_t *expert, float *weight, int32_t *order, cudaStream_t s);
+/* Groups the R*K assignments per expert (E <= 1024; rows ascending within an expert): row_off
+ * [E + 1]; per position p: gsrc/gdst the gather of x rows into xg [R*K, D], ssrc/sdst the scatter
+ * of yg rows into eo [R, K, D], wts [R*K] the slot weights. All device arrays. */
+void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
+                       const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off,
+                       const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *wts,
+                       cudaStream_t s);
 /* SwiGLU (moe.c expert_ffn): h[r, i] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]),
  * silu(v) = v / (1 + expf(-v)) (glibc expf twin); g, u, h [n, inter]; wt [n] or NULL. h may
  * alias g. */

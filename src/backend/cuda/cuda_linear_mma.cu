@@ -293,6 +293,7 @@ struct mm_args {
     bool out_bf16;
     mm_groups grp;
     int n_groups;
+    int64_t rows_hint; /* typical rows per group: picks the tile configuration (0: max_rows) */
 };
 
 template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
@@ -310,11 +311,12 @@ static void launch(const mm_args &a, cudaStream_t s) {
     DI_CUDA_LAUNCHED();
 }
 
-/* the configuration for the rows per group */
+/* the configuration for the rows per group (any gives the same bits: see the file comment) */
 template <int MODE>
 static void run_cfg(const mm_args &a, cudaStream_t s) {
-    if (a.max_rows <= 16) launch<MODE, 16, 32, 1, 4, 4>(a, s);
-    else if (a.max_rows <= 64) launch<MODE, 64, 128, 2, 4, 3>(a, s);
+    const int64_t rows = a.rows_hint ? a.rows_hint : a.max_rows;
+    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 4>(a, s);
+    else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3>(a, s);
     else launch<MODE, 128, 128, 2, 4, 3>(a, s);
 }
 
@@ -336,8 +338,9 @@ void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
                                                                                                          xq, xsc);
     DI_CUDA_LAUNCHED();
+    const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
     const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, 0, 0, 0},
-                       n_groups};
+                       n_groups, avg < max_rows ? avg : max_rows};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
     DI_CUDA_CHECK(cudaFreeAsync(xq, s));
@@ -366,7 +369,7 @@ void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_gro
     DI_CUDA_LAUNCHED();
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
-                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups};
+                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0};
     run_cfg<MM_A16>(a, s);
     DI_CUDA_CHECK(cudaFreeAsync(xb, s));
 }
@@ -384,7 +387,7 @@ void di_cuda_linear_w16(const di_weight *w, const float *x, int64_t m, float *y,
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
-                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1};
+                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0};
     run_cfg<MM_W16>(a, s);
     DI_CUDA_CHECK(cudaFreeAsync(xb, s));
 }

@@ -194,7 +194,8 @@ static void upload_layer(uploader *u, const di_model *m, di_layer *L, gpu_layer_
         upload_weight(u, &a->idx_weights_proj);
     }
     di_ffn_weights *fw = &L->ffn;
-    upload_weight(u, &fw->gate); /* the router's logits are downloaded; its bias stays on the host */
+    upload_weight(u, &fw->gate);
+    hc->gate_bias = upload_f32(u, fw->gate_bias, fw->n_experts); /* fw->gate_bias stays the host copy */
     di_weight *w1 = di_xmalloc(sizeof(di_weight) * (size_t)fw->n_experts);
     di_weight *w2 = di_xmalloc(sizeof(di_weight) * (size_t)fw->n_experts);
     di_weight *w3 = di_xmalloc(sizeof(di_weight) * (size_t)fw->n_experts);

@@ -21,6 +21,7 @@
 typedef struct gpu_layer_consts {
     float *attn_base, *ffn_base;   /* [n(n+2)] */
     float *attn_scale, *ffn_scale; /* [3] */
+    float *gate_bias;              /* [n_experts] the router's bias (routing on the device) */
 } gpu_layer_consts;
 
 /* Pinned host staging for the per-call uploads (pointer lists, tables): a pageable copy may

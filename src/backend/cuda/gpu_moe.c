@@ -1,7 +1,9 @@
 /* Mixture of experts and Engram on the GPU: the twins of src/forward/moe.c and engram.c.
  *
- * MoE: the router's logits (fixed-order fp32 linear) are downloaded and routed on the host by the
- * CPU's own function (forward/host_steps.h), so expert choices never differ between backends;
+ * MoE, default: routing (moe_route kernel, the CPU's arithmetic with CUDA's log1pf) and grouping on
+ * the device, no host round trip. Exact mode and debug runs: the router's logits are downloaded
+ * and routed on the host by the CPU's own function (forward/host_steps.h), so expert choices never
+ * differ between backends;
  * rows are grouped per expert on the host and gathered; one grouped launch per matrix (w1, w3,
  * w2) runs every expert that got rows (block-scaled GEMMs, each row's arithmetic that of a
  * single-matrix call); results are scattered to their (row, slot) outputs; the combine kernel adds the
@@ -32,7 +34,93 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
     gpu_free(f, u);
 }
 
+static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float *eo, const int32_t *d_order,
+                     float *out);
+
+/* The default path: routing and grouping on the device, so the forward call never waits for the
+ * GPU here. Groups are all (resident) experts, empty ones exit at once; the grid covers R rows
+ * per expert (no expert gets a row twice). */
+static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out) {
+    const di_model *m = f->m;
+    const int R = f->R;
+    const di_ffn_weights *fw = &L->ffn;
+    const int64_t D = m->cfg.hidden_size;
+    const int K = fw->top_k, E = m->proxy.resident_experts ? m->proxy.resident_experts : fw->n_experts;
+    const int64_t n = (int64_t)R * K;
+    gpu_stage(f, ST_MOE_ROUTE);
+    float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * fw->n_experts); /* [R, E] fp32 */
+    gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
+    int32_t *d_expert = gpu_alloc(f, sizeof(int32_t) * (size_t)n); /* [R, K] */
+    int32_t *d_order = gpu_alloc(f, sizeof(int32_t) * (size_t)n);  /* [R, K] */
+    float *d_weight = gpu_alloc(f, sizeof(float) * (size_t)n);     /* [R, K] */
+    di_cuda_moe_route(d_logits, f->g->hc[L->id].gate_bias, R, fw->n_experts, K, (float)m->cfg.routed_scaling_factor,
+                      m->proxy.resident_experts, d_expert, d_weight, d_order, f->s);
+    float *eo = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R, K, D] bf16 */
+    float *xg = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R*K, D] gathered rows */
+    float *yg = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R*K, D] */
+    int *d_off = gpu_alloc(f, sizeof(int) * ((size_t)E + 1));      /* [E + 1] */
+    void **lists = gpu_alloc(f, sizeof(void *) * 4 * (size_t)n);   /* [4][R*K] gather src/dst, scatter src/dst */
+    float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);        /* [R*K] */
+    di_cuda_moe_group(d_expert, d_weight, R, K, E, x, xg, yg, eo, D, d_off, (const float **)lists,
+                      (float **)lists + n, (const float **)lists + 2 * n, (float **)lists + 3 * n, d_wts, f->s);
+    gpu_stage(f, ST_MOE_EXPERTS);
+    di_cuda_copy_rows((float *const *)lists + n, (const float *const *)lists, n, D, f->s);
+    const uint8_t **wp = di_xmalloc(sizeof(uint8_t *) * 6 * (size_t)E); /* [6][E] data, scale */
+    const di_weight *shape1 = NULL, *shape2 = NULL;
+    for (int e = 0; e < E; e++) {
+        const di_weight *ws[3] = {&fw->w1[e], &fw->w3[e], &fw->w2[e]};
+        for (int k = 0; k < 3; k++) {
+            wp[(2 * k) * E + e] = ws[k]->data;
+            wp[(2 * k + 1) * E + e] = ws[k]->scale;
+        }
+        if (!shape1 && fw->w1[e].data) shape1 = &fw->w1[e], shape2 = &fw->w2[e];
+    }
+    if (!shape1) di_die("MoE: layer %d has no expert weights on this device", L->id);
+    const uint8_t **d_wp = gpu_upload(f, wp, sizeof(uint8_t *) * 6 * (size_t)E);
+    free(wp);
+    const int64_t inter = shape1->rows;
+    float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
+    float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
+    di_cuda_linear_quant_grouped(shape1, d_wp, d_wp + E, d_off, E, n, R, xg, g, false, f->s);
+    di_cuda_linear_quant_grouped(shape1, d_wp + 2 * E, d_wp + 3 * E, d_off, E, n, R, xg, u, false, f->s);
+    di_cuda_swiglu(g, u, n, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
+    di_cuda_linear_quant_grouped(shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, E, n, R, g, yg, false, f->s);
+    di_cuda_copy_rows((float *const *)lists + 3 * n, (const float *const *)lists + 2 * n, n, D, f->s);
+    moe_tail(f, fw, x, eo, d_order, out);
+    gpu_free(f, g);
+    gpu_free(f, u);
+    gpu_free(f, (void *)d_wp);
+    gpu_free(f, d_logits);
+    gpu_free(f, d_expert);
+    gpu_free(f, d_order);
+    gpu_free(f, d_weight);
+    gpu_free(f, eo);
+    gpu_free(f, xg);
+    gpu_free(f, yg);
+    gpu_free(f, d_off);
+    gpu_free(f, lists);
+    gpu_free(f, d_wts);
+}
+
+/* shared expert, then the combine of the routed slots (ascending expert id) and the shared output */
+static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float *eo, const int32_t *d_order,
+                     float *out) {
+    const int R = f->R, K = fw->top_k;
+    const int64_t D = f->m->cfg.hidden_size;
+    gpu_stage(f, ST_MOE_SHARED);
+    float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
+    expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
+    di_cuda_moe_combine(eo, d_order, shared, R, K, D, out, f->s);
+    gpu_stage(f, ST_OTHER);
+    gpu_free(f, shared);
+}
+
 void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out) {
+    if (!f->cx->exact && !f->b->debug_fn && L->ffn.n_experts <= DI_MOE_ROUTE_MAX_E &&
+        L->ffn.top_k <= DI_MOE_ROUTE_MAX_K) {
+        moe_device(f, L, x, out);
+        return;
+    }
     const di_model *m = f->m;
     const int R = f->R;
     const di_ffn_weights *fw = &L->ffn, *hf = &hL->ffn;
@@ -138,14 +226,9 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     free(wp);
     free(off);
     gpu_copy_rows(f, sdst, ssrc, (int64_t)R * K, D);
-    gpu_stage(f, ST_MOE_SHARED);
-    float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
-    expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
     int32_t *d_order = gpu_upload(f, order, sizeof(int32_t) * (size_t)R * K);
-    di_cuda_moe_combine(eo, d_order, shared, R, K, D, out, f->s);
-    gpu_stage(f, ST_OTHER);
+    moe_tail(f, fw, x, eo, d_order, out);
     gpu_free(f, d_order);
-    gpu_free(f, shared);
     gpu_free(f, d_wts);
     gpu_free(f, eo);
     gpu_free(f, xg);

@@ -146,6 +146,7 @@ static inline unsigned __ballot_sync(unsigned, int pred) {
     return m;
 }
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
