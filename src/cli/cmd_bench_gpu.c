@@ -187,6 +187,31 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Step timing on the device's clock (decode rows at the first context): the wall time of a step,
+ * the device's span from its first to its last operation, and its idle gap before the step (the
+ * host's work between two steps: batch building, then the first launches). Medians. */
+#define MAX_STEP_ROWS 8
+static struct {
+    int B;
+    double wall_ms, gpu_ms, idle_ms;
+} g_step_rows[MAX_STEP_ROWS];
+static int g_n_step_rows;
+
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return n ? v[n / 2] : -1.0;
+}
+
+static void print_step_rows(void) {
+    if (!g_n_step_rows) return;
+    printf("\ndecode step timing on the device's clock (median over the timed steps; no CUDA graphs, the host\n"
+           "enqueues every launch of a step; idle = device idle between the end of one step and the start of\n"
+           "the next):\n\n| B | wall ms | device span ms | idle before the step ms | span / wall |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < g_n_step_rows; i++)
+        printf("| %d | %.2f | %.2f | %.3f | %.0f%% |\n", g_step_rows[i].B, g_step_rows[i].wall_ms, g_step_rows[i].gpu_ms,
+               g_step_rows[i].idle_ms, 100.0 * g_step_rows[i].gpu_ms / g_step_rows[i].wall_ms);
+}
+
 /* Where one forward call's time goes: the stage profile (synchronising at every stage boundary, so
  * the total exceeds an unprofiled step by the lost overlap) of one more call over the same states.
  * Kept and printed after the table, which they would split. */
@@ -353,14 +378,29 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             }
             pool.max_blocks = blocks;
             di_seq_state **st = calloc((size_t)B, sizeof *st);
-            double t[8];
-            int n_t = 0;
+            double t[8], gspan[8], gidle[8];
+            int n_t = 0, n_idle = 0;
             if (!make_states(m, &pool, B, ctx, steps + 2, st, &err)) {
                 for (int i = 0; i <= steps; i++) { /* the first step warms up */
                     double dt = timed_forward(m, st, B, 1, logits, (uint64_t)i, &err);
                     if (dt < 0) break;
-                    if (i > 0) t[n_t++] = dt;
+                    if (i > 0) {
+                        if (be->step_times) {
+                            be->step_times(m, &gspan[n_t], &gidle[n_idle]);
+                            if (gidle[n_idle] >= 0) n_idle++;
+                        }
+                        t[n_t++] = dt;
+                    }
                     if (dt * steps > budget_s) slow = true;
+                }
+                if (n_t == steps && ci == 0 && be->step_times && g_n_step_rows < MAX_STEP_ROWS) {
+                    double tw[8];
+                    memcpy(tw, t, sizeof(double) * (size_t)n_t);
+                    g_step_rows[g_n_step_rows].B = B;
+                    g_step_rows[g_n_step_rows].wall_ms = median_of(tw, n_t) * 1e3;
+                    g_step_rows[g_n_step_rows].gpu_ms = median_of(gspan, n_t);
+                    g_step_rows[g_n_step_rows].idle_ms = median_of(gidle, n_idle);
+                    g_n_step_rows++;
                 }
                 if (n_t == steps && ci == 0 && (B == 1 || B == 64)) { /* where the time goes */
                     char what[64];
@@ -381,6 +421,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
         }
     }
     print_profiles(m);
+    print_step_rows();
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
            "sequence per step, median of %d steps after one warm-up step.\n", steps);
     free(logits);

@@ -29,6 +29,10 @@ typedef struct di_device_backend {
      * (either may be NULL), resets them and turns profiling on or off (off costs nothing) */
     void (*profile)(bool on, const char *const **names, double *seconds);
     int n_profile_stages;
+    /* the last forward call on the device's clock: from its first to its last operation (gpu_ms)
+     * and the device's idle time before it since the previous call ended (idle_ms; < 0 for the
+     * first call): the gap a host step loop leaves between steps */
+    void (*step_times)(const di_model *m, double *gpu_ms, double *idle_ms);
 } di_device_backend;
 
 /* The CUDA backend, or NULL with the reason in *why (not built in, no device). */

@@ -788,8 +788,11 @@ static int64_t ulp_dist32(float a, float b) {
 }
 
 /* ---- MoE routing and grouping on the device: experts and slot order exactly the CPU's (di_cpu_moe_route;
- * CUDA's log1pf may differ from glibc's by an ulp, which random logits never turn into a tie), weights
- * within 4 fp32 ulps; the groups: counts and rows ascending within each expert, as the host builds them ---- */
+ * CUDA's log1pf and glibc's are each within 1 ulp, so may differ by 2, which random logits never turn
+ * into a tie); weights = score / sum of K scores: each score then differs by <= 1.5 ulps (sqrt halves
+ * the relative error, plus its rounding), the sum by as much relatively, the quotient and scaling
+ * add 2 roundings: within 8 fp32 ulps. The groups: counts and rows ascending within each expert, as
+ * the host builds them ---- */
 static void test_moe_route(int64_t R, int E, int K, int resident) {
     const int64_t n = R * K, D = 8;
     float *logits = (float *)malloc(4 * R * E), *bias = (float *)malloc(4 * E);
@@ -816,14 +819,16 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
     dev_download(gex.data(), dex, 4 * n);
     dev_download(gord.data(), dord, 4 * n);
     dev_download(gwt.data(), dwt, 4 * n);
-    int64_t bad_ex = 0, bad_w = 0;
+    int64_t bad_ex = 0, bad_w = 0, max_ulp = 0;
     for (int64_t i = 0; i < n; i++) {
         bad_ex += gex[i] != ex[i] || gord[i] != ord[i];
-        bad_w += ulp_dist32(gwt[i], wt[i]) > 4;
+        bad_w += ulp_dist32(gwt[i], wt[i]) > 8;
+        max_ulp = ulp_dist32(gwt[i], wt[i]) > max_ulp ? ulp_dist32(gwt[i], wt[i]) : max_ulp;
     }
-    printf("%s  %-20s R=%lld E=%d K=%d resident=%d  experts/order differing %lld, weights beyond 4 ulps %lld / %lld\n",
+    printf("%s  %-20s R=%lld E=%d K=%d resident=%d  experts/order differing %lld, weights beyond 8 ulps %lld / %lld "
+           "(max %lld ulps)\n",
            bad_ex || bad_w ? "FAIL" : "PASS", "moe_route", (long long)R, E, K, resident, (long long)bad_ex,
-           (long long)bad_w, (long long)n);
+           (long long)bad_w, (long long)n, (long long)max_ulp);
     if (bad_ex || bad_w) g_fail++;
     else g_pass++;
     /* grouping, from the CPU's experts */

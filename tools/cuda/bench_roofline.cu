@@ -177,20 +177,20 @@ int main(int argc, char **argv) {
            g_hbm_gbs);
     printf("  %-14s %-22s %10s %10s %10s %9s  %s\n", "kernel", "shape", "MB moved", "GFLOP", "time us",
            "% roofl.", "bound");
-    const int64_t bs[3] = {1, 8, 64};
-    for (int i = 0; i < 3; i++) {
+    const int64_t bs[5] = {1, 8, 64, 512, 4096};
+    for (int i = 0; i < (g_quick ? 3 : 5); i++) {
         const int64_t m = bs[i];
         bench_linear("fp8 wq_a", DI_DT_F8_E4M3, 5120, 1280, m);
         bench_linear("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, m);
         bench_linear("fp8 wo_b", DI_DT_F8_E4M3, 8192, 5120, m);
         bench_linear("fp4 expert w1", DI_DT_I8, 5120, 2304, m);
         bench_linear("fp4 expert w2", DI_DT_I8, 2304, 5120, m);
-        bench_misc(m);
+        if (m <= 64) bench_misc(m);
     }
-    printf("\nNotes: the quantised GEMMs are exact CUDA-core kernels (integer block sums), not tensor-core\n"
-           "kernels, so at B = 64 they sit far below the FP8 matrix roofline by design of this first\n"
-           "version; sparse_attn and index_score are parity kernels on CUDA cores (rated against the\n"
-           "BF16 / FP8 matrix rate they would use on tensor cores). See docs/CUDA.md.\n");
+    printf("\nNotes: the quantised GEMMs run the FP8 tensor-core kernel (mma.sync m16n8k32, block sums\n"
+           "folded per 32 in K order; DEEPINFER_GPU_EXACT=1 selects the exact CUDA-core kernel instead);\n"
+           "rows 512 and 4096 are prefill-sized (compute-bound: rated against the FP8 rate). See\n"
+           "docs/CUDA.md and docs/PERFORMANCE.md.\n");
     di_cuda_ctx_free(&g_ctx);
     return 0;
 }

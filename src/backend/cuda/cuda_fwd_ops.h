@@ -69,8 +69,9 @@ void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
  * lda, bf16-exact values) @ W_g^T), W_g = rows w->row0 + g*rows_per_group .. of the FP8 weight.
- * Rows never interact (batch invariant). _supported: FP8 with scales, K % 32 == 0, row0 % 32 == 0. */
-bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t lda);
+ * Rows never interact (batch invariant). _supported: FP8 with scales, K % 32 == 0, row0 % 32 == 0, and
+ * with several groups rows_per_group % 32 == 0 (each group starts on a scale block). */
+bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda);
 void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_groups, const float *x, int64_t lda,
                            int64_t m, float *y, int64_t ldy, cudaStream_t s);
 /* bf16 activations x BF16 weights on tensor cores: y [m, N] = x [m, K] (bf16-exact) @ W^T, fp32 sums,

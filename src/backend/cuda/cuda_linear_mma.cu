@@ -352,9 +352,10 @@ __global__ void f32_to_bf16_bits_kernel(const float *__restrict__ x, int64_t n, 
     if (i < n) y[i] = (uint16_t)(__float_as_uint(di_dev_bf16_round(x[i])) >> 16);
 }
 
-bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t lda) {
-    return w->dtype == DI_DT_F8_E4M3 && w->scale && w->cols % 32 == 0 && w->row0 % 32 == 0 && lda % 8 == 0 &&
-           ((uintptr_t)w->data & 15) == 0;
+bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda) {
+    /* groups must start on a 32-row scale block (group g's scales are read relative to its first row) */
+    return w->dtype == DI_DT_F8_E4M3 && w->scale && w->cols % 32 == 0 && w->row0 % 32 == 0 &&
+           (n_groups == 1 || rows_per_group % 32 == 0) && lda % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
 /* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:

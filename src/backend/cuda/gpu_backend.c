@@ -240,6 +240,9 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w3);
     }
     if (g->stg.buf) cudaFreeHost(g->stg.buf);
+    cudaEventDestroy(g->ev_start);
+    cudaEventDestroy(g->ev_end);
+    cudaEventDestroy(g->ev_prev_end);
     free(g->allocs);
     free(g->layers);
     free(g->hc);
@@ -255,6 +258,9 @@ static di_status attach(di_model *m, di_err *err) {
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
     }
     g->cx.exact = m->exact_gemm;
+    CK(cudaEventCreate(&g->ev_start));
+    CK(cudaEventCreate(&g->ev_end));
+    CK(cudaEventCreate(&g->ev_prev_end));
     /* temporaries of forward calls come from the stream-ordered pool: keep what it grew to */
     cudaMemPool_t pool;
     int dev = 0;
@@ -326,6 +332,7 @@ static const di_device_backend cuda_backend = {
     .fill_random = fill_random,
     .profile = gpu_profile,
     .n_profile_stages = ST_COUNT,
+    .step_times = gpu_step_times,
 };
 
 const di_device_backend *di_cuda_backend_probe(const char **why) {

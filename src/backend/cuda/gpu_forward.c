@@ -59,7 +59,7 @@ void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m,
             di_cuda_linear_w16(w, x, m, y, mode == DI_LIN_BF16, f->s);
             return;
         }
-        if (mode == DI_LIN_BF16 && di_cuda_linear_bf16w8_supported(w, w->cols)) {
+        if (mode == DI_LIN_BF16 && di_cuda_linear_bf16w8_supported(w, w->rows, 1, w->cols)) {
             di_cuda_linear_bf16w8(w, w->rows, 1, x, w->cols, m, y, w->rows, f->s);
             return;
         }
@@ -306,6 +306,13 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
     const di_config *c = &m->cfg;
     gpu_fwd f;
     call_init(&f, m, b);
+    gpu_model *g = (gpu_model *)f.g;
+    if (g->have_end) { /* the previous call's end: the idle gap runs from it to this start */
+        cudaEvent_t t = g->ev_prev_end;
+        g->ev_prev_end = g->ev_end;
+        g->ev_end = t;
+    }
+    cudaEventRecord(g->ev_start, f.s);
     const int R = f.R, n = c->hc_mult;
     const int64_t D = c->hidden_size, W = (int64_t)c->n_dspark_targets * D;
     float *X = gpu_alloc(&f, sizeof(float) * (size_t)R * n * D); /* [R, n, D] bf16 stream */
@@ -343,7 +350,20 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
     gpu_free(&f, X);
     gpu_free(&f, pre);
     call_free(&f);
+    cudaEventRecord(g->ev_end, f.s);
     cudaError_t e = cudaStreamSynchronize(f.s);
     if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, g->ev_start, g->ev_end);
+    g->last_gpu_ms = ms;
+    g->last_idle_ms = -1.0;
+    if (g->have_end && cudaEventElapsedTime(&ms, g->ev_prev_end, g->ev_start) == cudaSuccess) g->last_idle_ms = ms;
+    g->have_end = true;
     return DI_OK;
+}
+
+void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms) {
+    const gpu_model *g = m->dev;
+    *gpu_ms = g->last_gpu_ms;
+    *idle_ms = g->last_idle_ms;
 }

@@ -36,6 +36,10 @@ typedef struct gpu_staging {
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
     gpu_staging stg;
+    /* step timing on the device's clock: events at the start and end of each forward call */
+    cudaEvent_t ev_start, ev_end, ev_prev_end;
+    bool have_end;
+    double last_gpu_ms, last_idle_ms;
     di_layer *layers;          /* [n_total_layers] */
     gpu_layer_consts *hc;      /* [n_total_layers] */
     di_cuda_ctx cx;            /* stream + cuBLAS */
@@ -93,6 +97,7 @@ typedef enum gpu_stage_id {
     ST_MOE_EXPERTS, ST_MOE_SHARED, ST_ENGRAM, ST_HEAD, ST_COUNT
 } gpu_stage_id;
 void gpu_stage(const gpu_fwd *f, gpu_stage_id next);
+void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms); /* device.h step_times */
 
 /* ---- stages ---- */
 /* y [m, w.rows] = x [m, w.cols] @ w^T (gpu_forward.c): quantised modes through the exact

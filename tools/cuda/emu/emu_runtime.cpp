@@ -1,4 +1,6 @@
 /* The runtime side of cuda_emu.h: host memory as device memory, a naive GemmEx. */
+#include <chrono>
+
 #include "cublas_v2.h"
 
 namespace emu {
@@ -92,6 +94,26 @@ cudaError_t emu_c_cudaGetLastError(void) { return cudaSuccess; }
 const char *emu_c_cudaGetErrorString(cudaError_t) { return "emulated"; }
 cudaError_t emu_c_cudaDeviceGetDefaultMemPool(void **p, int) { *p = nullptr; return cudaSuccess; }
 cudaError_t emu_c_cudaMemPoolSetAttribute(void *, int, void *) { return cudaSuccess; }
+/* events: the host clock at record (streams are synchronous here) */
+struct emu_event {
+    double t;
+};
+cudaError_t emu_c_cudaEventCreate(emu_event **e) {
+    *e = new emu_event{0.0};
+    return cudaSuccess;
+}
+cudaError_t emu_c_cudaEventDestroy(emu_event *e) {
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t emu_c_cudaEventRecord(emu_event *e, cudaStream_t) {
+    e->t = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return cudaSuccess;
+}
+cudaError_t emu_c_cudaEventElapsedTime(float *ms, emu_event *a, emu_event *b) {
+    *ms = (float)((b->t - a->t) * 1e3);
+    return cudaSuccess;
+}
 cudaError_t emu_c_cudaHostAlloc(void **p, size_t n, unsigned) {
     *p = malloc(n);
     return cudaSuccess;

@@ -11,6 +11,7 @@
 typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_mempool *cudaMemPool_t;
+typedef struct emu_event *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 struct cudaDeviceProp {
@@ -41,6 +42,10 @@ EMU_C(cudaError_t, cudaMemPoolSetAttribute, (cudaMemPool_t p, enum cudaMemPoolAt
 EMU_C(cudaError_t, cudaMemGetInfo, (size_t *free_b, size_t *total_b))
 EMU_C(cudaError_t, cudaHostAlloc, (void **p, size_t n, unsigned flags))
 EMU_C(cudaError_t, cudaFreeHost, (void *p))
+EMU_C(cudaError_t, cudaEventCreate, (cudaEvent_t *e))
+EMU_C(cudaError_t, cudaEventDestroy, (cudaEvent_t e))
+EMU_C(cudaError_t, cudaEventRecord, (cudaEvent_t e, cudaStream_t s))
+EMU_C(cudaError_t, cudaEventElapsedTime, (float *ms, cudaEvent_t a, cudaEvent_t b))
 #undef EMU_C
 #define cudaHostAllocDefault 0
 
@@ -64,5 +69,9 @@ EMU_C(cudaError_t, cudaFreeHost, (void *p))
 #define cudaMemGetInfo emu_c_cudaMemGetInfo
 #define cudaHostAlloc emu_c_cudaHostAlloc
 #define cudaFreeHost emu_c_cudaFreeHost
+#define cudaEventCreate emu_c_cudaEventCreate
+#define cudaEventDestroy emu_c_cudaEventDestroy
+#define cudaEventRecord emu_c_cudaEventRecord
+#define cudaEventElapsedTime emu_c_cudaEventElapsedTime
 
 #endif
