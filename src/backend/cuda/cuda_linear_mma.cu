@@ -315,7 +315,7 @@ static void launch(const mm_args &a, cudaStream_t s) {
 template <int MODE>
 static void run_cfg(const mm_args &a, cudaStream_t s) {
     const int64_t rows = a.rows_hint ? a.rows_hint : a.max_rows;
-    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 4>(a, s);
+    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 6>(a, s); /* 6 stages: bytes in flight for weight streaming */
     else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3>(a, s);
     else launch<MODE, 128, 128, 2, 4, 3>(a, s);
 }
