@@ -397,7 +397,11 @@ static void test_rope(int64_t rows, int64_t n_vec, int64_t stride, int64_t offse
 }
 
 /* ---- sparse attention ---- */
-static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty) {
+/* null_run >= 0 blanks that run of 64 entries in every row; slice_rows > 0 forces the workspace
+ * slicing (di_cuda_sparse_attn_sliced); misaligned puts the device KV rows one float off 16-byte
+ * alignment (the kernels' scalar staging path); the last row of several is all NULL */
+static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty, int null_run = -1,
+                           int64_t slice_rows = 0, bool misaligned = false) {
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
     float *sink = (float *)malloc(4 * H), *ref = (float *)malloc(4 * nq * H * dim),
           *got = (float *)malloc(4 * nq * H * dim);
@@ -409,7 +413,11 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         idx[i] = (int)(rnd_u64() % 100) < pct_empty ? -1 : (int)(rnd_u64() % pool);
     if (nq > 1)
         for (int j = 0; j < n_idx; j++) idx[(nq - 1) * n_idx + j] = -1; /* a row with no entry */
-    float *dkv = (float *)dev_upload(kv, 4 * (size_t)pool * dim);
+    for (int64_t r = 0; r < nq && null_run >= 0; r++)
+        for (int j = null_run * 64; j < n_idx && j < null_run * 64 + 64; j++) idx[r * n_idx + j] = -1;
+    float *dkv_alloc = (float *)dev_poisoned(4 * ((size_t)pool * dim + 1)), *dkv = dkv_alloc + (misaligned ? 1 : 0);
+    CK(cudaMemcpy(dkv, kv, 4 * (size_t)pool * dim, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* as dev_upload */
     const float **hrows = (const float **)malloc(sizeof(float *) * nq * n_idx);
     const float **drows_h = (const float **)malloc(sizeof(float *) * nq * n_idx);
     for (int64_t i = 0; i < nq * n_idx; i++) {
@@ -422,12 +430,17 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     float *dq = (float *)dev_upload(q, 4 * nq * H * dim), *dsink = (float *)dev_upload(sink, 4 * H);
     float *dout = (float *)dev_poisoned(4 * nq * H * dim);
     const float *const *drows = (const float *const *)dev_upload(drows_h, sizeof(float *) * nq * n_idx);
-    di_cuda_sparse_attn(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, 0);
+    if (slice_rows > 0) di_cuda_sparse_attn_sliced(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, slice_rows, 0);
+    else di_cuda_sparse_attn(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, 0);
     dev_download(got, dout, 4 * nq * H * dim);
-    char shape[96];
-    snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d empty=%d%%", (long long)nq, H, dim, n_idx, pct_empty);
+    char shape[128];
+    int n = snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d empty=%d%%", (long long)nq, H, dim, n_idx,
+                     pct_empty);
+    if (null_run >= 0) n += snprintf(shape + n, sizeof shape - n, " null-run=%d", null_run);
+    if (slice_rows > 0) n += snprintf(shape + n, sizeof shape - n, " slices=%lld", (long long)slice_rows);
+    if (misaligned) snprintf(shape + n, sizeof shape - n, " kv+4B");
     compare("sparse_attn", shape, got, ref, nq * H, dim, CRIT_EXACT);
-    cudaFree(dkv), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows);
+    cudaFree(dkv_alloc), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows);
     free(q), free(kv), free(sink), free(ref), free(got), free(idx), free(hrows), free(drows_h);
 }
 
@@ -602,6 +615,12 @@ static void run_quick(void) {
     test_rmsnorm(3, 512);
     test_rope(2, 4, 128, 64, 64, false);
     test_attention(2, 8, 512, 130, 200, 10);
+    test_attention(1, 64, 512, 128 + 512, 4096, 5);         /* the real shape, decode batch 1 */
+    test_attention(3, 24, 64, 300, 500, 10, 2);             /* 24 heads, tail of 44, NULL run 2 */
+    test_attention(2, 4, 37, 70, 50, 20);                   /* dim not a multiple of 4 */
+    test_attention(7, 20, 64, 200, 300, 10, 1, 3);          /* slices of 3, 3, 1 rows */
+    test_attention(2, 16, 64, 0, 10, 0);                    /* empty lists */
+    test_attention(2, 16, 64, 100, 50, 10, -1, 0, true);    /* KV rows not 16-byte aligned */
     test_mhc(2, 4, 256);
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
@@ -672,6 +691,13 @@ int main(int argc, char **argv) {
     test_attention(4, 64, 512, 128 + 512, 4096, 5);
     test_attention(3, 64, 512, 100, 300, 30);
     test_attention(2, 16, 64, 257, 1000, 10);
+    test_attention(2, 64, 512, 128 + 512, 4096, 5, 3);   /* a NULL run in the middle */
+    test_attention(3, 40, 512, 700, 2000, 10, 9);          /* heads not a multiple of 16, tail */
+    test_attention(40, 64, 512, 128 + 512, 4096, 5, -1, 16); /* many rows in slices of 16 */
+    test_attention(5, 24, 64, 300, 500, 10, 2);
+    test_attention(2, 4, 37, 70, 50, 20);
+    test_attention(2, 16, 64, 0, 10, 0);
+    test_attention(2, 64, 512, 128 + 512, 4096, 5, -1, 0, true);
 
     test_mhc(4, 4, 5120);
     test_mhc(64, 4, 512);

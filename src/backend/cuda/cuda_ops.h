@@ -65,6 +65,11 @@ void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t
 void di_cuda_sparse_attn(const float *q, int64_t nq, int n_heads, int dim,
                          const float *const *kv_rows, int n_idx, const float *sink, float scale,
                          float *out, cudaStream_t s);
+/* the same with the rows processed slice_rows at a time (di_cuda_sparse_attn bounds its workspace
+ * this way; tests force small slices); the result does not depend on slice_rows */
+void di_cuda_sparse_attn_sliced(const float *q, int64_t nq, int n_heads, int dim,
+                                const float *const *kv_rows, int n_idx, const float *sink, float scale,
+                                float *out, int64_t slice_rows, cudaStream_t s);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)] */
