@@ -81,6 +81,22 @@ static void bench_linear(const char *name, di_dtype dt, int64_t K, int64_t N, in
     cudaFree(a.x), cudaFree(a.y);
 }
 
+/* ---- host-side costs a forward step pays per operation (no CUDA graphs) ---- */
+__global__ void empty_kernel(int *p) {
+    if (p && threadIdx.x == 1024) *p = 0;
+}
+static void run_empty(void *, int) { empty_kernel<<<1, 32>>>(nullptr); }
+static void run_alloc(void *, int) {
+    void *p;
+    CK(cudaMallocAsync(&p, 64 << 10, 0));
+    CK(cudaFreeAsync(p, 0));
+}
+static void bench_api(void) {
+    printf("Per-operation costs, back to back on one stream (what a step pays per launch without graphs)\n");
+    printf("  empty kernel launch            %8.2f us\n", 1e3 * di_cuda_time_ms(run_empty, NULL, 1000, 5));
+    printf("  cudaMallocAsync + FreeAsync    %8.2f us  (64 KiB)\n\n", 1e3 * di_cuda_time_ms(run_alloc, NULL, 1000, 5));
+}
+
 struct misc_arg {
     int op;
     int64_t m;
@@ -172,6 +188,7 @@ int main(int argc, char **argv) {
     g_bf16_tflops = ceil.bf16_tflops;
     g_fp8_tflops = ceil.fp8_tflops;
 
+    bench_api();
     printf("Our kernels at V4.1 decode shapes (median; launch included, no graphs)\n");
     printf("  roofline = max(bytes / %.0f GB/s, FLOPs / matrix rate); %% = roofline time / measured time\n",
            g_hbm_gbs);

@@ -42,13 +42,27 @@ static void up(void *dev, const void *host, size_t bytes) { CK(cudaMemcpy(dev, h
 static void down(void *host, const void *dev, size_t bytes) { CK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)); }
 
 /* ---- per-call temporaries and transfers ---- */
+enum { ARENA_MAX_PIECE = 4 << 20 }; /* larger temporaries use the pool */
+
 void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
+    gpu_arena *a = f->arena;
+    const size_t need = ((bytes ? bytes : 16) + 255) & ~(size_t)255;
+    if (need <= ARENA_MAX_PIECE) {
+        if (a->used + need <= a->cap) {
+            void *p = a->base + a->used;
+            a->used += need;
+            return p;
+        }
+        a->want += need;
+    }
     void *p = NULL;
-    CK(cudaMallocAsync(&p, bytes ? bytes : 16, f->s));
+    CK(cudaMallocAsync(&p, need, f->s));
     return p;
 }
 void gpu_free(const gpu_fwd *f, void *p) {
-    if (p) CK(cudaFreeAsync(p, f->s));
+    const gpu_arena *a = f->arena;
+    if (!p || ((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->cap)) return; /* arena: freed at reset */
+    CK(cudaFreeAsync(p, f->s));
 }
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     void *p = gpu_alloc(f, bytes);
@@ -76,6 +90,15 @@ void gpu_staging_reset(gpu_fwd *f) {
         st->cap = cap;
     }
     st->used = st->want = 0;
+    gpu_arena *a = f->arena; /* the stream is idle here too */
+    if (a->want) {
+        size_t cap = a->cap ? a->cap : ((size_t)16 << 20);
+        while (cap < a->used + a->want) cap *= 2;
+        if (a->base) CK(cudaFree(a->base));
+        CK(cudaMalloc((void **)&a->base, cap));
+        a->cap = cap;
+    }
+    a->used = a->want = 0;
 }
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
@@ -240,6 +263,7 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w3);
     }
     if (g->stg.buf) cudaFreeHost(g->stg.buf);
+    if (g->arena.base) cudaFree(g->arena.base);
     cudaEventDestroy(g->ev_start);
     cudaEventDestroy(g->ev_end);
     cudaEventDestroy(g->ev_prev_end);

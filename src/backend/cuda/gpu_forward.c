@@ -220,6 +220,7 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     f->cx = (di_cuda_ctx *)&f->g->cx;
     f->s = f->cx->stream;
     f->stg = &((gpu_model *)f->g)->stg;
+    f->arena = &((gpu_model *)f->g)->arena;
     gpu_staging_reset(f);
     f->R = b->n_rows;
     const di_config *c = &m->cfg;

@@ -33,9 +33,19 @@ typedef struct gpu_staging {
     size_t cap, used, want;
 } gpu_staging;
 
+/* Device arena for a forward call's small temporaries (a decode step makes hundreds; each
+ * stream-ordered allocation costs microseconds of host time): bump allocation, no reuse within a
+ * call, reset with the staging buffer at the start of the next call; larger or overflowing ones
+ * go to the stream-ordered pool, and the arena grows for the next call. */
+typedef struct gpu_arena {
+    uint8_t *base;
+    size_t cap, used, want;
+} gpu_arena;
+
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
     gpu_staging stg;
+    gpu_arena arena;
     /* step timing on the device's clock: events at the start and end of each forward call */
     cudaEvent_t ev_start, ev_end, ev_prev_end;
     bool have_end;
@@ -57,6 +67,7 @@ typedef struct gpu_fwd {
     cudaStream_t s;
     di_cuda_ctx *cx;
     gpu_staging *stg;          /* &g->stg */
+    gpu_arena *arena;          /* &g->arena */
     int R;
     int *row_seq;              /* [R] */
     int64_t *row_pos;          /* [R] */
