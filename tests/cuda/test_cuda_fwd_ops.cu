@@ -40,6 +40,7 @@ extern "C" {
     } while (0)
 
 static int g_pass, g_fail;
+static di_cuda_ctx g_cx; /* stream and scratch of the tensor-core linears; .exact selects the exact kernels */
 
 /* ---- random inputs (splitmix64) ---- */
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
@@ -630,6 +631,7 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
 /* ---- grouped quantised linear: each group's rows equal a single-matrix call on that group, on the
  * exact kernel and on the tensor-core one ---- */
 static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, bool exact) {
+    g_cx.exact = exact;
     const bool fp4 = dt == DI_DT_I8;
     const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
     const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
@@ -658,12 +660,12 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
         di_weight w = shape;
         w.data = wd[g];
         w.scale = (const uint8_t *)ws[g];
-        di_cuda_linear_quant(&w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N, exact, 0);
+        di_cuda_linear_quant(&g_cx, &w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N);
     }
     const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * G);
     const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * G);
     int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (G + 1));
-    di_cuda_linear_quant_grouped(&shape, d_wd, d_ws, d_off, G, M, max_rows, x, yg, exact, 0);
+    di_cuda_linear_quant_grouped(&g_cx, &shape, d_wd, d_ws, d_off, G, M, max_rows, x, yg);
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     dev_download(a, yg, sizeof(float) * (size_t)M * N);
     dev_download(b, y1, sizeof(float) * (size_t)M * N);
@@ -677,6 +679,7 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     }
     cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(x), cudaFree(yg), cudaFree(y1);
     free(hx), free(a), free(b);
+    g_cx.exact = false;
 }
 static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     test_linear_grouped1(dt, K, N, rows, G, true);
@@ -698,7 +701,7 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
     int64_t nbad = 0, ndiff = 0;
     double worst = 0.0;
     float *dx = (float *)dev_upload(x, 4 * m * lda), *dy = (float *)dev_poisoned(4 * m * ldy);
-    di_cuda_linear_bf16w8(&c.dw, rank, G, dx, lda, m, dy, ldy, 0);
+    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
     dev_download(got, dy, 4 * m * ldy);
     for (int g = 0; g < G; g++) {
         di_weight wg = c.w;
@@ -727,7 +730,7 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
            (long long)(m * ldy), worst);
     if (nbad) g_fail++;
     else g_pass++;
-    for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy, 0);
+    for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy);
     dev_download(one, dy, 4 * m * ldy);
     char shape[96];
     snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (alone vs batch)", (long long)m, (long long)K,
@@ -748,7 +751,7 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
     for (int64_t i = 0; i < m * K; i++) x[i] = di_bf16_round(x[i]); /* norm outputs are bf16 */
     di_cpu_linear(&c.w, x, m, ref, out_bf16 ? DI_LIN_BF16 : DI_LIN_F32);
     float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
-    di_cuda_linear_w16(&c.dw, dx, m, dy, out_bf16, 0);
+    di_cuda_linear_w16(&g_cx, &c.dw, dx, m, dy, out_bf16);
     dev_download(got, dy, 4 * m * N);
     int64_t nbad = 0, ndiff = 0;
     double worst = 0.0;
@@ -768,7 +771,7 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
            (long long)(m * N), worst);
     if (nbad) g_fail++;
     else g_pass++;
-    for (int64_t r = 0; r < m; r++) di_cuda_linear_w16(&c.dw, dx + r * K, 1, dy + r * N, out_bf16, 0);
+    for (int64_t r = 0; r < m; r++) di_cuda_linear_w16(&g_cx, &c.dw, dx + r * K, 1, dy + r * N, out_bf16);
     dev_download(one, dy, 4 * m * N);
     char shape[96];
     snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (alone vs batch)", (long long)m, (long long)K, (long long)N);
@@ -971,8 +974,13 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    if (!di_cuda_ctx_init(&g_cx)) {
+        printf("FAIL: no CUDA context\n");
+        return 1;
+    }
     if (quick) run_quick();
     else run_full(!medium);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+    di_cuda_ctx_free(&g_cx);
     return g_fail ? 1 : 0;
 }

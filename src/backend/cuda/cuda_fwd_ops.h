@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 
 #ifdef __cplusplus
@@ -49,22 +50,22 @@ void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *
 /* ---- grouped quantised linear (cuda_linear_quant.cu): the routed experts of a layer in one launch ---- */
 /* For g < n_groups: y[row_off[g] .. row_off[g+1]) = x[same rows] @ W_g^T, W_g = (wdata[g], wscale[g])
  * with the dtype and shape of `shape` (FP8 32x32 or FP4 1x32 e8m0, 16-byte aligned); the arithmetic
- * of each row is di_cuda_linear_quant's with the same `exact`, bit for bit. wdata, wscale, row_off
+ * of each row is di_cuda_linear_quant's on the same context (exact or not), bit for bit. wdata, wscale, row_off
  * [n_groups + 1] are device arrays; rows (host) = row_off[n_groups] (x holds them contiguously) and
  * max_rows (host) bounds the rows of any group. */
-void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *wdata,
+void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
                                   const uint8_t *const *wscale, const int *row_off, int n_groups,
-                                  int64_t rows, int64_t max_rows, const float *x, float *y, bool exact,
-                                  cudaStream_t s);
+                                  int64_t rows, int64_t max_rows, const float *x, float *y);
 
-/* ---- tensor-core quantised linear (cuda_linear_mma.cu) ---- */
+/* ---- tensor-core linears (cuda_linear_mma.cu): run on ctx's stream, converted activations in
+ * ctx's scratch (di_cuda_scratch) ---- */
 /* true when the tensor-core kernel takes this weight (K % 32 == 0, FP8 or FP4, whole matrix) */
 bool di_cuda_linear_mma_supported(const di_weight *w);
 /* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
  * arrays as di_cuda_linear_quant_grouped): x [rows, K] -> y [rows, N], bf16-rounded. */
-void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
+void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
-                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y, cudaStream_t s);
+                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
@@ -72,12 +73,12 @@ void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint
  * Rows never interact (batch invariant). _supported: FP8 with scales, K % 32 == 0, row0 % 32 == 0, and
  * with several groups rows_per_group % 32 == 0 (each group starts on a scale block). */
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda);
-void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_groups, const float *x, int64_t lda,
-                           int64_t m, float *y, int64_t ldy, cudaStream_t s);
+void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
+                           const float *x, int64_t lda, int64_t m, float *y, int64_t ldy);
 /* bf16 activations x BF16 weights on tensor cores: y [m, N] = x [m, K] (bf16-exact) @ W^T, fp32 sums,
  * bf16-rounded when out_bf16. _supported: BF16, K % 32 == 0, whole matrix, 16-byte aligned. */
 bool di_cuda_linear_w16_supported(const di_weight *w);
-void di_cuda_linear_w16(const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16, cudaStream_t s);
+void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16);
 
 /* ---- compressor and indexer (cuda_fwd_index.cu) ---- */
 /* ratio-2 compressor pairs (indexer.c di_fwd_compress): for i < n, d < dh

@@ -320,40 +320,19 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
     else launch<MODE, 128, 128, 2, 4, 3>(a, s);
 }
 
-/* Grow-only device workspace for a call's converted activations (e4m3 codes and scales, or bf16):
- * calls on one stream run in order, so reusing it needs no synchronisation; growing frees the old
- * buffer stream-ordered; a call on another stream first waits for the previous stream (callers are
- * single-threaded per process: the engine's one stream, or a test's default stream). A stream-
- * ordered allocation per call cost more than a small GEMM (deepinfer-cuda-bench, B = 1). */
-static struct {
-    uint8_t *p;
-    size_t cap;
-    cudaStream_t s;
-} g_ws;
-static uint8_t *mm_workspace(size_t bytes, cudaStream_t s) {
-    if (g_ws.p && s != g_ws.s) DI_CUDA_CHECK(cudaStreamSynchronize(g_ws.s));
-    g_ws.s = s;
-    if (bytes <= g_ws.cap) return g_ws.p;
-    if (g_ws.p) DI_CUDA_CHECK(cudaFreeAsync(g_ws.p, s));
-    size_t cap = g_ws.cap ? 2 * g_ws.cap : ((size_t)1 << 20);
-    while (cap < bytes) cap *= 2;
-    DI_CUDA_CHECK(cudaMallocAsync((void **)&g_ws.p, cap, s));
-    g_ws.cap = cap;
-    return g_ws.p;
-}
-
 bool di_cuda_linear_mma_supported(const di_weight *w) {
     return w->cols % 32 == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
 }
 
 /* x [rows, K] (all groups' rows) quantised once, then the GEMM of every group */
-void di_cuda_linear_mma(const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
+void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
-                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y, cudaStream_t s) {
+                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y) {
+    cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
     const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255;
-    uint8_t *xq = mm_workspace(q_bytes + sizeof(float) * (size_t)(rows * nb), s); /* [rows, K] e4m3 */
+    uint8_t *xq = (uint8_t *)di_cuda_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb)); /* [rows, K] e4m3 */
     float *xsc = (float *)(xq + q_bytes);                                          /* [rows, K/32] */
     const int64_t blocks = rows * nb, threads = 256;
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
@@ -379,11 +358,12 @@ bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group,
 
 /* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:
  * n_groups diagonal blocks of the FP8 weight `w` (rows_per_group rows each, from w->row0) */
-void di_cuda_linear_bf16w8(const di_weight *w, int64_t rows_per_group, int n_groups, const float *x, int64_t lda,
-                           int64_t m, float *y, int64_t ldy, cudaStream_t s) {
+void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
+                           const float *x, int64_t lda, int64_t m, float *y, int64_t ldy) {
+    cudaStream_t s = ctx->stream;
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
-    uint16_t *xb = (uint16_t *)mm_workspace(sizeof(uint16_t) * (size_t)n_in, s); /* [m, lda] bf16 */
+    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, sizeof(uint16_t) * (size_t)n_in); /* [m, lda] bf16 */
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
@@ -397,10 +377,11 @@ bool di_cuda_linear_w16_supported(const di_weight *w) {
 }
 
 /* y [m, N] = x [m, K] (bf16-exact values) @ W^T with BF16 weights, fp32 sums; bf16-rounded or not */
-void di_cuda_linear_w16(const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16, cudaStream_t s) {
+void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16) {
+    cudaStream_t s = ctx->stream;
     if (m <= 0 || w->rows <= 0) return;
     const int64_t K = w->cols, n_in = m * K;
-    uint16_t *xb = (uint16_t *)mm_workspace(sizeof(uint16_t) * (size_t)n_in, s); /* [m, K] bf16 */
+    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, sizeof(uint16_t) * (size_t)n_in); /* [m, K] bf16 */
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,

@@ -97,7 +97,7 @@ extern "C" void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float
     cudaStream_t s = ctx->stream;
     switch (mode) {
     case DI_LIN_QUANT:
-        di_cuda_linear_quant(w, x, m, y, ctx->exact, s);
+        di_cuda_linear_quant(ctx, w, x, m, y);
         return;
     case DI_LIN_BF16: {
         if (w->dtype != DI_DT_BF16) break;

@@ -226,12 +226,12 @@ static void dispatch(const di_weight *w, const float *x, int64_t m, float *y, cu
 #undef LQ_CASE
 }
 
-extern "C" void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8_t *const *wdata,
+extern "C" void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
                                              const uint8_t *const *wscale, const int *row_off, int n_groups,
-                                             int64_t rows, int64_t max_rows, const float *x, float *y, bool exact,
-                                             cudaStream_t s) {
-    if (!exact && di_cuda_linear_mma_supported(shape)) {
-        di_cuda_linear_mma(shape, NULL, NULL, wdata, wscale, row_off, n_groups, rows, max_rows, x, y, s);
+                                             int64_t rows, int64_t max_rows, const float *x, float *y) {
+    cudaStream_t s = ctx->stream;
+    if (!ctx->exact && di_cuda_linear_mma_supported(shape)) {
+        di_cuda_linear_mma(ctx, shape, NULL, NULL, wdata, wscale, row_off, n_groups, rows, max_rows, x, y);
         return;
     }
     const int64_t K = shape->cols, nb = K / 32;
@@ -250,9 +250,10 @@ extern "C" void di_cuda_linear_quant_grouped(const di_weight *shape, const uint8
 }
 
 /* Quantised linear: picks the row tile MT from M and the shared-memory budget. */
-void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *y, bool exact, cudaStream_t s) {
-    if (!exact && di_cuda_linear_mma_supported(w) && ((uintptr_t)w->data & 15) == 0) {
-        di_cuda_linear_mma(w, (const uint8_t *)w->data, w->scale, NULL, NULL, NULL, 1, m, m, x, y, s);
+void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y) {
+    cudaStream_t s = ctx->stream;
+    if (!ctx->exact && di_cuda_linear_mma_supported(w) && ((uintptr_t)w->data & 15) == 0) {
+        di_cuda_linear_mma(ctx, w, (const uint8_t *)w->data, w->scale, NULL, NULL, NULL, 1, m, m, x, y);
         return;
     }
     const int64_t K = w->cols, nb = K / 32;

@@ -45,9 +45,9 @@ void di_cuda_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind
  * w->data 16-byte aligned for the quantised modes (safetensors offsets are not: copy per tensor) */
 void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y,
                     di_linear_mode mode);
-/* DI_LIN_QUANT alone: the tensor-core kernel (cuda_linear_mma.cu) unless `exact` or the shape
+/* DI_LIN_QUANT alone: the tensor-core kernel (cuda_linear_mma.cu) unless ctx->exact or the shape
  * needs the exact CUDA-core kernel (cuda_linear_quant.cu, bit-identical to the CPU) */
-void di_cuda_linear_quant(const di_weight *w, const float *x, int64_t m, float *y, bool exact, cudaStream_t s);
+void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y);
 
 /* ---- RMSNorm and RoPE (cuda_norm_rope.cu) ---- */
 /* y [m, d] = bf16(w * x * rsqrt(mean(x^2) + eps)); w_bf16 [d] bf16 bits */

@@ -57,7 +57,7 @@ static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, fl
     wg.cols = gcols;
     if (!f->cx->exact && di_cuda_linear_bf16w8_supported(&wg, rank, G, (int64_t)G * gcols)) {
         /* all groups in one tensor-core launch, reading o and writing cat in place */
-        di_cuda_linear_bf16w8(&wg, rank, G, o, (int64_t)G * gcols, R, cat, (int64_t)G * rank, f->s);
+        di_cuda_linear_bf16w8(f->cx, &wg, rank, G, o, (int64_t)G * gcols, R, cat, (int64_t)G * rank);
         gpu_linear(f, &a->wo_b, cat, R, out, DI_LIN_QUANT);
         gpu_free(f, cat);
         return;

@@ -56,11 +56,11 @@ void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m,
     }
     if (!f->cx->exact) { /* tensor cores: batch invariant, so in both modes */
         if (di_cuda_linear_w16_supported(w)) {
-            di_cuda_linear_w16(w, x, m, y, mode == DI_LIN_BF16, f->s);
+            di_cuda_linear_w16(f->cx, w, x, m, y, mode == DI_LIN_BF16);
             return;
         }
         if (mode == DI_LIN_BF16 && di_cuda_linear_bf16w8_supported(w, w->rows, 1, w->cols)) {
-            di_cuda_linear_bf16w8(w, w->rows, 1, x, w->cols, m, y, w->rows, f->s);
+            di_cuda_linear_bf16w8(f->cx, w, w->rows, 1, x, w->cols, m, y, w->rows);
             return;
         }
     }

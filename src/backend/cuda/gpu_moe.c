@@ -81,10 +81,10 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
-    di_cuda_linear_quant_grouped(shape1, d_wp, d_wp + E, d_off, E, n, R, xg, g, false, f->s);
-    di_cuda_linear_quant_grouped(shape1, d_wp + 2 * E, d_wp + 3 * E, d_off, E, n, R, xg, u, false, f->s);
+    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp, d_wp + E, d_off, E, n, R, xg, g);
+    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp + 2 * E, d_wp + 3 * E, d_off, E, n, R, xg, u);
     di_cuda_swiglu(g, u, n, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
-    di_cuda_linear_quant_grouped(shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, E, n, R, g, yg, false, f->s);
+    di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, E, n, R, g, yg);
     di_cuda_copy_rows((float *const *)lists + 3 * n, (const float *const *)lists + 2 * n, n, D, f->s);
     moe_tail(f, fw, x, eo, d_order, out);
     gpu_free(f, g);
@@ -211,13 +211,12 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
         const di_weight *w1 = &fw->w1[0], *w2 = &fw->w2[0];
         for (int e = 0; e < E && !w1->data; e++) w1 = &fw->w1[e], w2 = &fw->w2[e]; /* a resident expert's shape */
         const int64_t inter = w1->rows, rows = (int64_t)R * K;
-        const bool exact = f->cx->exact;
         float *g = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter); /* [R*K, inter] */
         float *u = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter);
-        di_cuda_linear_quant_grouped(w1, d_wp, d_wp + E, d_off, n_act, rows, max_rows, xg, g, exact, f->s);
-        di_cuda_linear_quant_grouped(w1, d_wp + 2 * E, d_wp + 3 * E, d_off, n_act, rows, max_rows, xg, u, exact, f->s);
+        di_cuda_linear_quant_grouped(f->cx, w1, d_wp, d_wp + E, d_off, n_act, rows, max_rows, xg, g);
+        di_cuda_linear_quant_grouped(f->cx, w1, d_wp + 2 * E, d_wp + 3 * E, d_off, n_act, rows, max_rows, xg, u);
         di_cuda_swiglu(g, u, (int64_t)R * K, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
-        di_cuda_linear_quant_grouped(w2, d_wp + 4 * E, d_wp + 5 * E, d_off, n_act, rows, max_rows, g, yg, exact, f->s);
+        di_cuda_linear_quant_grouped(f->cx, w2, d_wp + 4 * E, d_wp + 5 * E, d_off, n_act, rows, max_rows, g, yg);
         gpu_free(f, g);
         gpu_free(f, u);
         gpu_free(f, (void *)d_wp);
