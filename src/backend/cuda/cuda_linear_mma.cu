@@ -92,7 +92,8 @@ template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__(WM * WN * 32)
 gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restrict__ xs, int64_t M, int64_t N,
                int64_t K, const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
-               float *__restrict__ y, int64_t ldy, bool out_bf16, mm_groups grp) {
+               float *__restrict__ y, int64_t ldy, bool out_bf16, mm_groups grp, int ksplit, float *__restrict__ part,
+               int64_t part_stride) {
     typedef mm_layout<MODE, BM, BN> L;
     constexpr bool FP4 = L::FP4, A16 = L::A16, W16 = L::W16;
     constexpr int AE = A16 ? 2 : 1;                    /* bytes per A element */
@@ -104,8 +105,12 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     const bool whole_scales = nb % 4 == 0;                   /* scale rows allow 16/4-byte copies */
     const int64_t wrow = FP4 ? K / 2 : W16 ? 2 * K : K;      /* weight row bytes */
     const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
+    /* split K (single matrices with few column blocks): split ks sums its stages into part[ks] */
+    const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
+    const int64_t kts = (KT + ksplit - 1) / ksplit, kt0 = ks * kts, kt1 = kt0 + kts < KT ? kt0 + kts : KT;
+    if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
-        const int gi = blockIdx.z, r0 = grp.row_off[gi];
+        const int gi = gz, r0 = grp.row_off[gi];
         M = grp.row_off[gi + 1] - r0;
         if (m0 >= M) return; /* uniform over the block */
         wdata = grp.wdata[gi];
@@ -113,8 +118,8 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
         xa += (int64_t)r0 * lda * AE;
         xs += (int64_t)r0 * nb;
         y += (int64_t)r0 * ldy;
-    } else if (blockIdx.z) { /* block-diagonal slice (FP8 weights: w_row_off is a multiple of 32) */
-        const int64_t gi = blockIdx.z;
+    } else if (gz) { /* block-diagonal slice (FP8 weights: w_row_off is a multiple of 32) */
+        const int64_t gi = gz;
         xa += gi * grp.a_col_off * AE;
         wdata += gi * grp.w_row_off * wrow;
         if (!W16) wscale += gi * (grp.w_row_off / 32) * nb;
@@ -174,15 +179,15 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
 
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
-        if (st < KT) load_stage(st, st);
+        if (kt0 + st < kt1) load_stage(st, kt0 + st);
         di_cp_async_commit();
     }
-    for (int64_t kt = 0; kt < KT; kt++) {
+    for (int64_t kt = kt0; kt < kt1; kt++) {
         di_cp_async_wait<STAGES - 2>();
         __syncthreads(); /* stage kt landed for everyone; stage kt-1 is free again */
-        if (kt + STAGES - 1 < KT) load_stage((int)((kt + STAGES - 1) % STAGES), kt + STAGES - 1);
+        if (kt + STAGES - 1 < kt1) load_stage((int)((kt - kt0 + STAGES - 1) % STAGES), kt + STAGES - 1);
         di_cp_async_commit();
-        const uint8_t *As = smem + (int)(kt % STAGES) * L::STAGE, *Bs = As + L::A_BYTES;
+        const uint8_t *As = smem + (int)((kt - kt0) % STAGES) * L::STAGE, *Bs = As + L::A_BYTES;
         const float *Sa = reinterpret_cast<const float *>(Bs + L::B_BYTES);
         const uint8_t *Sb = Bs + L::B_BYTES + L::SA_BYTES;
 #pragma unroll
@@ -276,8 +281,9 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
                 const int64_t rr = r + 8 * h;
                 if (rr >= M) continue;
                 const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-                if (c < N) y[rr * ldy + c] = out_bf16 ? di_dev_bf16_round(v0) : v0;
-                if (c + 1 < N) y[rr * ldy + c + 1] = out_bf16 ? di_dev_bf16_round(v1) : v1;
+                const bool round = out_bf16 && ksplit == 1; /* partial sums stay fp32 */
+                if (c < N) y[rr * ldy + c] = round ? di_dev_bf16_round(v0) : v0;
+                if (c + 1 < N) y[rr * ldy + c + 1] = round ? di_dev_bf16_round(v1) : v1;
             }
         }
 }
@@ -294,7 +300,32 @@ struct mm_args {
     mm_groups grp;
     int n_groups;
     int64_t rows_hint; /* typical rows per group: picks the tile configuration (0: max_rows) */
+    int ksplit;        /* K splits (1: none); then part [ksplit][rows][ldy] fp32, summed by mm_reduce */
+    float *part;
+    int64_t rows;      /* rows of y (all groups) */
 };
+
+/* y [rows, ldy] = the K splits' partial sums added in split order (then bf16-rounded) */
+__global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int64_t n, bool out_bf16,
+                                 float *__restrict__ y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = part[i];
+        for (int k = 1; k < ksplit; k++) v += part[k * n + i];
+        y[i] = out_bf16 ? di_dev_bf16_round(v) : v;
+    }
+}
+
+/* K splits from the weight's shape alone (never from the rows, so results do not depend on the
+ * batch): enough blocks of 32 columns x split to fill the card at decode, at most 8, and at least
+ * 2 stages per split. Groups (experts, wo_a) have blocks enough. */
+static int mm_ksplit(int64_t N, int64_t K, int n_groups) {
+    if (n_groups > 1) return 1;
+    const int64_t col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
+    int64_t ks = (256 + col_blocks - 1) / col_blocks;
+    if (ks > 8) ks = 8;
+    if (ks > stages / 2) ks = stages / 2;
+    return ks < 1 ? 1 : (int)ks;
+}
 
 template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
 static void launch(const mm_args &a, cudaStream_t s) {
@@ -306,9 +337,17 @@ static void launch(const mm_args &a, cudaStream_t s) {
         attr_set = true;
     }
     const dim3 grid((unsigned)((a.N + BN - 1) / BN), (unsigned)((a.max_rows + BM - 1) / BM), (unsigned)a.n_groups);
-    gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES><<<grid, WM * WN * 32, smem, s>>>(
-        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp);
+    const dim3 grid_k(grid.x, grid.y, grid.z * (unsigned)a.ksplit);
+    gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES><<<grid_k, WM * WN * 32, smem, s>>>(
+        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp, a.ksplit, a.part,
+        a.rows * a.ldy);
     DI_CUDA_LAUNCHED();
+    if (a.ksplit > 1) {
+        const int64_t n = a.rows * a.ldy;
+        mm_reduce_kernel<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(a.part, a.ksplit, n,
+                                                                                                  a.out_bf16, a.y);
+        DI_CUDA_LAUNCHED();
+    }
 }
 
 /* the configuration for the rows per group (any gives the same bits: see the file comment) */
@@ -331,16 +370,20 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
-    const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255;
-    uint8_t *xq = (uint8_t *)di_cuda_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb)); /* [rows, K] e4m3 */
-    float *xsc = (float *)(xq + q_bytes);                                          /* [rows, K/32] */
+    const int ksplit = row_off ? 1 : mm_ksplit(N, K, n_groups);
+    const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255,
+                 s_bytes = (sizeof(float) * (size_t)(rows * nb) + 255) & ~(size_t)255;
+    uint8_t *xq = (uint8_t *)di_cuda_scratch(ctx, q_bytes + s_bytes +
+                                                      (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(rows * N) : 0));
+    float *xsc = (float *)(xq + q_bytes);           /* [rows, K/32] (xq: [rows, K] e4m3) */
+    float *part = (float *)(xq + q_bytes + s_bytes); /* [ksplit, rows, N] */
     const int64_t blocks = rows * nb, threads = 256;
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
                                                                                                          xq, xsc);
     DI_CUDA_LAUNCHED();
     const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
     const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, 0, 0, 0},
-                       n_groups, avg < max_rows ? avg : max_rows};
+                       n_groups, avg < max_rows ? avg : max_rows, ksplit, part, rows};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
 }
@@ -363,12 +406,15 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     cudaStream_t s = ctx->stream;
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
-    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, sizeof(uint16_t) * (size_t)n_in); /* [m, lda] bf16 */
+    const int ksplit = mm_ksplit(rows_per_group, K, n_groups);
+    const size_t x_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
+    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, x_bytes + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(m * ldy) : 0));
+    float *part = (float *)((uint8_t *)xb + x_bytes); /* [ksplit, m, ldy] (xb: [m, lda] bf16) */
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
-                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0};
+                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, part, m};
     run_cfg<MM_A16>(a, s);
 }
 
@@ -381,10 +427,13 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
     cudaStream_t s = ctx->stream;
     if (m <= 0 || w->rows <= 0) return;
     const int64_t K = w->cols, n_in = m * K;
-    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, sizeof(uint16_t) * (size_t)n_in); /* [m, K] bf16 */
+    const int ksplit = mm_ksplit(w->rows, K, 1);
+    const size_t x_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
+    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, x_bytes + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(m * w->rows) : 0));
+    float *part = (float *)((uint8_t *)xb + x_bytes); /* [ksplit, m, N] (xb: [m, K] bf16) */
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
-                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0};
+                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, part, m};
     run_cfg<MM_W16>(a, s);
 }

@@ -12,7 +12,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define MIX_THREADS 1024 /* one block per (token, mix): decode has few blocks, so many threads each */
+#define MIX_THREADS 256
 #define HC_MAX_N 8
 
 __global__ void __launch_bounds__(MIX_THREADS)
