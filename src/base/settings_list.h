@@ -16,8 +16,9 @@ DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "",
 DI_SETTING(batch_invariant, BOOL, NULL, "DEEPINFER_BATCH_INVARIANT", "0",
            "bit-identical logits whatever the batch: fixed-order kernels for every GEMM (the CPU always is)")
 DI_SETTING(gpu_exact, BOOL, NULL, "DEEPINFER_GPU_EXACT", "0",
-           "GPU: quantised GEMMs with the CPU's exact block sums on CUDA cores (logits bit-identical to the CPU "
-           "backend, several times slower) instead of FP8 tensor cores")
+           "GPU: the exactness-first path -- GEMMs with the CPU's exact sums on CUDA cores and MoE routing on the "
+           "host (the fixture's tensors bit-identical to the CPU backend; several times slower) instead of tensor "
+           "cores and device routing")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
            "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
