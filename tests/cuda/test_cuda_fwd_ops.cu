@@ -628,8 +628,9 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     free(X), free(kv), free(qk), free(ref), free(got), free(one);
 }
 
-/* ---- grouped quantised linear: each group's rows equal a single-matrix call on that group, on the
- * exact kernel and on the tensor-core one ---- */
+/* ---- grouped quantised linear: each group's rows equal that group computed alone -- a single-matrix
+ * call on the exact kernel; a one-group grouped call on the tensor-core one (single matrices there
+ * may split K by their shape, groups never do) ---- */
 static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, bool exact) {
     g_cx.exact = exact;
     const bool fp4 = dt == DI_DT_I8;
@@ -660,7 +661,17 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
         di_weight w = shape;
         w.data = wd[g];
         w.scale = (const uint8_t *)ws[g];
-        di_cuda_linear_quant(&g_cx, &w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N);
+        if (exact) {
+            di_cuda_linear_quant(&g_cx, &w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N);
+        } else if (rows[g]) {
+            const uint8_t **d1w = (const uint8_t **)dev_upload(&wd[g], sizeof(void *));
+            const uint8_t **d1s = (const uint8_t **)dev_upload(&ws[g], sizeof(void *));
+            const int one[2] = {0, rows[g]};
+            int *d1o = (int *)dev_upload(one, sizeof one);
+            di_cuda_linear_quant_grouped(&g_cx, &shape, d1w, d1s, d1o, 1, rows[g], rows[g], x + (size_t)off[g] * K,
+                                         y1 + (size_t)off[g] * N);
+            cudaFree((void *)d1w), cudaFree((void *)d1s), cudaFree(d1o);
+        }
     }
     const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * G);
     const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * G);

@@ -49,8 +49,9 @@ void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *
 
 /* ---- grouped quantised linear (cuda_linear_quant.cu): the routed experts of a layer in one launch ---- */
 /* For g < n_groups: y[row_off[g] .. row_off[g+1]) = x[same rows] @ W_g^T, W_g = (wdata[g], wscale[g])
- * with the dtype and shape of `shape` (FP8 32x32 or FP4 1x32 e8m0, 16-byte aligned); the arithmetic
- * of each row is di_cuda_linear_quant's on the same context (exact or not), bit for bit. wdata, wscale, row_off
+ * with the dtype and shape of `shape` (FP8 32x32 or FP4 1x32 e8m0, 16-byte aligned); each group's
+ * rows are bit for bit that group computed alone (exact path: = di_cuda_linear_quant; tensor cores:
+ * = a one-group call -- a single-matrix call may split K by the weight's shape, groups never do). wdata, wscale, row_off
  * [n_groups + 1] are device arrays; rows (host) = row_off[n_groups] (x holds them contiguously) and
  * max_rows (host) bounds the rows of any group. */
 void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
