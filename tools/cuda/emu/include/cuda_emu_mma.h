@@ -15,10 +15,8 @@ static inline double emu_e4m3_value(uint32_t b) {
     return (b & 0x80) ? -v : v;
 }
 
-static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-    const unsigned lane = emu::flat_tid() & 31;
-    /* every lane publishes its 6 fragment registers, then reads the ones it needs */
-    uint32_t all[32][6];
+/* every lane of the warp publishes its 6 fragment registers (a0..a3, b0, b1); all[lane][reg] */
+static inline void emu_gather_fragments(const uint32_t a[4], const uint32_t b[2], uint32_t all[32][6]) {
     uint64_t packed[3] = {(uint64_t)a[0] | (uint64_t)a[1] << 32, (uint64_t)a[2] | (uint64_t)a[3] << 32,
                           (uint64_t)b[0] | (uint64_t)b[1] << 32};
     for (int r = 0; r < 3; r++)
@@ -27,6 +25,12 @@ static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint
             all[src][2 * r] = (uint32_t)v;
             all[src][2 * r + 1] = (uint32_t)(v >> 32);
         }
+}
+
+static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    uint32_t all[32][6];
+    emu_gather_fragments(a, b, all);
     auto A = [&](int row, int k) -> uint32_t { /* byte of A[row][k] */
         const int g = row & 7, reg = (row >> 3) + 2 * (k >> 4), tt = (k & 15) >> 2;
         return (all[4 * g + tt][reg] >> (8 * (k & 3))) & 0xffu;
@@ -48,14 +52,7 @@ static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint
 static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
     const unsigned lane = emu::flat_tid() & 31;
     uint32_t all[32][6];
-    uint64_t packed[3] = {(uint64_t)a[0] | (uint64_t)a[1] << 32, (uint64_t)a[2] | (uint64_t)a[3] << 32,
-                          (uint64_t)b[0] | (uint64_t)b[1] << 32};
-    for (int r = 0; r < 3; r++)
-        for (unsigned src = 0; src < 32; src++) {
-            const uint64_t v = emu::exchange(packed[r], src);
-            all[src][2 * r] = (uint32_t)v;
-            all[src][2 * r + 1] = (uint32_t)(v >> 32);
-        }
+    emu_gather_fragments(a, b, all);
     auto bf = [](uint32_t bits16) { return (double)__uint_as_float(bits16 << 16); };
     auto A = [&](int row, int k) { /* a0 row g k 2t.. | a1 row g+8 | a2 row g k 8+2t.. | a3 */
         const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
