@@ -19,21 +19,20 @@
  * or on the batch (batch invariance holds with any of the configurations below).
  *
  * Tiling: a block computes BM x BN outputs with WM x WN warps (warp tile (BM/WM) x (BN/WN) =
- * MI m16 x NI n8 mma tiles); K advances 128 values (4 scale blocks) per pipeline stage, STAGES
- * stages in flight through cp.async (zero-filled past M and N). Shared rows are padded by 16 bytes
+ * MI m16 x NI n8 mma tiles); K advances BKB scale blocks (128 or 512 values) per pipeline stage,
+ * STAGES stages in flight through cp.async (zero-filled past M and N). Shared rows are padded by 16 bytes
  * so that the 32-bit fragment loads of a warp hit 32 distinct banks. Groups (the routed experts
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
- * configurations by rows per group: <= 16 (decode: BM 16, BN 32, many blocks), <= 64, larger.
+ * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
+ * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage).
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define MM_BK 128                  /* K values per pipeline stage */
-#define MM_AROW (MM_BK + 16)       /* shared row bytes of e4m3 A and of FP8 B tiles */
-#define MM_A16ROW (2 * MM_BK + 16) /* shared row bytes of bf16 A tiles */
-#define MM_B4ROW (MM_BK / 2 + 16)  /* shared row bytes of packed FP4 B tiles */
+#define MM_BK 128      /* K values per pipeline stage of the 64- and 128-row configurations */
+#define MM_SPLIT_UNIT 16 /* K splits start on multiples of 16 blocks of 32 (the largest stage) */
 
 /* operand kinds: act_quant'ed e4m3 activations with FP8 or FP4 weights (DI_LIN_QUANT); bf16
  * activations with FP8 weights (A16: no activation quantisation, weight scale only) or with BF16
@@ -75,39 +74,46 @@ __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blo
     if (lane == 0) s[blk] = sc;
 }
 
-template <int MODE, int BM, int BN>
+/* BKB: blocks of 32 K values per stage (BK = 32 BKB values); rows padded by 16 bytes, which keeps
+ * the 32-bit fragment loads of a warp on 32 distinct banks for any BK multiple of 128 */
+template <int MODE, int BM, int BN, int BKB>
 struct mm_layout {
     static constexpr bool FP4 = MODE == MM_FP4, W16 = MODE == MM_W16, A16 = MODE == MM_A16 || W16;
-    static constexpr int AROW = A16 ? MM_A16ROW : MM_AROW;
-    static constexpr int BROW = FP4 ? MM_B4ROW : W16 ? MM_A16ROW : MM_AROW;
+    static constexpr int BK = 32 * BKB;
+    static constexpr int AROW = (A16 ? 2 * BK : BK) + 16;
+    static constexpr int BROW = (FP4 ? BK / 2 : W16 ? 2 * BK : BK) + 16;
     static constexpr int A_BYTES = BM * AROW;                    /* [BM][AROW] e4m3 or bf16 */
     static constexpr int B_BYTES = BN * BROW;                    /* [BN][BROW] e4m3, packed e2m1 or bf16 */
-    static constexpr int SA_BYTES = A16 ? 0 : BM * 16;           /* [BM][4] fp32 activation scales */
-    static constexpr int SB_BYTES = W16 ? 0 : FP4 ? BN * 4 : (BN / 32) * 4; /* [rows][4] e8m0 weight scales */
+    static constexpr int SA_BYTES = A16 ? 0 : BM * BKB * 4;      /* [BM][BKB] fp32 activation scales */
+    static constexpr int SB_BYTES = W16 ? 0 : FP4 ? BN * BKB : (BN / 32) * BKB; /* [rows][BKB] e8m0 weight scales */
     static constexpr int STAGE = (A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + 15) / 16 * 16;
 };
 
 /* xa: e4m3 codes (FP8/FP4) or bf16 bits (A16), row stride lda elements; y row stride ldy */
-template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
+template <int MODE, int BM, int BN, int WM, int WN, int STAGES, int BKB>
 __global__ void __launch_bounds__(WM * WN * 32)
 gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restrict__ xs, int64_t M, int64_t N,
                int64_t K, const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
-               float *__restrict__ y, int64_t ldy, bool out_bf16, mm_groups grp, int ksplit, float *__restrict__ part,
-               int64_t part_stride) {
-    typedef mm_layout<MODE, BM, BN> L;
+               float *__restrict__ y, int64_t ldy, bool out_bf16, mm_groups grp, int ksplit, int split_blocks,
+               float *__restrict__ part, int64_t part_stride) {
+    typedef mm_layout<MODE, BM, BN, BKB> L;
+    constexpr int BK = L::BK;
     constexpr bool FP4 = L::FP4, A16 = L::A16, W16 = L::W16;
     constexpr int AE = A16 ? 2 : 1;                    /* bytes per A element */
     constexpr int BEPC = FP4 ? 32 : W16 ? 8 : 16;      /* B elements per 16-byte chunk */
     constexpr int NT = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
     extern __shared__ int4 mm_smem4[];
     uint8_t *smem = reinterpret_cast<uint8_t *>(mm_smem4);
-    const int64_t nb = K / 32, KT = (K + MM_BK - 1) / MM_BK; /* the last stage may hold < 4 blocks */
-    const bool whole_scales = nb % 4 == 0;                   /* scale rows allow 16/4-byte copies */
+    const int64_t nb = K / 32;               /* the last stage may hold fewer than BKB blocks */
+    const bool whole_scales = nb % BKB == 0; /* scale rows allow 16/4-byte copies */
     const int64_t wrow = FP4 ? K / 2 : W16 ? 2 * K : K;      /* weight row bytes */
     const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
-    /* split K (single matrices with few column blocks): split ks sums its stages into part[ks] */
+    /* split K (single matrices with few column blocks): split ks sums K blocks [blk0, blk1) into
+     * part[ks]; split_blocks is a multiple of every configuration's BKB, so all configurations
+     * fold the same blocks into the same partial sums */
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
-    const int64_t kts = (KT + ksplit - 1) / ksplit, kt0 = ks * kts, kt1 = kt0 + kts < KT ? kt0 + kts : KT;
+    const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
+    const int64_t kt0 = blk0 / BKB, kt1 = (blk1 + BKB - 1) / BKB;
     if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
         const int gi = gz, r0 = grp.row_off[gi];
@@ -130,29 +136,33 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
 
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t *As = smem + st * L::STAGE, *Bs = As + L::A_BYTES, *Sa = Bs + L::B_BYTES, *Sb = Sa + L::SA_BYTES;
-        const int64_t k0 = kt * MM_BK;
-        constexpr int ACH = MM_BK * AE / 16; /* 16-byte chunks per A row and stage */
+        const int64_t k0 = kt * BK;
+        constexpr int ACH = BK * AE / 16; /* 16-byte chunks per A row and stage */
         for (int i = tid; i < BM * ACH; i += NT) {
             const int r = i / ACH, c = i % ACH;
             const bool ok = m0 + r < M && k0 + c * (16 / AE) < K;
             di_cp_async16(As + r * L::AROW + c * 16, ok ? xa + ((m0 + r) * lda + k0) * AE + c * 16 : xa, ok);
         }
-        constexpr int BCH = MM_BK / BEPC; /* 16-byte chunks per B row and stage */
+        constexpr int BCH = BK / BEPC; /* 16-byte chunks per B row and stage */
         for (int i = tid; i < BN * BCH; i += NT) {
             const int r = i / BCH, c = i % BCH;
             const bool ok = n0 + r < N && k0 + c * BEPC < K;
             di_cp_async16(Bs + r * L::BROW + c * 16, ok ? wdata + (n0 + r) * wrow + k0 * 16 / BEPC + c * 16 : wdata,
                           ok);
         }
-        /* scales of the stage's 4 K blocks (zeros past K); plain loads when rows are not 4-aligned */
+        /* scales of the stage's BKB K blocks (zeros past K); plain loads when rows are not aligned */
         if (!A16)
-            for (int i = tid; i < BM; i += NT) {
-                const bool ok = m0 + i < M;
+            for (int i = tid; i < BM * (BKB / 4); i += NT) {
+                const int r = i / (BKB / 4), c = i % (BKB / 4); /* 4 scales per 16-byte chunk */
+                const bool ok = m0 + r < M;
                 if (whole_scales) {
-                    di_cp_async16(Sa + i * 16, ok ? xs + (m0 + i) * nb + kt * 4 : xs, ok);
+                    di_cp_async16(Sa + r * BKB * 4 + c * 16, ok ? xs + (m0 + r) * nb + kt * BKB + 4 * c : xs, ok);
                 } else {
-                    float *d = reinterpret_cast<float *>(Sa + i * 16);
-                    for (int j = 0; j < 4; j++) d[j] = ok && kt * 4 + j < nb ? xs[(m0 + i) * nb + kt * 4 + j] : 0.0f;
+                    float *d = reinterpret_cast<float *>(Sa + r * BKB * 4 + c * 16);
+                    for (int j = 0; j < 4; j++) {
+                        const int64_t b = kt * BKB + 4 * c + j;
+                        d[j] = ok && b < nb ? xs[(m0 + r) * nb + b] : 0.0f;
+                    }
                 }
             }
         if (!W16) {
@@ -160,10 +170,15 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
             for (int i = tid; i < SROWS; i += NT) {
                 const bool ok = n0 + (FP4 ? i : 32 * i) < N;
                 const int64_t srow = FP4 ? n0 + i : n0 / 32 + i;
-                if (whole_scales) {
+                if (whole_scales && BKB == 4) {
                     di_cp_async4(Sb + i * 4, ok ? wscale + srow * nb + kt * 4 : wscale, ok);
+                } else if (whole_scales && BKB == 16) {
+                    di_cp_async16(Sb + i * 16, ok ? wscale + srow * nb + kt * 16 : wscale, ok);
                 } else {
-                    for (int j = 0; j < 4; j++) Sb[i * 4 + j] = ok && kt * 4 + j < nb ? wscale[srow * nb + kt * 4 + j] : 0;
+                    for (int j = 0; j < BKB; j++) {
+                        const int64_t b = kt * BKB + j;
+                        Sb[i * BKB + j] = ok && b < nb ? wscale[srow * nb + b] : 0;
+                    }
                 }
             }
         }
@@ -191,8 +206,8 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
         const float *Sa = reinterpret_cast<const float *>(Bs + L::B_BYTES);
         const uint8_t *Sb = Bs + L::B_BYTES + L::SA_BYTES;
 #pragma unroll
-        for (int kb = 0; kb < 4; kb++) {
-            if (kt * MM_BK + kb * 32 >= K) break; /* uniform: the last stage's missing blocks */
+        for (int kb = 0; kb < BKB; kb++) {
+            if (kt * BKB + kb >= blk1) break; /* uniform: past K or past this split */
             uint32_t af[MI][A16 ? 8 : 4]; /* A16: the two k16 halves of the block */
             float sa[MI][2];
 #pragma unroll
@@ -214,8 +229,8 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
                     af[mi][1] = *reinterpret_cast<const uint32_t *>(p + 8 * L::AROW);
                     af[mi][2] = *reinterpret_cast<const uint32_t *>(p + 16);
                     af[mi][3] = *reinterpret_cast<const uint32_t *>(p + 8 * L::AROW + 16);
-                    sa[mi][0] = Sa[r * 4 + kb];
-                    sa[mi][1] = Sa[(r + 8) * 4 + kb];
+                    sa[mi][0] = Sa[r * BKB + kb];
+                    sa[mi][1] = Sa[(r + 8) * BKB + kb];
                 }
             }
 #pragma unroll
@@ -227,8 +242,8 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
                     const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 16 + t4 * 2;
                     bf[0] = di_e2m1x4_to_e4m3x4(*reinterpret_cast<const uint16_t *>(p));
                     bf[1] = di_e2m1x4_to_e4m3x4(*reinterpret_cast<const uint16_t *>(p + 8));
-                    sb0 = di_dev_e8m0(Sb[(cb + 2 * t4) * 4 + kb]);
-                    sb1 = di_dev_e8m0(Sb[(cb + 2 * t4 + 1) * 4 + kb]);
+                    sb0 = di_dev_e8m0(Sb[(cb + 2 * t4) * BKB + kb]);
+                    sb1 = di_dev_e8m0(Sb[(cb + 2 * t4 + 1) * BKB + kb]);
                 } else if (W16) { /* bf16 weights: k pairs as A's */
                     const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 64 + t4 * 4;
 #pragma unroll
@@ -238,18 +253,18 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
                     }
                     sb0 = sb1 = 1.0f;
                 } else if (A16) { /* k pairs 2t, 2t+1 and 8+2t, 9+2t of each k16 half */
-                    const uint8_t *p = Bs + (cb + g) * MM_AROW + kb * 32 + t4 * 2;
+                    const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 32 + t4 * 2;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         bf[2 * h] = di_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t *>(p + 16 * h));
                         bf[2 * h + 1] = di_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t *>(p + 16 * h + 8));
                     }
-                    sb0 = sb1 = di_dev_e8m0(Sb[(cb / 32) * 4 + kb]);
+                    sb0 = sb1 = di_dev_e8m0(Sb[(cb / 32) * BKB + kb]);
                 } else {
-                    const uint8_t *p = Bs + (cb + g) * MM_AROW + kb * 32 + t4 * 4;
+                    const uint8_t *p = Bs + (cb + g) * L::BROW + kb * 32 + t4 * 4;
                     bf[0] = *reinterpret_cast<const uint32_t *>(p);
                     bf[1] = *reinterpret_cast<const uint32_t *>(p + 16);
-                    sb0 = sb1 = di_dev_e8m0(Sb[(cb / 32) * 4 + kb]);
+                    sb0 = sb1 = di_dev_e8m0(Sb[(cb / 32) * BKB + kb]);
                 }
 #pragma unroll
                 for (int mi = 0; mi < MI; mi++) {
@@ -301,6 +316,7 @@ struct mm_args {
     int n_groups;
     int64_t rows_hint; /* typical rows per group: picks the tile configuration (0: max_rows) */
     int ksplit;        /* K splits (1: none); then part [ksplit][rows][ldy] fp32, summed by mm_reduce */
+    int split_blocks;  /* K blocks of 32 per split, a multiple of MM_SPLIT_UNIT */
     float *part;
     int64_t rows;      /* rows of y (all groups) */
 };
@@ -317,30 +333,36 @@ __global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int
 
 /* K splits from the weight's shape alone (never from the rows, so results do not depend on the
  * batch): enough blocks of 32 columns x split to fill the card at decode, at most 8, and at least
- * 2 stages per split. Groups (experts, wo_a) have blocks enough. */
-static int mm_ksplit(int64_t N, int64_t K, int n_groups) {
+ * 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Groups (experts,
+ * wo_a) have blocks enough. Returns the split count and its length in blocks. */
+static int mm_ksplit(int64_t N, int64_t K, int n_groups, int *split_blocks) {
+    const int64_t nb = K / 32, whole = (nb + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
+    *split_blocks = (int)whole;
     if (n_groups > 1) return 1;
     const int64_t col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
     int64_t ks = (256 + col_blocks - 1) / col_blocks;
     if (ks > 8) ks = 8;
     if (ks > stages / 2) ks = stages / 2;
-    return ks < 1 ? 1 : (int)ks;
+    if (ks <= 1) return 1;
+    const int64_t per = ((nb + ks - 1) / ks + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
+    *split_blocks = (int)per;
+    return (int)((nb + per - 1) / per);
 }
 
-template <int MODE, int BM, int BN, int WM, int WN, int STAGES>
+template <int MODE, int BM, int BN, int WM, int WN, int STAGES, int BKB>
 static void launch(const mm_args &a, cudaStream_t s) {
-    const size_t smem = (size_t)STAGES * mm_layout<MODE, BM, BN>::STAGE;
+    const size_t smem = (size_t)STAGES * mm_layout<MODE, BM, BN, BKB>::STAGE;
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES>,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES, BKB>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
     const dim3 grid((unsigned)((a.N + BN - 1) / BN), (unsigned)((a.max_rows + BM - 1) / BM), (unsigned)a.n_groups);
     const dim3 grid_k(grid.x, grid.y, grid.z * (unsigned)a.ksplit);
-    gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES><<<grid_k, WM * WN * 32, smem, s>>>(
-        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp, a.ksplit, a.part,
-        a.rows * a.ldy);
+    gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES, BKB><<<grid_k, WM * WN * 32, smem, s>>>(
+        a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp, a.ksplit,
+        a.split_blocks, a.part, a.rows * a.ldy);
     DI_CUDA_LAUNCHED();
     if (a.ksplit > 1) {
         const int64_t n = a.rows * a.ldy;
@@ -354,9 +376,10 @@ static void launch(const mm_args &a, cudaStream_t s) {
 template <int MODE>
 static void run_cfg(const mm_args &a, cudaStream_t s) {
     const int64_t rows = a.rows_hint ? a.rows_hint : a.max_rows;
-    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 6>(a, s); /* 6 stages: bytes in flight for weight streaming */
-    else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3>(a, s);
-    else launch<MODE, 128, 128, 2, 4, 3>(a, s);
+    /* decode: 512 K values per stage, 4 stages: long row segments and 64 KB of weights in flight */
+    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 4, 16>(a, s);
+    else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3, 4>(a, s);
+    else launch<MODE, 128, 128, 2, 4, 3, 4>(a, s);
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
@@ -370,7 +393,8 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
-    const int ksplit = row_off ? 1 : mm_ksplit(N, K, n_groups);
+    int split_blocks;
+    const int ksplit = mm_ksplit(N, K, row_off ? 2 : n_groups, &split_blocks);
     const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255,
                  s_bytes = (sizeof(float) * (size_t)(rows * nb) + 255) & ~(size_t)255;
     uint8_t *xq = (uint8_t *)di_cuda_scratch(ctx, q_bytes + s_bytes +
@@ -383,7 +407,7 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
     DI_CUDA_LAUNCHED();
     const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
     const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, 0, 0, 0},
-                       n_groups, avg < max_rows ? avg : max_rows, ksplit, part, rows};
+                       n_groups, avg < max_rows ? avg : max_rows, ksplit, split_blocks, part, rows};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
 }
@@ -406,7 +430,8 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     cudaStream_t s = ctx->stream;
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
-    const int ksplit = mm_ksplit(rows_per_group, K, n_groups);
+    int split_blocks;
+    const int ksplit = mm_ksplit(rows_per_group, K, n_groups, &split_blocks);
     const size_t x_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
     uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, x_bytes + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(m * ldy) : 0));
     float *part = (float *)((uint8_t *)xb + x_bytes); /* [ksplit, m, ldy] (xb: [m, lda] bf16) */
@@ -414,7 +439,7 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     DI_CUDA_LAUNCHED();
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
-                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, part, m};
+                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_A16>(a, s);
 }
 
@@ -427,13 +452,14 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
     cudaStream_t s = ctx->stream;
     if (m <= 0 || w->rows <= 0) return;
     const int64_t K = w->cols, n_in = m * K;
-    const int ksplit = mm_ksplit(w->rows, K, 1);
+    int split_blocks;
+    const int ksplit = mm_ksplit(w->rows, K, 1, &split_blocks);
     const size_t x_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
     uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, x_bytes + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(m * w->rows) : 0));
     float *part = (float *)((uint8_t *)xb + x_bytes); /* [ksplit, m, N] (xb: [m, K] bf16) */
     f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
     DI_CUDA_LAUNCHED();
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
-                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, part, m};
+                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_W16>(a, s);
 }
