@@ -1,5 +1,6 @@
-/* CPU reference kernels, part 1: activation quantisers, linear layers, RMSNorm, RoPE
- * (src/backend/cpu/cpu_quant.c, cpu_linear.c, cpu_norm_rope.c; model-spec §2.0, §5.3).
+/* CPU reference kernels, part 1: activation quantisers, linear layers, RMSNorm, RoPE, MoE routing
+ * (src/backend/cpu/cpu_quant.c, cpu_linear.c, cpu_norm_rope.c, cpu_select.c; model-spec §2.0,
+ * §2.6, §5.3).
  *
  * Hand-computed cases pin the formulas; random cases compare each kernel with an independent
  * double-precision reference written from the spec (dequantise the weight bytes with a formula of
@@ -645,6 +646,31 @@ static void test_ops_table(void) {
     CHECK(di_cpu_ops.rmsnorm == di_cpu_rmsnorm);
 }
 
+/* MoE routing (di_cpu_moe_route, model-spec §2.6): sqrt(softplus) scores, selection on score +
+ * bias with the lower expert on exact ties, weights from the unbiased scores, the z > 20 branch */
+static void test_moe_route(void) {
+    int32_t ex[4];
+    float w[4];
+    { /* experts 1 and 2 tie exactly; 3 has the largest score but a bias that excludes it */
+        const float z[4] = {0.0f, 1.0f, 1.0f, 25.0f}, b[4] = {0.0f, 0.0f, 0.0f, -100.0f};
+        di_cpu_moe_route(z, b, 4, 2, 1.5f, ex, w);
+        CHECK(ex[0] == 1 && ex[1] == 2);
+        CHECK(w[0] == 0.75f && w[1] == 0.75f); /* s / (2 s) * 1.5, exact */
+    }
+    { /* softplus(z) = z above 20: one expert takes the whole (scaled) weight */
+        const float z[3] = {21.0f, 0.0f, 0.0f}, b[3] = {0.0f, 0.0f, 0.0f};
+        di_cpu_moe_route(z, b, 3, 1, 1.0f, ex, w);
+        CHECK(ex[0] == 0 && w[0] == 1.0f);
+    }
+    { /* the bias picks expert 2 first; the weights use the unbiased scores, in selection order */
+        const float z[3] = {2.0f, 0.0f, -2.0f}, b[3] = {0.0f, 0.0f, 5.0f};
+        di_cpu_moe_route(z, b, 3, 2, 1.0f, ex, w);
+        const double s0 = sqrt(log1p(exp(2.0))), s2 = sqrt(log1p(exp(-2.0)));
+        CHECK(ex[0] == 2 && ex[1] == 0);
+        CHECKF(fabs(w[0] - s2 / (s0 + s2)) < 1e-6 && fabs(w[1] - s0 / (s0 + s2)) < 1e-6, "weights %g %g", w[0], w[1]);
+    }
+}
+
 int main(void) {
     init_grids();
     test_act_quant_hand();
@@ -663,5 +689,6 @@ int main(void) {
     test_rmsnorm();
     test_rope();
     test_ops_table();
+    test_moe_route();
     return TEST_SUMMARY();
 }
