@@ -394,10 +394,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     if (dt * steps > budget_s) slow = true;
                 }
                 if (n_t == steps && ci == 0 && be->step_times && g_n_step_rows < MAX_STEP_ROWS) {
-                    double tw[8];
-                    memcpy(tw, t, sizeof(double) * (size_t)n_t);
                     g_step_rows[g_n_step_rows].B = B;
-                    g_step_rows[g_n_step_rows].wall_ms = median_of(tw, n_t) * 1e3;
+                    g_step_rows[g_n_step_rows].wall_ms = median_of(t, n_t) * 1e3;
                     g_step_rows[g_n_step_rows].gpu_ms = median_of(gspan, n_t);
                     g_step_rows[g_n_step_rows].idle_ms = median_of(gidle, n_idle);
                     g_n_step_rows++;
@@ -415,8 +413,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                 printf("| decode | %d | %lld | failed: %s |||||||\n", B, (long long)ctx, err.msg);
                 continue;
             }
-            qsort(t, (size_t)n_t, sizeof(double), cmp_d);
-            const double ms = t[n_t / 2] * 1e3;
+            const double ms = median_of(t, n_t) * 1e3;
             print_row("decode", B, ctx, ms, B / (ms / 1e3), step_cost(m, B, B, ctx, m->proxy.resident_experts), &cl);
         }
     }

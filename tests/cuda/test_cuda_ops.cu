@@ -522,22 +522,6 @@ static void ref_index_scores(const float *qi, const float *w, const float *keys,
     }
 }
 
-static void ref_topk(const float *score, int64_t n, int k, int32_t *out) {
-    uint8_t *taken = (uint8_t *)calloc((size_t)(n ? n : 1), 1);
-    for (int got = 0; got < k; got++) {
-        int64_t best = -1;
-        for (int64_t t = 0; t < n; t++)
-            if (!taken[t] && score[t] > -INFINITY && (best < 0 || score[t] > score[best])) best = t;
-        if (best < 0) break;
-        taken[best] = 1;
-    }
-    int j = 0;
-    for (int64_t t = 0; t < n; t++)
-        if (taken[t]) out[j++] = (int32_t)t;
-    for (; j < k; j++) out[j] = -1;
-    free(taken);
-}
-
 static void test_index_score(int64_t R, int64_t P, int nh, int idim) {
     float *qi = (float *)malloc(4 * R * nh * idim), *w = (float *)malloc(4 * R * nh);
     float *keys = (float *)malloc(4 * P * idim), *ref = (float *)malloc(4 * R * P), *got = (float *)malloc(4 * R * P);
@@ -574,7 +558,7 @@ static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
     }
     if (P > 3) s[P / 3] = INFINITY;
     int32_t *ref = (int32_t *)malloc(4 * R * k), *got = (int32_t *)malloc(4 * R * k);
-    for (int64_t r = 0; r < R; r++) ref_topk(s + r * P, P, k, ref + r * k);
+    for (int64_t r = 0; r < R; r++) di_cpu_topk_select(s + r * P, P, k, ref + r * k);
     float *ds = (float *)dev_upload(s, 4 * R * P);
     int32_t *dout = (int32_t *)dev_poisoned_with(4 * R * k, 0x7f); /* not -1, the padding value */
     di_cuda_topk(ds, R, P, k, dout, 0);

@@ -333,12 +333,13 @@ __global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int
 
 /* K splits from the weight's shape alone (never from the rows, so results do not depend on the
  * batch): enough blocks of 32 columns x split to fill the card at decode, at most 8, and at least
- * 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Groups (experts,
- * wo_a) have blocks enough. Returns the split count and its length in blocks. */
-static int mm_ksplit(int64_t N, int64_t K, int n_groups, int *split_blocks) {
+ * 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Only single matrices
+ * split (groups -- experts, wo_a -- have blocks enough). Returns the split count and its length
+ * in blocks. */
+static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks) {
     const int64_t nb = K / 32, whole = (nb + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
     *split_blocks = (int)whole;
-    if (n_groups > 1) return 1;
+    if (!single_matrix) return 1;
     const int64_t col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
     int64_t ks = (256 + col_blocks - 1) / col_blocks;
     if (ks > 8) ks = 8;
@@ -372,6 +373,15 @@ static void launch(const mm_args &a, cudaStream_t s) {
     }
 }
 
+/* The context's scratch for one call: act_bytes of converted activations, then (K split) the
+ * partial sums [ksplit, rows, ldy] fp32 in *part. */
+static uint8_t *mm_scratch(di_cuda_ctx *ctx, size_t act_bytes, int ksplit, int64_t rows, int64_t ldy, float **part) {
+    const size_t a = (act_bytes + 255) & ~(size_t)255;
+    uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, a + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(rows * ldy) : 0));
+    *part = (float *)(base + a);
+    return base;
+}
+
 /* the configuration for the rows per group (any gives the same bits: see the file comment) */
 template <int MODE>
 static void run_cfg(const mm_args &a, cudaStream_t s) {
@@ -394,13 +404,11 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
     int split_blocks;
-    const int ksplit = mm_ksplit(N, K, row_off ? 2 : n_groups, &split_blocks);
-    const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255,
-                 s_bytes = (sizeof(float) * (size_t)(rows * nb) + 255) & ~(size_t)255;
-    uint8_t *xq = (uint8_t *)di_cuda_scratch(ctx, q_bytes + s_bytes +
-                                                      (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(rows * N) : 0));
-    float *xsc = (float *)(xq + q_bytes);           /* [rows, K/32] (xq: [rows, K] e4m3) */
-    float *part = (float *)(xq + q_bytes + s_bytes); /* [ksplit, rows, N] */
+    const int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
+    const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255;
+    float *part;
+    uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb), ksplit, rows, N, &part); /* [rows, K] e4m3 */
+    float *xsc = (float *)(xq + q_bytes); /* [rows, K/32] */
     const int64_t blocks = rows * nb, threads = 256;
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
                                                                                                          xq, xsc);
@@ -410,11 +418,6 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                        n_groups, avg < max_rows ? avg : max_rows, ksplit, split_blocks, part, rows};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
-}
-
-__global__ void f32_to_bf16_bits_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ y) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = (uint16_t)(__float_as_uint(di_dev_bf16_round(x[i])) >> 16);
 }
 
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda) {
@@ -431,12 +434,10 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
-    const int ksplit = mm_ksplit(rows_per_group, K, n_groups, &split_blocks);
-    const size_t x_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
-    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, x_bytes + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(m * ldy) : 0));
-    float *part = (float *)((uint8_t *)xb + x_bytes); /* [ksplit, m, ldy] (xb: [m, lda] bf16) */
-    f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
-    DI_CUDA_LAUNCHED();
+    const int ksplit = mm_ksplit(rows_per_group, K, n_groups == 1, &split_blocks);
+    float *part;
+    uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, ldy, &part); /* [m, lda] */
+    di_cuda_f32_to_bf16(x, n_in, xb, s);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
@@ -453,12 +454,10 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
     if (m <= 0 || w->rows <= 0) return;
     const int64_t K = w->cols, n_in = m * K;
     int split_blocks;
-    const int ksplit = mm_ksplit(w->rows, K, 1, &split_blocks);
-    const size_t x_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
-    uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, x_bytes + (ksplit > 1 ? sizeof(float) * ksplit * (size_t)(m * w->rows) : 0));
-    float *part = (float *)((uint8_t *)xb + x_bytes); /* [ksplit, m, N] (xb: [m, K] bf16) */
-    f32_to_bf16_bits_kernel<<<(unsigned)((n_in + 255) / 256), 256, 0, s>>>(x, n_in, xb);
-    DI_CUDA_LAUNCHED();
+    const int ksplit = mm_ksplit(w->rows, K, true, &split_blocks);
+    float *part;
+    uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
+    di_cuda_f32_to_bf16(x, n_in, xb, s);
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
                        out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_W16>(a, s);

@@ -76,6 +76,12 @@ __global__ void bf16_round_kernel(float *x, int64_t n) {
 
 static unsigned grid_of(int64_t n) { return (unsigned)((n + 255) / 256); }
 
+extern "C" void di_cuda_f32_to_bf16(const float *x, int64_t n, uint16_t *out, cudaStream_t s) {
+    if (n <= 0) return;
+    f32_to_bf16_kernel<<<grid_of(n), 256, 0, s>>>(x, n, out);
+    DI_CUDA_LAUNCHED();
+}
+
 /* y [m, N] (column-major N x m) = W [N, K] (column-major K x N, transposed) * x [m, K] */
 static void gemm(di_cuda_ctx *ctx, const void *w, cudaDataType wt, const void *x, cudaDataType xt,
                  int64_t m, int64_t N, int64_t K, float *y) {
@@ -102,8 +108,7 @@ extern "C" void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float
     case DI_LIN_BF16: {
         if (w->dtype != DI_DT_BF16) break;
         uint16_t *xb = (uint16_t *)di_cuda_scratch(ctx, (size_t)(m * K) * 2); /* [m, K] bf16 */
-        f32_to_bf16_kernel<<<grid_of(m * K), 256, 0, s>>>(x, m * K, xb);
-        DI_CUDA_LAUNCHED();
+        di_cuda_f32_to_bf16(x, m * K, xb, s);
         gemm(ctx, w->data, CUDA_R_16BF, xb, CUDA_R_16BF, m, N, K, y);
         bf16_round_kernel<<<grid_of(m * N), 256, 0, s>>>(y, m * N);
         DI_CUDA_LAUNCHED();

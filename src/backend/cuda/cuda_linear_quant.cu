@@ -208,6 +208,22 @@ static int pick_mt(int64_t m, int64_t nb) {
     return (size_t)mt * nb * (LQ_PAD + 1) * 4 > LQ_SMEM_MAX ? 0 : mt;
 }
 
+/* The row tile of the exact kernel for a weight and up to `rows` rows; unsupported weights (not FP8
+ * or FP4, K not a multiple of 32, K beyond the shared-memory budget) end the process with `who`. */
+static int exact_tile(const char *who, const di_weight *w, int64_t rows) {
+    const int64_t K = w->cols;
+    if (K % 32 != 0 || (w->dtype != DI_DT_F8_E4M3 && w->dtype != DI_DT_I8)) {
+        fprintf(stderr, "%s: unsupported weight (dtype %d, cols %lld)\n", who, (int)w->dtype, (long long)K);
+        abort();
+    }
+    const int mt = rows > 0 ? pick_mt(rows, K / 32) : 1;
+    if (!mt) {
+        fprintf(stderr, "%s: K = %lld too large for the staged kernel\n", who, (long long)K);
+        abort();
+    }
+    return mt;
+}
+
 /* the kernel instance for the dtype and row tile */
 static void dispatch(const di_weight *w, const float *x, int64_t m, float *y, cudaStream_t s, int mt, lq_groups grp,
                      int n_groups) {
@@ -234,18 +250,8 @@ extern "C" void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *
         di_cuda_linear_mma(ctx, shape, NULL, NULL, wdata, wscale, row_off, n_groups, rows, max_rows, x, y);
         return;
     }
-    const int64_t K = shape->cols, nb = K / 32;
-    if (K % 32 != 0 || (shape->dtype != DI_DT_F8_E4M3 && shape->dtype != DI_DT_I8)) {
-        fprintf(stderr, "di_cuda_linear_quant_grouped: unsupported weight (dtype %d, cols %lld)\n",
-                (int)shape->dtype, (long long)K);
-        abort();
-    }
+    const int mt = exact_tile("di_cuda_linear_quant_grouped", shape, max_rows);
     if (n_groups <= 0 || max_rows <= 0 || shape->rows <= 0) return;
-    const int mt = pick_mt(max_rows, nb);
-    if (!mt) {
-        fprintf(stderr, "di_cuda_linear_quant_grouped: K = %lld too large for the staged kernel\n", (long long)K);
-        abort();
-    }
     dispatch(shape, x, max_rows, y, s, mt, lq_groups{wdata, wscale, row_off}, n_groups);
 }
 
@@ -256,21 +262,11 @@ void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, 
         di_cuda_linear_mma(ctx, w, (const uint8_t *)w->data, w->scale, NULL, NULL, NULL, 1, m, m, x, y);
         return;
     }
-    const int64_t K = w->cols, nb = K / 32;
-    if (K % 32 != 0 || (w->dtype != DI_DT_F8_E4M3 && w->dtype != DI_DT_I8)) {
-        fprintf(stderr, "di_cuda_linear_quant: unsupported weight (dtype %d, cols %lld)\n",
-                (int)w->dtype, (long long)K);
-        abort();
-    }
+    const int mt = exact_tile("di_cuda_linear_quant", w, m);
     if (((uintptr_t)w->data & 15) != 0) { /* 16-byte weight loads: upload each tensor on its own */
         fprintf(stderr, "di_cuda_linear_quant: weight data %p is not 16-byte aligned\n", w->data);
         abort();
     }
     if (m <= 0 || w->rows <= 0) return;
-    const int mt = pick_mt(m, nb);
-    if (!mt) {
-        fprintf(stderr, "di_cuda_linear_quant: K = %lld too large for the staged kernel\n", (long long)K);
-        abort();
-    }
     dispatch(w, x, m, y, s, mt, lq_groups{nullptr, nullptr, nullptr}, 1);
 }

@@ -45,6 +45,8 @@ void di_cuda_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind
  * w->data 16-byte aligned for the quantised modes (safetensors offsets are not: copy per tensor) */
 void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y,
                     di_linear_mode mode);
+/* out [n] = the bf16 bits of x [n] (round to nearest even) */
+void di_cuda_f32_to_bf16(const float *x, int64_t n, uint16_t *out, cudaStream_t s);
 /* DI_LIN_QUANT alone: the tensor-core kernel (cuda_linear_mma.cu) unless ctx->exact or the shape
  * needs the exact CUDA-core kernel (cuda_linear_quant.cu, bit-identical to the CPU) */
 void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y);

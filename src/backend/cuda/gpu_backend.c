@@ -44,61 +44,59 @@ static void down(void *host, const void *dev, size_t bytes) { CK(cudaMemcpy(host
 /* ---- per-call temporaries and transfers ---- */
 enum { ARENA_MAX_PIECE = 4 << 20 }; /* larger temporaries use the pool */
 
-void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
-    gpu_arena *a = f->arena;
-    const size_t need = ((bytes ? bytes : 16) + 255) & ~(size_t)255;
-    if (need <= ARENA_MAX_PIECE) {
-        if (a->used + need <= a->cap) {
-            void *p = a->base + a->used;
-            a->used += need;
-            return p;
-        }
-        a->want += need;
+/* the next `need` bytes of b (need a multiple of 256), or NULL, counted for the next call's growth */
+static uint8_t *bump_take(gpu_bump *b, size_t need) {
+    if (b->used + need > b->cap) {
+        b->want += need;
+        return NULL;
     }
-    void *p = NULL;
-    CK(cudaMallocAsync(&p, need, f->s));
+    uint8_t *p = b->base + b->used;
+    b->used += need;
+    return p;
+}
+/* the capacity b grows to for the next call (0: no growth) */
+static size_t bump_growth(const gpu_bump *b, size_t first) {
+    if (!b->want) return 0;
+    size_t cap = b->cap ? b->cap : first;
+    while (cap < b->used + b->want) cap *= 2;
+    return cap;
+}
+
+void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
+    const size_t need = ((bytes ? bytes : 16) + 255) & ~(size_t)255;
+    void *p = need <= ARENA_MAX_PIECE ? bump_take(f->arena, need) : NULL;
+    if (!p) CK(cudaMallocAsync(&p, need, f->s));
     return p;
 }
 void gpu_free(const gpu_fwd *f, void *p) {
-    const gpu_arena *a = f->arena;
+    const gpu_bump *a = f->arena;
     if (!p || ((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->cap)) return; /* arena: freed at reset */
     CK(cudaFreeAsync(p, f->s));
 }
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     void *p = gpu_alloc(f, bytes);
     if (!bytes) return p;
-    gpu_staging *st = f->stg;
-    const size_t need = (bytes + 255) & ~(size_t)255;
-    if (st->used + need <= st->cap) {
-        memcpy(st->buf + st->used, host, bytes);
-        CK(cudaMemcpyAsync(p, st->buf + st->used, bytes, cudaMemcpyHostToDevice, f->s));
-        st->used += need;
-    } else {
-        st->want += need;
-        CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, f->s));
-    }
+    uint8_t *pinned = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
+    if (pinned) memcpy(pinned, host, bytes);
+    CK(cudaMemcpyAsync(p, pinned ? pinned : host, bytes, cudaMemcpyHostToDevice, f->s));
     return p;
 }
-void gpu_staging_reset(gpu_fwd *f) {
-    gpu_staging *st = f->stg;
-    if (st->used || st->want) CK(cudaStreamSynchronize(f->s)); /* the last call's copies are done */
-    if (st->want) {
-        size_t cap = st->cap ? st->cap : ((size_t)1 << 20);
-        while (cap < st->used + st->want) cap *= 2;
-        if (st->buf) CK(cudaFreeHost(st->buf));
-        CK(cudaHostAlloc((void **)&st->buf, cap, cudaHostAllocDefault));
+void gpu_bumps_reset(gpu_fwd *f) {
+    gpu_bump *st = f->stg, *a = f->arena;
+    if (st->used || st->want || a->used || a->want) CK(cudaStreamSynchronize(f->s)); /* the last call is done */
+    size_t cap = bump_growth(st, (size_t)1 << 20);
+    if (cap) {
+        if (st->base) CK(cudaFreeHost(st->base));
+        CK(cudaHostAlloc((void **)&st->base, cap, cudaHostAllocDefault));
         st->cap = cap;
     }
-    st->used = st->want = 0;
-    gpu_arena *a = f->arena; /* the stream is idle here too */
-    if (a->want) {
-        size_t cap = a->cap ? a->cap : ((size_t)16 << 20);
-        while (cap < a->used + a->want) cap *= 2;
+    cap = bump_growth(a, (size_t)16 << 20);
+    if (cap) {
         if (a->base) CK(cudaFree(a->base));
         CK(cudaMalloc((void **)&a->base, cap));
         a->cap = cap;
     }
-    a->used = a->want = 0;
+    st->used = st->want = a->used = a->want = 0;
 }
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
@@ -262,7 +260,7 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w2);
         free(g->layers[l].ffn.w3);
     }
-    if (g->stg.buf) cudaFreeHost(g->stg.buf);
+    if (g->stg.base) cudaFreeHost(g->stg.base);
     if (g->arena.base) cudaFree(g->arena.base);
     cudaEventDestroy(g->ev_start);
     cudaEventDestroy(g->ev_end);

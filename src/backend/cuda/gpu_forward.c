@@ -221,7 +221,7 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     f->s = f->cx->stream;
     f->stg = &((gpu_model *)f->g)->stg;
     f->arena = &((gpu_model *)f->g)->arena;
-    gpu_staging_reset(f);
+    gpu_bumps_reset(f);
     f->R = b->n_rows;
     const di_config *c = &m->cfg;
     f->row_seq = di_xmalloc(sizeof(int) * (size_t)f->R);

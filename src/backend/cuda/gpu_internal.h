@@ -24,28 +24,22 @@ typedef struct gpu_layer_consts {
     float *gate_bias;              /* [n_experts] the router's bias (routing on the device) */
 } gpu_layer_consts;
 
-/* Pinned host staging for the per-call uploads (pointer lists, tables): a pageable copy may
- * synchronise the stream, a pinned one never does. Reset at the start of each forward call (the
- * stream is idle then); an upload that does not fit goes pageable and the buffer grows for the
- * next call. */
-typedef struct gpu_staging {
-    uint8_t *buf;              /* cudaHostAlloc'ed */
-    size_t cap, used, want;
-} gpu_staging;
-
-/* Device arena for a forward call's small temporaries (a decode step makes hundreds; each
- * stream-ordered allocation costs microseconds of host time): bump allocation, no reuse within a
- * call, reset with the staging buffer at the start of the next call; larger or overflowing ones
- * go to the stream-ordered pool, and the arena grows for the next call. */
-typedef struct gpu_arena {
+/* A per-call bump buffer: pieces are taken in order and never reused within a forward call; all
+ * are released at the start of the next call (the stream is idle then), when the buffer also
+ * grows by what did not fit (`want`). Two of them:
+ * - pinned host staging for the per-call uploads (pointer lists, tables): a pageable copy may
+ *   synchronise the stream, a pinned one never does; an upload that does not fit goes pageable;
+ * - a device arena for the small temporaries (a decode step makes hundreds; each stream-ordered
+ *   allocation costs microseconds of host time); larger or overflowing ones use the pool. */
+typedef struct gpu_bump {
     uint8_t *base;
     size_t cap, used, want;
-} gpu_arena;
+} gpu_bump;
 
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
-    gpu_staging stg;
-    gpu_arena arena;
+    gpu_bump stg;              /* cudaHostAlloc'ed */
+    gpu_bump arena;            /* cudaMalloc'ed */
     /* step timing on the device's clock: events at the start and end of each forward call */
     cudaEvent_t ev_start, ev_end, ev_prev_end;
     bool have_end;
@@ -66,8 +60,8 @@ typedef struct gpu_fwd {
     di_batch *b;
     cudaStream_t s;
     di_cuda_ctx *cx;
-    gpu_staging *stg;          /* &g->stg */
-    gpu_arena *arena;          /* &g->arena */
+    gpu_bump *stg;             /* &g->stg */
+    gpu_bump *arena;           /* &g->arena */
     int R;
     int *row_seq;              /* [R] */
     int64_t *row_pos;          /* [R] */
@@ -96,7 +90,7 @@ typedef struct gpu_fwd {
 void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* stream-ordered device temporaries */
 void gpu_free(const gpu_fwd *f, void *p);
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy, never syncs */
-void gpu_staging_reset(gpu_fwd *f);                   /* start of a forward call */
+void gpu_bumps_reset(gpu_fwd *f);                     /* start of a forward call */
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes); /* synchronous */
 /* Debug hook on a device tensor: download, call, upload back (teacher forcing may overwrite). */
 void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n);
