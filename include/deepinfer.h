@@ -80,6 +80,7 @@ typedef struct di_engine_options {
     const char *backend;       /* "cpu" (NULL/""), "cuda" (error if unavailable), "auto" */
     bool batch_invariant;      /* device backends: logits independent of the batch (CPU: always) */
     bool exact;                /* device backends: the CPU's exact GEMM block sums (CPU: always) */
+    bool eager;                /* device backends: no CUDA graphs (every kernel launched directly) */
 } di_engine_options;
 
 typedef struct di_request {

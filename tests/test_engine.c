@@ -41,7 +41,7 @@ static di_engine *engine_new(int64_t budget, int chunk) {
     di_engine_options o = {.model_dir = DI_TINY_FIXTURE_DIR, .kv_budget_bytes = budget, .max_prefill_chunk = chunk,
                            .max_batch_tokens = 256, .backend = test_backend(),
                            /* batched = alone needs it on a device (the CPU always is) */
-                           .batch_invariant = true};
+                           .batch_invariant = true, .eager = test_enforce_eager()};
     di_engine *e = NULL;
     char msg[512];
     if (di_engine_create(&o, &e, msg, sizeof msg)) fprintf(stderr, "engine: %s\n", msg);

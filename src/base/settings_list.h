@@ -19,6 +19,9 @@ DI_SETTING(gpu_exact, BOOL, NULL, "DEEPINFER_GPU_EXACT", "0",
            "GPU: the exactness-first path -- GEMMs with the CPU's exact sums on CUDA cores and MoE routing on the "
            "host (the fixture's tensors bit-identical to the CPU backend; several times slower) instead of tensor "
            "cores and device routing")
+DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
+           "GPU: launch every kernel directly instead of running each forward call of up to 256 rows (decode "
+           "steps) as one CUDA graph (captured per call, kept per topology and updated in place)")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
            "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
@@ -66,6 +69,8 @@ DI_SETTING(bench_max_context, INT, "--bench-max-context", NULL, "131072",
            "bench on a GPU: decode rows up to this context (4096, 32768, 131072)")
 DI_SETTING(bench_max_prefill, INT, "--bench-max-prefill", NULL, "16384",
            "bench on a GPU: prefill rows up to this many new tokens (512, 4096, 16384)")
+DI_SETTING(bench_batch, INT, "--bench-batch", NULL, "0",
+           "bench on a GPU: decode rows of this batch size only (0 = all of 1, 8, 32, 64, 128, 256)")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

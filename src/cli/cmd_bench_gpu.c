@@ -191,9 +191,14 @@ static int cmp_d(const void *a, const void *b) {
  * the device's span from its first to its last operation, and its idle gap before the step (the
  * host's work between two steps: batch building, then the first launches). Medians. */
 #define MAX_STEP_ROWS 8
+typedef struct step_timing {
+    double wall_ms, gpu_ms, idle_ms; /* medians */
+    double capture_ms, update_ms;    /* host time per step spent capturing / updating graphs (means) */
+    int64_t captured, updated, instantiated, rejected; /* calls captured; graph pieces updated, ... */
+} step_timing;
 static struct {
     int B;
-    double wall_ms, gpu_ms, idle_ms;
+    step_timing graph, eager;
 } g_step_rows[MAX_STEP_ROWS];
 static int g_n_step_rows;
 
@@ -202,14 +207,60 @@ static double median_of(double *v, int n) {
     return n ? v[n / 2] : -1.0;
 }
 
+/* Two warm-up steps (graphs: the two compressor parities) and `steps` timed decode steps of B
+ * sequences; returns the steps timed (< steps on error), *slow when a step exceeded budget_s / steps. */
+static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int steps, double budget_s, float *logits,
+                             uint64_t salt, double *wall_s, step_timing *tm, bool *slow, di_err *err) {
+    const di_device_backend *be = m->dev_backend;
+    double span[16], idle[16], wall_ms[16];
+    int n_t = 0, n_idle = 0;
+    di_graph_stats g0 = {0}, g1 = {0};
+    for (int i = 0; i < steps + 2 && i < 16; i++) { /* the first two steps warm up */
+        if (i == 2 && be->graph_stats) be->graph_stats(m, &g0);
+        double dt = timed_forward(m, st, B, 1, logits, salt + (uint64_t)i, err);
+        if (dt < 0) break;
+        if (i > 1) {
+            if (be->step_times) {
+                be->step_times(m, &span[n_t], &idle[n_idle]);
+                if (idle[n_idle] >= 0) n_idle++;
+            }
+            wall_s[n_t] = dt;
+            wall_ms[n_t++] = dt * 1e3;
+        }
+        if (dt * steps > budget_s) *slow = true;
+    }
+    if (be->graph_stats) be->graph_stats(m, &g1);
+    memset(tm, 0, sizeof *tm);
+    tm->wall_ms = median_of(wall_ms, n_t);
+    tm->gpu_ms = be->step_times ? median_of(span, n_t) : -1.0;
+    tm->idle_ms = median_of(idle, n_idle);
+    tm->captured = g1.captured - g0.captured;
+    tm->updated = g1.updated - g0.updated;
+    tm->rejected = g1.rejected - g0.rejected;
+    tm->instantiated = g1.instantiated - g0.instantiated;
+    if (n_t) {
+        tm->capture_ms = (g1.capture_s - g0.capture_s) * 1e3 / n_t;
+        tm->update_ms = (g1.update_s - g0.update_s + g1.instantiate_s - g0.instantiate_s) * 1e3 / n_t;
+    }
+    return n_t;
+}
+
 static void print_step_rows(void) {
     if (!g_n_step_rows) return;
-    printf("\ndecode step timing on the device's clock (median over the timed steps; no CUDA graphs, the host\n"
-           "enqueues every launch of a step; idle = device idle between the end of one step and the start of\n"
-           "the next):\n\n| B | wall ms | device span ms | idle before the step ms | span / wall |\n|---|---|---|---|---|\n");
-    for (int i = 0; i < g_n_step_rows; i++)
-        printf("| %d | %.2f | %.2f | %.3f | %.0f%% |\n", g_step_rows[i].B, g_step_rows[i].wall_ms, g_step_rows[i].gpu_ms,
-               g_step_rows[i].idle_ms, 100.0 * g_step_rows[i].gpu_ms / g_step_rows[i].wall_ms);
+    printf("\ndecode step timing on the device's clock, each forward call as one CUDA graph (default) and with\n"
+           "every kernel launched directly (DEEPINFER_ENFORCE_EAGER=1), over the same states (medians of the\n"
+           "timed steps; span = the device's first to last operation of a step; idle = device idle before\n"
+           "the step, i.e. the host's batch building, graph capture and update; capture / update = host ms per\n"
+           "step; pieces: graph pieces of the timed steps updated in place / instantiated / updates refused):\n\n"
+           "| B | graph: wall ms | span ms | idle ms | capture ms | update ms | pieces u/i/r | eager: wall ms | span ms "
+           "| idle ms | graph speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < g_n_step_rows; i++) {
+        const step_timing *g = &g_step_rows[i].graph, *e = &g_step_rows[i].eager;
+        printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %lld/%lld/%lld | %.2f | %.2f | %.3f | %.2fx |\n",
+               g_step_rows[i].B, g->wall_ms, g->gpu_ms, g->idle_ms, g->capture_ms, g->update_ms,
+               (long long)g->updated, (long long)g->instantiated, (long long)g->rejected, e->wall_ms, e->gpu_ms,
+               e->idle_ms, e->wall_ms / g->wall_ms);
+    }
 }
 
 /* Where one forward call's time goes: the stage profile (synchronising at every stage boundary, so
@@ -357,6 +408,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             const int B = Bs[bi];
             const int64_t ctx = ctxs[ci];
+            if (s->bench_batch > 0 && B != s->bench_batch) continue;
             if (slow || now_s() > deadline) {
                 printf("| decode | %d | %lld | skipped: %s |||||||\n", B, (long long)ctx,
                        slow ? "the previous batch size was too slow" : "benchmark time budget spent");
@@ -366,7 +418,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
             di_kv_pool_set_mem(&pool, &be->mem);
             di_seq_state *probe = di_seq_state_new_in(m, &pool);
-            const int64_t blocks = di_seq_state_blocks_needed(probe, ctx + steps + 2) * B;
+            const int64_t blocks = di_seq_state_blocks_needed(probe, ctx + 2 * steps + 6) * B;
             const double need = (double)blocks * di_kv_pool_block_bytes(&pool) + (double)B * di_seq_state_bytes(m, probe);
             di_seq_state_free(probe);
             be->mem_info(&free_b, &total_b);
@@ -378,27 +430,25 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             }
             pool.max_blocks = blocks;
             di_seq_state **st = calloc((size_t)B, sizeof *st);
-            double t[8], gspan[8], gidle[8];
-            int n_t = 0, n_idle = 0;
-            if (!make_states(m, &pool, B, ctx, steps + 2, st, &err)) {
-                for (int i = 0; i <= steps; i++) { /* the first step warms up */
-                    double dt = timed_forward(m, st, B, 1, logits, (uint64_t)i, &err);
-                    if (dt < 0) break;
-                    if (i > 0) {
-                        if (be->step_times) {
-                            be->step_times(m, &gspan[n_t], &gidle[n_idle]);
-                            if (gidle[n_idle] >= 0) n_idle++;
-                        }
-                        t[n_t++] = dt;
+            double t[16];
+            int n_t = 0;
+            if (!make_states(m, &pool, B, ctx, 2 * steps + 6, st, &err)) {
+                step_timing tm;
+                n_t = time_decode_steps(m, st, B, steps, budget_s, logits, 0, t, &tm, &slow, &err);
+                if (n_t == steps && ci == 0 && g_n_step_rows < MAX_STEP_ROWS) {
+                    /* the same states, every kernel launched directly (the graphs' gain) */
+                    step_timing te;
+                    double te_wall[16];
+                    bool slow_e = false;
+                    const bool graphs = m->device_graphs;
+                    m->device_graphs = false;
+                    if (time_decode_steps(m, st, B, steps, budget_s, logits, 100, te_wall, &te, &slow_e, &err) == steps) {
+                        g_step_rows[g_n_step_rows].B = B;
+                        g_step_rows[g_n_step_rows].graph = tm;
+                        g_step_rows[g_n_step_rows].eager = te;
+                        g_n_step_rows++;
                     }
-                    if (dt * steps > budget_s) slow = true;
-                }
-                if (n_t == steps && ci == 0 && be->step_times && g_n_step_rows < MAX_STEP_ROWS) {
-                    g_step_rows[g_n_step_rows].B = B;
-                    g_step_rows[g_n_step_rows].wall_ms = median_of(t, n_t) * 1e3;
-                    g_step_rows[g_n_step_rows].gpu_ms = median_of(gspan, n_t);
-                    g_step_rows[g_n_step_rows].idle_ms = median_of(gidle, n_idle);
-                    g_n_step_rows++;
+                    m->device_graphs = graphs;
                 }
                 if (n_t == steps && ci == 0 && (B == 1 || B == 64)) { /* where the time goes */
                     char what[64];

@@ -11,6 +11,16 @@
 
 #include "forward/forward.h"
 
+/* How forward calls ran as graphs: `captured` calls were captured and launched as graphs (in
+ * pieces of a few layers), `updated` pieces by updating a kept executable graph in place,
+ * `instantiated` by building a new one (a new topology, or a call whose temporaries did not fit
+ * the arena yet), `rejected` the updates refused (same node count, other topology); the host
+ * seconds spent capturing, updating and instantiating. */
+typedef struct di_graph_stats {
+    int64_t captured, updated, instantiated, rejected;
+    double capture_s, update_s, instantiate_s;
+} di_graph_stats;
+
 typedef struct di_device_backend {
     const char *name;                                      /* "cuda" */
     di_mem_ops mem;                                        /* zeroed alloc, release, D2D copy */
@@ -33,6 +43,8 @@ typedef struct di_device_backend {
      * and the device's idle time before it since the previous call ended (idle_ms; < 0 for the
      * first call): the gap a host step loop leaves between steps */
     void (*step_times)(const di_model *m, double *gpu_ms, double *idle_ms);
+    /* CUDA graphs since attach (NULL: the backend has none) */
+    void (*graph_stats)(const di_model *m, di_graph_stats *out);
 } di_device_backend;
 
 /* The CUDA backend, or NULL with the reason in *why (not built in, no device). */
@@ -42,6 +54,7 @@ const di_device_backend *di_cuda_backend(const char **why);
 enum {
     DI_BACKEND_BATCH_INVARIANT = 1, /* fixed reduction orders whatever the batch */
     DI_BACKEND_EXACT = 2,           /* quantised GEMMs with the CPU's exact block sums (slower) */
+    DI_BACKEND_EAGER = 4,           /* launch every kernel directly: no CUDA graphs */
 };
 /* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu)
  * with DI_BACKEND_* `flags`. Must be called before any sequence state is created for the model. */

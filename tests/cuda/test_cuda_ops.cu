@@ -430,8 +430,14 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     float *dq = (float *)dev_upload(q, 4 * nq * H * dim), *dsink = (float *)dev_upload(sink, 4 * H);
     float *dout = (float *)dev_poisoned(4 * nq * H * dim);
     const float *const *drows = (const float *const *)dev_upload(drows_h, sizeof(float *) * nq * n_idx);
-    if (slice_rows > 0) di_cuda_sparse_attn_sliced(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, slice_rows, 0);
-    else di_cuda_sparse_attn(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, 0);
+    if (slice_rows > 0) { /* with a caller-provided workspace, as the forward pass passes one */
+        float *ws = (float *)dev_poisoned(di_cuda_sparse_attn_ws_bytes(nq, H, dim, n_idx, slice_rows));
+        di_cuda_sparse_attn_sliced(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, slice_rows, ws, 0);
+        cudaDeviceSynchronize();
+        cudaFree(ws);
+    } else {
+        di_cuda_sparse_attn(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, 0);
+    }
     dev_download(got, dout, 4 * nq * H * dim);
     char shape[128];
     int n = snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d empty=%d%%", (long long)nq, H, dim, n_idx,
@@ -454,7 +460,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     for (int64_t t = 0; t < T; t++) di_cpu_hc_mix_logits(x + t * n * d, n, d, fn, 1e-6f, mix_ref + t * nm);
     float *dx = (float *)dev_upload(x, 4 * T * n * d), *dfn = (float *)dev_upload(fn, 4 * (size_t)nm * n * d);
     float *dmix = (float *)dev_poisoned(4 * T * nm);
-    di_cuda_hc_mix_logits(dx, T, n, d, dfn, 1e-6f, dmix, 0);
+    di_cuda_hc_mix_logits(dx, T, n, d, dfn, 1e-6f, dmix, NULL, 0);
     dev_download(mix_got, dmix, 4 * T * nm);
     char shape[96];
     snprintf(shape, sizeof shape, "T=%lld n=%d D=%lld", (long long)T, n, (long long)d);
@@ -606,6 +612,8 @@ static void run_quick(void) {
     test_attention(2, 16, 64, 0, 10, 0);                    /* empty lists */
     test_attention(2, 16, 64, 100, 50, 10, -1, 0, true);    /* KV rows not 16-byte aligned */
     test_mhc(2, 4, 256);
+    test_mhc(1, 4, 640);  /* 5 chunks, the last one partial */
+    test_mhc(3, 6, 64);   /* n * n > 32: the one-thread Sinkhorn */
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
 }
@@ -685,6 +693,9 @@ int main(int argc, char **argv) {
 
     test_mhc(4, 4, 5120);
     test_mhc(64, 4, 512);
+    test_mhc(1, 4, 5120);   /* a decode step: 40 chunks of the split sums */
+    test_mhc(600, 4, 300);  /* two token slices, a partial last chunk */
+    test_mhc(5, 6, 160);    /* n * n > 32: the one-thread Sinkhorn */
 
     test_index_score(4, 2048, 32, 128);
     test_index_score(2, 333, 32, 128);

@@ -261,9 +261,27 @@ static size_t att_runsum_smem(int dim) {
     return sizeof(double) * ATT_HG * ATT_RUN + sizeof(float) * (size_t)ATT_RUN * att_kv_stride(dim);
 }
 
+/* floats of one row's workspace: logit [H, n_idx], run_max and psum [H, n_runs], run_pv
+ * [n_runs, H, dim] */
+static int64_t att_row_floats(int n_heads, int dim, int n_idx) {
+    const int n_runs = n_idx > 0 ? (n_idx + ATT_RUN - 1) / ATT_RUN : 0;
+    const int64_t n_run = (int64_t)n_heads * n_runs;
+    return (int64_t)n_heads * (n_idx > 0 ? n_idx : 0) + 2 * n_run + n_run * (dim > 0 ? dim : 0);
+}
+static int64_t att_slice(int64_t nq, int64_t slice_rows) {
+    int64_t S = slice_rows < nq ? slice_rows : nq;
+    if (S > ATT_MAX_SLICE_ROWS) S = ATT_MAX_SLICE_ROWS;
+    return S < 1 ? 1 : S;
+}
+
+extern "C" size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx, int64_t slice_rows) {
+    return sizeof(float) * (size_t)(att_slice(nq, slice_rows) * att_row_floats(n_heads, dim, n_idx)) + 16;
+}
+
 extern "C" void di_cuda_sparse_attn_sliced(const float *q, int64_t nq, int n_heads, int dim,
                                            const float *const *kv_rows, int n_idx, const float *sink,
-                                           float scale, float *out, int64_t slice_rows, cudaStream_t s) {
+                                           float scale, float *out, int64_t slice_rows, float *ws,
+                                           cudaStream_t s) {
     if (dim > ATT_MAX_DIM || dim <= 0) {
         fprintf(stderr, "di_cuda_sparse_attn: head dim %d not in 1..%d\n", dim, ATT_MAX_DIM);
         abort();
@@ -282,12 +300,10 @@ extern "C" void di_cuda_sparse_attn_sliced(const float *q, int64_t nq, int n_hea
     /* workspace of one slice of S rows: logit [S, H, n_idx], run_max [S, H, n_runs],
      * psum [S, H, n_runs], run_pv [S, n_runs, H, dim], fp32 */
     const int64_t n_logit = (int64_t)n_heads * (n_idx > 0 ? n_idx : 0), n_run = (int64_t)n_heads * n_runs;
-    const int64_t n_pv = n_run * dim, row_floats = n_logit + 2 * n_run + n_pv;
-    int64_t S = slice_rows < nq ? slice_rows : nq;
-    if (S > ATT_MAX_SLICE_ROWS) S = ATT_MAX_SLICE_ROWS;
-    if (S < 1) S = 1;
-    float *ws = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync((void **)&ws, sizeof(float) * (size_t)(S * row_floats) + 16, s));
+    const int64_t S = att_slice(nq, slice_rows);
+    const bool own_ws = ws == nullptr;
+    if (own_ws)
+        DI_CUDA_CHECK(cudaMallocAsync((void **)&ws, di_cuda_sparse_attn_ws_bytes(nq, n_heads, dim, n_idx, slice_rows), s));
     float *logit = ws, *run_max = logit + S * n_logit, *psum = run_max + S * n_run, *run_pv = psum + S * n_run;
     for (int64_t r0 = 0; r0 < nq; r0 += S) {
         const int64_t rows = nq - r0 < S ? nq - r0 : S;
@@ -305,15 +321,17 @@ extern "C" void di_cuda_sparse_attn_sliced(const float *q, int64_t nq, int n_hea
             n_heads, dim, n_runs, run_max, psum, run_pv, sink, out + r0 * n_heads * dim);
         DI_CUDA_LAUNCHED();
     }
-    DI_CUDA_CHECK(cudaFreeAsync(ws, s));
+    if (own_ws) DI_CUDA_CHECK(cudaFreeAsync(ws, s));
+}
+
+extern "C" int64_t di_cuda_sparse_attn_slice_rows(int64_t nq, int n_heads, int dim, int n_idx) {
+    const size_t row_bytes = sizeof(float) * (size_t)att_row_floats(n_heads, dim, n_idx);
+    return row_bytes ? (int64_t)(ATT_WS_MAX_BYTES / row_bytes) : nq;
 }
 
 extern "C" void di_cuda_sparse_attn(const float *q, int64_t nq, int n_heads, int dim,
                                     const float *const *kv_rows, int n_idx, const float *sink,
                                     float scale, float *out, cudaStream_t s) {
-    const int n_runs = n_idx > 0 ? (n_idx + ATT_RUN - 1) / ATT_RUN : 0;
-    const size_t row_bytes = sizeof(float) * (size_t)n_heads *
-                             ((size_t)(n_idx > 0 ? n_idx : 0) + (size_t)n_runs * (2 + (size_t)(dim > 0 ? dim : 0)));
-    const int64_t slice = row_bytes ? (int64_t)(ATT_WS_MAX_BYTES / row_bytes) : nq;
-    di_cuda_sparse_attn_sliced(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, slice, s);
+    di_cuda_sparse_attn_sliced(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out,
+                               di_cuda_sparse_attn_slice_rows(nq, n_heads, dim, n_idx), nullptr, s);
 }

@@ -45,8 +45,14 @@ extern "C" bool di_cuda_ctx_init(di_cuda_ctx *ctx) {
     return true;
 }
 
+extern "C" void di_cuda_ctx_release_retired(di_cuda_ctx *ctx) {
+    for (int i = 0; i < ctx->n_retired; i++) DI_CUDA_CHECK(cudaFree(ctx->retired[i]));
+    ctx->n_retired = 0;
+}
+
 extern "C" void di_cuda_ctx_free(di_cuda_ctx *ctx) {
     if (ctx->blas) cublasDestroy((cublasHandle_t)ctx->blas);
+    di_cuda_ctx_release_retired(ctx);
     if (ctx->scratch) cudaFree(ctx->scratch);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     memset(ctx, 0, sizeof(*ctx));
@@ -54,8 +60,17 @@ extern "C" void di_cuda_ctx_free(di_cuda_ctx *ctx) {
 
 extern "C" void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->scratch_bytes) return ctx->scratch;
-    DI_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-    if (ctx->scratch) DI_CUDA_CHECK(cudaFree(ctx->scratch));
+    if (ctx->capturing) { /* earlier nodes of the graph use the old buffer: keep it until it ran */
+        if (ctx->n_retired == DI_CUDA_MAX_RETIRED) {
+            fprintf(stderr, "di_cuda_scratch: more than %d growths in one captured call\n", DI_CUDA_MAX_RETIRED);
+            abort();
+        }
+        if (ctx->scratch) ctx->retired[ctx->n_retired++] = ctx->scratch;
+        if (bytes < 2 * ctx->scratch_bytes) bytes = 2 * ctx->scratch_bytes;
+    } else {
+        DI_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+        if (ctx->scratch) DI_CUDA_CHECK(cudaFree(ctx->scratch));
+    }
     DI_CUDA_CHECK(cudaMalloc(&ctx->scratch, bytes));
     ctx->scratch_bytes = bytes;
     return ctx->scratch;

@@ -19,13 +19,20 @@ extern "C" {
 #endif
 
 /* Per-device state: the stream every op runs on, a cuBLAS handle, and a scratch buffer that
- * grows on demand (used by the BF16/F32 linears to stage bf16 or widened operands). */
+ * grows on demand (used by the linears to stage converted operands). While the stream is being
+ * captured into a CUDA graph (`capturing`), growing the scratch may neither synchronise nor free
+ * the old buffer (nodes captured earlier use it): the old one is retired and freed by
+ * di_cuda_ctx_release_retired once the graph has run. */
+enum { DI_CUDA_MAX_RETIRED = 16 };
 typedef struct di_cuda_ctx {
     cudaStream_t stream;
     void *blas;          /* cublasHandle_t */
     void *scratch;       /* device scratch */
     size_t scratch_bytes;
     bool exact;          /* quantised GEMMs with the CPU's exact block sums (CUDA cores) */
+    bool capturing;      /* the stream is being captured (set by the caller around the capture) */
+    void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
+    int n_retired;
 } di_cuda_ctx;
 
 /* Returns false (and leaves *ctx zeroed) when no CUDA device is usable. */
@@ -33,6 +40,8 @@ bool di_cuda_ctx_init(di_cuda_ctx *ctx);
 void di_cuda_ctx_free(di_cuda_ctx *ctx);
 /* Scratch of at least `bytes` (valid until the next call on this context). */
 void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes);
+/* Frees the scratch buffers retired during a capture (call when the stream is idle). */
+void di_cuda_ctx_release_retired(di_cuda_ctx *ctx);
 
 /* ---- quantisers (cuda_quant.cu) ---- */
 /* in place, x [n]: act_quant per `block` (<= 128) values, ue8m0 power-of-two scale */
@@ -68,15 +77,23 @@ void di_cuda_sparse_attn(const float *q, int64_t nq, int n_heads, int dim,
                          const float *const *kv_rows, int n_idx, const float *sink, float scale,
                          float *out, cudaStream_t s);
 /* the same with the rows processed slice_rows at a time (di_cuda_sparse_attn bounds its workspace
- * this way; tests force small slices); the result does not depend on slice_rows */
+ * this way; tests force small slices); the result does not depend on slice_rows. ws: a device
+ * workspace of di_cuda_sparse_attn_ws_bytes(nq, n_heads, dim, n_idx, slice_rows) bytes, or NULL
+ * to allocate one stream-ordered (a caller capturing a CUDA graph passes its own: allocation
+ * nodes would make the graph impossible to update). */
 void di_cuda_sparse_attn_sliced(const float *q, int64_t nq, int n_heads, int dim,
                                 const float *const *kv_rows, int n_idx, const float *sink, float scale,
-                                float *out, int64_t slice_rows, cudaStream_t s);
+                                float *out, int64_t slice_rows, float *ws, cudaStream_t s);
+/* the slice size di_cuda_sparse_attn uses, and the workspace bytes of a call */
+int64_t di_cuda_sparse_attn_slice_rows(int64_t nq, int n_heads, int dim, int n_idx);
+size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx, int64_t slice_rows);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
-/* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)] */
+/* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device
+ * workspace, or NULL to allocate it stream-ordered (not while capturing a graph) */
 void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
-                           float *mix, cudaStream_t s);
+                           float *mix, void *ws, cudaStream_t s);
+size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d);
 /* mix [T, n(n+2)]; scale [3]; base [n(n+2)] -> pre [T, n], post [T, n], comb [T, n, n] */
 void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int64_t T,
                                int n, int iters, float eps, float *pre, float *post, float *comb,

@@ -128,7 +128,11 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     const int n_list = W + a.sel_len;
     const float **list = gpu_alloc(f, sizeof(float *) * (size_t)R * n_list); /* [R, n_list] */
     gpu_build_attn_lists(&a, R, n_list, list, f->s);
-    di_cuda_sparse_attn(q, R, H, Dh, list, n_list, L->attn.attn_sink, (float)(1.0 / sqrt((double)Dh)), o, f->s);
+    const int64_t slice = di_cuda_sparse_attn_slice_rows(R, H, Dh, n_list);
+    float *ws = gpu_alloc(f, di_cuda_sparse_attn_ws_bytes(R, H, Dh, n_list, slice));
+    di_cuda_sparse_attn_sliced(q, R, H, Dh, list, n_list, L->attn.attn_sink, (float)(1.0 / sqrt((double)Dh)), o,
+                               slice, ws, f->s);
+    gpu_free(f, ws);
     gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
     ring_write(f, L, kv);
     gpu_stage(f, ST_ATTN_OUT);

@@ -62,10 +62,15 @@ static size_t bump_growth(const gpu_bump *b, size_t first) {
     return cap;
 }
 
+/* While capturing, every size comes from the arena: a pool allocation would put an allocation
+ * node into the graph, and such a graph cannot be updated for the next call. */
 void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
     const size_t need = ((bytes ? bytes : 16) + 255) & ~(size_t)255;
-    void *p = need <= ARENA_MAX_PIECE ? bump_take(f->arena, need) : NULL;
-    if (!p) CK(cudaMallocAsync(&p, need, f->s));
+    void *p = need <= ARENA_MAX_PIECE || f->capturing ? bump_take(f->arena, need) : NULL;
+    if (!p) {
+        CK(cudaMallocAsync(&p, need, f->s));
+        ((gpu_fwd *)f)->graph_reusable = false;
+    }
     return p;
 }
 void gpu_free(const gpu_fwd *f, void *p) {
@@ -77,13 +82,31 @@ void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     void *p = gpu_alloc(f, bytes);
     if (!bytes) return p;
     uint8_t *pinned = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
+    if (!pinned && f->capturing) pinned = gpu_pinned_extra((gpu_fwd *)f, bytes); /* the graph copies later */
     if (pinned) memcpy(pinned, host, bytes);
     CK(cudaMemcpyAsync(p, pinned ? pinned : host, bytes, cudaMemcpyHostToDevice, f->s));
     return p;
 }
+void *gpu_pinned_extra(gpu_fwd *f, size_t bytes) {
+    gpu_graphs *gr = &((gpu_model *)f->g)->graphs;
+    void *p = NULL;
+    CK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    if (gr->n_extra == gr->cap_extra) {
+        gr->cap_extra = gr->cap_extra ? 2 * gr->cap_extra : 16;
+        gr->extra_pinned = di_xrealloc(gr->extra_pinned, sizeof(void *) * (size_t)gr->cap_extra);
+    }
+    gr->extra_pinned[gr->n_extra++] = p;
+    f->graph_reusable = false;
+    return p;
+}
 void gpu_bumps_reset(gpu_fwd *f) {
     gpu_bump *st = f->stg, *a = f->arena;
-    if (st->used || st->want || a->used || a->want) CK(cudaStreamSynchronize(f->s)); /* the last call is done */
+    gpu_graphs *gr = &((gpu_model *)f->g)->graphs;
+    if (st->used || st->want || a->used || a->want || gr->n_extra || f->cx->n_retired)
+        CK(cudaStreamSynchronize(f->s)); /* the last call is done */
+    for (int i = 0; i < gr->n_extra; i++) CK(cudaFreeHost(gr->extra_pinned[i]));
+    gr->n_extra = 0;
+    di_cuda_ctx_release_retired(f->cx);
     size_t cap = bump_growth(st, (size_t)1 << 20);
     if (cap) {
         if (st->base) CK(cudaFreeHost(st->base));
@@ -102,6 +125,27 @@ void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
     CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, f->s));
     CK(cudaStreamSynchronize(f->s));
+}
+void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes) {
+    if (!bytes) return;
+    void *pinned = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
+    if (!pinned && f->capturing) pinned = gpu_pinned_extra(f, bytes);
+    if (!pinned) { /* staging full (it grows for the next call): wait here */
+        gpu_download(f, host, dev, bytes);
+        return;
+    }
+    CK(cudaMemcpyAsync(pinned, dev, bytes, cudaMemcpyDeviceToHost, f->s));
+    if (f->n_dl == f->cap_dl) {
+        f->cap_dl = f->cap_dl ? 2 * f->cap_dl : 4;
+        f->dl = di_xrealloc(f->dl, sizeof *f->dl * (size_t)f->cap_dl);
+    }
+    f->dl[f->n_dl++] = (struct gpu_pending_download){host, pinned, bytes};
+}
+void gpu_downloads_finish(gpu_fwd *f) {
+    for (int i = 0; i < f->n_dl; i++) memcpy(f->dl[i].host, f->dl[i].pinned, f->dl[i].bytes);
+    free(f->dl);
+    f->dl = NULL;
+    f->n_dl = f->cap_dl = 0;
 }
 void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n) {
     if (!f->b->debug_fn) return;
@@ -260,6 +304,7 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w2);
         free(g->layers[l].ffn.w3);
     }
+    gpu_graphs_free(g);
     if (g->stg.base) cudaFreeHost(g->stg.base);
     if (g->arena.base) cudaFree(g->arena.base);
     cudaEventDestroy(g->ev_start);
@@ -355,6 +400,7 @@ static const di_device_backend cuda_backend = {
     .profile = gpu_profile,
     .n_profile_stages = ST_COUNT,
     .step_times = gpu_step_times,
+    .graph_stats = gpu_graph_stats,
 };
 
 const di_device_backend *di_cuda_backend_probe(const char **why) {

@@ -34,6 +34,8 @@ void gpu_stage(const gpu_fwd *f, gpu_stage_id next) {
     g_cur = next;
 }
 
+bool gpu_profiling(void) { return g_prof; }
+
 void gpu_profile(bool on, const char *const **names, double *seconds) {
     if (names) *names = k_stage_names;
     if (seconds) memcpy(seconds, g_stage_s, sizeof g_stage_s);
@@ -92,7 +94,9 @@ static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const flo
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     float *mix = gpu_alloc(f, sizeof(float) * (size_t)f->R * n * (n + 2)); /* [R, n(n+2)] */
-    di_cuda_hc_mix_logits(X, f->R, n, c->hidden_size, fn, (float)c->rms_norm_eps, mix, f->s);
+    void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, c->hidden_size));
+    di_cuda_hc_mix_logits(X, f->R, n, c->hidden_size, fn, (float)c->rms_norm_eps, mix, ws, f->s);
+    gpu_free(f, ws);
     di_cuda_hc_split_sinkhorn(mix, scale, base, f->R, n, c->hc_sinkhorn_iters, (float)c->hc_eps, pre,
                               post, comb, f->s);
     gpu_free(f, mix);
@@ -180,7 +184,7 @@ static void head(gpu_fwd *f, const float *X, const float *pre) {
             for (int i = 0, r = 0; r < f->R; r++)
                 if (!f->b->want_logits || f->b->want_logits[r]) gpu_debug(f, "final_norm_out_row", r, yn + (size_t)i++ * D, D);
         gpu_linear(f, &f->dm->head, yn, n_out, logits, DI_LIN_F32);
-        gpu_download(f, f->b->logits, logits, sizeof(float) * (size_t)n_out * V);
+        gpu_download_async(f, f->b->logits, logits, sizeof(float) * (size_t)n_out * V);
         free(dx);
         free(dp);
         gpu_free(f, Xo);
@@ -223,6 +227,7 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     f->arena = &((gpu_model *)f->g)->arena;
     gpu_bumps_reset(f);
     f->R = b->n_rows;
+    gpu_graph_begin(f); /* from here on the call's operations may be captured */
     const di_config *c = &m->cfg;
     f->row_seq = di_xmalloc(sizeof(int) * (size_t)f->R);
     f->row_pos = di_xmalloc(sizeof(int64_t) * (size_t)f->R);
@@ -313,7 +318,7 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
         g->ev_prev_end = g->ev_end;
         g->ev_end = t;
     }
-    cudaEventRecord(g->ev_start, f.s);
+    if (!f.capturing) cudaEventRecord(g->ev_start, f.s); /* else just before the graph's launch */
     const int R = f.R, n = c->hc_mult;
     const int64_t D = c->hidden_size, W = (int64_t)c->n_dspark_targets * D;
     float *X = gpu_alloc(&f, sizeof(float) * (size_t)R * n * D); /* [R, n, D] bf16 stream */
@@ -341,19 +346,22 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
         gpu_debug(&f, "block_in", l, X, (int64_t)R * n * D);
         block(&f, l, X, pre);
         gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
+        if ((l + 1) % GPU_GRAPH_PIECE_LAYERS == 0 && l + 1 < m->n_layers) gpu_graph_cut(&f, g->ev_start);
     }
     if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
     gpu_stage(&f, ST_HEAD);
     if (b->logits) head(&f, X, pre);
     gpu_stage(&f, ST_OTHER);
-    if (b->main_hidden && W > 0) gpu_download(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
+    if (b->main_hidden && W > 0) gpu_download_async(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
     commit_states(&f);
     gpu_free(&f, X);
     gpu_free(&f, pre);
     call_free(&f);
+    if (f.capturing) gpu_graph_launch(&f, g->ev_start);
     cudaEventRecord(g->ev_end, f.s);
     cudaError_t e = cudaStreamSynchronize(f.s);
     if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
+    gpu_downloads_finish(&f);
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, g->ev_start, g->ev_end);
     g->last_gpu_ms = ms;

@@ -36,10 +36,27 @@ typedef struct gpu_bump {
     size_t cap, used, want;
 } gpu_bump;
 
+/* Executable CUDA graphs kept for reuse (gpu_graph.c), one per topology (node count), and the
+ * pinned pieces a capture had to allocate because staging was full (freed at the next reset). */
+enum { GPU_GRAPH_SLOTS = 64, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 4 };
+typedef struct gpu_graphs {
+    struct {
+        cudaGraphExec_t exec;  /* NULL: free slot */
+        int piece;
+        size_t n_nodes;
+        uint64_t last_use;
+    } slot[GPU_GRAPH_SLOTS];
+    uint64_t tick;
+    void **extra_pinned;
+    int n_extra, cap_extra;
+    di_graph_stats stats;
+} gpu_graphs;
+
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
     gpu_bump stg;              /* cudaHostAlloc'ed */
     gpu_bump arena;            /* cudaMalloc'ed */
+    gpu_graphs graphs;
     /* step timing on the device's clock: events at the start and end of each forward call */
     cudaEvent_t ev_start, ev_end, ev_prev_end;
     bool have_end;
@@ -84,6 +101,15 @@ typedef struct gpu_fwd {
     uint8_t *d_cand;
     int64_t cand_nb;
     float *d_main_hidden;      /* [R, n_targets * D] */
+    /* CUDA graph capture of this call (gpu_graph.c): on while the stream records; reusable while
+     * nothing made an allocation node or needed an extra pinned piece */
+    bool capturing, graph_reusable;
+    int graph_piece;           /* pieces launched so far in this call */
+    double capture_t0;
+    /* device-to-host copies into pinned staging, copied to their host destinations once the call
+     * has finished (gpu_downloads_finish) */
+    struct gpu_pending_download { void *host; const void *pinned; size_t bytes; } *dl;
+    int n_dl, cap_dl;
 } gpu_fwd;
 
 /* ---- memory (gpu_backend.c) ---- */
@@ -92,6 +118,12 @@ void gpu_free(const gpu_fwd *f, void *p);
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy, never syncs */
 void gpu_bumps_reset(gpu_fwd *f);                     /* start of a forward call */
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes); /* synchronous */
+/* host [bytes] <- dev when the call has finished (gpu_forward_run's end); never waits, so it may
+ * be captured */
+void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes);
+void gpu_downloads_finish(gpu_fwd *f);               /* after the stream is idle */
+/* pinned host memory for one call while capturing (staging full), freed at the next reset */
+void *gpu_pinned_extra(gpu_fwd *f, size_t bytes);
 /* Debug hook on a device tensor: download, call, upload back (teacher forcing may overwrite). */
 void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n);
 
@@ -102,6 +134,20 @@ typedef enum gpu_stage_id {
     ST_MOE_EXPERTS, ST_MOE_SHARED, ST_ENGRAM, ST_HEAD, ST_COUNT
 } gpu_stage_id;
 void gpu_stage(const gpu_fwd *f, gpu_stage_id next);
+bool gpu_profiling(void);
+
+/* ---- CUDA graphs (gpu_graph.c) ---- */
+/* Starts capturing the call's stream if the call may run as a graph (see gpu_graph.c); false:
+ * the call runs eagerly. */
+bool gpu_graph_begin(gpu_fwd *f);
+/* Ends the capture and launches the graph (updating a kept executable graph when one of the
+ * same topology exists); records the step's start event just before the launch. */
+void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start);
+/* While capturing: launches what was captured so far as one piece and captures on (the device runs
+ * the piece while the host captures the next). */
+void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start);
+void gpu_graphs_free(gpu_model *g);
+void gpu_graph_stats(const di_model *m, di_graph_stats *out);
 void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms); /* device.h step_times */
 
 /* ---- stages ---- */

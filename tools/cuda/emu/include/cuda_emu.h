@@ -39,7 +39,7 @@ struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 
-typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100 } cudaError_t;
+typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100, cudaErrorNotSupported = 801 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
@@ -137,6 +137,11 @@ static inline T __shfl_sync(unsigned, T v, int src) {
 }
 template <class T>
 static inline T __shfl_xor_sync(unsigned m, T v, int x) { return __shfl_sync(m, v, (int)((emu::flat_tid() & 31) ^ x)); }
+template <class T>
+static inline T __shfl_down_sync(unsigned m, T v, unsigned d) { /* lanes past the warp keep their own value */
+    const unsigned lane = emu::flat_tid() & 31;
+    return __shfl_sync(m, v, (int)(lane + d < 32 ? lane + d : lane));
+}
 static inline unsigned __ballot_sync(unsigned, int pred) {
     const unsigned t = emu::flat_tid(), w = t / 32;
     emu::g_block->xbuf[t] = pred ? 1 : 0;

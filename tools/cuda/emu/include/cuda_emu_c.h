@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100 } cudaError_t;
+typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100, cudaErrorNotSupported = 801 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_mempool *cudaMemPool_t;
 typedef struct emu_event *cudaEvent_t;
@@ -47,6 +47,46 @@ EMU_C(cudaError_t, cudaEventDestroy, (cudaEvent_t e))
 EMU_C(cudaError_t, cudaEventRecord, (cudaEvent_t e, cudaStream_t s))
 EMU_C(cudaError_t, cudaEventElapsedTime, (float *ms, cudaEvent_t a, cudaEvent_t b))
 #undef EMU_C
+
+/* CUDA graphs: not emulated. Capture never begins, so the driver runs every call eagerly; the
+ * other entry points exist only for the compiler. */
+typedef struct emu_graph *cudaGraph_t;
+typedef struct emu_graph_exec *cudaGraphExec_t;
+typedef struct emu_graph_node *cudaGraphNode_t;
+typedef struct cudaGraphExecUpdateResultInfo { int result; } cudaGraphExecUpdateResultInfo;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) {
+    (void)s, (void)m;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    (void)s, (void)g;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *n, size_t *count) {
+    (void)g, (void)n, (void)count;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *i) {
+    (void)e, (void)g, (void)i;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+    (void)e, (void)g, (void)flags;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+    (void)e, (void)s;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    (void)e;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    (void)g;
+    return cudaErrorNotSupported;
+}
 #define cudaHostAllocDefault 0
 
 #define cudaGetDeviceCount emu_c_cudaGetDeviceCount

@@ -1,0 +1,153 @@
+/* Forward calls as CUDA graphs (issue 5, item 2).
+ *
+ * A decode step launches ~2,400 kernels at B = 1, most of them a few microseconds long; launched
+ * one by one, the device waits for the host between them. A call of up to GPU_GRAPH_MAX_ROWS rows
+ * therefore runs with its stream in capture mode: the host code of the call runs exactly as in
+ * eager mode (it plans the lists, fills the pinned staging, advances the sequences' host state),
+ * but its launches and copies are recorded and launched as graphs, whose kernels the device runs
+ * back to back. The call is cut into pieces of GPU_GRAPH_PIECE_LAYERS layers (gpu_graph_cut): a
+ * piece is launched as soon as it is captured, so the host captures the next piece while the
+ * device runs this one, and the device waits only for the first piece's capture.
+ *
+ * Executable graphs are kept per piece and topology (GPU_GRAPH_SLOTS of them, keyed by piece
+ * index and node count: the batch's rows and which stages ran, e.g. whether a compressor emitted
+ * entries) and updated in place with the new call's parameters (cudaGraphExecUpdate: kernel
+ * arguments, grids, copy addresses), which costs far less than instantiating. Because the graphs
+ * are rebuilt from the host code each call, what runs is always what eager mode would launch:
+ * results are bit-identical.
+ *
+ * A captured call is reusable only if it made no allocation node and needed no extra pinned
+ * memory: while capturing, temporaries of every size come from the arena and copies go through
+ * pinned staging; a call that overflowed either (the first at a new size; both grow for the next
+ * call) is instantiated, launched once and dropped.
+ *
+ * Not captured (eager): exact mode and debug runs (they download mid-call), forced or exported
+ * indexer selections, the stage profile (it synchronises at stage boundaries), calls above
+ * GPU_GRAPH_MAX_ROWS rows (prefill chunks: launch overhead is small there), DEEPINFER_ENFORCE_EAGER,
+ * and any call whose capture cannot begin (an emulator without graphs). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/gpu_internal.h"
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool gpu_graph_begin(gpu_fwd *f) {
+    const di_batch *b = f->b;
+    if (!f->m->device_graphs || f->cx->exact || b->debug_fn || b->forced_topk || b->topk_out || gpu_profiling() ||
+        f->R > GPU_GRAPH_MAX_ROWS)
+        return false;
+    /* relaxed: growing the GEMM scratch or a pinned piece may allocate while capturing */
+    if (cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    f->capturing = f->cx->capturing = true;
+    f->graph_reusable = true;
+    f->graph_piece = 0;
+    f->capture_t0 = now_s();
+    return true;
+}
+
+/* a kept executable graph of (piece, n_nodes) updated to `graph`, or NULL; several topologies may
+ * share a node count, so every kept variant is tried (a refused update is cheap) */
+static cudaGraphExec_t update_kept(gpu_graphs *gs, cudaGraph_t graph, int piece, size_t n_nodes) {
+    for (int i = 0; i < GPU_GRAPH_SLOTS; i++) {
+        if (!gs->slot[i].exec || gs->slot[i].piece != piece || gs->slot[i].n_nodes != n_nodes) continue;
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(gs->slot[i].exec, graph, &info) == cudaSuccess) {
+            gs->slot[i].last_use = ++gs->tick;
+            return gs->slot[i].exec;
+        }
+        cudaGetLastError(); /* same node count, another topology: try the next kept variant */
+        gs->stats.rejected++;
+    }
+    return NULL;
+}
+
+/* keeps exec, replacing the least recently used slot */
+static void keep(gpu_graphs *gs, cudaGraphExec_t exec, int piece, size_t n_nodes) {
+    int victim = 0;
+    for (int i = 0; i < GPU_GRAPH_SLOTS; i++) {
+        if (!gs->slot[i].exec) {
+            victim = i;
+            break;
+        }
+        if (gs->slot[i].last_use < gs->slot[victim].last_use) victim = i;
+    }
+    if (gs->slot[victim].exec) CK(cudaGraphExecDestroy(gs->slot[victim].exec));
+    gs->slot[victim].exec = exec;
+    gs->slot[victim].piece = piece;
+    gs->slot[victim].n_nodes = n_nodes;
+    gs->slot[victim].last_use = ++gs->tick;
+}
+
+void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
+    gpu_graphs *gs = &((gpu_model *)f->g)->graphs;
+    cudaGraph_t graph = NULL;
+    const cudaError_t e = cudaStreamEndCapture(f->s, &graph);
+    f->capturing = f->cx->capturing = false;
+    if (e != cudaSuccess)
+        di_die("CUDA graph capture of a forward call failed: %s (DEEPINFER_ENFORCE_EAGER=1 runs without graphs)",
+               cudaGetErrorString(e));
+    const double t1 = now_s();
+    if (f->graph_piece == 0) gs->stats.captured++;
+    gs->stats.capture_s += t1 - f->capture_t0;
+    size_t n_nodes = 0;
+    CK(cudaGraphGetNodes(graph, NULL, &n_nodes));
+    cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes) : NULL;
+    const double t2 = now_s();
+    if (exec) {
+        gs->stats.updated++;
+        gs->stats.update_s += t2 - t1;
+    } else {
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        gs->stats.instantiated++;
+        gs->stats.instantiate_s += now_s() - t2;
+    }
+    if (f->graph_piece == 0) CK(cudaEventRecord(start, f->s));
+    CK(cudaGraphLaunch(exec, f->s));
+    if (f->graph_reusable) {
+        bool kept = false;
+        for (int i = 0; i < GPU_GRAPH_SLOTS; i++) kept |= gs->slot[i].exec == exec;
+        if (!kept) keep(gs, exec, f->graph_piece, n_nodes);
+    } else {
+        CK(cudaGraphExecDestroy(exec)); /* freed once the launch completes */
+    }
+    CK(cudaGraphDestroy(graph));
+}
+
+void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start) {
+    if (!f->capturing) return;
+    gpu_graph_launch(f, start);
+    f->graph_piece++;
+    if (cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError(); /* the rest of the call runs eagerly */
+        return;
+    }
+    f->capturing = f->cx->capturing = true;
+    f->graph_reusable = true;
+    f->capture_t0 = now_s();
+}
+
+void gpu_graphs_free(gpu_model *g) {
+    gpu_graphs *gs = &g->graphs;
+    for (int i = 0; i < GPU_GRAPH_SLOTS; i++)
+        if (gs->slot[i].exec) cudaGraphExecDestroy(gs->slot[i].exec);
+    for (int i = 0; i < gs->n_extra; i++) cudaFreeHost(gs->extra_pinned[i]);
+    free(gs->extra_pinned);
+    memset(gs, 0, sizeof *gs);
+}
+
+void gpu_graph_stats(const di_model *m, di_graph_stats *out) { *out = ((const gpu_model *)m->dev)->graphs.stats; }
