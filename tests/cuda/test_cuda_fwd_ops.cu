@@ -668,15 +668,15 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
             const uint8_t **d1s = (const uint8_t **)dev_upload(&ws[g], sizeof(void *));
             const int one[2] = {0, rows[g]};
             int *d1o = (int *)dev_upload(one, sizeof one);
-            di_cuda_linear_quant_grouped(&g_cx, &shape, d1w, d1s, d1o, 1, rows[g], rows[g], x + (size_t)off[g] * K,
-                                         y1 + (size_t)off[g] * N);
+            di_cuda_linear_quant_grouped(&g_cx, &shape, d1w, d1s, d1o, NULL, 1, rows[g], rows[g],
+                                         x + (size_t)off[g] * K, y1 + (size_t)off[g] * N);
             cudaFree((void *)d1w), cudaFree((void *)d1s), cudaFree(d1o);
         }
     }
     const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * G);
     const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * G);
     int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (G + 1));
-    di_cuda_linear_quant_grouped(&g_cx, &shape, d_wd, d_ws, d_off, G, M, max_rows, x, yg);
+    di_cuda_linear_quant_grouped(&g_cx, &shape, d_wd, d_ws, d_off, NULL, G, M, max_rows, x, yg);
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     dev_download(a, yg, sizeof(float) * (size_t)M * N);
     dev_download(b, y1, sizeof(float) * (size_t)M * N);
@@ -684,6 +684,17 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     snprintf(shp, sizeof shp, "%s %s G=%d M=%d K=%lld N=%lld", exact ? "exact" : "mma", fp4 ? "fp4" : "fp8", G, M,
              (long long)K, (long long)N);
     compare("linear_quant_grouped", shp, a, b, (int64_t)M * N, "exact");
+    /* the same through the active-group list (di_cuda_moe_group's: groups with rows, then -1),
+     * which launches min(G, M) group slots */
+    std::vector<int> act(G, -1);
+    for (int g = 0, j = 0; g < G; g++)
+        if (rows[g]) act[j++] = g;
+    int *d_act = (int *)dev_upload(act.data(), sizeof(int) * G);
+    float *ya = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+    di_cuda_linear_quant_grouped(&g_cx, &shape, d_wd, d_ws, d_off, d_act, G, M, max_rows, x, ya);
+    dev_download(a, ya, sizeof(float) * (size_t)M * N);
+    compare("linear_quant_grouped.active", shp, a, b, (int64_t)M * N, "exact");
+    cudaFree(d_act), cudaFree(ya);
     for (int g = 0; g < G; g++) {
         cudaFree(wd[g]);
         cudaFree(ws[g]);
@@ -857,17 +868,24 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
     }
     float *x = (float *)dev_poisoned(4 * R * D), *xg = (float *)dev_poisoned(4 * n * D), *yg = (float *)dev_poisoned(4 * n * D),
           *eo = (float *)dev_poisoned(4 * n * D), *wts = (float *)dev_poisoned(4 * n);
-    int *doff = (int *)dev_poisoned(4 * (G + 1));
+    int *doff = (int *)dev_poisoned(4 * (G + 1)), *dact = (int *)dev_poisoned(4 * G);
     void **lists = (void **)dev_poisoned(sizeof(void *) * 4 * n);
-    di_cuda_moe_group(dex, dwt, R, K, G, x, xg, yg, eo, D, doff, (const float **)lists, (float **)lists + n,
+    di_cuda_moe_group(dex, dwt, R, K, G, x, xg, yg, eo, D, doff, dact, (const float **)lists, (float **)lists + n,
                       (const float **)lists + 2 * n, (float **)lists + 3 * n, wts, 0);
     std::vector<void *> hl(4 * n);
     std::vector<float> hw(n);
+    std::vector<int> gact(G);
     dev_download(goff.data(), doff, 4 * (G + 1));
+    dev_download(gact.data(), dact, 4 * G);
     dev_download(hl.data(), lists, sizeof(void *) * 4 * n);
     dev_download(hw.data(), wts, 4 * n);
     int64_t bad_g = 0;
     for (int e = 0; e <= G; e++) bad_g += goff[e] != off[e];
+    for (int e = 0, j = 0; e < G; e++) /* the active list: experts with rows ascending, then -1 */
+        if (off[e + 1] > off[e]) bad_g += gact[j++] != e;
+    int n_act = 0;
+    for (int e = 0; e < G; e++) n_act += off[e + 1] > off[e];
+    for (int j = n_act; j < G; j++) bad_g += gact[j] != -1;
     for (int64_t p = 0; p < n; p++) {
         const int64_t a = want_src[p], r = a / K;
         bad_g += hl[p] != (void *)(x + r * D) || hl[n + p] != (void *)(xg + p * D) || hl[2 * n + p] != (void *)(yg + p * D) ||
@@ -878,6 +896,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
     if (bad_g) g_fail++;
     else g_pass++;
     cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(xg), cudaFree(yg);
+    cudaFree(dact);
     cudaFree(eo), cudaFree(wts), cudaFree(doff), cudaFree(lists);
     free(logits), free(bias);
 }
@@ -923,6 +942,8 @@ static void run_quick(void) {
     test_linear_grouped(DI_DT_F8_E4M3, 96, 40, grp_rows, 5); /* K = 3 blocks */
     const int big_rows[] = {70, 3, 130}; /* the 64- and 128-row tile configurations */
     test_linear_grouped(DI_DT_I8, 256, 40, big_rows, 3);
+    const int decode_rows[] = {0, 1, 0, 0, 1, 0, 0, 0}; /* fewer rows than groups: 2 active slots */
+    test_linear_grouped(DI_DT_I8, 256, 40, decode_rows, 8);
 }
 
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes

@@ -100,7 +100,8 @@ extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_group_kernel(const int32_t *__restrict__ expert, const float *__restrict__ weight, int64_t n, int K, int E,
                  const float *x, float *xg, float *yg, float *eo, int64_t D, int *__restrict__ row_off,
-                 const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *__restrict__ wts) {
+                 int *__restrict__ active, const float **gsrc, float **gdst, const float **ssrc, float **sdst,
+                 float *__restrict__ wts) {
     __shared__ int cnt[GROUP_THREADS], base[GROUP_THREADS];
     __shared__ int32_t ex_s[GROUP_CHUNK];
     const int t = threadIdx.x;
@@ -109,13 +110,16 @@ moe_group_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
     for (int64_t i = t; i < n; i += GROUP_THREADS) atomicAdd(&cnt[expert[i]], 1);
     __syncthreads();
     if (t == 0) {
-        int acc = 0;
+        int acc = 0, n_act = 0;
         for (int e = 0; e < E; e++) {
             base[e] = acc;
             row_off[e] = acc;
             acc += cnt[e];
+            if (active && cnt[e]) active[n_act++] = e;
         }
         row_off[E] = acc;
+        if (active)
+            for (int j = n_act; j < E; j++) active[j] = -1;
     }
     __syncthreads();
     int pos = t < E ? base[t] : 0;
@@ -140,14 +144,14 @@ moe_group_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
 
 extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
                                   const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off,
-                                  const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *wts,
-                                  cudaStream_t s) {
+                                  int *active, const float **gsrc, float **gdst, const float **ssrc, float **sdst,
+                                  float *wts, cudaStream_t s) {
     if (E > GROUP_THREADS) {
         fprintf(stderr, "di_cuda_moe_group: %d experts exceed %d\n", E, GROUP_THREADS);
         abort();
     }
-    moe_group_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, weight, R * K, K, E, x, xg, yg, eo, D, row_off, gsrc, gdst,
-                                                 ssrc, sdst, wts);
+    moe_group_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, weight, R * K, K, E, x, xg, yg, eo, D, row_off, active, gsrc,
+                                                 gdst, ssrc, sdst, wts);
     DI_CUDA_LAUNCHED();
 }
 

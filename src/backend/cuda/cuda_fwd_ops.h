@@ -53,10 +53,12 @@ void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *
  * rows are bit for bit that group computed alone (exact path: = di_cuda_linear_quant; tensor cores:
  * = a one-group call -- a single-matrix call may split K by the weight's shape, groups never do). wdata, wscale, row_off
  * [n_groups + 1] are device arrays; rows (host) = row_off[n_groups] (x holds them contiguously) and
- * max_rows (host) bounds the rows of any group. */
+ * max_rows (host) bounds the rows of any group. active (device, or NULL): the groups with rows in
+ * ascending order, then -1 (di_cuda_moe_group's list); the tensor-core kernel then launches
+ * min(n_groups, rows) group slots instead of n_groups (a decode step's 6 experts of 48 or 384). */
 void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
-                                  const uint8_t *const *wscale, const int *row_off, int n_groups,
-                                  int64_t rows, int64_t max_rows, const float *x, float *y);
+                                  const uint8_t *const *wscale, const int *row_off, const int *active,
+                                  int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 
 /* ---- tensor-core linears (cuda_linear_mma.cu): run on ctx's stream, converted activations in
  * ctx's scratch (di_cuda_scratch) ---- */
@@ -66,7 +68,7 @@ bool di_cuda_linear_mma_supported(const di_weight *w);
  * arrays as di_cuda_linear_quant_grouped): x [rows, K] -> y [rows, N], bf16-rounded. */
 void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
-                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
+                        const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
@@ -128,10 +130,11 @@ void di_cuda_cand_apply(float *score, int64_t R, int64_t P, int bs, const uint8_
 void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
                        int resident, int32_t *expert, float *weight, int32_t *order, cudaStream_t s);
 /* Groups the R*K assignments per expert (E <= 1024; rows ascending within an expert): row_off
- * [E + 1]; per position p: gsrc/gdst the gather of x rows into xg [R*K, D], ssrc/sdst the scatter
- * of yg rows into eo [R, K, D], wts [R*K] the slot weights. All device arrays. */
+ * [E + 1]; active [E] (or NULL) the experts that got rows in ascending order, then -1; per
+ * position p: gsrc/gdst the gather of x rows into xg [R*K, D], ssrc/sdst the scatter of yg rows
+ * into eo [R, K, D], wts [R*K] the slot weights. All device arrays. */
 void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
-                       const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off,
+                       const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off, int *active,
                        const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *wts,
                        cudaStream_t s);
 /* SwiGLU (moe.c expert_ffn): h[r, i] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]),

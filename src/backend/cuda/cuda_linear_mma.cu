@@ -42,6 +42,7 @@ enum { MM_FP8, MM_FP4, MM_A16, MM_W16 };
 struct mm_groups {
     const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
     const int *row_off;                          /* [n_groups + 1] or NULL */
+    const int *active;                           /* row_off groups: grid.z slot -> group (-1: none), or NULL */
     /* row_off NULL and several groups: block-diagonal slices of one matrix (wo_a): group g reads
      * A columns g*a_col_off.., weight rows g*w_row_off.. and writes y columns g*y_col_off.. */
     int64_t a_col_off, w_row_off, y_col_off;
@@ -116,7 +117,9 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     const int64_t kt0 = blk0 / BKB, kt1 = (blk1 + BKB - 1) / BKB;
     if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
-        const int gi = gz, r0 = grp.row_off[gi];
+        const int gi = grp.active ? grp.active[gz] : gz;
+        if (gi < 0) return; /* a slot past the groups that got rows */
+        const int r0 = grp.row_off[gi];
         M = grp.row_off[gi + 1] - r0;
         if (m0 >= M) return; /* uniform over the block */
         wdata = grp.wdata[gi];
@@ -359,7 +362,9 @@ static void launch(const mm_args &a, cudaStream_t s) {
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
-    const dim3 grid((unsigned)((a.N + BN - 1) / BN), (unsigned)((a.max_rows + BM - 1) / BM), (unsigned)a.n_groups);
+    /* with an active list only min(groups, rows) slots can have rows */
+    const int64_t slots = a.grp.active && a.rows < a.n_groups ? a.rows : a.n_groups;
+    const dim3 grid((unsigned)((a.N + BN - 1) / BN), (unsigned)((a.max_rows + BM - 1) / BM), (unsigned)slots);
     const dim3 grid_k(grid.x, grid.y, grid.z * (unsigned)a.ksplit);
     gemm_bs_kernel<MODE, BM, BN, WM, WN, STAGES, BKB><<<grid_k, WM * WN * 32, smem, s>>>(
         a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp, a.ksplit,
@@ -399,7 +404,7 @@ bool di_cuda_linear_mma_supported(const di_weight *w) {
 /* x [rows, K] (all groups' rows) quantised once, then the GEMM of every group */
 void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
-                        int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y) {
+                        const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y) {
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
@@ -414,7 +419,7 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                                                                                                          xq, xsc);
     DI_CUDA_LAUNCHED();
     const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
-    const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, 0, 0, 0},
+    const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, active, 0, 0, 0},
                        n_groups, avg < max_rows ? avg : max_rows, ksplit, split_blocks, part, rows};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
@@ -440,7 +445,7 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     di_cuda_f32_to_bf16(x, n_in, xb, s);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
-                       {NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
+                       {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_A16>(a, s);
 }
 
@@ -459,6 +464,6 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
     uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     di_cuda_f32_to_bf16(x, n_in, xb, s);
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
-                       out_bf16, {NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m};
+                       out_bf16, {NULL, NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_W16>(a, s);
 }

@@ -243,11 +243,11 @@ static void dispatch(const di_weight *w, const float *x, int64_t m, float *y, cu
 }
 
 extern "C" void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
-                                             const uint8_t *const *wscale, const int *row_off, int n_groups,
-                                             int64_t rows, int64_t max_rows, const float *x, float *y) {
+                                             const uint8_t *const *wscale, const int *row_off, const int *active,
+                                             int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y) {
     cudaStream_t s = ctx->stream;
     if (!ctx->exact && di_cuda_linear_mma_supported(shape)) {
-        di_cuda_linear_mma(ctx, shape, NULL, NULL, wdata, wscale, row_off, n_groups, rows, max_rows, x, y);
+        di_cuda_linear_mma(ctx, shape, NULL, NULL, wdata, wscale, row_off, active, n_groups, rows, max_rows, x, y);
         return;
     }
     const int mt = exact_tile("di_cuda_linear_quant_grouped", shape, max_rows);
@@ -259,7 +259,7 @@ extern "C" void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *
 void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y) {
     cudaStream_t s = ctx->stream;
     if (!ctx->exact && di_cuda_linear_mma_supported(w) && ((uintptr_t)w->data & 15) == 0) {
-        di_cuda_linear_mma(ctx, w, (const uint8_t *)w->data, w->scale, NULL, NULL, NULL, 1, m, m, x, y);
+        di_cuda_linear_mma(ctx, w, (const uint8_t *)w->data, w->scale, NULL, NULL, NULL, NULL, 1, m, m, x, y);
         return;
     }
     const int mt = exact_tile("di_cuda_linear_quant", w, m);

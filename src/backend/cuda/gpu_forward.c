@@ -260,12 +260,28 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     }
     free(cs);
     free(sn);
-    /* block tables (reserved before the call: every entry this call writes has its block) */
-    f->d_blocks = di_xcalloc((size_t)c->n_kv_sources * b->n_seqs, sizeof(int32_t *));
+    /* block tables (reserved before the call: every entry this call writes has its block), all in
+     * one upload: one copy instead of one per sequence and KV source (thousands at B = 256) */
+    const int n_tables = c->n_kv_sources * b->n_seqs;
+    f->d_blocks = di_xcalloc((size_t)(n_tables ? n_tables : 1), sizeof(int32_t *));
+    size_t n_entries = 0;
+    for (int k = 0; k < c->n_kv_sources; k++)
+        for (int s = 0; s < b->n_seqs; s++) n_entries += (size_t)b->seqs[s]->kv[k].n_blocks;
+    int32_t *tables = di_xmalloc(sizeof(int32_t) * (n_entries ? n_entries : 1));
+    size_t at = 0;
     for (int k = 0; k < c->n_kv_sources; k++)
         for (int s = 0; s < b->n_seqs; s++) {
             const di_kv_source_state *ks = &b->seqs[s]->kv[k];
-            f->d_blocks[k * b->n_seqs + s] = gpu_upload(f, ks->blocks, sizeof(int32_t) * (size_t)ks->n_blocks);
+            memcpy(tables + at, ks->blocks, sizeof(int32_t) * (size_t)ks->n_blocks);
+            at += (size_t)ks->n_blocks;
+        }
+    f->d_block_tables = gpu_upload(f, tables, sizeof(int32_t) * n_entries);
+    free(tables);
+    at = 0;
+    for (int k = 0; k < c->n_kv_sources; k++)
+        for (int s = 0; s < b->n_seqs; s++) {
+            f->d_blocks[k * b->n_seqs + s] = f->d_block_tables + at;
+            at += (size_t)b->seqs[s]->kv[k].n_blocks;
         }
     f->d_blocks_dev = gpu_upload(f, f->d_blocks, sizeof(int32_t *) * (size_t)c->n_kv_sources * b->n_seqs);
     const int n_idx = c->n_index_sources;
@@ -292,7 +308,7 @@ static void call_free(gpu_fwd *f) {
         gpu_free(f, f->d_cos[kind]);
         gpu_free(f, f->d_sin[kind]);
     }
-    for (int i = 0; i < c->n_kv_sources * f->b->n_seqs; i++) gpu_free(f, f->d_blocks[i]);
+    gpu_free(f, f->d_block_tables);
     for (int i = 0; i < c->n_index_sources; i++) gpu_free(f, f->d_sel[i]);
     gpu_free(f, f->d_cand);
     gpu_free(f, f->d_main_hidden);

@@ -93,6 +93,7 @@ typedef struct gpu_fwd {
     int32_t **d_blocks_dev;    /* [n_kv_sources * n_seqs] d_blocks, itself on the device */
     float *d_cos[2], *d_sin[2]; /* [R, rope_dim/2] per RoPE kind (0: ratio-0 layers, 1: compressed) */
     int32_t **d_blocks;        /* [n_kv_sources * n_seqs] device block tables (uploaded per call) */
+    int32_t *d_block_tables;   /* the tables above, concatenated in that order (one upload) */
     /* indexer selections per index-source slot: d_sel[slot] [R, index_topk] */
     int32_t **d_sel;
     int *sel_len;

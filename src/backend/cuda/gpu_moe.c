@@ -59,9 +59,10 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     float *xg = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R*K, D] gathered rows */
     float *yg = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R*K, D] */
     int *d_off = gpu_alloc(f, sizeof(int) * ((size_t)E + 1));      /* [E + 1] */
+    int *d_active = gpu_alloc(f, sizeof(int) * (size_t)E);         /* [E] experts with rows, then -1 */
     void **lists = gpu_alloc(f, sizeof(void *) * 4 * (size_t)n);   /* [4][R*K] gather src/dst, scatter src/dst */
     float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);        /* [R*K] */
-    di_cuda_moe_group(d_expert, d_weight, R, K, E, x, xg, yg, eo, D, d_off, (const float **)lists,
+    di_cuda_moe_group(d_expert, d_weight, R, K, E, x, xg, yg, eo, D, d_off, d_active, (const float **)lists,
                       (float **)lists + n, (const float **)lists + 2 * n, (float **)lists + 3 * n, d_wts, f->s);
     gpu_stage(f, ST_MOE_EXPERTS);
     di_cuda_copy_rows((float *const *)lists + n, (const float *const *)lists, n, D, f->s);
@@ -81,10 +82,10 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
-    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp, d_wp + E, d_off, E, n, R, xg, g);
-    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp + 2 * E, d_wp + 3 * E, d_off, E, n, R, xg, u);
+    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp, d_wp + E, d_off, d_active, E, n, R, xg, g);
+    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R, xg, u);
     di_cuda_swiglu(g, u, n, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
-    di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, E, n, R, g, yg);
+    di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
     di_cuda_copy_rows((float *const *)lists + 3 * n, (const float *const *)lists + 2 * n, n, D, f->s);
     moe_tail(f, fw, x, eo, d_order, out);
     gpu_free(f, g);
@@ -98,6 +99,7 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     gpu_free(f, xg);
     gpu_free(f, yg);
     gpu_free(f, d_off);
+    gpu_free(f, d_active);
     gpu_free(f, lists);
     gpu_free(f, d_wts);
 }
@@ -213,10 +215,10 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
         const int64_t inter = w1->rows, rows = (int64_t)R * K;
         float *g = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter); /* [R*K, inter] */
         float *u = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter);
-        di_cuda_linear_quant_grouped(f->cx, w1, d_wp, d_wp + E, d_off, n_act, rows, max_rows, xg, g);
-        di_cuda_linear_quant_grouped(f->cx, w1, d_wp + 2 * E, d_wp + 3 * E, d_off, n_act, rows, max_rows, xg, u);
+        di_cuda_linear_quant_grouped(f->cx, w1, d_wp, d_wp + E, d_off, NULL, n_act, rows, max_rows, xg, g);
+        di_cuda_linear_quant_grouped(f->cx, w1, d_wp + 2 * E, d_wp + 3 * E, d_off, NULL, n_act, rows, max_rows, xg, u);
         di_cuda_swiglu(g, u, (int64_t)R * K, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
-        di_cuda_linear_quant_grouped(f->cx, w2, d_wp + 4 * E, d_wp + 5 * E, d_off, n_act, rows, max_rows, g, yg);
+        di_cuda_linear_quant_grouped(f->cx, w2, d_wp + 4 * E, d_wp + 5 * E, d_off, NULL, n_act, rows, max_rows, g, yg);
         gpu_free(f, g);
         gpu_free(f, u);
         gpu_free(f, (void *)d_wp);
