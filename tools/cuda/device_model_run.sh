@@ -106,6 +106,7 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
     export DEEPINFER_ACCELERATOR=nvidia
     want memcheck && run memcheck 420 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_forward_chunked
     want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck.log" | tail -2
+    want memcheck && grep -m3 -A8 "^========= [A-Z]" "$OUT/memcheck.log" | grep -v SUMMARY | head -30
     # racecheck is far slower: one short run (4-token prefill + 2 decode steps)
     run racecheck 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/deepinfer logits --backend cuda \
         --model tests/data/v41-tiny --ids 0,5,9,17,33,70 --prefill 4 --out /tmp/di-racecheck.f32

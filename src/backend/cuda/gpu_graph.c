@@ -10,8 +10,8 @@
  * device runs this one, and the device waits only for the first piece's capture.
  *
  * Executable graphs are kept per piece and topology (GPU_GRAPH_SLOTS of them, keyed by piece
- * index and node count: the batch's rows and which stages ran, e.g. whether a compressor emitted
- * entries) and updated in place with the new call's parameters (cudaGraphExecUpdate: kernel
+ * index, node count and node types: they change with which stages ran, e.g. whether a compressor
+ * emitted entries) and updated in place with the new call's parameters (cudaGraphExecUpdate: kernel
  * arguments, grids, copy addresses), which costs far less than instantiating. Because the graphs
  * are rebuilt from the host code each call, what runs is always what eager mode would launch:
  * results are bit-identical.
@@ -25,6 +25,7 @@
  * indexer selections, the stage profile (it synchronises at stage boundaries), calls above
  * GPU_GRAPH_MAX_ROWS rows (prefill chunks: launch overhead is small there), DEEPINFER_ENFORCE_EAGER,
  * and any call whose capture cannot begin (an emulator without graphs). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,24 +61,43 @@ bool gpu_graph_begin(gpu_fwd *f) {
     return true;
 }
 
-/* a kept executable graph of (piece, n_nodes) updated to `graph`, or NULL; several topologies may
- * share a node count, so every kept variant is tried (a refused update is cheap) */
-static cudaGraphExec_t update_kept(gpu_graphs *gs, cudaGraph_t graph, int piece, size_t n_nodes) {
+/* The graph's topology key: its node count and a hash of its node types in order (a single-stream
+ * capture is a chain, so this is its topology up to the kernels' identities, which updates may
+ * change). Updates are tried only against kept graphs of the same key. */
+static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes) {
+    CK(cudaGraphGetNodes(graph, NULL, n_nodes));
+    cudaGraphNode_t *nodes = di_xmalloc(sizeof(cudaGraphNode_t) * (*n_nodes ? *n_nodes : 1));
+    size_t n = *n_nodes;
+    CK(cudaGraphGetNodes(graph, nodes, &n));
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        enum cudaGraphNodeType t;
+        CK(cudaGraphNodeGetType(nodes[i], &t));
+        h = (h ^ (uint64_t)t) * 0x100000001b3ull;
+    }
+    free(nodes);
+    return h;
+}
+
+/* a kept executable graph of this (piece, topology) updated to `graph`, or NULL */
+static cudaGraphExec_t update_kept(gpu_graphs *gs, cudaGraph_t graph, int piece, size_t n_nodes, uint64_t sig) {
     for (int i = 0; i < GPU_GRAPH_SLOTS; i++) {
-        if (!gs->slot[i].exec || gs->slot[i].piece != piece || gs->slot[i].n_nodes != n_nodes) continue;
+        if (!gs->slot[i].exec || gs->slot[i].piece != piece || gs->slot[i].n_nodes != n_nodes ||
+            gs->slot[i].sig != sig)
+            continue;
         cudaGraphExecUpdateResultInfo info;
         if (cudaGraphExecUpdate(gs->slot[i].exec, graph, &info) == cudaSuccess) {
             gs->slot[i].last_use = ++gs->tick;
             return gs->slot[i].exec;
         }
-        cudaGetLastError(); /* same node count, another topology: try the next kept variant */
+        cudaGetLastError(); /* refused despite the same topology key: try another kept variant */
         gs->stats.rejected++;
     }
     return NULL;
 }
 
 /* keeps exec, replacing the least recently used slot */
-static void keep(gpu_graphs *gs, cudaGraphExec_t exec, int piece, size_t n_nodes) {
+static void keep(gpu_graphs *gs, cudaGraphExec_t exec, int piece, size_t n_nodes, uint64_t sig) {
     int victim = 0;
     for (int i = 0; i < GPU_GRAPH_SLOTS; i++) {
         if (!gs->slot[i].exec) {
@@ -90,6 +110,7 @@ static void keep(gpu_graphs *gs, cudaGraphExec_t exec, int piece, size_t n_nodes
     gs->slot[victim].exec = exec;
     gs->slot[victim].piece = piece;
     gs->slot[victim].n_nodes = n_nodes;
+    gs->slot[victim].sig = sig;
     gs->slot[victim].last_use = ++gs->tick;
 }
 
@@ -105,8 +126,8 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     if (f->graph_piece == 0) gs->stats.captured++;
     gs->stats.capture_s += t1 - f->capture_t0;
     size_t n_nodes = 0;
-    CK(cudaGraphGetNodes(graph, NULL, &n_nodes));
-    cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes) : NULL;
+    const uint64_t sig = graph_signature(graph, &n_nodes);
+    cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes, sig) : NULL;
     const double t2 = now_s();
     if (exec) {
         gs->stats.updated++;
@@ -121,7 +142,7 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     if (f->graph_reusable) {
         bool kept = false;
         for (int i = 0; i < GPU_GRAPH_SLOTS; i++) kept |= gs->slot[i].exec == exec;
-        if (!kept) keep(gs, exec, f->graph_piece, n_nodes);
+        if (!kept) keep(gs, exec, f->graph_piece, n_nodes, sig);
     } else {
         CK(cudaGraphExecDestroy(exec)); /* freed once the launch completes */
     }

@@ -44,6 +44,7 @@ typedef struct gpu_graphs {
         cudaGraphExec_t exec;  /* NULL: free slot */
         int piece;
         size_t n_nodes;
+        uint64_t sig;          /* hash of the node types in order */
         uint64_t last_use;
     } slot[GPU_GRAPH_SLOTS];
     uint64_t tick;

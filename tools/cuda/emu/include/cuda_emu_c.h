@@ -55,6 +55,11 @@ typedef struct emu_graph_exec *cudaGraphExec_t;
 typedef struct emu_graph_node *cudaGraphNode_t;
 typedef struct cudaGraphExecUpdateResultInfo { int result; } cudaGraphExecUpdateResultInfo;
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0 };
+static inline cudaError_t cudaGraphNodeGetType(cudaGraphNode_t n, enum cudaGraphNodeType *t) {
+    (void)n, (void)t;
+    return cudaErrorNotSupported;
+}
 static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) {
     (void)s, (void)m;
     return cudaErrorNotSupported;
