@@ -127,6 +127,9 @@ int main(void) {
     const int64_t steady_pieces = pieces - (steady0.updated + steady0.instantiated);
     CHECKF(gs.updated - steady0.updated == steady_pieces, "steady decode: %lld of %lld graph pieces reused a kept graph",
            (long long)(gs.updated - steady0.updated), (long long)steady_pieces);
+    /* kept graphs are keyed by topology (node types, kernels, copy directions): no update is tried
+     * that the driver refuses (each would be an API error under compute-sanitizer) */
+    CHECKF(gs.rejected == 0, "%lld graph updates refused", (long long)gs.rejected);
     CHECKF(es.captured == 0, "the eager model captured %lld calls", (long long)es.captured);
     printf("%d calls, graph and eager logits %s\n", calls, differing ? "DIFFER" : "bit-identical");
     for (int i = 0; i < N_SEQ; i++) {

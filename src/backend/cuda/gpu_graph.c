@@ -61,9 +61,11 @@ bool gpu_graph_begin(gpu_fwd *f) {
     return true;
 }
 
-/* The graph's topology key: its node count and a hash of its node types in order (a single-stream
- * capture is a chain, so this is its topology up to the kernels' identities, which updates may
- * change). Updates are tried only against kept graphs of the same key. */
+/* The graph's topology key: its node count and a hash of its nodes in order -- type, kernel
+ * function, copy direction (a single-stream capture is a chain). An update is tried only against
+ * kept graphs of the same key: a copy that changes direction, or a kernel that changes function,
+ * may be refused (cudaErrorGraphExecUpdateFailure), and a refused update is an API error to tools
+ * like compute-sanitizer. */
 static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes) {
     CK(cudaGraphGetNodes(graph, NULL, n_nodes));
     cudaGraphNode_t *nodes = di_xmalloc(sizeof(cudaGraphNode_t) * (*n_nodes ? *n_nodes : 1));
@@ -73,7 +75,17 @@ static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes) {
     for (size_t i = 0; i < n; i++) {
         enum cudaGraphNodeType t;
         CK(cudaGraphNodeGetType(nodes[i], &t));
-        h = (h ^ (uint64_t)t) * 0x100000001b3ull;
+        uint64_t v = (uint64_t)t;
+        if (t == cudaGraphNodeTypeKernel) {
+            struct cudaKernelNodeParams kp;
+            CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
+            v ^= (uint64_t)(uintptr_t)kp.func << 8;
+        } else if (t == cudaGraphNodeTypeMemcpy) {
+            struct cudaMemcpy3DParms cp;
+            CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
+            v ^= (uint64_t)cp.kind << 8;
+        }
+        h = (h ^ v) * 0x100000001b3ull;
     }
     free(nodes);
     return h;

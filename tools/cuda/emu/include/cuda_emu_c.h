@@ -55,9 +55,19 @@ typedef struct emu_graph_exec *cudaGraphExec_t;
 typedef struct emu_graph_node *cudaGraphNode_t;
 typedef struct cudaGraphExecUpdateResultInfo { int result; } cudaGraphExecUpdateResultInfo;
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
-enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0 };
+enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0, cudaGraphNodeTypeMemcpy = 1 };
+struct cudaKernelNodeParams { void *func; };
+struct cudaMemcpy3DParms { enum cudaMemcpyKind kind; };
 static inline cudaError_t cudaGraphNodeGetType(cudaGraphNode_t n, enum cudaGraphNodeType *t) {
     (void)n, (void)t;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t n, struct cudaKernelNodeParams *p) {
+    (void)n, (void)p;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t n, struct cudaMemcpy3DParms *p) {
+    (void)n, (void)p;
     return cudaErrorNotSupported;
 }
 static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) {
