@@ -108,6 +108,8 @@ void gpu_bumps_reset(gpu_fwd *f) {
     gr->n_extra = 0;
     di_cuda_ctx_release_retired(f->cx);
     size_t cap = bump_growth(st, (size_t)1 << 20);
+    /* kept graphs copy from and to these buffers: they cannot be updated to new ones */
+    if (cap || bump_growth(a, (size_t)16 << 20)) gpu_graphs_drop((gpu_model *)f->g);
     if (cap) {
         if (st->base) CK(cudaFreeHost(st->base));
         CK(cudaHostAlloc((void **)&st->base, cap, cudaHostAllocDefault));

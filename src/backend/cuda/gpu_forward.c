@@ -203,16 +203,23 @@ static void commit_states(gpu_fwd *f) {
     const di_model *m = f->m;
     const di_batch *b = f->b;
     const int64_t W = (int64_t)m->cfg.n_dspark_targets * m->cfg.hidden_size;
+    float **dst = di_xmalloc(sizeof(float *) * (size_t)b->n_seqs);
+    const float **src = di_xmalloc(sizeof(float *) * (size_t)b->n_seqs);
     for (int s = 0; s < b->n_seqs; s++) {
         di_seq_state *st = b->seqs[s];
         di_seq_commit_tokens(m, st, b->tokens + f->seq_row0[s], b->seq_n_rows[s]);
         if (W > 0) {
-            int last = f->seq_row0[s] + b->seq_n_rows[s] - 1;
-            cudaMemcpyAsync(st->main_hidden, f->d_main_hidden + (size_t)last * W, sizeof(float) * (size_t)W,
-                            cudaMemcpyDeviceToDevice, f->s);
+            const int last = f->seq_row0[s] + b->seq_n_rows[s] - 1;
+            dst[s] = st->main_hidden;
+            src[s] = f->d_main_hidden + (size_t)last * W;
             st->has_main_hidden = true;
         }
     }
+    /* one kernel, not a copy per sequence: a graph's copy nodes must keep their memory across
+     * updates, and sequence state comes and goes */
+    if (W > 0) gpu_copy_rows(f, dst, src, b->n_seqs, W);
+    free(dst);
+    free(src);
 }
 
 static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {

@@ -19,7 +19,11 @@
  * A captured call is reusable only if it made no allocation node and needed no extra pinned
  * memory: while capturing, temporaries of every size come from the arena and copies go through
  * pinned staging; a call that overflowed either (the first at a new size; both grow for the next
- * call) is instantiated, launched once and dropped.
+ * call) is instantiated, launched once and dropped. A copy node cannot be updated to memory of
+ * another allocation once its own is freed, so growing staging or the arena drops every kept
+ * graph, and no copy node touches sequence state (which comes and goes): the driver refuses no
+ * update (test_device_graphs checks it; each refusal would be an API error under
+ * compute-sanitizer).
  *
  * Not captured (eager): exact mode and debug runs (they download mid-call), forced or exported
  * indexer selections, the stage profile (it synchronises at stage boundaries), calls above
@@ -174,10 +178,18 @@ void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start) {
     f->capture_t0 = now_s();
 }
 
-void gpu_graphs_free(gpu_model *g) {
+void gpu_graphs_drop(gpu_model *g) {
     gpu_graphs *gs = &g->graphs;
     for (int i = 0; i < GPU_GRAPH_SLOTS; i++)
-        if (gs->slot[i].exec) cudaGraphExecDestroy(gs->slot[i].exec);
+        if (gs->slot[i].exec) {
+            CK(cudaGraphExecDestroy(gs->slot[i].exec));
+            gs->slot[i].exec = NULL;
+        }
+}
+
+void gpu_graphs_free(gpu_model *g) {
+    gpu_graphs *gs = &g->graphs;
+    gpu_graphs_drop(g);
     for (int i = 0; i < gs->n_extra; i++) cudaFreeHost(gs->extra_pinned[i]);
     free(gs->extra_pinned);
     memset(gs, 0, sizeof *gs);

@@ -148,6 +148,7 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start);
 /* While capturing: launches what was captured so far as one piece and captures on (the device runs
  * the piece while the host captures the next). */
 void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start);
+void gpu_graphs_drop(gpu_model *g);                  /* destroys the kept executable graphs */
 void gpu_graphs_free(gpu_model *g);
 void gpu_graph_stats(const di_model *m, di_graph_stats *out);
 void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms); /* device.h step_times */
