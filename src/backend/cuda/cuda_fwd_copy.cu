@@ -1,5 +1,5 @@
 /* Data movement and tiny element-wise stages of the GPU forward pass (cuda_fwd_ops.h): row copies
- * through pointer lists, the embedding into the hc stream, the hc mean of a DSpark target and the
+ * through pointer lists or strides, the embedding into the hc stream, the hc mean of a DSpark target and the
  * indexer's head-weight scale.
  *
  * All are memory-bound loops with no reductions across threads: one thread block per row (rows
@@ -24,6 +24,22 @@ extern "C" void di_cuda_copy_rows(float *const *dst, const float *const *src, in
                                   cudaStream_t s) {
     if (n <= 0 || width <= 0) return;
     copy_rows_kernel<<<(unsigned)n, COPY_THREADS, 0, s>>>(dst, src, width);
+    DI_CUDA_LAUNCHED();
+}
+
+/* block per row: dst [rows, width] (row stride dpitch floats) = src (row stride spitch floats) */
+__global__ void __launch_bounds__(COPY_THREADS)
+copy_strided_kernel(float *__restrict__ dst, int64_t dpitch, const float *__restrict__ src, int64_t spitch,
+                    int64_t width) {
+    float *d = dst + (int64_t)blockIdx.x * dpitch;
+    const float *s = src + (int64_t)blockIdx.x * spitch;
+    for (int64_t k = threadIdx.x; k < width; k += COPY_THREADS) d[k] = s[k];
+}
+
+extern "C" void di_cuda_copy_strided(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t width,
+                                     int64_t rows, cudaStream_t s) {
+    if (rows <= 0 || width <= 0) return;
+    copy_strided_kernel<<<(unsigned)rows, COPY_THREADS, 0, s>>>(dst, dpitch, src, spitch, width);
     DI_CUDA_LAUNCHED();
 }
 

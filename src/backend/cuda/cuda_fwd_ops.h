@@ -26,6 +26,10 @@ extern "C" {
  * skips the row. Rows may be anywhere (ring slots, pool entries, chunk rows). */
 void di_cuda_copy_rows(float *const *dst, const float *const *src, int64_t n, int64_t width,
                        cudaStream_t s);
+/* dst [rows, width] (row stride dpitch floats) = src [rows, width] (row stride spitch floats): a
+ * kernel, not a 2D copy (a graph's 2D copy nodes cannot be updated to another height) */
+void di_cuda_copy_strided(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t width,
+                          int64_t rows, cudaStream_t s);
 /* X [R, n, D] = n copies of bf16 row tokens[r] of table [V, D] (bf16 bits); pre [R, n] = one-hot
  * copy 0 (forward.c, di_forward's embedding loop). tokens [R] device. */
 void di_cuda_embed(const uint16_t *table, const int32_t *tokens, int64_t R, int n, int64_t D,

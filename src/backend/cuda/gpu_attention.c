@@ -64,13 +64,11 @@ static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, fl
     }
     float *og = gpu_alloc(f, sizeof(float) * (size_t)R * gcols);      /* [R, gcols] one group */
     float *rg = gpu_alloc(f, sizeof(float) * (size_t)R * rank);       /* [R, rank] */
-    for (int g = 0; g < G; g++) { /* the exact path: group by group through the fixed-order kernel */
+    for (int g = 0; g < G; g++) { /* exact path, or groups off 32-row scale blocks: group by group */
         wg.row0 = (int64_t)g * rank;
-        cudaMemcpy2DAsync(og, sizeof(float) * gcols, o + g * gcols, sizeof(float) * G * gcols,
-                          sizeof(float) * gcols, R, cudaMemcpyDeviceToDevice, f->s);
+        di_cuda_copy_strided(og, gcols, o + g * gcols, (int64_t)G * gcols, gcols, R, f->s);
         gpu_linear(f, &wg, og, R, rg, DI_LIN_BF16);
-        cudaMemcpy2DAsync(cat + (size_t)g * rank, sizeof(float) * G * rank, rg, sizeof(float) * rank,
-                          sizeof(float) * rank, R, cudaMemcpyDeviceToDevice, f->s);
+        di_cuda_copy_strided(cat + (size_t)g * rank, (int64_t)G * rank, rg, rank, rank, R, f->s);
     }
     gpu_linear(f, &a->wo_b, cat, R, out, DI_LIN_QUANT);
     gpu_free(f, og);
