@@ -20,8 +20,8 @@ DI_SETTING(gpu_exact, BOOL, NULL, "DEEPINFER_GPU_EXACT", "0",
            "host (the fixture's tensors bit-identical to the CPU backend; several times slower) instead of tensor "
            "cores and device routing")
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
-           "GPU: launch every kernel directly instead of running each forward call of up to 256 rows (decode "
-           "steps) as one CUDA graph (captured per call, kept per topology and updated in place)")
+           "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
+           "as CUDA graphs (captured in pieces of 4 layers, kept per topology and updated in place)")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
            "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
