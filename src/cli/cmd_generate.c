@@ -156,6 +156,9 @@ static void print_summary(di_engine *e, int ok, int failed, double seconds) {
     fprintf(stderr, "  steps   %10lld        mean %.3f ms (planning %.3f ms), %lld preemptions\n",
             (long long)st.steps, st.steps ? 1e3 * step_s / (double)st.steps : 0.0,
             st.steps ? 1e3 * st.plan_seconds / (double)st.steps : 0.0, (long long)st.preemptions);
+    if (st.mask_seconds > 0)
+        fprintf(stderr, "  masks   %10.3f ms per step (structured output; overlapped with a device's forward)\n",
+                st.steps ? 1e3 * st.mask_seconds / (double)st.steps : 0.0);
     fprintf(stderr, "  KV memory: %lld bytes fixed per sequence + %.1f bytes per context token (budget %lld bytes)\n",
             (long long)st.seq_fixed_bytes, st.kv_bytes_per_token, (long long)st.kv_budget_bytes);
 }

@@ -85,8 +85,10 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err);
 /* Compiles the request's constraint (if any) into r; an invalid or unsupported one fails the
  * request alone with a message naming the problem. */
 di_status di_engine_constraint_init(di_engine *e, engine_req *r, const di_request *q, di_err *err);
-/* The allowed-token mask for r's next token, or NULL when r is unconstrained. */
+/* Computes the allowed-token mask for r's next token and returns it, or NULL when r is
+ * unconstrained; di_engine_constraint_current returns the last one computed (or NULL). */
 const uint32_t *di_engine_constraint_mask(di_engine *e, engine_req *r);
+const uint32_t *di_engine_constraint_current(const engine_req *r);
 /* Advances r's matcher by the sampled token; false if the token breaks the constraint. */
 bool di_engine_constraint_commit(engine_req *r, int32_t token);
 void di_engine_constraint_free(engine_req *r);

@@ -1,6 +1,7 @@
 /* Running a planned step (the backend half of the step loop): one forward over the planned rows of
  * every scheduled request, then sampling, stop checks, streaming and commit for the requests whose
- * prompt is complete. */
+ * prompt is complete. The forward is begun, the structured-output masks of the rows to be sampled
+ * are computed while a device runs it (they depend on committed tokens only), then it is ended. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,9 +127,17 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     float *logits = malloc(sizeof(float) * (size_t)(n_want ? n_want : 1) * V);
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want};
-    double t0 = now_seconds();
-    di_status st = di_forward(e->model, &b, err);
-    double dt = now_seconds() - t0;
+    double t0 = now_seconds(), mask_s = 0.0;
+    di_status st = di_forward_begin(e->model, &b, err);
+    if (!st) { /* while a device computes the step: the constraint masks of its sampled rows */
+        const double tm = now_seconds();
+        for (int i = 0; i < plan->n; i++)
+            if (plan->samples[i]) di_engine_constraint_mask(e, plan->req[i]);
+        mask_s = now_seconds() - tm;
+        e->stats.mask_seconds += mask_s;
+        st = di_forward_end(e->model, &b, err);
+    }
+    const double dt = now_seconds() - t0 - mask_s; /* the forward's exposed time */
     if (prefill_rows >= decode_rows) e->stats.prefill_seconds += dt;
     else e->stats.decode_seconds += dt;
     e->stats.prefill_tokens += prefill_rows;
@@ -141,7 +150,7 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         const float *row_logits = logits + (size_t)w++ * V;
         di_sample_history hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
         di_sample_row sr = {.logits = row_logits, .params = &r->sampling, .history = &hist,
-                            .allowed_mask = di_engine_constraint_mask(e, r), .position = (uint64_t)r->n_tokens};
+                            .allowed_mask = di_engine_constraint_current(r), .position = (uint64_t)r->n_tokens};
         di_sample_result res;
         di_err serr = {0};
         if (di_sampler_sample(e->sampler, &sr, &res, &serr)) {

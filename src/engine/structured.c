@@ -3,8 +3,8 @@
  * computed for each of its sampled rows (src/constrain, cached per automaton state) and handed to
  * the sampler as allowed_mask, and the matcher follows each committed token. EOS is in the mask
  * only where the output is complete. Requests with different constraints share a batch: masks are
- * per row. The mask is computed on the engine thread right before sampling (not yet overlapped
- * with the forward pass). */
+ * per row. The engine computes a step's masks between di_forward_begin and di_forward_end, so on a
+ * device they overlap the forward pass (step.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +41,8 @@ const uint32_t *di_engine_constraint_mask(di_engine *e, engine_req *r) {
     di_matcher_fill_mask(r->matcher, r->allowed);
     return r->allowed;
 }
+
+const uint32_t *di_engine_constraint_current(const engine_req *r) { return r->matcher ? r->allowed : NULL; }
 
 bool di_engine_constraint_commit(engine_req *r, int32_t token) {
     return !r->matcher || di_matcher_accept_token(r->matcher, token);

@@ -28,7 +28,9 @@ typedef struct di_device_backend {
     void (*download)(void *host, const void *dev, size_t bytes);
     di_status (*attach)(di_model *m, di_err *err);         /* weights to the device: sets m->dev */
     void (*detach)(di_model *m);
-    di_status (*forward)(const di_model *m, di_batch *b, di_err *err);
+    /* di_forward_begin / di_forward_end: start a call (asynchronous), then wait for its results */
+    di_status (*forward_begin)(const di_model *m, di_batch *b, di_err *err);
+    di_status (*forward_end)(const di_model *m, di_batch *b, di_err *err);
     void (*describe)(char *buf, size_t cap);               /* device name and memory */
     /* benchmarks: the card's ceilings (copy GB/s, BF16 and FP8 TFLOP/s, measured now), free and
      * total device memory, random bytes into device memory, and a full synchronisation */

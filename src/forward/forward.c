@@ -199,10 +199,7 @@ static void commit_states(fwd_ctx *c) {
     }
 }
 
-di_status di_forward(const di_model *m, di_batch *b, di_err *err) {
-    di_status st = check_batch(m, b, err);
-    if (st) return st;
-    if (m->dev_backend) return m->dev_backend->forward(m, b, err);
+static void cpu_forward(const di_model *m, di_batch *b) {
     const di_config *cf = &m->cfg;
     const int n = cf->hc_mult;
     const int64_t D = cf->hidden_size;
@@ -244,5 +241,21 @@ di_status di_forward(const di_model *m, di_batch *b, di_err *err) {
     free(X);
     free(pre);
     ctx_free(&c);
+}
+
+di_status di_forward_begin(const di_model *m, di_batch *b, di_err *err) {
+    di_status st = check_batch(m, b, err);
+    if (st) return st;
+    if (m->dev_backend) return m->dev_backend->forward_begin(m, b, err);
+    cpu_forward(m, b); /* the CPU computes on the calling thread: all of it here */
     return DI_OK;
+}
+
+di_status di_forward_end(const di_model *m, di_batch *b, di_err *err) {
+    return m->dev_backend ? m->dev_backend->forward_end(m, b, err) : DI_OK;
+}
+
+di_status di_forward(const di_model *m, di_batch *b, di_err *err) {
+    di_status st = di_forward_begin(m, b, err);
+    return st ? st : di_forward_end(m, b, err);
 }

@@ -39,6 +39,13 @@ typedef struct di_batch {
 } di_batch;
 
 di_status di_forward(const di_model *m, di_batch *b, di_err *err);
+/* di_forward in two halves, so that the caller can work while a device computes (the engine
+ * computes structured-output masks there): di_forward_begin checks the batch and starts the call
+ * (the CPU backend computes all of it here); di_forward_end waits for it and fills logits,
+ * main_hidden and topk_out. Between the two, the batch, its buffers and its sequences must not be
+ * touched and no other forward call may begin. */
+di_status di_forward_begin(const di_model *m, di_batch *b, di_err *err);
+di_status di_forward_end(const di_model *m, di_batch *b, di_err *err);
 
 /* DSpark draft (model-spec §4.2): seeds the draft rings from main_hidden rows and/or drafts.
  * See dspark.c. */

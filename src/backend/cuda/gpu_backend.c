@@ -13,7 +13,6 @@
 #include "backend/cuda/gpu_internal.h"
 
 void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
-di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err);
 void gpu_profile(bool on, const char *const **names, double *seconds);
 
 #define CK(call)                                                                                 \
@@ -299,6 +298,7 @@ static void upload_layer(uploader *u, const di_model *m, di_layer *L, gpu_layer_
 static void detach(di_model *m) {
     gpu_model *g = m->dev;
     if (!g) return;
+    gpu_forward_end(m, NULL, NULL); /* a call begun and never ended */
     cudaStreamSynchronize(g->cx.stream);
     for (int i = 0; i < g->n_allocs; i++) cudaFree(g->allocs[i]);
     for (int l = 0; l < m->n_layers; l++) { /* DSpark layers are not uploaded (CPU only so far) */
@@ -394,7 +394,8 @@ static const di_device_backend cuda_backend = {
     .download = down,
     .attach = attach,
     .detach = detach,
-    .forward = gpu_forward_run,
+    .forward_begin = gpu_forward_begin,
+    .forward_end = gpu_forward_end,
     .describe = describe,
     .ceilings = ceilings,
     .mem_info = mem_info,

@@ -329,13 +329,14 @@ static void call_free(gpu_fwd *f) {
     free(f->seq_pos0);
 }
 
-/* The batch was checked (and blocks reserved) by di_forward. */
-di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
-    (void)err;
+/* The batch was checked (and blocks reserved) by di_forward_begin. Everything is enqueued (or
+ * launched as graphs) here; gpu_forward_end waits and hands the downloads over. */
+di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
     const di_config *c = &m->cfg;
+    gpu_model *g = m->dev;
+    if (g->pending) gpu_forward_end(m, NULL, err); /* a call begun and never ended */
     gpu_fwd f;
     call_init(&f, m, b);
-    gpu_model *g = (gpu_model *)f.g;
     if (g->have_end) { /* the previous call's end: the idle gap runs from it to this start */
         cudaEvent_t t = g->ev_prev_end;
         g->ev_prev_end = g->ev_end;
@@ -382,9 +383,21 @@ di_status gpu_forward_run(const di_model *m, di_batch *b, di_err *err) {
     call_free(&f);
     if (f.capturing) gpu_graph_launch(&f, g->ev_start);
     cudaEventRecord(g->ev_end, f.s);
-    cudaError_t e = cudaStreamSynchronize(f.s);
+    g->pending = di_xmalloc(sizeof f);
+    *g->pending = f;
+    return DI_OK;
+}
+
+di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
+    (void)b, (void)err;
+    gpu_model *g = m->dev;
+    gpu_fwd *f = g->pending;
+    if (!f) return DI_OK;
+    cudaError_t e = cudaStreamSynchronize(f->s);
     if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
-    gpu_downloads_finish(&f);
+    gpu_downloads_finish(f);
+    free(f);
+    g->pending = NULL;
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, g->ev_start, g->ev_end);
     g->last_gpu_ms = ms;

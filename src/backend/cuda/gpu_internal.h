@@ -53,11 +53,14 @@ typedef struct gpu_graphs {
     di_graph_stats stats;
 } gpu_graphs;
 
+typedef struct gpu_fwd gpu_fwd;
+
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
     gpu_bump stg;              /* cudaHostAlloc'ed */
     gpu_bump arena;            /* cudaMalloc'ed */
     gpu_graphs graphs;
+    struct gpu_fwd *pending;   /* the call begun and not yet ended (its downloads), or NULL */
     /* step timing on the device's clock: events at the start and end of each forward call */
     cudaEvent_t ev_start, ev_end, ev_prev_end;
     bool have_end;
@@ -71,7 +74,7 @@ typedef struct gpu_model {
 } gpu_model;
 
 /* One forward call. Host arrays as in the CPU's fwd_ctx; device arrays prefixed d_. */
-typedef struct gpu_fwd {
+struct gpu_fwd {
     const di_model *m;         /* host model: config, RoPE, Engram constants, routing biases */
     const gpu_model *g;
     const di_model *dm;        /* &g->dm */
@@ -112,7 +115,7 @@ typedef struct gpu_fwd {
      * has finished (gpu_downloads_finish) */
     struct gpu_pending_download { void *host; const void *pinned; size_t bytes; } *dl;
     int n_dl, cap_dl;
-} gpu_fwd;
+};
 
 /* ---- memory (gpu_backend.c) ---- */
 void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* stream-ordered device temporaries */
@@ -120,7 +123,7 @@ void gpu_free(const gpu_fwd *f, void *p);
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy, never syncs */
 void gpu_bumps_reset(gpu_fwd *f);                     /* start of a forward call */
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes); /* synchronous */
-/* host [bytes] <- dev when the call has finished (gpu_forward_run's end); never waits, so it may
+/* host [bytes] <- dev when the call has finished (gpu_forward_end); never waits, so it may
  * be captured */
 void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes);
 void gpu_downloads_finish(gpu_fwd *f);               /* after the stream is idle */
@@ -152,6 +155,9 @@ void gpu_graphs_drop(gpu_model *g);                  /* destroys the kept execut
 void gpu_graphs_free(gpu_model *g);
 void gpu_graph_stats(const di_model *m, di_graph_stats *out);
 void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms); /* device.h step_times */
+/* device.h forward_begin / forward_end (gpu_forward.c): enqueue a call; wait for it (b unused) */
+di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err);
+di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err);
 
 /* ---- stages ---- */
 /* y [m, w.rows] = x [m, w.cols] @ w^T (gpu_forward.c): quantised modes through the exact
