@@ -42,6 +42,8 @@ static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
 typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100, cudaErrorNotSupported = 801 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
+typedef struct emu_graph *cudaGraph_t;           /* graphs are not emulated (cuda_emu_c.h) */
+typedef struct emu_graph_exec *cudaGraphExec_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
