@@ -15,12 +15,6 @@
 void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
 void gpu_profile(bool on, const char *const **names, double *seconds);
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-    } while (0)
-
 /* ---- state memory (synchronous with respect to the backend's work: the default stream) ---- */
 static void *mem_alloc(size_t bytes) {
     void *p = NULL;
@@ -28,17 +22,17 @@ static void *mem_alloc(size_t bytes) {
         cudaGetLastError();
         return NULL;
     }
-    CK(cudaMemset(p, 0, bytes));
+    GPU_CK(cudaMemset(p, 0, bytes));
     return p;
 }
 static void mem_release(void *p) {
-    if (p) CK(cudaFree(p));
+    if (p) GPU_CK(cudaFree(p));
 }
 static void mem_copy(void *dst, const void *src, size_t bytes) {
-    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    GPU_CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
-static void up(void *dev, const void *host, size_t bytes) { CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)); }
-static void down(void *host, const void *dev, size_t bytes) { CK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)); }
+static void up(void *dev, const void *host, size_t bytes) { GPU_CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)); }
+static void down(void *host, const void *dev, size_t bytes) { GPU_CK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)); }
 
 /* ---- per-call temporaries and transfers ---- */
 enum { ARENA_MAX_PIECE = 4 << 20 }; /* larger temporaries use the pool */
@@ -67,7 +61,7 @@ void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
     const size_t need = ((bytes ? bytes : 16) + 255) & ~(size_t)255;
     void *p = need <= ARENA_MAX_PIECE || f->capturing ? bump_take(f->arena, need) : NULL;
     if (!p) {
-        CK(cudaMallocAsync(&p, need, f->s));
+        GPU_CK(cudaMallocAsync(&p, need, f->s));
         ((gpu_fwd *)f)->graph_reusable = false;
     }
     return p;
@@ -75,7 +69,7 @@ void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
 void gpu_free(const gpu_fwd *f, void *p) {
     const gpu_bump *a = f->arena;
     if (!p || ((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->cap)) return; /* arena: freed at reset */
-    CK(cudaFreeAsync(p, f->s));
+    GPU_CK(cudaFreeAsync(p, f->s));
 }
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     void *p = gpu_alloc(f, bytes);
@@ -83,13 +77,13 @@ void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     uint8_t *pinned = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
     if (!pinned && f->capturing) pinned = gpu_pinned_extra((gpu_fwd *)f, bytes); /* the graph copies later */
     if (pinned) memcpy(pinned, host, bytes);
-    CK(cudaMemcpyAsync(p, pinned ? pinned : host, bytes, cudaMemcpyHostToDevice, f->s));
+    GPU_CK(cudaMemcpyAsync(p, pinned ? pinned : host, bytes, cudaMemcpyHostToDevice, f->s));
     return p;
 }
 void *gpu_pinned_extra(gpu_fwd *f, size_t bytes) {
     gpu_graphs *gr = &((gpu_model *)f->g)->graphs;
     void *p = NULL;
-    CK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    GPU_CK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
     if (gr->n_extra == gr->cap_extra) {
         gr->cap_extra = gr->cap_extra ? 2 * gr->cap_extra : 16;
         gr->extra_pinned = di_xrealloc(gr->extra_pinned, sizeof(void *) * (size_t)gr->cap_extra);
@@ -102,30 +96,30 @@ void gpu_bumps_reset(gpu_fwd *f) {
     gpu_bump *st = f->stg, *a = f->arena;
     gpu_graphs *gr = &((gpu_model *)f->g)->graphs;
     if (st->used || st->want || a->used || a->want || gr->n_extra || f->cx->n_retired)
-        CK(cudaStreamSynchronize(f->s)); /* the last call is done */
-    for (int i = 0; i < gr->n_extra; i++) CK(cudaFreeHost(gr->extra_pinned[i]));
+        GPU_CK(cudaStreamSynchronize(f->s)); /* the last call is done */
+    for (int i = 0; i < gr->n_extra; i++) GPU_CK(cudaFreeHost(gr->extra_pinned[i]));
     gr->n_extra = 0;
     di_cuda_ctx_release_retired(f->cx);
     size_t cap = bump_growth(st, (size_t)1 << 20);
     /* kept graphs copy from and to these buffers: they cannot be updated to new ones */
     if (cap || bump_growth(a, (size_t)16 << 20)) gpu_graphs_drop((gpu_model *)f->g);
     if (cap) {
-        if (st->base) CK(cudaFreeHost(st->base));
-        CK(cudaHostAlloc((void **)&st->base, cap, cudaHostAllocDefault));
+        if (st->base) GPU_CK(cudaFreeHost(st->base));
+        GPU_CK(cudaHostAlloc((void **)&st->base, cap, cudaHostAllocDefault));
         st->cap = cap;
     }
     cap = bump_growth(a, (size_t)16 << 20);
     if (cap) {
-        if (a->base) CK(cudaFree(a->base));
-        CK(cudaMalloc((void **)&a->base, cap));
+        if (a->base) GPU_CK(cudaFree(a->base));
+        GPU_CK(cudaMalloc((void **)&a->base, cap));
         a->cap = cap;
     }
     st->used = st->want = a->used = a->want = 0;
 }
 void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
-    CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, f->s));
-    CK(cudaStreamSynchronize(f->s));
+    GPU_CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, f->s));
+    GPU_CK(cudaStreamSynchronize(f->s));
 }
 void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
@@ -135,7 +129,7 @@ void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes) {
         gpu_download(f, host, dev, bytes);
         return;
     }
-    CK(cudaMemcpyAsync(pinned, dev, bytes, cudaMemcpyDeviceToHost, f->s));
+    GPU_CK(cudaMemcpyAsync(pinned, dev, bytes, cudaMemcpyDeviceToHost, f->s));
     if (f->n_dl == f->cap_dl) {
         f->cap_dl = f->cap_dl ? 2 * f->cap_dl : 4;
         f->dl = di_xrealloc(f->dl, sizeof *f->dl * (size_t)f->cap_dl);
@@ -153,8 +147,8 @@ void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_
     float *h = di_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
     gpu_download(f, h, dev, sizeof(float) * (size_t)n);
     f->b->debug_fn(f->b->debug_user, name, layer, h, n);
-    CK(cudaMemcpyAsync(dev, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, f->s));
-    CK(cudaStreamSynchronize(f->s));
+    GPU_CK(cudaMemcpyAsync(dev, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, f->s));
+    GPU_CK(cudaStreamSynchronize(f->s));
     free(h);
 }
 
@@ -171,7 +165,7 @@ static void *dev_copy(gpu_model *g, const void *host, size_t bytes, int random_k
     }
     g->allocs[g->n_allocs++] = p;
     g->bytes += bytes;
-    if (host) CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, g->cx.stream));
+    if (host) GPU_CK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, g->cx.stream));
     else gpu_fill_random(p, bytes, (uint64_t)g->n_allocs * 0x9e3779b97f4a7c15ull, random_kind, g->cx.stream);
     return p;
 }
@@ -327,16 +321,16 @@ static di_status attach(di_model *m, di_err *err) {
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
     }
     g->cx.exact = m->exact_gemm;
-    CK(cudaEventCreate(&g->ev_start));
-    CK(cudaEventCreate(&g->ev_end));
-    CK(cudaEventCreate(&g->ev_prev_end));
+    GPU_CK(cudaEventCreate(&g->ev_start));
+    GPU_CK(cudaEventCreate(&g->ev_end));
+    GPU_CK(cudaEventCreate(&g->ev_prev_end));
     /* temporaries of forward calls come from the stream-ordered pool: keep what it grew to */
     cudaMemPool_t pool;
     int dev = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    GPU_CK(cudaGetDevice(&dev));
+    GPU_CK(cudaDeviceGetDefaultMemPool(&pool, dev));
     uint64_t keep = UINT64_MAX;
-    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    GPU_CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     g->dm = *m;
     g->dm.dev_backend = NULL;
     g->dm.dev = NULL;
@@ -351,7 +345,7 @@ static di_status attach(di_model *m, di_err *err) {
     g->dm.norm = upload_bf16(&u, m->norm, c->hidden_size);
     upload_weight(&u, &g->dm.head);
     for (int l = 0; l < m->n_layers; l++) upload_layer(&u, m, &g->layers[l], &g->hc[l]);
-    CK(cudaStreamSynchronize(g->cx.stream));
+    GPU_CK(cudaStreamSynchronize(g->cx.stream));
     if (u.failed) {
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
@@ -381,10 +375,10 @@ static void ceilings(bool quick, double *hbm_gbs, double *bf16_tflops, double *f
     *bf16_tflops = c.bf16_tflops;
     *fp8_tflops = c.fp8_tflops;
 }
-static void mem_info(size_t *free_b, size_t *total_b) { CK(cudaMemGetInfo(free_b, total_b)); }
+static void mem_info(size_t *free_b, size_t *total_b) { GPU_CK(cudaMemGetInfo(free_b, total_b)); }
 static void fill_random(void *dev, size_t bytes, uint64_t seed) {
     gpu_fill_random(dev, bytes, seed, RND_F32, 0);
-    CK(cudaDeviceSynchronize());
+    GPU_CK(cudaDeviceSynchronize());
 }
 
 static const di_device_backend cuda_backend = {

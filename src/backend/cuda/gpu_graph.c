@@ -36,12 +36,6 @@
 
 #include "backend/cuda/gpu_internal.h"
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-    } while (0)
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -71,22 +65,22 @@ bool gpu_graph_begin(gpu_fwd *f) {
  * may be refused (cudaErrorGraphExecUpdateFailure), and a refused update is an API error to tools
  * like compute-sanitizer. */
 static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes) {
-    CK(cudaGraphGetNodes(graph, NULL, n_nodes));
+    GPU_CK(cudaGraphGetNodes(graph, NULL, n_nodes));
     cudaGraphNode_t *nodes = di_xmalloc(sizeof(cudaGraphNode_t) * (*n_nodes ? *n_nodes : 1));
     size_t n = *n_nodes;
-    CK(cudaGraphGetNodes(graph, nodes, &n));
+    GPU_CK(cudaGraphGetNodes(graph, nodes, &n));
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++) {
         enum cudaGraphNodeType t;
-        CK(cudaGraphNodeGetType(nodes[i], &t));
+        GPU_CK(cudaGraphNodeGetType(nodes[i], &t));
         uint64_t v = (uint64_t)t;
         if (t == cudaGraphNodeTypeKernel) {
             struct cudaKernelNodeParams kp;
-            CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
+            GPU_CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
             v ^= (uint64_t)(uintptr_t)kp.func << 8;
         } else if (t == cudaGraphNodeTypeMemcpy) {
             struct cudaMemcpy3DParms cp;
-            CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
+            GPU_CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
             v ^= (uint64_t)cp.kind << 8;
         }
         h = (h ^ v) * 0x100000001b3ull;
@@ -122,7 +116,7 @@ static void keep(gpu_graphs *gs, cudaGraphExec_t exec, int piece, size_t n_nodes
         }
         if (gs->slot[i].last_use < gs->slot[victim].last_use) victim = i;
     }
-    if (gs->slot[victim].exec) CK(cudaGraphExecDestroy(gs->slot[victim].exec));
+    if (gs->slot[victim].exec) GPU_CK(cudaGraphExecDestroy(gs->slot[victim].exec));
     gs->slot[victim].exec = exec;
     gs->slot[victim].piece = piece;
     gs->slot[victim].n_nodes = n_nodes;
@@ -149,20 +143,20 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
         gs->stats.updated++;
         gs->stats.update_s += t2 - t1;
     } else {
-        CK(cudaGraphInstantiate(&exec, graph, 0));
+        GPU_CK(cudaGraphInstantiate(&exec, graph, 0));
         gs->stats.instantiated++;
         gs->stats.instantiate_s += now_s() - t2;
     }
-    if (f->graph_piece == 0) CK(cudaEventRecord(start, f->s));
-    CK(cudaGraphLaunch(exec, f->s));
+    if (f->graph_piece == 0) GPU_CK(cudaEventRecord(start, f->s));
+    GPU_CK(cudaGraphLaunch(exec, f->s));
     if (f->graph_reusable) {
         bool kept = false;
         for (int i = 0; i < GPU_GRAPH_SLOTS; i++) kept |= gs->slot[i].exec == exec;
         if (!kept) keep(gs, exec, f->graph_piece, n_nodes, sig);
     } else {
-        CK(cudaGraphExecDestroy(exec)); /* freed once the launch completes */
+        GPU_CK(cudaGraphExecDestroy(exec)); /* freed once the launch completes */
     }
-    CK(cudaGraphDestroy(graph));
+    GPU_CK(cudaGraphDestroy(graph));
 }
 
 void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start) {
@@ -182,7 +176,7 @@ void gpu_graphs_drop(gpu_model *g) {
     gpu_graphs *gs = &g->graphs;
     for (int i = 0; i < GPU_GRAPH_SLOTS; i++)
         if (gs->slot[i].exec) {
-            CK(cudaGraphExecDestroy(gs->slot[i].exec));
+            GPU_CK(cudaGraphExecDestroy(gs->slot[i].exec));
             gs->slot[i].exec = NULL;
         }
 }

@@ -117,6 +117,13 @@ struct gpu_fwd {
     int n_dl, cap_dl;
 };
 
+/* a CUDA runtime call that must succeed (the process ends with the file, line and message) */
+#define GPU_CK(call)                                                                             \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    } while (0)
+
 /* ---- memory (gpu_backend.c) ---- */
 void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* stream-ordered device temporaries */
 void gpu_free(const gpu_fwd *f, void *p);
