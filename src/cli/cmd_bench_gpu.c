@@ -212,7 +212,7 @@ static double median_of(double *v, int n) {
 static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int steps, double budget_s, float *logits,
                              uint64_t salt, double *wall_s, step_timing *tm, bool *slow, di_err *err) {
     const di_device_backend *be = m->dev_backend;
-    double span[16], idle[16], wall_ms[16];
+    double span[16], idle[16];
     int n_t = 0, n_idle = 0;
     di_graph_stats g0 = {0}, g1 = {0};
     for (int i = 0; i < steps + 2 && i < 16; i++) { /* the first two steps warm up */
@@ -224,14 +224,13 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
                 be->step_times(m, &span[n_t], &idle[n_idle]);
                 if (idle[n_idle] >= 0) n_idle++;
             }
-            wall_s[n_t] = dt;
-            wall_ms[n_t++] = dt * 1e3;
+            wall_s[n_t++] = dt;
         }
         if (dt * steps > budget_s) *slow = true;
     }
     if (be->graph_stats) be->graph_stats(m, &g1);
     memset(tm, 0, sizeof *tm);
-    tm->wall_ms = median_of(wall_ms, n_t);
+    tm->wall_ms = median_of(wall_s, n_t) * 1e3; /* sorts wall_s: the caller takes its median too */
     tm->gpu_ms = be->step_times ? median_of(span, n_t) : -1.0;
     tm->idle_ms = median_of(idle, n_idle);
     tm->captured = g1.captured - g0.captured;
@@ -247,7 +246,7 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
 
 static void print_step_rows(void) {
     if (!g_n_step_rows) return;
-    printf("\ndecode step timing on the device's clock, each forward call as one CUDA graph (default) and with\n"
+    printf("\ndecode step timing on the device's clock, each forward call as CUDA graph pieces (default) and with\n"
            "every kernel launched directly (DEEPINFER_ENFORCE_EAGER=1), over the same states (medians of the\n"
            "timed steps; span = the device's first to last operation of a step; idle = device idle before\n"
            "the step, i.e. the host's batch building, graph capture and update; capture / update = host ms per\n"
@@ -470,7 +469,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     print_profiles(m);
     print_step_rows();
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
-           "sequence per step, median of %d steps after one warm-up step.\n", steps);
+           "sequence per step, median of %d steps after two warm-up steps.\n", steps);
     free(logits);
     rc = 0;
 fail:

@@ -14,7 +14,8 @@
 /* How forward calls ran as graphs: `captured` calls were captured and launched as graphs (in
  * pieces of a few layers), `updated` pieces by updating a kept executable graph in place,
  * `instantiated` by building a new one (a new topology, or a call whose temporaries did not fit
- * the arena yet), `rejected` the updates refused (same node count, other topology); the host
+ * the arena yet), `rejected` the updates the driver refused (a kept graph of the same topology key
+ * that could not take the new parameters; none expected); the host
  * seconds spent capturing, updating and instantiating. */
 typedef struct di_graph_stats {
     int64_t captured, updated, instantiated, rejected;

@@ -71,11 +71,17 @@ void gpu_free(const gpu_fwd *f, void *p) {
     if (!p || ((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->cap)) return; /* arena: freed at reset */
     GPU_CK(cudaFreeAsync(p, f->s));
 }
+/* pinned host memory for one transfer of this call: staging, or while capturing (the graph copies
+ * later, so no pageable memory) a piece of its own; NULL: go pageable */
+static void *pinned_piece(const gpu_fwd *f, size_t bytes) {
+    void *p = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
+    if (!p && f->capturing) p = gpu_pinned_extra((gpu_fwd *)f, bytes);
+    return p;
+}
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes) {
     void *p = gpu_alloc(f, bytes);
     if (!bytes) return p;
-    uint8_t *pinned = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
-    if (!pinned && f->capturing) pinned = gpu_pinned_extra((gpu_fwd *)f, bytes); /* the graph copies later */
+    void *pinned = pinned_piece(f, bytes);
     if (pinned) memcpy(pinned, host, bytes);
     GPU_CK(cudaMemcpyAsync(p, pinned ? pinned : host, bytes, cudaMemcpyHostToDevice, f->s));
     return p;
@@ -100,19 +106,18 @@ void gpu_bumps_reset(gpu_fwd *f) {
     for (int i = 0; i < gr->n_extra; i++) GPU_CK(cudaFreeHost(gr->extra_pinned[i]));
     gr->n_extra = 0;
     di_cuda_ctx_release_retired(f->cx);
-    size_t cap = bump_growth(st, (size_t)1 << 20);
+    const size_t st_cap = bump_growth(st, (size_t)1 << 20), a_cap = bump_growth(a, (size_t)16 << 20);
     /* kept graphs copy from and to these buffers: they cannot be updated to new ones */
-    if (cap || bump_growth(a, (size_t)16 << 20)) gpu_graphs_drop((gpu_model *)f->g);
-    if (cap) {
+    if (st_cap || a_cap) gpu_graphs_drop((gpu_model *)f->g);
+    if (st_cap) {
         if (st->base) GPU_CK(cudaFreeHost(st->base));
-        GPU_CK(cudaHostAlloc((void **)&st->base, cap, cudaHostAllocDefault));
-        st->cap = cap;
+        GPU_CK(cudaHostAlloc((void **)&st->base, st_cap, cudaHostAllocDefault));
+        st->cap = st_cap;
     }
-    cap = bump_growth(a, (size_t)16 << 20);
-    if (cap) {
+    if (a_cap) {
         if (a->base) GPU_CK(cudaFree(a->base));
-        GPU_CK(cudaMalloc((void **)&a->base, cap));
-        a->cap = cap;
+        GPU_CK(cudaMalloc((void **)&a->base, a_cap));
+        a->cap = a_cap;
     }
     st->used = st->want = a->used = a->want = 0;
 }
@@ -123,8 +128,7 @@ void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
 }
 void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
-    void *pinned = bump_take(f->stg, (bytes + 255) & ~(size_t)255);
-    if (!pinned && f->capturing) pinned = gpu_pinned_extra(f, bytes);
+    void *pinned = pinned_piece(f, bytes);
     if (!pinned) { /* staging full (it grows for the next call): wait here */
         gpu_download(f, host, dev, bytes);
         return;

@@ -5,8 +5,9 @@
  * The driver mirrors src/forward/ stage by stage on device buffers: same op order, same
  * roundings, same list layouts, so each stage can be checked against the CPU reference (the
  * debug hook downloads intermediate tensors by the same names). Host-side decisions that need few
- * bytes stay on the host, exactly as the CPU computes them: the MoE routing (from downloaded gate
- * logits), the Engram hash rows, RoPE cos/sin rows, and every index/pointer list. */
+ * bytes stay on the host, exactly as the CPU computes them: the Engram hash rows, RoPE cos/sin
+ * rows, compressor pairing and every index/pointer list (MoE routing too in exact mode and debug
+ * runs; by default it runs on the device, gpu_moe.c). */
 #ifndef DI_BACKEND_CUDA_GPU_INTERNAL_H
 #define DI_BACKEND_CUDA_GPU_INTERNAL_H
 
@@ -27,24 +28,26 @@ typedef struct gpu_layer_consts {
 /* A per-call bump buffer: pieces are taken in order and never reused within a forward call; all
  * are released at the start of the next call (the stream is idle then), when the buffer also
  * grows by what did not fit (`want`). Two of them:
- * - pinned host staging for the per-call uploads (pointer lists, tables): a pageable copy may
- *   synchronise the stream, a pinned one never does; an upload that does not fit goes pageable;
- * - a device arena for the small temporaries (a decode step makes hundreds; each stream-ordered
- *   allocation costs microseconds of host time); larger or overflowing ones use the pool. */
+ * - pinned host staging for the per-call uploads (pointer lists, tables) and downloads: a pageable
+ *   copy may synchronise the stream, a pinned one never does; what does not fit goes pageable, or
+ *   while capturing a graph into a pinned piece of its own (gpu_pinned_extra);
+ * - a device arena for the temporaries (a decode step makes hundreds; each stream-ordered
+ *   allocation costs microseconds of host time); larger or overflowing ones use the pool, except
+ *   while capturing, when the arena takes every size it can. */
 typedef struct gpu_bump {
     uint8_t *base;
     size_t cap, used, want;
 } gpu_bump;
 
-/* Executable CUDA graphs kept for reuse (gpu_graph.c), one per topology (node count), and the
- * pinned pieces a capture had to allocate because staging was full (freed at the next reset). */
+/* Executable CUDA graphs kept for reuse (gpu_graph.c), per piece and topology, and the pinned
+ * pieces a capture had to allocate because staging was full (freed at the next reset). */
 enum { GPU_GRAPH_SLOTS = 64, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 4 };
 typedef struct gpu_graphs {
     struct {
         cudaGraphExec_t exec;  /* NULL: free slot */
         int piece;
         size_t n_nodes;
-        uint64_t sig;          /* hash of the node types in order */
+        uint64_t sig;          /* hash of the node types, kernel functions, copy directions in order */
         uint64_t last_use;
     } slot[GPU_GRAPH_SLOTS];
     uint64_t tick;
@@ -125,7 +128,7 @@ struct gpu_fwd {
     } while (0)
 
 /* ---- memory (gpu_backend.c) ---- */
-void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* stream-ordered device temporaries */
+void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* device temporaries: arena, else the pool */
 void gpu_free(const gpu_fwd *f, void *p);
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy, never syncs */
 void gpu_bumps_reset(gpu_fwd *f);                     /* start of a forward call */
