@@ -184,10 +184,12 @@ typedef struct uploader {
 /* random kinds for weights generated on the device: bytes of a type that decodes to finite,
  * moderate values */
 enum { RND_BYTES_E4M3 = 0, RND_BYTES_SCALE = 1, RND_BF16 = 2, RND_F32 = 3, RND_BYTES_FP4 = 4 };
+enum { UPLOAD_HOST_ALWAYS = -1 }; /* a table built here from device pointers: copied even when synthetic */
 
 static const void *upload(uploader *u, const void *host, size_t bytes, int random_kind) {
     if (u->failed || !bytes) return NULL;
-    void *p = dev_copy(u->g, u->synthetic ? NULL : host, bytes, random_kind);
+    const bool copy = !u->synthetic || random_kind == UPLOAD_HOST_ALWAYS;
+    void *p = dev_copy(u->g, copy ? host : NULL, bytes, random_kind);
     if (!p) {
         u->failed = true;
         u->failed_bytes = bytes;
@@ -279,6 +281,19 @@ static void upload_layer(uploader *u, const di_model *m, di_layer *L, gpu_layer_
     fw->w2 = w2;
     fw->w3 = w3;
     fw->gate_bias = fw->gate_bias_vl = NULL; /* host copies are used */
+    /* the grouped expert GEMMs' weight pointers [6][E] (w1, w3, w2: data, scale) of the resident
+     * experts: constant, so uploaded once here rather than by every step */
+    const int E = m->proxy.resident_experts ? m->proxy.resident_experts : fw->n_experts;
+    const uint8_t **wp = di_xmalloc(sizeof(uint8_t *) * 6 * (size_t)E);
+    for (int e = 0; e < E; e++) {
+        const di_weight *ws[3] = {&w1[e], &w3[e], &w2[e]};
+        for (int k = 0; k < 3; k++) {
+            wp[(2 * k) * E + e] = ws[k]->data;
+            wp[(2 * k + 1) * E + e] = ws[k]->scale;
+        }
+    }
+    hc->expert_ptrs = upload(u, wp, sizeof(uint8_t *) * 6 * (size_t)E, UPLOAD_HOST_ALWAYS);
+    free(wp);
     upload_weight(u, &fw->sh_w1);
     upload_weight(u, &fw->sh_w2);
     upload_weight(u, &fw->sh_w3);

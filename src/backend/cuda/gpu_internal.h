@@ -23,6 +23,7 @@ typedef struct gpu_layer_consts {
     float *attn_base, *ffn_base;   /* [n(n+2)] */
     float *attn_scale, *ffn_scale; /* [3] */
     float *gate_bias;              /* [n_experts] the router's bias (routing on the device) */
+    const uint8_t *const *expert_ptrs; /* [6][resident experts]: w1, w3, w2 data and scale pointers */
 } gpu_layer_consts;
 
 /* A per-call bump buffer: pieces are taken in order and never reused within a forward call; all

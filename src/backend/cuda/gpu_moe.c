@@ -38,8 +38,9 @@ static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float
                      float *out);
 
 /* The default path: routing and grouping on the device, so the forward call never waits for the
- * GPU here. Groups are all (resident) experts, empty ones exit at once; the grid covers R rows
- * per expert (no expert gets a row twice). */
+ * GPU here. Groups are the resident experts (weight pointers uploaded once, gpu_layer_consts);
+ * the grouped GEMMs launch min(experts, assignments) slots over the list of experts that got rows,
+ * each slot covering up to R rows (no expert gets a row twice). */
 static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out) {
     const di_model *m = f->m;
     const int R = f->R;
@@ -66,19 +67,11 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
                       (float **)lists + n, (const float **)lists + 2 * n, (float **)lists + 3 * n, d_wts, f->s);
     gpu_stage(f, ST_MOE_EXPERTS);
     di_cuda_copy_rows((float *const *)lists + n, (const float *const *)lists, n, D, f->s);
-    const uint8_t **wp = di_xmalloc(sizeof(uint8_t *) * 6 * (size_t)E); /* [6][E] data, scale */
+    const uint8_t *const *d_wp = f->g->hc[L->id].expert_ptrs; /* [6][E] */
     const di_weight *shape1 = NULL, *shape2 = NULL;
-    for (int e = 0; e < E; e++) {
-        const di_weight *ws[3] = {&fw->w1[e], &fw->w3[e], &fw->w2[e]};
-        for (int k = 0; k < 3; k++) {
-            wp[(2 * k) * E + e] = ws[k]->data;
-            wp[(2 * k + 1) * E + e] = ws[k]->scale;
-        }
-        if (!shape1 && fw->w1[e].data) shape1 = &fw->w1[e], shape2 = &fw->w2[e];
-    }
+    for (int e = 0; e < E && !shape1; e++)
+        if (fw->w1[e].data) shape1 = &fw->w1[e], shape2 = &fw->w2[e];
     if (!shape1) di_die("MoE: layer %d has no expert weights on this device", L->id);
-    const uint8_t **d_wp = gpu_upload(f, wp, sizeof(uint8_t *) * 6 * (size_t)E);
-    free(wp);
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
@@ -90,7 +83,6 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     moe_tail(f, fw, x, eo, d_order, out);
     gpu_free(f, g);
     gpu_free(f, u);
-    gpu_free(f, (void *)d_wp);
     gpu_free(f, d_logits);
     gpu_free(f, d_expert);
     gpu_free(f, d_order);
