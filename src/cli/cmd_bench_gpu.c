@@ -209,15 +209,20 @@ static double median_of(double *v, int n) {
 
 /* Two warm-up steps (graphs: the two compressor parities) and `steps` timed decode steps of B
  * sequences; returns the steps timed (< steps on error), *slow when a step exceeded budget_s / steps. */
+/* bracket_last: the last step inside the backend's profiler range (tools/cuda/device_profile.sh) */
 static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int steps, double budget_s, float *logits,
-                             uint64_t salt, double *wall_s, step_timing *tm, bool *slow, di_err *err) {
+                             uint64_t salt, bool bracket_last, double *wall_s, step_timing *tm, bool *slow,
+                             di_err *err) {
     const di_device_backend *be = m->dev_backend;
     double span[16], idle[16];
     int n_t = 0, n_idle = 0;
     di_graph_stats g0 = {0}, g1 = {0};
     for (int i = 0; i < steps + 2 && i < 16; i++) { /* the first two steps warm up */
         if (i == 2 && be->graph_stats) be->graph_stats(m, &g0);
+        const bool bracket = bracket_last && be->profiler_range && (i == steps + 1 || i == 15);
+        if (bracket) be->profiler_range(true);
         double dt = timed_forward(m, st, B, 1, logits, salt + (uint64_t)i, err);
+        if (bracket) be->profiler_range(false);
         if (dt < 0) break;
         if (i > 1) {
             if (be->step_times) {
@@ -317,7 +322,9 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
         di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
         di_kv_pool_set_mem(&pool, &be->mem);
         di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
+        if (S == 512 && be->profiler_range) be->profiler_range(true);
         double dt = timed_forward(m, st, 1, S, logits, 99, &err);
+        if (S == 512 && be->profiler_range) be->profiler_range(false);
         if (dt >= 0 && S == 512) { /* where the time goes: the same prefill again, profiled */
             di_seq_state_reset(st[0]);
             profile_call(m, st, 1, S, logits, "prefill of 512 tokens");
@@ -433,7 +440,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             int n_t = 0;
             if (!make_states(m, &pool, B, ctx, 2 * steps + 6, st, &err)) {
                 step_timing tm;
-                n_t = time_decode_steps(m, st, B, steps, budget_s, logits, 0, t, &tm, &slow, &err);
+                n_t = time_decode_steps(m, st, B, steps, budget_s, logits, 0, false, t, &tm, &slow, &err);
                 if (n_t == steps && ci == 0 && g_n_step_rows < MAX_STEP_ROWS) {
                     /* the same states, every kernel launched directly (the graphs' gain) */
                     step_timing te;
@@ -441,7 +448,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     bool slow_e = false;
                     const bool graphs = m->device_graphs;
                     m->device_graphs = false;
-                    if (time_decode_steps(m, st, B, steps, budget_s, logits, 100, te_wall, &te, &slow_e, &err) == steps) {
+                    if (time_decode_steps(m, st, B, steps, budget_s, logits, 100, true, te_wall, &te, &slow_e, &err) == steps) {
                         g_step_rows[g_n_step_rows].B = B;
                         g_step_rows[g_n_step_rows].graph = tm;
                         g_step_rows[g_n_step_rows].eager = te;

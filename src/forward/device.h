@@ -48,6 +48,9 @@ typedef struct di_device_backend {
     void (*step_times)(const di_model *m, double *gpu_ms, double *idle_ms);
     /* CUDA graphs since attach (NULL: the backend has none) */
     void (*graph_stats)(const di_model *m, di_graph_stats *out);
+    /* brackets the work an external profiler records when started with capture off (Nsight
+     * Compute's --profile-from-start off: tools/cuda/device_profile.sh); NULL: none */
+    void (*profiler_range)(bool on);
 } di_device_backend;
 
 /* The CUDA backend, or NULL with the reason in *why (not built in, no device). */

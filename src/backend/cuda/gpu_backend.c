@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "backend/cuda/cuda_ceilings.h"
 #include "backend/cuda/gpu_internal.h"
 
@@ -400,6 +402,11 @@ static void fill_random(void *dev, size_t bytes, uint64_t seed) {
     GPU_CK(cudaDeviceSynchronize());
 }
 
+static void profiler_range(bool on) {
+    GPU_CK(cudaDeviceSynchronize());
+    GPU_CK(on ? cudaProfilerStart() : cudaProfilerStop());
+}
+
 static const di_device_backend cuda_backend = {
     .name = "cuda",
     .mem = {mem_alloc, mem_release, mem_copy, down},
@@ -417,6 +424,7 @@ static const di_device_backend cuda_backend = {
     .n_profile_stages = ST_COUNT,
     .step_times = gpu_step_times,
     .graph_stats = gpu_graph_stats,
+    .profiler_range = profiler_range,
 };
 
 const di_device_backend *di_cuda_backend_probe(const char **why) {

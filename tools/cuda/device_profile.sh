@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Per-kernel device times of a `deepinfer bench` run, on the device machine (issue 5): builds the tree
+# (device_model_run.sh's build stage), runs the bench under Nsight Compute with one metric
+# (gpu__time_duration.sum; --clock-control none, as METHOD.md asks) and folds the launches into a
+# table per kernel and grid: launches, total and mean microseconds, share. Only what the bench puts
+# inside the backend's profiler range is recorded: the last direct-launch decode step of each batch
+# size at the first context and the 512-token prefill (profiling every launch of a bench run,
+# weight generation and ceilings included, takes far longer than a device call).
+#     PROFILE_ARGS="--bench-batch 1 --bench-max-context 4096 --bench-max-prefill 512" \
+#         bash tools/cuda/device_profile.sh [TAG]
+# Output: $OUT/profile-TAG.txt (the table, also on stdout) and $OUT/profile-TAG.csv.gz (ncu's rows).
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/deepinfer-device-out}"
+TAG="${1:-run}"
+mkdir -p "$OUT"
+bash tools/cuda/device_model_run.sh --only none || exit 1
+export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "device_profile: no ncu on this machine"; exit 1; }
+RAW="$OUT/profile-$TAG.csv"
+timeout "${PROFILE_TIMEOUT:-420}" "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+    build-dev/deepinfer bench --backend cuda --quick ${PROFILE_ARGS:-} >"$RAW" 2>"$OUT/profile-$TAG.err"
+echo "device_profile: ncu exit $?; $(grep -c '^"' "$RAW") rows"
+python3 - "$RAW" >"$OUT/profile-$TAG.txt" <<'PY'
+import csv, sys, collections
+rows = [l for l in open(sys.argv[1], errors="replace") if l.startswith('"')]
+agg = collections.defaultdict(lambda: [0, 0.0])
+total = 0.0
+for r in csv.DictReader(rows):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    k = r["Kernel Name"].replace("void ", "", 1)
+    j = k.find("(", k.rfind(">") + 1 if ">" in k else 0)
+    name = (k[:j] if j >= 0 else k)[:110]
+    us = float(r["Metric Value"].replace(",", "")) / (1e3 if r["Metric Unit"] == "nsecond" else 1)
+    key = (name, r["Grid Size"], r["Block Size"])
+    agg[key][0] += 1
+    agg[key][1] += us
+    total += us
+print(f"total kernel time {total/1e3:.1f} ms over {sum(v[0] for v in agg.values())} launches\n")
+print("| kernel | grid | block | launches | total ms | mean us | share |")
+print("|---|---|---|---|---|---|---|")
+for (name, grid, block), (n, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:80]:
+    print(f"| {name} | {grid} | {block} | {n} | {us/1e3:.2f} | {us/n:.1f} | {100*us/total:.1f}% |")
+PY
+cat "$OUT/profile-$TAG.txt"
+gzip -f "$RAW"
