@@ -12,6 +12,9 @@
  *               exact in any order), expected so on real activations
  *   batch-inv   linear_fixed / engram_gate: row j of an m-row call equals the row computed alone,
  *               bit for bit, on inputs of wide range
+ *   twin        the decode-sized quantised GEMM (cuda_linear_gemv.cu) equals the tiled tensor-core
+ *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening equals the
+ *               e2m1 table on all 65536 inputs
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run). */
@@ -28,6 +31,7 @@ extern "C" {
 #include "backend/cpu/cpu_ops.h"
 }
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define CK(call)                                                                                    \
@@ -633,6 +637,7 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
  * may split K by their shape, groups never do) ---- */
 static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, bool exact) {
     g_cx.exact = exact;
+    g_cx.batch_invariant = true; /* default mode splits decode-sized groups' K, so a group alone may not match */
     const bool fp4 = dt == DI_DT_I8;
     const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
     const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
@@ -702,10 +707,110 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(x), cudaFree(yg), cudaFree(y1);
     free(hx), free(a), free(b);
     g_cx.exact = false;
+    g_cx.batch_invariant = false;
 }
 static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     test_linear_grouped1(dt, K, N, rows, G, true);
     test_linear_grouped1(dt, K, N, rows, G, false);
+}
+
+/* ---- the decode-sized GEMM twin against the tiled kernel: bit for bit. G == 0: one matrix of
+ * rows[0] rows (K splits from its shape); else G groups, through the active list too ---- */
+static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+    const bool fp4 = dt == DI_DT_I8, single = G == 0;
+    const int ng = single ? 1 : G;
+    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
+    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * (K / 32);
+    std::vector<void *> wd(ng), ws(ng);
+    std::vector<int> off(ng + 1, 0), act(ng, -1);
+    int max_rows = 0;
+    for (int g = 0, j = 0; g < ng; g++) {
+        off[g + 1] = off[g] + rows[g];
+        max_rows = rows[g] > max_rows ? rows[g] : max_rows;
+        if (rows[g]) act[j++] = g;
+    }
+    const int M = off[ng];
+    std::vector<uint8_t> hb(dbytes), hs(sbytes);
+    for (int g = 0; g < ng; g++) {
+        for (size_t i = 0; i < dbytes; i++) hb[i] = fp4 ? (uint8_t)rnd_u64() : rnd_e4m3();
+        for (size_t i = 0; i < sbytes; i++) hs[i] = (uint8_t)(118 + rnd_u64() % 12);
+        wd[g] = dev_upload(hb.data(), dbytes);
+        ws[g] = dev_upload(hs.data(), sbytes);
+    }
+    float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
+    fill_wide(hx, (int64_t)M * K, 1.0f);
+    float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
+    const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * ng);
+    const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * ng);
+    int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (ng + 1));
+    int *d_act = (int *)dev_upload(act.data(), sizeof(int) * ng);
+    di_weight shape = {};
+    shape.dtype = dt;
+    shape.rows = N;
+    shape.cols = K;
+    const int64_t per_group = single ? M : (M + ng - 1) / ng;
+    char shp[112];
+    snprintf(shp, sizeof shp, "%s %s M=%d K=%lld N=%lld%s", fp4 ? "fp4" : "fp8", single ? "one" : "groups", M,
+             (long long)K, (long long)N, di_cuda_gemv_ok(false, !single, K, per_group < max_rows ? per_group : max_rows, 1)
+                                             ? "" : " NOT-TWIN");
+    float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
+    /* groups: K split at decode sizes (default mode) and not (batch-invariant mode), with and
+     * without the active list */
+    for (int variant = 0; variant < (single ? 1 : 4); variant++) {
+        const int with_active = variant & 1;
+        g_cx.batch_invariant = variant >= 2;
+        float *y[2];
+        for (int tiled = 0; tiled < 2; tiled++) {
+            g_cx.tiled_only = tiled;
+            y[tiled] = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+            if (single)
+                di_cuda_linear_mma(&g_cx, &shape, (const uint8_t *)wd[0], (const uint8_t *)ws[0], NULL, NULL, NULL, NULL,
+                                   1, M, M, x, y[tiled]);
+            else
+                di_cuda_linear_mma(&g_cx, &shape, NULL, NULL, d_wd, d_ws, d_off, with_active ? d_act : NULL, ng, M,
+                                   max_rows, x, y[tiled]);
+        }
+        g_cx.tiled_only = false;
+        g_cx.batch_invariant = false;
+        dev_download(a, y[0], sizeof(float) * (size_t)M * N);
+        dev_download(b, y[1], sizeof(float) * (size_t)M * N);
+        static const char *names[4] = {"gemv_twin", "gemv_twin.active", "gemv_twin.bi", "gemv_twin.bi.active"};
+        compare(names[variant], shp, a, b, (int64_t)M * N, "twin");
+        cudaFree(y[0]), cudaFree(y[1]);
+    }
+    if (strstr(shp, "NOT-TWIN")) { /* a case meant for the twin that does not reach it */
+        printf("FAIL  gemv_twin: %s does not take the decode-sized kernel\n", shp);
+        g_fail++;
+    }
+    for (int g = 0; g < ng; g++) cudaFree(wd[g]), cudaFree(ws[g]);
+    cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(d_act), cudaFree(x);
+    free(hx), free(a), free(b);
+}
+
+/* every 16-bit input of di_e2m1x4_to_e4m3x4 against the e2m1 table */
+__global__ void e2m1_widen_kernel(uint32_t *out) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 65536) out[i] = di_e2m1x4_to_e4m3x4(i);
+}
+static void test_e2m1_widen(void) {
+    static const uint8_t mag[8] = {0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C}; /* 0 .. 6 as e4m3 */
+    uint32_t *d = (uint32_t *)dev_poisoned(4 * 65536);
+    e2m1_widen_kernel<<<256, 256>>>(d);
+    CK(cudaGetLastError());
+    std::vector<uint32_t> got(65536);
+    dev_download(got.data(), d, 4 * 65536);
+    std::vector<float> a(65536), b(65536);
+    for (uint32_t i = 0; i < 65536; i++) {
+        uint32_t ref = 0;
+        for (int n = 0; n < 4; n++) {
+            const uint32_t c = (i >> (4 * n)) & 15;
+            ref |= (uint32_t)(mag[c & 7] | (c & 8 ? 0x80 : 0)) << (8 * n);
+        }
+        memcpy(&a[i], &got[i], 4);
+        memcpy(&b[i], &ref, 4);
+    }
+    compare("e2m1_widen", "all 65536 inputs (bits as floats)", a.data(), b.data(), 65536, "twin");
+    cudaFree(d);
 }
 
 /* ---- bf16 x FP8 tensor-core linear (wo_a): n_groups diagonal blocks of one FP8 weight against
@@ -752,12 +857,27 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
            (long long)(m * ldy), worst);
     if (nbad) g_fail++;
     else g_pass++;
+    /* batch-invariant mode (K splits of groups from the shape alone): rows alone = the m-row call */
+    g_cx.batch_invariant = true;
+    float *bi = (float *)malloc(4 * m * ldy);
+    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+    dev_download(bi, dy, 4 * m * ldy);
     for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy);
     dev_download(one, dy, 4 * m * ldy);
+    g_cx.batch_invariant = false;
     char shape[96];
     snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (alone vs batch)", (long long)m, (long long)K,
              (long long)rank, G);
-    compare("linear_bf16w8 batch", shape, one, got, m * ldy, "batch-inv");
+    compare("linear_bf16w8 batch", shape, one, bi, m * ldy, "batch-inv");
+    free(bi);
+    /* the decode-sized twin (taken at m <= DI_GEMV_MAX_ROWS, K % 128 == 0) against the tiled kernel */
+    g_cx.tiled_only = true;
+    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+    g_cx.tiled_only = false;
+    dev_download(one, dy, 4 * m * ldy);
+    snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (%s)", (long long)m, (long long)K, (long long)rank, G,
+             di_cuda_gemv_ok(true, G > 1, K, m, 1) ? "twin vs tiled" : "tiled both");
+    compare("linear_bf16w8 twin", shape, got, one, m * ldy, "twin");
     cudaFree(dx), cudaFree(dy);
     lin_free(&c);
     free(x), free(ref), free(got), free(og), free(rg), free(one);
@@ -909,6 +1029,8 @@ static void run_quick(void) {
     test_linear_bf16w8(2, 96, 32, 2);
     test_linear_bf16w8(3, 256, 64, 2);
     test_linear_bf16w8(20, 128, 32, 3);
+    test_linear_bf16w8(9, 256, 32, 1);   /* 16-row tiles of the twin (one group) */
+    test_linear_bf16w8(2, 1024, 32, 1);  /* one group: K splits */
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
     test_embed(50, 5, 4, 264);
@@ -944,6 +1066,18 @@ static void run_quick(void) {
     test_linear_grouped(DI_DT_I8, 256, 40, big_rows, 3);
     const int decode_rows[] = {0, 1, 0, 0, 1, 0, 0, 0}; /* fewer rows than groups: 2 active slots */
     test_linear_grouped(DI_DT_I8, 256, 40, decode_rows, 8);
+
+    test_e2m1_widen();
+    const int one[] = {1}, three[] = {3}, nine[] = {9}, sixteen[] = {16}, two[] = {2};
+    test_gemv_twin(DI_DT_F8_E4M3, 256, 40, one, 0);   /* a partial feature tile */
+    test_gemv_twin(DI_DT_F8_E4M3, 256, 40, nine, 0);  /* 16-row tiles */
+    test_gemv_twin(DI_DT_F8_E4M3, 1024, 64, three, 0); /* two K splits */
+    test_gemv_twin(DI_DT_F8_E4M3, 1024, 64, sixteen, 0);
+    test_gemv_twin(DI_DT_I8, 2048, 48, two, 0);        /* four K splits */
+    const int few_rows[] = {1, 0, 2, 1, 0, 3}, one_big[] = {17, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    test_gemv_twin(DI_DT_I8, 256, 96, few_rows, 6);
+    test_gemv_twin(DI_DT_I8, 384, 40, one_big, 10);    /* a 17-row group: three 8-row tiles */
+    test_gemv_twin(DI_DT_F8_E4M3, 256, 40, decode_rows, 8);
 }
 
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes
@@ -960,6 +1094,21 @@ static void run_full(bool head) {
     const int expert_rows[] = {8, 0, 13, 1, 64, 8, 8, 2};
     test_linear_grouped(DI_DT_I8, 5120, 2304, expert_rows, 8); /* w1 / w3 of 8 experts */
     test_linear_grouped(DI_DT_I8, 2304, 5120, expert_rows, 8); /* w2 */
+    /* the decode-sized twin at the model's shapes: wq_a (5 K splits), wq_b, wo_b (2 splits), the
+     * shared expert (4 splits), wkv; the routed experts at decode (6 of 48 experts, one row each,
+     * and 8 rows each) */
+    const int r1[] = {1}, r4[] = {4}, r16[] = {16};
+    test_gemv_twin(DI_DT_F8_E4M3, 5120, 1280, r1, 0);
+    test_gemv_twin(DI_DT_F8_E4M3, 1280, 32768, r4, 0);
+    test_gemv_twin(DI_DT_F8_E4M3, 8192, 5120, r1, 0);
+    test_gemv_twin(DI_DT_F8_E4M3, 8192, 5120, r16, 0);
+    test_gemv_twin(DI_DT_F8_E4M3, 5120, 2304, r4, 0);
+    test_gemv_twin(DI_DT_F8_E4M3, 5120, 512, r16, 0);
+    int e1[48] = {0}, e8[48] = {0};
+    for (int i = 0; i < 6; i++) e1[7 * i + 3] = 1, e8[8 * i] = 8;
+    test_gemv_twin(DI_DT_I8, 5120, 2304, e1, 48);
+    test_gemv_twin(DI_DT_I8, 2304, 5120, e1, 48);
+    test_gemv_twin(DI_DT_I8, 5120, 2304, e8, 48);
     test_copy_rows(1000, 5120);
     test_copy_rows(64, 640);
     test_embed(129280, 64, 4, 5120);

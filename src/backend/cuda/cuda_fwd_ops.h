@@ -74,6 +74,24 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 
+/* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
+ * hand calls of at most DI_GEMV_MAX_ROWS rows (one matrix) or DI_GEMV_MAX_GROUP_ROWS rows per group
+ * (experts, wo_a: measured, 8 rows per expert ran as fast through the tiled kernel and 16 slower):
+ * the same outputs bit for bit, weights streamed from global memory by warps of 16 features, the
+ * K-split sums inside the one kernel. _ok: K % 128 == 0, the row bound, the activations (bf16_act:
+ * as bf16) fit shared memory. */
+#define DI_GEMV_MAX_ROWS 16
+#define DI_GEMV_MAX_GROUP_ROWS 4
+bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit);
+void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t N, int64_t K, const uint8_t *wdata, const uint8_t *wscale,
+                        const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
+                        const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
+                        int ksplit, int split_blocks, const uint8_t *xq, const float *xs, float *y);
+/* di_cuda_linear_bf16w8's twin: wdata / wscale from the weight's first row (row0) */
+void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *wscale, int64_t rows_per_group,
+                         int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,
+                         int ksplit, int split_blocks);
+
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
  * lda, bf16-exact values) @ W_g^T), W_g = rows w->row0 + g*rows_per_group .. of the FP8 weight.

@@ -48,30 +48,14 @@ struct mm_groups {
     int64_t a_col_off, w_row_off, y_col_off;
 };
 
-/* e4m3 code of a value already on the e4m3 grid (|q| <= 448) */
-static __device__ __forceinline__ uint8_t e4m3_code(float q) {
-    const int iv = (int)(fabsf(q) * 512.0f); /* exact: q = iv * 2^-9 */
-    uint32_t code;
-    if (iv < 8) {
-        code = (uint32_t)iv; /* subnormal */
-    } else {
-        int e = 0;
-        while ((iv >> e) >= 16) e++;
-        code = (uint32_t)(e + 1) << 3 | (uint32_t)((iv >> e) - 8);
-    }
-    return (uint8_t)(code | (q < 0.0f && iv ? 0x80u : 0u));
-}
-
 /* act_quant(x, 32) as e4m3 codes: one warp per 32-value block of x [n_blocks * 32] */
 __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blocks, uint8_t *__restrict__ q,
                                       float *__restrict__ s) {
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (blk >= n_blocks) return; /* whole warps */
-    const float v = x[blk * 32 + lane];
-    const float amax = fmaxf(di_dev_warp_max(fabsf(v)), 1e-4f);
-    const float sc = di_dev_pow2_ceil(amax * (1.0f / 448.0f));
-    q[blk * 32 + lane] = e4m3_code(di_dev_e4m3_rne(di_dev_clampf(v / sc, -448.0f, 448.0f)));
+    float sc;
+    q[blk * 32 + lane] = di_act_quant_e4m3_lane(x[blk * 32 + lane], &sc);
     if (lane == 0) s[blk] = sc;
 }
 
@@ -334,15 +318,17 @@ __global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int
     }
 }
 
-/* K splits from the weight's shape alone (never from the rows, so results do not depend on the
- * batch): enough blocks of 32 columns x split to fill the card at decode, at most 8, and at least
- * 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Only single matrices
- * split (groups -- experts, wo_a -- have blocks enough). Returns the split count and its length
- * in blocks. */
-static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks) {
+/* K splits from the weight's shape (never from the rows of a single matrix, so its results do not
+ * depend on the batch): enough blocks of 32 columns x split to fill the card at decode, at most 8,
+ * and at least 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Groups
+ * (experts, wo_a) split only at decode sizes (the twin kernel's warps are otherwise too few) and
+ * never in batch-invariant mode, where a group's rows would cross that line with the batch. Returns
+ * the split count and its length in blocks. */
+static int mm_ksplit(const di_cuda_ctx *ctx, int64_t N, int64_t K, bool single_matrix, int64_t rows_per_group,
+                     int *split_blocks) {
     const int64_t nb = K / 32, whole = (nb + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
     *split_blocks = (int)whole;
-    if (!single_matrix) return 1;
+    if (!single_matrix && (ctx->batch_invariant || rows_per_group > DI_GEMV_MAX_GROUP_ROWS)) return 1;
     const int64_t col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
     int64_t ks = (256 + col_blocks - 1) / col_blocks;
     if (ks > 8) ks = 8;
@@ -408,19 +394,27 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
+    const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
+    const int64_t per_group = avg < max_rows ? avg : max_rows;
     int split_blocks;
-    const int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
+    const int ksplit = mm_ksplit(ctx, N, K, !row_off && n_groups == 1, per_group, &split_blocks);
+    const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
     const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255;
     float *part;
-    uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb), ksplit, rows, N, &part); /* [rows, K] e4m3 */
+    uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb), twin ? 1 : ksplit, rows, N,
+                             &part); /* [rows, K] e4m3 */
     float *xsc = (float *)(xq + q_bytes); /* [rows, K/32] */
     const int64_t blocks = rows * nb, threads = 256;
     act_quant_e4m3_kernel<<<(unsigned)((blocks * 32 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, blocks,
                                                                                                          xq, xsc);
     DI_CUDA_LAUNCHED();
-    const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
+    if (twin) {
+        di_cuda_gemv_quant(s, shape->dtype == DI_DT_I8, N, K, wdata, wscale, wdata_g, wscale_g, row_off, active, n_groups,
+                           rows, max_rows, per_group, ksplit, split_blocks, xq, xsc, y);
+        return;
+    }
     const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, active, 0, 0, 0},
-                       n_groups, avg < max_rows ? avg : max_rows, ksplit, split_blocks, part, rows};
+                       n_groups, per_group, ksplit, split_blocks, part, rows};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
 }
@@ -439,11 +433,15 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
-    const int ksplit = mm_ksplit(rows_per_group, K, n_groups == 1, &split_blocks);
+    const int ksplit = mm_ksplit(ctx, rows_per_group, K, n_groups == 1, m, &split_blocks);
+    const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
+    if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
+        di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks);
+        return;
+    }
     float *part;
     uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, ldy, &part); /* [m, lda] */
     di_cuda_f32_to_bf16(x, n_in, xb, s);
-    const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_A16>(a, s);
@@ -459,7 +457,7 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
     if (m <= 0 || w->rows <= 0) return;
     const int64_t K = w->cols, n_in = m * K;
     int split_blocks;
-    const int ksplit = mm_ksplit(w->rows, K, true, &split_blocks);
+    const int ksplit = mm_ksplit(ctx, w->rows, K, true, m, &split_blocks);
     float *part;
     uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     di_cuda_f32_to_bf16(x, n_in, xb, s);

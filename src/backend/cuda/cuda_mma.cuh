@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "backend/cuda/cuda_common.cuh"
+
 #ifdef DI_CUDA_EMU_H
 #include "cuda_emu_mma.h"
 #else
@@ -70,24 +72,52 @@ static __device__ __forceinline__ void di_cp_async_wait(void) {
 }
 #endif
 
+/* e4m3 code of a value already on the e4m3 grid (|q| <= 448) */
+static __device__ __forceinline__ uint8_t di_e4m3_code(float q) {
+    const int iv = (int)(fabsf(q) * 512.0f); /* exact: q = iv * 2^-9 */
+    uint32_t code;
+    if (iv < 8) {
+        code = (uint32_t)iv; /* subnormal */
+    } else {
+        int e = 0;
+        while ((iv >> e) >= 16) e++;
+        code = (uint32_t)(e + 1) << 3 | (uint32_t)((iv >> e) - 8);
+    }
+    return (uint8_t)(code | (q < 0.0f && iv ? 0x80u : 0u));
+}
+
+/* act_quant(x, 32) of one 32-value block held one value per lane (all 32 lanes call): this lane's
+ * e4m3 code, the block's power-of-two scale in *scale (the CPU's act_quant) */
+static __device__ __forceinline__ uint8_t di_act_quant_e4m3_lane(float v, float *scale) {
+    const float amax = fmaxf(di_dev_warp_max(fabsf(v)), 1e-4f);
+    const float sc = di_dev_pow2_ceil(amax * (1.0f / 448.0f));
+    *scale = sc;
+    return di_e4m3_code(di_dev_e4m3_rne(di_dev_clampf(v / sc, -448.0f, 448.0f)));
+}
+
 /* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> four e4m3 bytes of the same
- * values (every e2m1 value is an e4m3 value): magnitudes through a byte-permute table, signs moved
- * from nibble bit 3 to byte bit 7. */
+ * values (every e2m1 value is an e4m3 value): magnitudes through a byte-permute table; signs
+ * through a second permute that uses each nibble's sign bit as prmt's sign-replicate flag (bytes
+ * of 0x7f come out 0x7f for a positive code, 0x00 for a negative one; + 1 leaves bit 7 clear
+ * exactly for the negative ones). Five instructions for four values. */
 static __device__ __forceinline__ uint32_t di_e2m1x4_to_e4m3x4(uint32_t nib16) {
     /* magnitude codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6 as e4m3 */
     const uint32_t lut_lo = 0x3C383000u, lut_hi = 0x4C484440u;
-    const uint32_t sel = nib16 & 0x7777u, sgn = nib16 & 0x8888u;
+    const uint32_t sel = nib16 & 0x7777u;
 #ifdef DI_CUDA_EMU_H
-    const uint32_t lut[2] = {lut_lo, lut_hi};
+    const uint32_t lut[2] = {lut_lo, lut_hi}, sgn = nib16 & 0x8888u;
     uint32_t mag = 0;
     for (int i = 0; i < 4; i++) {
         const uint32_t idx = (sel >> (4 * i)) & 7u;
         mag |= ((lut[idx >> 2] >> (8 * (idx & 3))) & 0xffu) << (8 * i);
     }
-#else
-    const uint32_t mag = __byte_perm(lut_lo, lut_hi, sel);
-#endif
     return mag | ((sgn & 0x8u) << 4) | ((sgn & 0x80u) << 8) | ((sgn & 0x800u) << 12) | ((sgn & 0x8000u) << 16);
+#else
+    uint32_t mag, pos;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(mag) : "r"(lut_lo), "r"(lut_hi), "r"(sel));
+    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16 & 0xffffu));
+    return (~(pos + 0x01010101u) & 0x80808080u) | mag;
+#endif
 }
 
 #endif

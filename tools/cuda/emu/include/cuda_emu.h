@@ -37,6 +37,7 @@ struct dim3 {
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 
 typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100, cudaErrorNotSupported = 801 } cudaError_t;
@@ -165,6 +166,13 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
 static inline float __int2float_rn(int v) { return (float)v; }
+/* prmt's default mode with selectors 0..7 (the sign-replicate flag is not emulated) */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = (unsigned long long)x | (unsigned long long)y << 32;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+    return r;
+}
 static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 static inline float __ll2float_rn(long long v) { return (float)v; }
 

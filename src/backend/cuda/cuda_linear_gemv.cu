@@ -1,0 +1,319 @@
+/* Decode-sized linear layers on tensor cores: the twin of cuda_linear_mma.cu's FP8 / FP4
+ * (DI_LIN_QUANT) GEMM and of its bf16 x FP8 one (A16, wo_a) for at most DI_GEMV_MAX_ROWS activation
+ * rows per group, where the tiled kernel streams weights at 10-22% of the HBM rate (a single 16-row
+ * tile per block, weights staged through shared memory, one act_quant or bf16 conversion launch and
+ * one split-K reduce launch around it).
+ *
+ * Same numbers, bit for bit: every output is the fold, in ascending K-block order within the same
+ * K splits (mm_ksplit's, from the weight's shape), of acc = fma(blocksum, xs * ws, acc), where the
+ * block sum is the same mma.sync m16n8k32 e4m3 instruction with the activations as A (rows =
+ * tokens) and the weights as B (columns = output features) in the same fragment positions, and the
+ * splits' partial sums are added in split order before the bf16 rounding. So batch invariance and
+ * every test of the tiled kernel carry over, and test_cuda_fwd_ops compares the two bit for bit.
+ *
+ * Layout: a warp owns 16 output features (two n8 mma tiles) of one K split and streams their
+ * weight rows straight from global memory into fragment registers (lane 4g + t loads row n0 + g's
+ * bytes 4t.. and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 the two 4-byte words
+ * holding its halfwords, merged by one byte permute and widened to e4m3), GV_STEP K blocks per
+ * step with the next step's loads in flight. The block first copies its MT activation rows into
+ * shared memory (the e4m3 codes and scales of the tiled path's act_quant launch, which runs once
+ * per call: quantising in every block cost more than the weights' streaming; rows padded by 16
+ * bytes so a warp's fragment loads hit 32 banks; A16: converts them to bf16, two k16 bf16 mmas per
+ * block and the weight scale alone, as the tiled kernel) while the first weights load.
+ * A block holds tiles_per_block feature tiles x ksplit splits, one warp each; splits meet in shared
+ * memory. Needs K % 128 == 0 (scale rows read 4 blocks per load). */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_mma.cuh"
+
+/* K blocks of 32 per step of a warp (the next step's loads are in flight during one); 16 for FP4
+ * (its rows are half as long) measured slower: 185 registers, one block per multiprocessor */
+#define GV_STEP(mode) 8
+#define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
+#define GV_TILE 16        /* output features per warp */
+#define GV_SMEM_MAX (200 * 1024)
+
+enum { GV_FP8, GV_FP4, GV_A16 }; /* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a) */
+
+struct gv_args {
+    const float *x;    /* A16: [rows, lda] fp32 activations (bf16-exact values) */
+    const uint8_t *xq; /* FP8 / FP4: [rows, K] their act_quant e4m3 codes (act_quant_e4m3_kernel's) */
+    const float *xsg;  /*             [rows, K / 32] and scales */
+    int64_t M, N, K, lda, ldy;
+    const uint8_t *wdata, *wscale;                   /* one matrix */
+    const uint8_t *const *wdata_g, *const *wscale_g; /* groups: [n_groups] device pointers */
+    const int *row_off, *active;                     /* groups: [n_groups + 1], slot -> group or NULL */
+    /* row_off NULL and several groups (A16, wo_a): block-diagonal slices of one matrix, group g
+     * reading x columns g * K.., weight rows g * N.. and writing y columns g * N.. */
+    float *y; /* [rows, ldy] */
+    int ksplit, split_blocks, tiles_per_block;
+};
+
+/* B-fragment words per tile and block: FP8 b0, b1; FP4 the merged e2m1 halfwords (widened at use);
+ * A16 two words of merged e4m3 halfwords (widened to bf16 at use) */
+template <int MODE>
+struct gv_step {
+    uint32_t b[2][GV_STEP(MODE)][MODE == GV_FP4 ? 1 : 2];
+    uint32_t sc[MODE == GV_FP4 ? 4 : 1][GV_STEP(MODE) / 4]; /* scale bytes, 4 blocks a word: the tiles' 32-row
+                                                          block (FP8, A16); rows 2t, 2t+1 of each tile (FP4) */
+};
+
+template <int MODE, int MT>
+__global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
+    constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
+    constexpr int STEP = GV_STEP(MODE);
+    extern __shared__ int4 gv_smem[];
+    const int64_t K = a.K, N = a.N, nb = K / 32, xrow = (A16 ? 2 * K : K) + 16;
+    int64_t M = a.M;
+    const float *x = a.x;
+    const uint8_t *xqg = a.xq;
+    const float *xsg = a.xsg;
+    float *y = a.y;
+    const uint8_t *wdata = a.wdata, *wscale = a.wscale;
+    const int64_t m0 = (int64_t)blockIdx.y * MT;
+    if (a.row_off) { /* this block's group (uniform over the block) */
+        const int gi = a.active ? a.active[blockIdx.z] : (int)blockIdx.z;
+        if (gi < 0) return;
+        const int r0 = a.row_off[gi];
+        M = a.row_off[gi + 1] - r0;
+        if (m0 >= M) return;
+        wdata = a.wdata_g[gi];
+        wscale = a.wscale_g[gi];
+        x += (int64_t)r0 * a.lda;
+        xqg += (int64_t)r0 * K;
+        xsg += (int64_t)r0 * nb;
+        y += (int64_t)r0 * a.ldy;
+    } else if (blockIdx.z) { /* block-diagonal slice (N % 32 == 0) */
+        const int64_t gi = blockIdx.z;
+        x += gi * K;
+        wdata += gi * N * K;
+        wscale += gi * (N / 32) * nb;
+        y += gi * N;
+    }
+    const int rows = M - m0 < MT ? (int)(M - m0) : MT;
+    uint8_t *xq = reinterpret_cast<uint8_t *>(gv_smem); /* [MT][xrow] e4m3 codes or bf16 of rows m0.. */
+    float *xs = reinterpret_cast<float *>(xq + MT * xrow); /* [MT][nb] their scales (not A16) */
+    float *part = xs + (A16 ? 0 : MT * nb);               /* [ksplit][tiles_per_block][MT][16] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int tile_local = warp / a.ksplit, ks = warp % a.ksplit;
+    const int64_t n0 = ((int64_t)blockIdx.x * a.tiles_per_block + tile_local) * GV_TILE;
+    const int64_t blk0 = (int64_t)ks * a.split_blocks;
+    const int64_t blk1 = blk0 + a.split_blocks < nb ? blk0 + a.split_blocks : nb;
+    const bool busy = n0 < N && blk0 < nb; /* uniform over the warp */
+
+    /* this lane's weight rows n0 + 8h + g (zeros past N) and scale rows */
+    const int64_t wrow_bytes = FP4 ? K / 2 : K;
+    const uint8_t *wrow[2];
+    bool wok[2];
+    for (int h = 0; h < 2; h++) {
+        wok[h] = n0 + 8 * h + g < N;
+        wrow[h] = wdata + (wok[h] ? n0 + 8 * h + g : 0) * wrow_bytes;
+    }
+    const uint8_t *srow[4]; /* FP8 / A16: srow[0] = the 32-row block's; FP4: features 2t, 2t+1 of tiles 0, 1 */
+    bool sok[4];
+    for (int i = 0; i < 4; i++) {
+        const int64_t f = n0 + 8 * (i >> 1) + 2 * t + (i & 1);
+        sok[i] = FP4 ? f < N : n0 < N;
+        srow[i] = FP4 ? wscale + (sok[i] ? f : 0) * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
+    }
+    /* FP4 / A16: this lane's halfwords (bytes 2(t & 1)..) of two words merged into one */
+    const uint32_t half_sel = (t & 1) ? 0x7632u : 0x5410u;
+
+    auto word = [](const uint8_t *p, bool ok) { return ok ? *reinterpret_cast<const uint32_t *>(p) : 0u; };
+    auto load = [&](gv_step<MODE> &st, int64_t b) {
+#pragma unroll
+        for (int j = 0; j < STEP; j++) {
+            const bool ok = b + j < blk1;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const bool okh = ok && wok[h];
+                if (FP4) { /* bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte block */
+                    const uint8_t *p = wrow[h] + 16 * (b + j) + 4 * (t >> 1);
+                    st.b[h][j][0] = __byte_perm(word(p, okh), word(p + 8, okh), half_sel);
+                } else if (A16) { /* bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
+                    const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * (t >> 1);
+                    st.b[h][j][0] = __byte_perm(word(p, okh), word(p + 8, okh), half_sel);
+                    st.b[h][j][FP4 ? 0 : 1] = __byte_perm(word(p + 16, okh), word(p + 24, okh), half_sel);
+                } else { /* bytes 4t.. and 16+4t.. */
+                    const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * t;
+                    st.b[h][j][0] = word(p, okh);
+                    st.b[h][j][FP4 ? 0 : 1] = word(p + 16, okh);
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < STEP / 4; q++) {
+            const bool ok = b + 4 * q < blk1; /* blk1 and b are multiples of 4 */
+#pragma unroll
+            for (int i = 0; i < (FP4 ? 4 : 1); i++) st.sc[i][q] = word(srow[i] + b + 4 * q, ok && sok[i]);
+        }
+    };
+
+    gv_step<MODE> cur, nxt;
+    if (busy) load(cur, blk0); /* in flight while the activations are staged */
+
+    if (A16) { /* rows m0 .. m0 + rows as bf16 (di_cuda_f32_to_bf16's rounding), two values a thread */
+        for (int64_t i = threadIdx.x; i < rows * (K / 2); i += blockDim.x) {
+            const int64_t r = i / (K / 2), c = i % (K / 2);
+            const float2 v = *reinterpret_cast<const float2 *>(x + (m0 + r) * a.lda + 2 * c);
+            *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) =
+                __float_as_uint(di_dev_bf16_round(v.x)) >> 16 | (__float_as_uint(di_dev_bf16_round(v.y)) & 0xffff0000u);
+        }
+    } else { /* the act_quant'ed rows m0 .. m0 + rows: codes 16 bytes a thread, then the scales */
+        for (int64_t i = threadIdx.x; i < rows * (K / 16); i += blockDim.x) {
+            const int64_t r = i / (K / 16), c = i % (K / 16);
+            *reinterpret_cast<uint4 *>(xq + r * xrow + 16 * c) =
+                *reinterpret_cast<const uint4 *>(xqg + (m0 + r) * K + 16 * c);
+        }
+        for (int64_t i = threadIdx.x; i < rows * nb; i += blockDim.x) xs[i] = xsg[m0 * nb + i];
+    }
+    __syncthreads();
+
+    float acc[2][MT / 4]; /* [tile][c0, c1 (token g), c2, c3 (token g + 8)] */
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int r = 0; r < MT / 4; r++) acc[h][r] = 0.0f;
+    const bool row0_ok = g < rows, row1_ok = MT == 16 && g + 8 < rows;
+    /* byte 4t of a row: the e4m3 quad k 4t.. or (A16) the bf16 pair k 2t, 2t+1 */
+    const uint8_t *xa0 = xq + g * xrow + 4 * t, *xa1 = xq + (MT == 16 ? g + 8 : g) * xrow + 4 * t;
+    const float *xs0 = xs + g * nb, *xs1 = xs + (MT == 16 ? g + 8 : g) * nb;
+
+    for (int64_t b = blk0; busy && b < blk1; b += STEP) {
+        if (b + STEP < blk1) load(nxt, b + STEP);
+#pragma unroll
+        for (int j = 0; j < STEP; j++) {
+            const int64_t bj = b + j;
+            if (bj >= blk1) break; /* uniform */
+            /* A fragments: e4m3 a0 row g k 4t.., a1 row g+8, a2 row g k 16+4t.., a3 row g+8; A16 the
+             * same for each k16 half h (bytes 32h + 4t and 32h + 16 + 4t of the block's 64) */
+            uint32_t af[A16 ? 8 : 4];
+#pragma unroll
+            for (int hh = 0; hh < (A16 ? 2 : 1); hh++) {
+                const int64_t o = (A16 ? 64 * bj + 32 * hh : 32 * bj);
+                af[4 * hh + 0] = word(xa0 + o, row0_ok);
+                af[4 * hh + 2] = word(xa0 + o + 16, row0_ok);
+                af[4 * hh + 1] = word(xa1 + o, row1_ok);
+                af[4 * hh + 3] = word(xa1 + o + 16, row1_ok);
+            }
+            const float sa0 = A16 ? 1.0f : row0_ok ? xs0[bj] : 0.0f;
+            const float sa1 = A16 ? 1.0f : row1_ok ? xs1[bj] : 0.0f;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float d[4], sb0, sb1;
+                const uint32_t w0 = cur.b[h][j][0], w1 = cur.b[h][j][FP4 ? 0 : 1];
+                if (FP4) {
+                    const uint32_t bf[2] = {di_e2m1x4_to_e4m3x4(w0 & 0xffffu), di_e2m1x4_to_e4m3x4(w0 >> 16)};
+                    sb0 = di_dev_e8m0((uint8_t)(cur.sc[2 * h][j / 4] >> (8 * (j % 4))));
+                    sb1 = di_dev_e8m0((uint8_t)(cur.sc[2 * h + 1][j / 4] >> (8 * (j % 4))));
+                    di_mma_e4m3_16832(d, af, bf);
+                } else if (A16) { /* the block sum of 32 products: two k16 bf16 mmas */
+                    const uint32_t bf[4] = {di_e4m3x2_to_bf16x2((uint16_t)w0), di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16)),
+                                            di_e4m3x2_to_bf16x2((uint16_t)w1), di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16))};
+                    const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    di_mma_bf16_16816(d, af, bf, z);
+                    di_mma_bf16_16816(d, af + 4, bf + 2, d);
+                    sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                } else {
+                    const uint32_t bf[2] = {w0, w1};
+                    di_mma_e4m3_16832(d, af, bf);
+                    sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                }
+                acc[h][0] = __fmaf_rn(d[0], sa0 * sb0, acc[h][0]);
+                acc[h][1] = __fmaf_rn(d[1], sa0 * sb1, acc[h][1]);
+                if (MT == 16) {
+                    acc[h][MT / 4 - 2] = __fmaf_rn(d[2], sa1 * sb0, acc[h][MT / 4 - 2]);
+                    acc[h][MT / 4 - 1] = __fmaf_rn(d[3], sa1 * sb1, acc[h][MT / 4 - 1]);
+                }
+            }
+        }
+        cur = nxt;
+    }
+
+    /* outputs: token g (and g + 8), features n0 + 8h + 2t, +1 */
+    if (a.ksplit == 1) {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int r = 0; r < MT / 4; r++) {
+                const int tok = g + 8 * (r >> 1);
+                const int64_t c = n0 + 8 * h + 2 * t + (r & 1);
+                if (busy && tok < rows && c < N) y[(m0 + tok) * a.ldy + c] = di_dev_bf16_round(acc[h][r]);
+            }
+        return;
+    }
+    float *mine = part + ((int64_t)ks * a.tiles_per_block + tile_local) * MT * GV_TILE;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int r = 0; r < MT / 4; r++)
+            mine[(g + 8 * (r >> 1)) * GV_TILE + 8 * h + 2 * t + (r & 1)] = acc[h][r];
+    __syncthreads();
+    /* the splits' partial sums added in split order, then rounded (mm_reduce_kernel's order) */
+    const int per_split = a.tiles_per_block * MT * GV_TILE;
+    for (int i = threadIdx.x; i < per_split; i += blockDim.x) {
+        const int tl = i / (MT * GV_TILE), tok = i / GV_TILE % MT, f = i % GV_TILE;
+        const int64_t c = ((int64_t)blockIdx.x * a.tiles_per_block + tl) * GV_TILE + f;
+        if (tok >= rows || c >= N) continue;
+        float v = part[i];
+        for (int k = 1; k < a.ksplit; k++) v += part[k * per_split + i];
+        y[(m0 + tok) * a.ldy + c] = di_dev_bf16_round(v);
+    }
+}
+
+static size_t gv_smem_bytes(bool a16, int mt, int64_t K, int ksplit, int tiles_per_block) {
+    return (size_t)mt * (size_t)((a16 ? 2 * K : K) + 16) + (a16 ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
+           sizeof(float) * (size_t)ksplit * tiles_per_block * mt * GV_TILE;
+}
+
+static int gv_tiles_per_block(int ksplit) { return ksplit >= GV_WARPS ? 1 : GV_WARPS / ksplit; }
+
+bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit) {
+    return rows_per_group <= (grouped ? DI_GEMV_MAX_GROUP_ROWS : DI_GEMV_MAX_ROWS) && K % 128 == 0 && ksplit <= GV_WARPS &&
+           gv_smem_bytes(bf16_act, rows_per_group <= 8 ? 8 : 16, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
+}
+
+template <int MODE, int MT>
+static void gv_launch(const gv_args &a, int64_t max_rows, int slots, cudaStream_t s) {
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<MODE, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           GV_SMEM_MAX));
+        attr_set = true;
+    }
+    const int64_t tiles = (a.N + GV_TILE - 1) / GV_TILE;
+    const dim3 grid((unsigned)((tiles + a.tiles_per_block - 1) / a.tiles_per_block), (unsigned)((max_rows + MT - 1) / MT),
+                    (unsigned)slots);
+    const size_t smem = gv_smem_bytes(MODE == GV_A16, MT, a.K, a.ksplit, a.tiles_per_block);
+    gemv_bs_kernel<MODE, MT><<<grid, (unsigned)(a.tiles_per_block * a.ksplit * 32), smem, s>>>(a);
+    DI_CUDA_LAUNCHED();
+}
+
+template <int MODE>
+static void gv_run(const gv_args &a, int64_t max_rows, int64_t rows_per_group, int slots, cudaStream_t s) {
+    if (rows_per_group <= 8) gv_launch<MODE, 8>(a, max_rows, slots, s);
+    else gv_launch<MODE, 16>(a, max_rows, slots, s);
+}
+
+void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t N, int64_t K, const uint8_t *wdata, const uint8_t *wscale,
+                        const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
+                        const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
+                        int ksplit, int split_blocks, const uint8_t *xq, const float *xs, float *y) {
+    if (rows <= 0 || max_rows <= 0 || N <= 0) return;
+    const gv_args a = {NULL, xq, xs, max_rows, N, K, K, N, wdata, wscale, wdata_g, wscale_g, row_off, active, y,
+                       ksplit, split_blocks, gv_tiles_per_block(ksplit)};
+    /* with an active list only min(groups, rows) slots can have rows */
+    const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
+    if (fp4) gv_run<GV_FP4>(a, max_rows, rows_per_group, slots, s);
+    else gv_run<GV_FP8>(a, max_rows, rows_per_group, slots, s);
+}
+
+void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *wscale, int64_t rows_per_group,
+                         int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,
+                         int ksplit, int split_blocks) {
+    if (m <= 0 || rows_per_group <= 0) return;
+    const gv_args a = {x, NULL, NULL, m, rows_per_group, K, lda, ldy, wdata, wscale, NULL, NULL, NULL, NULL, y,
+                       ksplit, split_blocks, gv_tiles_per_block(ksplit)};
+    gv_run<GV_A16>(a, m, m, n_groups, s);
+}
