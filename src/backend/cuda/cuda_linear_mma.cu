@@ -93,7 +93,7 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     const bool whole_scales = nb % BKB == 0; /* scale rows allow 16/4-byte copies */
     const int64_t wrow = FP4 ? K / 2 : W16 ? 2 * K : K;      /* weight row bytes */
     const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
-    /* split K (single matrices with few column blocks): split ks sums K blocks [blk0, blk1) into
+    /* split K (matrices with few column blocks; decode-sized groups): split ks sums K blocks [blk0, blk1) into
      * part[ks]; split_blocks is a multiple of every configuration's BKB, so all configurations
      * fold the same blocks into the same partial sums */
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
