@@ -632,6 +632,53 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     free(X), free(kv), free(qk), free(ref), free(got), free(one);
 }
 
+/* G groups of an FP8 (32x32 e8m0 scales) or FP4 (1x32) weight [N, K] with random codes and scales
+ * near 1, each group's own device copy; rows[g] activation rows each: offsets, the largest group,
+ * the active-group list (groups with rows in ascending order, then -1: di_cuda_moe_group's) and
+ * their device copies */
+typedef struct grp_case {
+    di_weight shape; /* dtype and shape only */
+    std::vector<void *> wd, ws;
+    std::vector<int> off, act;
+    int M, max_rows;
+    const uint8_t **d_wd, **d_ws;
+    int *d_off, *d_act;
+} grp_case;
+static grp_case grp_make(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+    grp_case c;
+    const bool fp4 = dt == DI_DT_I8;
+    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
+    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
+    c.shape = di_weight{};
+    c.shape.dtype = dt;
+    c.shape.rows = N;
+    c.shape.cols = K;
+    c.wd.resize(G), c.ws.resize(G), c.off.assign(G + 1, 0), c.act.assign(G, -1);
+    c.max_rows = 0;
+    for (int g = 0, j = 0; g < G; g++) {
+        c.off[g + 1] = c.off[g] + rows[g];
+        c.max_rows = rows[g] > c.max_rows ? rows[g] : c.max_rows;
+        if (rows[g]) c.act[j++] = g;
+    }
+    c.M = c.off[G];
+    std::vector<uint8_t> hb(dbytes), hs(sbytes);
+    for (int g = 0; g < G; g++) {
+        for (size_t i = 0; i < dbytes; i++) hb[i] = fp4 ? (uint8_t)rnd_u64() : rnd_e4m3();
+        for (size_t i = 0; i < sbytes; i++) hs[i] = (uint8_t)(118 + rnd_u64() % 12);
+        c.wd[g] = dev_upload(hb.data(), dbytes);
+        c.ws[g] = dev_upload(hs.data(), sbytes);
+    }
+    c.d_wd = (const uint8_t **)dev_upload(c.wd.data(), sizeof(void *) * G);
+    c.d_ws = (const uint8_t **)dev_upload(c.ws.data(), sizeof(void *) * G);
+    c.d_off = (int *)dev_upload(c.off.data(), sizeof(int) * (G + 1));
+    c.d_act = (int *)dev_upload(c.act.data(), sizeof(int) * G);
+    return c;
+}
+static void grp_free(grp_case *c) {
+    for (size_t g = 0; g < c->wd.size(); g++) cudaFree(c->wd[g]), cudaFree(c->ws[g]);
+    cudaFree((void *)c->d_wd), cudaFree((void *)c->d_ws), cudaFree(c->d_off), cudaFree(c->d_act);
+}
+
 /* ---- grouped quantised linear: each group's rows equal that group computed alone -- a single-matrix
  * call on the exact kernel; a one-group grouped call on the tensor-core one (single matrices there
  * may split K by their shape, groups never do) ---- */
@@ -639,38 +686,23 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     g_cx.exact = exact;
     g_cx.batch_invariant = true; /* default mode splits decode-sized groups' K, so a group alone may not match */
     const bool fp4 = dt == DI_DT_I8;
-    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
-    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
-    std::vector<void *> wd(G), ws(G);
-    std::vector<int> off(G + 1, 0);
-    for (int g = 0; g < G; g++) off[g + 1] = off[g] + rows[g];
-    const int M = off[G];
-    int max_rows = 0;
-    for (int g = 0; g < G; g++) max_rows = rows[g] > max_rows ? rows[g] : max_rows;
-    std::vector<uint8_t> hb(dbytes), hs(sbytes);
-    for (int g = 0; g < G; g++) {
-        for (size_t i = 0; i < dbytes; i++) hb[i] = fp4 ? (uint8_t)rnd_u64() : rnd_e4m3();
-        for (size_t i = 0; i < sbytes; i++) hs[i] = (uint8_t)(118 + rnd_u64() % 12);
-        wd[g] = dev_upload(hb.data(), dbytes);
-        ws[g] = dev_upload(hs.data(), sbytes);
-    }
+    grp_case c = grp_make(dt, K, N, rows, G);
+    const int M = c.M, max_rows = c.max_rows;
+    const std::vector<int> &off = c.off;
+    const di_weight shape = c.shape;
     float *hx = (float *)malloc(sizeof(float) * (size_t)(M ? M : 1) * K);
     fill_moderate(hx, (int64_t)M * K, 2.0f);
     float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
     float *yg = (float *)dev_poisoned(sizeof(float) * (size_t)M * N), *y1 = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
-    di_weight shape = {};
-    shape.dtype = dt;
-    shape.rows = N;
-    shape.cols = K;
     for (int g = 0; g < G; g++) { /* reference: one call per group */
         di_weight w = shape;
-        w.data = wd[g];
-        w.scale = (const uint8_t *)ws[g];
+        w.data = c.wd[g];
+        w.scale = (const uint8_t *)c.ws[g];
         if (exact) {
             di_cuda_linear_quant(&g_cx, &w, x + (size_t)off[g] * K, rows[g], y1 + (size_t)off[g] * N);
         } else if (rows[g]) {
-            const uint8_t **d1w = (const uint8_t **)dev_upload(&wd[g], sizeof(void *));
-            const uint8_t **d1s = (const uint8_t **)dev_upload(&ws[g], sizeof(void *));
+            const uint8_t **d1w = (const uint8_t **)dev_upload(&c.wd[g], sizeof(void *));
+            const uint8_t **d1s = (const uint8_t **)dev_upload(&c.ws[g], sizeof(void *));
             const int one[2] = {0, rows[g]};
             int *d1o = (int *)dev_upload(one, sizeof one);
             di_cuda_linear_quant_grouped(&g_cx, &shape, d1w, d1s, d1o, NULL, 1, rows[g], rows[g],
@@ -678,10 +710,7 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
             cudaFree((void *)d1w), cudaFree((void *)d1s), cudaFree(d1o);
         }
     }
-    const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * G);
-    const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * G);
-    int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (G + 1));
-    di_cuda_linear_quant_grouped(&g_cx, &shape, d_wd, d_ws, d_off, NULL, G, M, max_rows, x, yg);
+    di_cuda_linear_quant_grouped(&g_cx, &shape, c.d_wd, c.d_ws, c.d_off, NULL, G, M, max_rows, x, yg);
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     dev_download(a, yg, sizeof(float) * (size_t)M * N);
     dev_download(b, y1, sizeof(float) * (size_t)M * N);
@@ -689,22 +718,14 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     snprintf(shp, sizeof shp, "%s %s G=%d M=%d K=%lld N=%lld", exact ? "exact" : "mma", fp4 ? "fp4" : "fp8", G, M,
              (long long)K, (long long)N);
     compare("linear_quant_grouped", shp, a, b, (int64_t)M * N, "exact");
-    /* the same through the active-group list (di_cuda_moe_group's: groups with rows, then -1),
-     * which launches min(G, M) group slots */
-    std::vector<int> act(G, -1);
-    for (int g = 0, j = 0; g < G; g++)
-        if (rows[g]) act[j++] = g;
-    int *d_act = (int *)dev_upload(act.data(), sizeof(int) * G);
+    /* the same through the active-group list, which launches min(G, M) group slots */
     float *ya = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
-    di_cuda_linear_quant_grouped(&g_cx, &shape, d_wd, d_ws, d_off, d_act, G, M, max_rows, x, ya);
+    di_cuda_linear_quant_grouped(&g_cx, &shape, c.d_wd, c.d_ws, c.d_off, c.d_act, G, M, max_rows, x, ya);
     dev_download(a, ya, sizeof(float) * (size_t)M * N);
     compare("linear_quant_grouped.active", shp, a, b, (int64_t)M * N, "exact");
-    cudaFree(d_act), cudaFree(ya);
-    for (int g = 0; g < G; g++) {
-        cudaFree(wd[g]);
-        cudaFree(ws[g]);
-    }
-    cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(x), cudaFree(yg), cudaFree(y1);
+    cudaFree(ya);
+    grp_free(&c);
+    cudaFree(x), cudaFree(yg), cudaFree(y1);
     free(hx), free(a), free(b);
     g_cx.exact = false;
     g_cx.batch_invariant = false;
@@ -719,35 +740,11 @@ static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *ro
 static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
     const int ng = single ? 1 : G;
-    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
-    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * (K / 32);
-    std::vector<void *> wd(ng), ws(ng);
-    std::vector<int> off(ng + 1, 0), act(ng, -1);
-    int max_rows = 0;
-    for (int g = 0, j = 0; g < ng; g++) {
-        off[g + 1] = off[g] + rows[g];
-        max_rows = rows[g] > max_rows ? rows[g] : max_rows;
-        if (rows[g]) act[j++] = g;
-    }
-    const int M = off[ng];
-    std::vector<uint8_t> hb(dbytes), hs(sbytes);
-    for (int g = 0; g < ng; g++) {
-        for (size_t i = 0; i < dbytes; i++) hb[i] = fp4 ? (uint8_t)rnd_u64() : rnd_e4m3();
-        for (size_t i = 0; i < sbytes; i++) hs[i] = (uint8_t)(118 + rnd_u64() % 12);
-        wd[g] = dev_upload(hb.data(), dbytes);
-        ws[g] = dev_upload(hs.data(), sbytes);
-    }
+    grp_case c = grp_make(dt, K, N, rows, ng);
+    const int M = c.M, max_rows = c.max_rows;
     float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
     fill_wide(hx, (int64_t)M * K, 1.0f);
     float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
-    const uint8_t **d_wd = (const uint8_t **)dev_upload(wd.data(), sizeof(void *) * ng);
-    const uint8_t **d_ws = (const uint8_t **)dev_upload(ws.data(), sizeof(void *) * ng);
-    int *d_off = (int *)dev_upload(off.data(), sizeof(int) * (ng + 1));
-    int *d_act = (int *)dev_upload(act.data(), sizeof(int) * ng);
-    di_weight shape = {};
-    shape.dtype = dt;
-    shape.rows = N;
-    shape.cols = K;
     const int64_t per_group = single ? M : (M + ng - 1) / ng;
     char shp[112];
     snprintf(shp, sizeof shp, "%s %s M=%d K=%lld N=%lld%s", fp4 ? "fp4" : "fp8", single ? "one" : "groups", M,
@@ -764,11 +761,11 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
             g_cx.tiled_only = tiled;
             y[tiled] = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
             if (single)
-                di_cuda_linear_mma(&g_cx, &shape, (const uint8_t *)wd[0], (const uint8_t *)ws[0], NULL, NULL, NULL, NULL,
-                                   1, M, M, x, y[tiled]);
+                di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL,
+                                   NULL, 1, M, M, x, y[tiled]);
             else
-                di_cuda_linear_mma(&g_cx, &shape, NULL, NULL, d_wd, d_ws, d_off, with_active ? d_act : NULL, ng, M,
-                                   max_rows, x, y[tiled]);
+                di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, with_active ? c.d_act : NULL, ng,
+                                   M, max_rows, x, y[tiled]);
         }
         g_cx.tiled_only = false;
         g_cx.batch_invariant = false;
@@ -782,8 +779,8 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
         printf("FAIL  gemv_twin: %s does not take the decode-sized kernel\n", shp);
         g_fail++;
     }
-    for (int g = 0; g < ng; g++) cudaFree(wd[g]), cudaFree(ws[g]);
-    cudaFree((void *)d_wd), cudaFree((void *)d_ws), cudaFree(d_off), cudaFree(d_act), cudaFree(x);
+    grp_free(&c);
+    cudaFree(x);
     free(hx), free(a), free(b);
 }
 
