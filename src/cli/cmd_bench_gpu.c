@@ -208,8 +208,8 @@ static double median_of(double *v, int n) {
 }
 
 /* Two warm-up steps (graphs: the two compressor parities) and `steps` timed decode steps of B
- * sequences; returns the steps timed (< steps on error), *slow when a step exceeded budget_s / steps. */
-/* bracket_last: the last step inside the backend's profiler range (tools/cuda/device_profile.sh) */
+ * sequences; returns the steps timed (< steps on error), *slow when a step exceeded budget_s / steps.
+ * bracket_last: the last step inside the backend's profiler range (tools/cuda/device_profile.sh). */
 static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int steps, double budget_s, float *logits,
                              uint64_t salt, bool bracket_last, double *wall_s, step_timing *tm, bool *slow,
                              di_err *err) {
@@ -217,9 +217,10 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
     double span[16], idle[16];
     int n_t = 0, n_idle = 0;
     di_graph_stats g0 = {0}, g1 = {0};
-    for (int i = 0; i < steps + 2 && i < 16; i++) { /* the first two steps warm up */
+    const int n_calls = steps + 2 < 16 ? steps + 2 : 16;
+    for (int i = 0; i < n_calls; i++) { /* the first two steps warm up */
         if (i == 2 && be->graph_stats) be->graph_stats(m, &g0);
-        const bool bracket = bracket_last && be->profiler_range && (i == steps + 1 || i == 15);
+        const bool bracket = bracket_last && be->profiler_range && i == n_calls - 1;
         if (bracket) be->profiler_range(true);
         double dt = timed_forward(m, st, B, 1, logits, salt + (uint64_t)i, err);
         if (bracket) be->profiler_range(false);

@@ -1,6 +1,6 @@
 /* Decode-sized linear layers on tensor cores: the twin of cuda_linear_mma.cu's FP8 / FP4
  * (DI_LIN_QUANT) GEMM and of its bf16 x FP8 one (A16, wo_a) for at most DI_GEMV_MAX_ROWS activation
- * rows per group, where the tiled kernel streams weights at 10-22% of the HBM rate (a single 16-row
+ * rows of one matrix or DI_GEMV_MAX_GROUP_ROWS per group (di_cuda_gemv_ok), where the tiled kernel streams weights at 10-22% of the HBM rate (a single 16-row
  * tile per block, weights staged through shared memory, one act_quant or bf16 conversion launch and
  * one split-K reduce launch around it).
  *
@@ -28,7 +28,7 @@
 
 /* K blocks of 32 per step of a warp (the next step's loads are in flight during one); 16 for FP4
  * (its rows are half as long) measured slower: 185 registers, one block per multiprocessor */
-#define GV_STEP(mode) 8
+#define GV_STEP 8
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
 #define GV_SMEM_MAX (200 * 1024)
@@ -53,15 +53,14 @@ struct gv_args {
  * A16 two words of merged e4m3 halfwords (widened to bf16 at use) */
 template <int MODE>
 struct gv_step {
-    uint32_t b[2][GV_STEP(MODE)][MODE == GV_FP4 ? 1 : 2];
-    uint32_t sc[MODE == GV_FP4 ? 4 : 1][GV_STEP(MODE) / 4]; /* scale bytes, 4 blocks a word: the tiles' 32-row
+    uint32_t b[2][GV_STEP][MODE == GV_FP4 ? 1 : 2];
+    uint32_t sc[MODE == GV_FP4 ? 4 : 1][GV_STEP / 4]; /* scale bytes, 4 blocks a word: the tiles' 32-row
                                                           block (FP8, A16); rows 2t, 2t+1 of each tile (FP4) */
 };
 
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
-    constexpr int STEP = GV_STEP(MODE);
     extern __shared__ int4 gv_smem[];
     const int64_t K = a.K, N = a.N, nb = K / 32, xrow = (A16 ? 2 * K : K) + 16;
     int64_t M = a.M;
@@ -123,7 +122,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     auto word = [](const uint8_t *p, bool ok) { return ok ? *reinterpret_cast<const uint32_t *>(p) : 0u; };
     auto load = [&](gv_step<MODE> &st, int64_t b) {
 #pragma unroll
-        for (int j = 0; j < STEP; j++) {
+        for (int j = 0; j < GV_STEP; j++) {
             const bool ok = b + j < blk1;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             }
         }
 #pragma unroll
-        for (int q = 0; q < STEP / 4; q++) {
+        for (int q = 0; q < GV_STEP / 4; q++) {
             const bool ok = b + 4 * q < blk1; /* blk1 and b are multiples of 4 */
 #pragma unroll
             for (int i = 0; i < (FP4 ? 4 : 1); i++) st.sc[i][q] = word(srow[i] + b + 4 * q, ok && sok[i]);
@@ -180,10 +179,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const uint8_t *xa0 = xq + g * xrow + 4 * t, *xa1 = xq + (MT == 16 ? g + 8 : g) * xrow + 4 * t;
     const float *xs0 = xs + g * nb, *xs1 = xs + (MT == 16 ? g + 8 : g) * nb;
 
-    for (int64_t b = blk0; busy && b < blk1; b += STEP) {
-        if (b + STEP < blk1) load(nxt, b + STEP);
+    for (int64_t b = blk0; busy && b < blk1; b += GV_STEP) {
+        if (b + GV_STEP < blk1) load(nxt, b + GV_STEP);
 #pragma unroll
-        for (int j = 0; j < STEP; j++) {
+        for (int j = 0; j < GV_STEP; j++) {
             const int64_t bj = b + j;
             if (bj >= blk1) break; /* uniform */
             /* A fragments: e4m3 a0 row g k 4t.., a1 row g+8, a2 row g k 16+4t.., a3 row g+8; A16 the
@@ -268,10 +267,11 @@ static size_t gv_smem_bytes(bool a16, int mt, int64_t K, int ksplit, int tiles_p
 }
 
 static int gv_tiles_per_block(int ksplit) { return ksplit >= GV_WARPS ? 1 : GV_WARPS / ksplit; }
+static int gv_mt(int64_t rows_per_group) { return rows_per_group <= 8 ? 8 : 16; } /* activation rows per block */
 
 bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit) {
     return rows_per_group <= (grouped ? DI_GEMV_MAX_GROUP_ROWS : DI_GEMV_MAX_ROWS) && K % 128 == 0 && ksplit <= GV_WARPS &&
-           gv_smem_bytes(bf16_act, rows_per_group <= 8 ? 8 : 16, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
+           gv_smem_bytes(bf16_act, gv_mt(rows_per_group), K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
 }
 
 template <int MODE, int MT>
@@ -292,7 +292,7 @@ static void gv_launch(const gv_args &a, int64_t max_rows, int slots, cudaStream_
 
 template <int MODE>
 static void gv_run(const gv_args &a, int64_t max_rows, int64_t rows_per_group, int slots, cudaStream_t s) {
-    if (rows_per_group <= 8) gv_launch<MODE, 8>(a, max_rows, slots, s);
+    if (gv_mt(rows_per_group) == 8) gv_launch<MODE, 8>(a, max_rows, slots, s);
     else gv_launch<MODE, 16>(a, max_rows, slots, s);
 }
 
