@@ -810,6 +810,20 @@ static void test_e2m1_widen(void) {
     cudaFree(d);
 }
 
+/* every ue8m0 scale byte through the branch-free di_dev_e8m0 against the CPU's di_e8m0_to_f32
+ * (0 is 2^-127, 255 NaN) */
+__global__ void e8m0_decode_kernel(float *out) { out[threadIdx.x] = di_dev_e8m0((uint8_t)threadIdx.x); }
+static void test_e8m0_decode(void) {
+    float *d = (float *)dev_poisoned(4 * 256);
+    e8m0_decode_kernel<<<1, 256>>>(d);
+    CK(cudaGetLastError());
+    float got[256], ref[256];
+    dev_download(got, d, sizeof got);
+    for (int i = 0; i < 256; i++) ref[i] = di_e8m0_to_f32((uint8_t)i);
+    compare("e8m0_decode", "all 256 scale bytes", got, ref, 256, "twin");
+    cudaFree(d);
+}
+
 /* ---- bf16 x FP8 tensor-core linear (wo_a): n_groups diagonal blocks of one FP8 weight against
  * the CPU's DI_LIN_BF16 (a double sum rounded once). The tensor core sums each block of 32
  * products (exact: bf16 x e4m3) in fp32 with about 14 bits kept relative to the largest addend
@@ -1030,6 +1044,7 @@ static void run_quick(void) {
     test_linear_bf16w8(2, 1024, 32, 1);  /* one group: K splits */
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
+    test_copy_rows(6, 16384 + 7); /* several blocks per row, a partial chunk */
     test_embed(50, 5, 4, 264);
     test_hc_mean(3, 4, 300, 3, 1);
     test_scale_bf16(1000, 32, 128);
@@ -1065,6 +1080,7 @@ static void run_quick(void) {
     test_linear_grouped(DI_DT_I8, 256, 40, decode_rows, 8);
 
     test_e2m1_widen();
+    test_e8m0_decode();
     const int one[] = {1}, three[] = {3}, nine[] = {9}, sixteen[] = {16}, two[] = {2};
     test_gemv_twin(DI_DT_F8_E4M3, 256, 40, one, 0);   /* a partial feature tile */
     test_gemv_twin(DI_DT_F8_E4M3, 256, 40, nine, 0);  /* 16-row tiles */

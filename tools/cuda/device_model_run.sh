@@ -75,6 +75,9 @@ if want parity; then
     grep -E "^FAIL" "$OUT/parity_ops.log" | head -10
     run parity_fwd_ops 240 $B/test_cuda_fwd_ops
     grep -E "^FAIL" "$OUT/parity_fwd_ops.log" | head -10
+    # the small shapes the full run leaves to --quick (exhaustive FP4 / e8m0 decodes, edge cases)
+    run parity_fwd_ops_quick 120 $B/test_cuda_fwd_ops --quick
+    grep -E "^FAIL" "$OUT/parity_fwd_ops_quick.log" | head -10
 fi
 
 # ---- 3. model tests on the GPU ----
@@ -111,6 +114,12 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
     run racecheck 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/deepinfer logits --backend cuda \
         --model tests/data/v41-tiny --ids 0,5,9,17,33,70 --prefill 4 --out /tmp/di-racecheck.f32
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck.log" | tail -2
+    # kernels the tiny model's shapes do not reach (the decode-sized GEMM twin needs K % 128 == 0):
+    # the op suite's small shapes under both tools
+    want memcheck && run memcheck_ops 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
+    want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck_ops.log" | tail -2
+    run racecheck_ops 300 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_ops.log" | tail -2
     unset DEEPINFER_ACCELERATOR
 fi
 

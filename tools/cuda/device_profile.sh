@@ -8,6 +8,8 @@
 # weight generation and ceilings included, takes far longer than a device call).
 #     PROFILE_ARGS="--bench-batch 1 --bench-max-context 4096 --bench-max-prefill 512" \
 #         bash tools/cuda/device_profile.sh [TAG]
+# NCU_DETAIL="ncu flags" instead runs ncu's own report (e.g. "--section WarpStateStats -k regex:gemv
+# --launch-skip 40 --launch-count 2") over the same range into $OUT/detail-TAG.txt, no table.
 # Output: $OUT/profile-TAG.txt (the table, also on stdout) and $OUT/profile-TAG.csv.gz (ncu's rows).
 set -u
 cd "$(dirname "$0")/../.."
@@ -20,6 +22,12 @@ export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "device_profile: no ncu on this machine"; exit 1; }
 RAW="$OUT/profile-$TAG.csv"
+if [ -n "${NCU_DETAIL:-}" ]; then
+    timeout "${PROFILE_TIMEOUT:-420}" "$NCU" --profile-from-start off $NCU_DETAIL \
+        build-dev/deepinfer bench --backend cuda --quick ${PROFILE_ARGS:-} >"$OUT/detail-$TAG.txt" 2>"$OUT/profile-$TAG.err"
+    echo "device_profile: ncu exit $?"
+    exit 0
+fi
 timeout "${PROFILE_TIMEOUT:-420}" "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
     build-dev/deepinfer bench --backend cuda --quick ${PROFILE_ARGS:-} >"$RAW" 2>"$OUT/profile-$TAG.err"
 echo "device_profile: ncu exit $?; $(grep -c '^"' "$RAW") rows"
@@ -34,7 +42,8 @@ for r in csv.DictReader(rows):
     k = r["Kernel Name"].replace("void ", "", 1)
     j = k.find("(", k.rfind(">") + 1 if ">" in k else 0)
     name = (k[:j] if j >= 0 else k)[:110]
-    us = float(r["Metric Value"].replace(",", "")) / (1e3 if r["Metric Unit"] == "nsecond" else 1)
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+    us = float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1e-3)
     key = (name, r["Grid Size"], r["Block Size"])
     agg[key][0] += 1
     agg[key][1] += us

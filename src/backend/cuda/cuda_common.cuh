@@ -47,9 +47,9 @@ static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
 
 /* ---- e8m0 scale byte ---- */
 static __device__ __forceinline__ float di_dev_e8m0(uint8_t b) {
-    if (b == 255) return __uint_as_float(0x7fc00000u);
-    if (b == 0) return 0x1p-127f;
-    return __uint_as_float((uint32_t)b << 23);
+    /* 2^(b - 127) = b << 23; 0 is 2^-127 (0x00400000) and 255 NaN (0x7fc00000): both add bit 22.
+     * Branch-free: the decode-sized GEMMs do two per K block and lane */
+    return __uint_as_float((uint32_t)b << 23 | ((uint8_t)(b + 1) <= 1 ? 0x00400000u : 0u));
 }
 
 /* ---- minifloat rounding (di_minifloat_rne): x / quantum is exact, rintf rounds half to even ---- */

@@ -2,8 +2,8 @@
  * through pointer lists or strides, the embedding into the hc stream, the hc mean of a DSpark target and the
  * indexer's head-weight scale.
  *
- * All are memory-bound loops with no reductions across threads: one thread block per row (rows
- * may be anywhere, so each block reads its own row pointer), threads striding over the row. The
+ * All are memory-bound loops with no reductions across threads: thread blocks per row (rows may be
+ * anywhere, so each block reads its own row pointer), threads striding over the row. The
  * arithmetic is the CPU loop's expression per element (hc_mean sums its n copies in i order in
  * fp32 in one thread), so results are bit-identical. */
 #include "backend/cuda/cuda_common.cuh"
@@ -11,19 +11,39 @@
 
 #define COPY_THREADS 256
 
-/* block per row i (grid.x allows 2^31 - 1 rows) */
+/* row i on blocks (i, 0..): each block copies COPY_CHUNK floats of the row, a thread's
+ * COPY_PER_THREAD loads issued before its stores (a decode step copies a few rows of 4096-16384
+ * floats: one block per row left the copy latency-bound, ~10 us for 6 rows) */
+#define COPY_PER_THREAD 4
+#define COPY_CHUNK (COPY_THREADS * COPY_PER_THREAD)
 __global__ void __launch_bounds__(COPY_THREADS)
 copy_rows_kernel(float *const *__restrict__ dst, const float *const *__restrict__ src, int64_t width) {
     float *d = dst[blockIdx.x];
     if (!d) return;
     const float *s = src[blockIdx.x];
-    for (int64_t k = threadIdx.x; k < width; k += COPY_THREADS) d[k] = s ? s[k] : 0.0f;
+    const int64_t k0 = (int64_t)blockIdx.y * COPY_CHUNK + threadIdx.x;
+    float v[COPY_PER_THREAD];
+#pragma unroll
+    for (int u = 0; u < COPY_PER_THREAD; u++) {
+        const int64_t k = k0 + u * COPY_THREADS;
+        v[u] = s && k < width ? s[k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < COPY_PER_THREAD; u++) {
+        const int64_t k = k0 + u * COPY_THREADS;
+        if (k < width) d[k] = v[u];
+    }
 }
 
 extern "C" void di_cuda_copy_rows(float *const *dst, const float *const *src, int64_t n, int64_t width,
                                   cudaStream_t s) {
     if (n <= 0 || width <= 0) return;
-    copy_rows_kernel<<<(unsigned)n, COPY_THREADS, 0, s>>>(dst, src, width);
+    const int64_t chunks = (width + COPY_CHUNK - 1) / COPY_CHUNK;
+    if (chunks > 65535) {
+        fprintf(stderr, "di_cuda_copy_rows: rows of %lld floats exceed the grid\n", (long long)width);
+        abort();
+    }
+    copy_rows_kernel<<<dim3((unsigned)n, (unsigned)chunks), COPY_THREADS, 0, s>>>(dst, src, width);
     DI_CUDA_LAUNCHED();
 }
 

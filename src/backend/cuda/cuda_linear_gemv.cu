@@ -26,6 +26,8 @@
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
 
+#include <type_traits>
+
 /* K blocks of 32 per step of a warp (the next step's loads are in flight during one); 16 for FP4
  * (its rows are half as long) measured slower: 185 registers, one block per multiprocessor */
 #define GV_STEP 8
@@ -47,22 +49,26 @@ struct gv_args {
      * reading x columns g * K.., weight rows g * N.. and writing y columns g * N.. */
     float *y; /* [rows, ldy] */
     int ksplit, split_blocks, tiles_per_block;
+    int xrows; /* activation rows staged per block: min(MT, max_rows) rounded up to even */
 };
 
-/* B-fragment words per tile and block: FP8 b0, b1; FP4 the merged e2m1 halfwords (widened at use);
- * A16 two words of merged e4m3 halfwords (widened to bf16 at use) */
+/* weight words per row half and block: FP8 the fragment's two words; FP4 the two words holding its
+ * e2m1 halfwords (merged and widened at use: merging at load time made every step wait for its
+ * loads before the previous step's work); A16 two words of merged e4m3 halfwords (widened at use) */
 template <int MODE>
 struct gv_step {
-    uint32_t b[2][GV_STEP][MODE == GV_FP4 ? 1 : 2];
-    uint32_t sc[MODE == GV_FP4 ? 4 : 1][GV_STEP / 4]; /* scale bytes, 4 blocks a word: the tiles' 32-row
-                                                          block (FP8, A16); rows 2t, 2t+1 of each tile (FP4) */
+    uint32_t w[2][GV_STEP][2];
+    uint32_t sc[MODE == GV_FP4 ? 2 : 1][GV_STEP / 4]; /* scale bytes, 4 blocks a word: the tile's 32-row
+                                                          block (FP8, A16); features g, g + 8 (FP4) */
 };
 
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
+    constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
     const int64_t K = a.K, N = a.N, nb = K / 32, xrow = (A16 ? 2 * K : K) + 16;
+    const int xrows = a.xrows;
     int64_t M = a.M;
     const float *x = a.x;
     const uint8_t *xqg = a.xq;
@@ -89,11 +95,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         wscale += gi * (N / 32) * nb;
         y += gi * N;
     }
-    const int rows = M - m0 < MT ? (int)(M - m0) : MT;
-    uint8_t *xq = reinterpret_cast<uint8_t *>(gv_smem); /* [MT][xrow] e4m3 codes or bf16 of rows m0.. */
-    float *xs = reinterpret_cast<float *>(xq + MT * xrow); /* [MT][nb] their scales (not A16) */
-    float *part = xs + (A16 ? 0 : MT * nb);               /* [ksplit][tiles_per_block][MT][16] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    int rows = M - m0 < MT ? (int)(M - m0) : MT;
+    rows = rows < xrows ? rows : xrows; /* xrows >= every block's rows (the launcher's bound) */
+    uint8_t *xq = reinterpret_cast<uint8_t *>(gv_smem); /* [xrows][xrow] e4m3 codes or bf16 of rows m0.. */
+    float *xs = reinterpret_cast<float *>(xq + xrows * xrow); /* [nb][xrows] their scales (not A16) */
+    float *part = xs + (A16 ? 0 : xrows * nb);                /* [ksplit][tiles_per_block][MT][16] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile_local = warp / a.ksplit, ks = warp % a.ksplit;
     const int64_t n0 = ((int64_t)blockIdx.x * a.tiles_per_block + tile_local) * GV_TILE;
@@ -103,18 +110,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
 
     /* this lane's weight rows n0 + 8h + g (zeros past N) and scale rows */
     const int64_t wrow_bytes = FP4 ? K / 2 : K;
-    const uint8_t *wrow[2];
+    const uint8_t *wrow[2], *srow[2];
     bool wok[2];
     for (int h = 0; h < 2; h++) {
         wok[h] = n0 + 8 * h + g < N;
         wrow[h] = wdata + (wok[h] ? n0 + 8 * h + g : 0) * wrow_bytes;
-    }
-    const uint8_t *srow[4]; /* FP8 / A16: srow[0] = the 32-row block's; FP4: features 2t, 2t+1 of tiles 0, 1 */
-    bool sok[4];
-    for (int i = 0; i < 4; i++) {
-        const int64_t f = n0 + 8 * (i >> 1) + 2 * t + (i & 1);
-        sok[i] = FP4 ? f < N : n0 < N;
-        srow[i] = FP4 ? wscale + (sok[i] ? f : 0) * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
+        /* FP8 / A16: srow[0] = the tile's 32-row block; FP4: features g, g + 8 */
+        srow[h] = FP4 ? wscale + (wok[h] ? n0 + 8 * h + g : 0) * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
     }
     /* FP4 / A16: this lane's halfwords (bytes 2(t & 1)..) of two words merged into one */
     const uint32_t half_sel = (t & 1) ? 0x7632u : 0x5410u;
@@ -127,17 +129,18 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const bool okh = ok && wok[h];
-                if (FP4) { /* bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte block */
+                if (FP4) { /* the words of bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte block */
                     const uint8_t *p = wrow[h] + 16 * (b + j) + 4 * (t >> 1);
-                    st.b[h][j][0] = __byte_perm(word(p, okh), word(p + 8, okh), half_sel);
+                    st.w[h][j][0] = word(p, okh);
+                    st.w[h][j][1] = word(p + 8, okh);
                 } else if (A16) { /* bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * (t >> 1);
-                    st.b[h][j][0] = __byte_perm(word(p, okh), word(p + 8, okh), half_sel);
-                    st.b[h][j][FP4 ? 0 : 1] = __byte_perm(word(p + 16, okh), word(p + 24, okh), half_sel);
+                    st.w[h][j][0] = __byte_perm(word(p, okh), word(p + 8, okh), half_sel);
+                    st.w[h][j][1] = __byte_perm(word(p + 16, okh), word(p + 24, okh), half_sel);
                 } else { /* bytes 4t.. and 16+4t.. */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * t;
-                    st.b[h][j][0] = word(p, okh);
-                    st.b[h][j][FP4 ? 0 : 1] = word(p + 16, okh);
+                    st.w[h][j][0] = word(p, okh);
+                    st.w[h][j][1] = word(p + 16, okh);
                 }
             }
         }
@@ -145,7 +148,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         for (int q = 0; q < GV_STEP / 4; q++) {
             const bool ok = b + 4 * q < blk1; /* blk1 and b are multiples of 4 */
 #pragma unroll
-            for (int i = 0; i < (FP4 ? 4 : 1); i++) st.sc[i][q] = word(srow[i] + b + 4 * q, ok && sok[i]);
+            for (int i = 0; i < (FP4 ? 2 : 1); i++) st.sc[i][q] = word(srow[i] + b + 4 * q, ok && (FP4 ? wok[i] : n0 < N));
         }
     };
 
@@ -159,95 +162,128 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) =
                 __float_as_uint(di_dev_bf16_round(v.x)) >> 16 | (__float_as_uint(di_dev_bf16_round(v.y)) & 0xffff0000u);
         }
-    } else { /* the act_quant'ed rows m0 .. m0 + rows: codes 16 bytes a thread, then the scales */
+    } else { /* the act_quant'ed rows m0 .. m0 + rows: codes 16 bytes a thread, then the scales (transposed) */
         for (int64_t i = threadIdx.x; i < rows * (K / 16); i += blockDim.x) {
             const int64_t r = i / (K / 16), c = i % (K / 16);
             *reinterpret_cast<uint4 *>(xq + r * xrow + 16 * c) =
                 *reinterpret_cast<const uint4 *>(xqg + (m0 + r) * K + 16 * c);
         }
-        for (int64_t i = threadIdx.x; i < rows * nb; i += blockDim.x) xs[i] = xsg[m0 * nb + i];
+        for (int64_t i = threadIdx.x; i < rows * nb; i += blockDim.x) xs[(i % nb) * xrows + i / nb] = xsg[m0 * nb + i];
     }
     __syncthreads();
 
-    float acc[2][MT / 4]; /* [tile][c0, c1 (token g), c2, c3 (token g + 8)] */
+    /* acc[th]: features g, g + 8 (rows of the A operand) x tokens 8 th + 2t, + 1 (B's columns):
+     * [g, 2t], [g, 2t+1], [g+8, 2t], [g+8, 2t+1] */
+    float acc[TH][4];
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int th = 0; th < TH; th++)
 #pragma unroll
-        for (int r = 0; r < MT / 4; r++) acc[h][r] = 0.0f;
-    const bool row0_ok = g < rows, row1_ok = MT == 16 && g + 8 < rows;
-    /* byte 4t of a row: the e4m3 quad k 4t.. or (A16) the bf16 pair k 2t, 2t+1 */
-    const uint8_t *xa0 = xq + g * xrow + 4 * t, *xa1 = xq + (MT == 16 ? g + 8 : g) * xrow + 4 * t;
-    const float *xs0 = xs + g * nb, *xs1 = xs + (MT == 16 ? g + 8 : g) * nb;
+        for (int r = 0; r < 4; r++) acc[th][r] = 0.0f;
+    /* byte 4t of token row 8 th + g: the e4m3 quad k 4t.. or (A16) the bf16 pair k 2t, 2t+1 */
+    const uint8_t *xa[TH];
+    bool xok[TH], sok[TH][2];
+#pragma unroll
+    for (int th = 0; th < TH; th++) {
+        xok[th] = 8 * th + g < rows;
+        xa[th] = xq + (xok[th] ? 8 * th + g : 0) * xrow + 4 * t;
+        sok[th][0] = 8 * th + 2 * t < rows;
+        sok[th][1] = 8 * th + 2 * t + 1 < rows;
+    }
 
-    for (int64_t b = blk0; busy && b < blk1; b += GV_STEP) {
-        if (b + GV_STEP < blk1) load(nxt, b + GV_STEP);
+    /* one step of GV_STEP blocks from b; `full` (a compile-time flag) when all are in the split:
+     * no branch inside, so the step is one stretch of code (splits are whole steps but for a
+     * K % 256 remainder) */
+    auto step = [&](int64_t b, auto full) {
 #pragma unroll
         for (int j = 0; j < GV_STEP; j++) {
             const int64_t bj = b + j;
-            if (bj >= blk1) break; /* uniform */
-            /* A fragments: e4m3 a0 row g k 4t.., a1 row g+8, a2 row g k 16+4t.., a3 row g+8; A16 the
-             * same for each k16 half h (bytes 32h + 4t and 32h + 16 + 4t of the block's 64) */
-            uint32_t af[A16 ? 8 : 4];
+            if (!decltype(full)::value && bj >= blk1) break; /* uniform */
+            /* A: the weights, 16 features x 32 k (a0 row g k 4t.., a1 row g + 8, a2 row g k 16 + 4t..,
+             * a3 row g + 8; A16 the same per k16 half hh, as bf16) */
+            uint32_t wf[A16 ? 8 : 4];
+            float sb0, sb1; /* scales of features g, g + 8 */
+            if (FP4) {
+                const uint32_t w0 = __byte_perm(cur.w[0][j][0], cur.w[0][j][1], half_sel);
+                const uint32_t w1 = __byte_perm(cur.w[1][j][0], cur.w[1][j][1], half_sel);
+                wf[0] = di_e2m1x4_to_e4m3x4(w0 & 0xffffu);
+                wf[1] = di_e2m1x4_to_e4m3x4(w1 & 0xffffu);
+                wf[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
+                wf[3] = di_e2m1x4_to_e4m3x4(w1 >> 16);
+                sb0 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                sb1 = di_dev_e8m0((uint8_t)(cur.sc[1][j / 4] >> (8 * (j % 4))));
+            } else if (A16) {
 #pragma unroll
-            for (int hh = 0; hh < (A16 ? 2 : 1); hh++) {
-                const int64_t o = (A16 ? 64 * bj + 32 * hh : 32 * bj);
-                af[4 * hh + 0] = word(xa0 + o, row0_ok);
-                af[4 * hh + 2] = word(xa0 + o + 16, row0_ok);
-                af[4 * hh + 1] = word(xa1 + o, row1_ok);
-                af[4 * hh + 3] = word(xa1 + o + 16, row1_ok);
+                for (int hh = 0; hh < 2; hh++) {
+                    const uint32_t w0 = cur.w[0][j][hh], w1 = cur.w[1][j][hh];
+                    wf[4 * hh + 0] = di_e4m3x2_to_bf16x2((uint16_t)w0);
+                    wf[4 * hh + 1] = di_e4m3x2_to_bf16x2((uint16_t)w1);
+                    wf[4 * hh + 2] = di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16));
+                    wf[4 * hh + 3] = di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16));
+                }
+                sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+            } else {
+                wf[0] = cur.w[0][j][0];
+                wf[1] = cur.w[1][j][0];
+                wf[2] = cur.w[0][j][1];
+                wf[3] = cur.w[1][j][1];
+                sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
             }
-            const float sa0 = A16 ? 1.0f : row0_ok ? xs0[bj] : 0.0f;
-            const float sa1 = A16 ? 1.0f : row1_ok ? xs1[bj] : 0.0f;
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float d[4], sb0, sb1;
-                const uint32_t w0 = cur.b[h][j][0], w1 = cur.b[h][j][FP4 ? 0 : 1];
-                if (FP4) {
-                    const uint32_t bf[2] = {di_e2m1x4_to_e4m3x4(w0 & 0xffffu), di_e2m1x4_to_e4m3x4(w0 >> 16)};
-                    sb0 = di_dev_e8m0((uint8_t)(cur.sc[2 * h][j / 4] >> (8 * (j % 4))));
-                    sb1 = di_dev_e8m0((uint8_t)(cur.sc[2 * h + 1][j / 4] >> (8 * (j % 4))));
-                    di_mma_e4m3_16832(d, af, bf);
-                } else if (A16) { /* the block sum of 32 products: two k16 bf16 mmas */
-                    const uint32_t bf[4] = {di_e4m3x2_to_bf16x2((uint16_t)w0), di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16)),
-                                            di_e4m3x2_to_bf16x2((uint16_t)w1), di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16))};
+            for (int th = 0; th < TH; th++) {
+                /* B: the activations, 32 k x 8 tokens (b0 token g k 4t.., b1 k 16 + 4t..; A16 per k16 half) */
+                uint32_t xf[A16 ? 4 : 2];
+#pragma unroll
+                for (int hh = 0; hh < (A16 ? 2 : 1); hh++) {
+                    const int64_t o = (A16 ? 64 * bj + 32 * hh : 32 * bj);
+                    xf[2 * hh + 0] = word(xa[th] + o, xok[th]);
+                    xf[2 * hh + 1] = word(xa[th] + o + 16, xok[th]);
+                }
+                float sa0 = 1.0f, sa1 = 1.0f; /* tokens 8 th + 2t, + 1 (xrows is even: the pair is staged) */
+                if (!A16) {
+                    const float2 s2 = sok[th][0] ? *reinterpret_cast<const float2 *>(xs + bj * xrows + 8 * th + 2 * t)
+                                                 : make_float2(0.0f, 0.0f);
+                    sa0 = s2.x;
+                    sa1 = sok[th][1] ? s2.y : 0.0f;
+                }
+                float d[4];
+                if (A16) { /* the block sum of 32 products: two k16 bf16 mmas */
                     const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    di_mma_bf16_16816(d, af, bf, z);
-                    di_mma_bf16_16816(d, af + 4, bf + 2, d);
-                    sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                    di_mma_bf16_16816(d, wf, xf, z);
+                    di_mma_bf16_16816(d, wf + 4, xf + 2, d);
                 } else {
-                    const uint32_t bf[2] = {w0, w1};
-                    di_mma_e4m3_16832(d, af, bf);
-                    sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                    di_mma_e4m3_16832(d, wf, xf);
                 }
-                acc[h][0] = __fmaf_rn(d[0], sa0 * sb0, acc[h][0]);
-                acc[h][1] = __fmaf_rn(d[1], sa0 * sb1, acc[h][1]);
-                if (MT == 16) {
-                    acc[h][MT / 4 - 2] = __fmaf_rn(d[2], sa1 * sb0, acc[h][MT / 4 - 2]);
-                    acc[h][MT / 4 - 1] = __fmaf_rn(d[3], sa1 * sb1, acc[h][MT / 4 - 1]);
-                }
+                acc[th][0] = __fmaf_rn(d[0], sa0 * sb0, acc[th][0]);
+                acc[th][1] = __fmaf_rn(d[1], sa1 * sb0, acc[th][1]);
+                acc[th][2] = __fmaf_rn(d[2], sa0 * sb1, acc[th][2]);
+                acc[th][3] = __fmaf_rn(d[3], sa1 * sb1, acc[th][3]);
             }
         }
+    };
+    for (int64_t b = blk0; busy && b < blk1; b += GV_STEP) {
+        if (b + GV_STEP < blk1) load(nxt, b + GV_STEP);
+        if (b + GV_STEP <= blk1) step(b, std::true_type());
+        else step(b, std::false_type());
         cur = nxt;
     }
 
-    /* outputs: token g (and g + 8), features n0 + 8h + 2t, +1 */
+    /* outputs: features n0 + g (+ 8) x tokens 8 th + 2t (+ 1) */
     if (a.ksplit == 1) {
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int th = 0; th < TH; th++)
 #pragma unroll
-            for (int r = 0; r < MT / 4; r++) {
-                const int tok = g + 8 * (r >> 1);
-                const int64_t c = n0 + 8 * h + 2 * t + (r & 1);
-                if (busy && tok < rows && c < N) y[(m0 + tok) * a.ldy + c] = di_dev_bf16_round(acc[h][r]);
+            for (int r = 0; r < 4; r++) {
+                const int tok = 8 * th + 2 * t + (r & 1);
+                const int64_t c = n0 + 8 * (r >> 1) + g;
+                if (busy && tok < rows && c < N) y[(m0 + tok) * a.ldy + c] = di_dev_bf16_round(acc[th][r]);
             }
         return;
     }
     float *mine = part + ((int64_t)ks * a.tiles_per_block + tile_local) * MT * GV_TILE;
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int th = 0; th < TH; th++)
 #pragma unroll
-        for (int r = 0; r < MT / 4; r++)
-            mine[(g + 8 * (r >> 1)) * GV_TILE + 8 * h + 2 * t + (r & 1)] = acc[h][r];
+        for (int r = 0; r < 4; r++) mine[(8 * th + 2 * t + (r & 1)) * GV_TILE + 8 * (r >> 1) + g] = acc[th][r];
     __syncthreads();
     /* the splits' partial sums added in split order, then rounded (mm_reduce_kernel's order) */
     const int per_split = a.tiles_per_block * MT * GV_TILE;
@@ -261,8 +297,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     }
 }
 
-static size_t gv_smem_bytes(bool a16, int mt, int64_t K, int ksplit, int tiles_per_block) {
-    return (size_t)mt * (size_t)((a16 ? 2 * K : K) + 16) + (a16 ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
+/* shared memory of a block: xrows staged activation rows (codes or bf16, their scales) and the
+ * K splits' partial sums */
+static size_t gv_smem_bytes(bool a16, int mt, int xrows, int64_t K, int ksplit, int tiles_per_block) {
+    return (size_t)xrows * (size_t)((a16 ? 2 * K : K) + 16) + (a16 ? 0 : sizeof(float) * (size_t)xrows * (size_t)(K / 32)) +
            sizeof(float) * (size_t)ksplit * tiles_per_block * mt * GV_TILE;
 }
 
@@ -270,12 +308,13 @@ static int gv_tiles_per_block(int ksplit) { return ksplit >= GV_WARPS ? 1 : GV_W
 static int gv_mt(int64_t rows_per_group) { return rows_per_group <= 8 ? 8 : 16; } /* activation rows per block */
 
 bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit) {
+    const int mt = gv_mt(rows_per_group);
     return rows_per_group <= (grouped ? DI_GEMV_MAX_GROUP_ROWS : DI_GEMV_MAX_ROWS) && K % 128 == 0 && ksplit <= GV_WARPS &&
-           gv_smem_bytes(bf16_act, gv_mt(rows_per_group), K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
+           gv_smem_bytes(bf16_act, mt, mt, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
 }
 
 template <int MODE, int MT>
-static void gv_launch(const gv_args &a, int64_t max_rows, int slots, cudaStream_t s) {
+static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
     static bool attr_set;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<MODE, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -285,7 +324,8 @@ static void gv_launch(const gv_args &a, int64_t max_rows, int slots, cudaStream_
     const int64_t tiles = (a.N + GV_TILE - 1) / GV_TILE;
     const dim3 grid((unsigned)((tiles + a.tiles_per_block - 1) / a.tiles_per_block), (unsigned)((max_rows + MT - 1) / MT),
                     (unsigned)slots);
-    const size_t smem = gv_smem_bytes(MODE == GV_A16, MT, a.K, a.ksplit, a.tiles_per_block);
+    a.xrows = max_rows < MT ? (int)(max_rows + 1) / 2 * 2 : MT;
+    const size_t smem = gv_smem_bytes(MODE == GV_A16, MT, a.xrows, a.K, a.ksplit, a.tiles_per_block);
     gemv_bs_kernel<MODE, MT><<<grid, (unsigned)(a.tiles_per_block * a.ksplit * 32), smem, s>>>(a);
     DI_CUDA_LAUNCHED();
 }
@@ -302,7 +342,7 @@ void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t N, int64_t K, const ui
                         int ksplit, int split_blocks, const uint8_t *xq, const float *xs, float *y) {
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
     const gv_args a = {NULL, xq, xs, max_rows, N, K, K, N, wdata, wscale, wdata_g, wscale_g, row_off, active, y,
-                       ksplit, split_blocks, gv_tiles_per_block(ksplit)};
+                       ksplit, split_blocks, gv_tiles_per_block(ksplit), 0};
     /* with an active list only min(groups, rows) slots can have rows */
     const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
     if (fp4) gv_run<GV_FP4>(a, max_rows, rows_per_group, slots, s);
@@ -314,6 +354,6 @@ void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *ws
                          int ksplit, int split_blocks) {
     if (m <= 0 || rows_per_group <= 0) return;
     const gv_args a = {x, NULL, NULL, m, rows_per_group, K, lda, ldy, wdata, wscale, NULL, NULL, NULL, NULL, y,
-                       ksplit, split_blocks, gv_tiles_per_block(ksplit)};
+                       ksplit, split_blocks, gv_tiles_per_block(ksplit), 0};
     gv_run<GV_A16>(a, m, m, n_groups, s);
 }

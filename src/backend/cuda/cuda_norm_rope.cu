@@ -1,8 +1,8 @@
 /* RMSNorm and RoPE on the GPU, twins of src/backend/cpu/cpu_norm_rope.c.
  *
  * RMSNorm: one thread block per row. The CPU takes sum(x^2) in double in index order and rounds
- * the mean once to fp32; here each thread sums a strided slice in double and a fixed tree adds
- * the partial sums. For bf16 inputs each square is exact in double and the sum is exact whenever
+ * the mean once to fp32; here each thread sums a strided slice in double and a fixed tree of
+ * warp shuffles adds the partial sums. For bf16 inputs each square is exact in double and the sum is exact whenever
  * the squares span fewer than ~37 binades, so both orders give the same double; otherwise they
  * can differ in the last double bit, which changes the fp32 mean only within 2^-29 of a rounding
  * boundary. Everything after the mean is the CPU's fp32 expression.
@@ -17,17 +17,22 @@
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
                float *__restrict__ y) {
-    __shared__ double part[NORM_THREADS];
+    __shared__ double warp_sum[NORM_THREADS / 32];
     const float *xr = x + (int64_t)blockIdx.x * d;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
-    part[threadIdx.x] = ss;
+    /* fixed tree: butterflies within each warp, then warp 0 over the warps' sums */
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) warp_sum[warp] = ss;
     __syncthreads();
-    for (int o = NORM_THREADS / 2; o > 0; o >>= 1) {
-        if (threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
-        __syncthreads();
+    if (warp == 0) {
+        ss = lane < NORM_THREADS / 32 ? warp_sum[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) warp_sum[0] = ss;
     }
-    const float mean = (float)(part[0] / (double)d);
+    __syncthreads();
+    const float mean = (float)(warp_sum[0] / (double)d);
     const float inv = 1.0f / sqrtf(mean + eps);
     float *yr = y + (int64_t)blockIdx.x * d;
     for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
