@@ -94,7 +94,9 @@ extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_
 }
 
 /* One block: the assignments [R*K] grouped per expert, rows ascending within an expert (the
- * CPU's gather order): counts, offsets, then thread e places expert e's assignments in order. */
+ * CPU's gather order): counts, offsets, then a warp per expert places that expert's assignments in
+ * order, 32 at a time by ballot (a thread per expert scanning every assignment alone took 250 us
+ * for a 512-token prefill). */
 #define GROUP_THREADS 1024
 #define GROUP_CHUNK 4096
 __global__ void __launch_bounds__(GROUP_THREADS)
@@ -122,23 +124,33 @@ moe_group_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
             for (int j = n_act; j < E; j++) active[j] = -1;
     }
     __syncthreads();
-    int pos = t < E ? base[t] : 0;
+    const int lane = t & 31, warp = t >> 5;
     for (int64_t c0 = 0; c0 < n; c0 += GROUP_CHUNK) {
         const int64_t cn = n - c0 < GROUP_CHUNK ? n - c0 : GROUP_CHUNK;
         __syncthreads();
         for (int64_t i = t; i < cn; i += GROUP_THREADS) ex_s[i] = expert[c0 + i];
         __syncthreads();
-        if (t < E)
-            for (int64_t i = 0; i < cn; i++)
-                if (ex_s[i] == t) {
+        for (int e = warp; e < E; e += GROUP_THREADS / 32) { /* base[e]: expert e's next slot (this warp's) */
+            if (!cnt[e]) continue;
+            int pos = base[e];
+            for (int64_t i0 = 0; i0 < cn; i0 += 32) {
+                const int64_t i = i0 + lane;
+                const bool hit = i < cn && ex_s[i] == e;
+                const unsigned m = __ballot_sync(0xffffffffu, hit);
+                if (hit) {
+                    const int p = pos + __popc(m & ((1u << lane) - 1u));
                     const int64_t a = c0 + i, r = a / K;
-                    gsrc[pos] = x + r * D;
-                    gdst[pos] = xg + (int64_t)pos * D;
-                    ssrc[pos] = yg + (int64_t)pos * D;
-                    sdst[pos] = eo + a * D;
-                    wts[pos] = weight[a];
-                    pos++;
+                    gsrc[p] = x + r * D;
+                    gdst[p] = xg + (int64_t)p * D;
+                    ssrc[p] = yg + (int64_t)p * D;
+                    sdst[p] = eo + a * D;
+                    wts[p] = weight[a];
                 }
+                pos += __popc(m);
+            }
+            __syncwarp();
+            if (lane == 0) base[e] = pos;
+        }
     }
 }
 

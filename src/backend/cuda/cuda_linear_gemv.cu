@@ -1,25 +1,29 @@
 /* Decode-sized linear layers on tensor cores: the twin of cuda_linear_mma.cu's FP8 / FP4
  * (DI_LIN_QUANT) GEMM and of its bf16 x FP8 one (A16, wo_a) for at most DI_GEMV_MAX_ROWS activation
- * rows of one matrix or DI_GEMV_MAX_GROUP_ROWS per group (di_cuda_gemv_ok), where the tiled kernel streams weights at 10-22% of the HBM rate (a single 16-row
- * tile per block, weights staged through shared memory, one act_quant or bf16 conversion launch and
- * one split-K reduce launch around it).
+ * rows of one matrix or DI_GEMV_MAX_GROUP_ROWS per group (di_cuda_gemv_ok), where the tiled kernel
+ * streams weights at 10-22% of the HBM rate (a single 16-row tile per block, weights staged through
+ * shared memory, one act_quant or bf16 conversion launch and one split-K reduce launch around it).
  *
  * Same numbers, bit for bit: every output is the fold, in ascending K-block order within the same
  * K splits (mm_ksplit's, from the weight's shape), of acc = fma(blocksum, xs * ws, acc), where the
- * block sum is the same mma.sync m16n8k32 e4m3 instruction with the activations as A (rows =
- * tokens) and the weights as B (columns = output features) in the same fragment positions, and the
- * splits' partial sums are added in split order before the bf16 rounding. So batch invariance and
- * every test of the tiled kernel carry over, and test_cuda_fwd_ops compares the two bit for bit.
+ * block sum is the same mma.sync m16n8k32 e4m3 instruction over the same 32 products, and the
+ * splits' partial sums are added in split order before the bf16 rounding. The tiled kernel puts the
+ * activations in A (rows = tokens) and the weights in B; the twin swaps them (A = 16 weight rows,
+ * B = 8 tokens: one mma covers a warp's 16 features, where A's 16 token rows were mostly empty at
+ * decode) -- the tensor core's sum of one output is the same either way (test_cuda_fwd_ops
+ * compares the two kernels bit for bit on the H200). So batch invariance and every test of the
+ * tiled kernel carry over.
  *
- * Layout: a warp owns 16 output features (two n8 mma tiles) of one K split and streams their
- * weight rows straight from global memory into fragment registers (lane 4g + t loads row n0 + g's
- * bytes 4t.. and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 the two 4-byte words
- * holding its halfwords, merged by one byte permute and widened to e4m3), GV_STEP K blocks per
- * step with the next step's loads in flight. The block first copies its MT activation rows into
+ * Layout: a warp owns 16 output features of one K split and streams their weight rows straight from
+ * global memory into fragment registers (lane 4g + t loads rows n0 + g and n0 + 8 + g, bytes 4t..
+ * and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 the two 4-byte words holding
+ * its halfwords, merged by one byte permute and widened to e4m3 when used), GV_STEP K blocks per
+ * step with the next step's loads in flight. The block first copies its activation rows into
  * shared memory (the e4m3 codes and scales of the tiled path's act_quant launch, which runs once
  * per call: quantising in every block cost more than the weights' streaming; rows padded by 16
- * bytes so a warp's fragment loads hit 32 banks; A16: converts them to bf16, two k16 bf16 mmas per
- * block and the weight scale alone, as the tiled kernel) while the first weights load.
+ * bytes so a warp's fragment loads hit 32 banks; scales transposed so a lane's two tokens are one
+ * 8-byte load; A16: converts them to bf16, two k16 bf16 mmas per block and the weight scale
+ * alone, as the tiled kernel) while the first weights load. MT tokens per block: one n8 tile per 8.
  * A block holds tiles_per_block feature tiles x ksplit splits, one warp each; splits meet in shared
  * memory. Needs K % 128 == 0 (scale rows read 4 blocks per load). */
 #include "backend/cuda/cuda_common.cuh"
@@ -28,9 +32,10 @@
 
 #include <type_traits>
 
-/* K blocks of 32 per step of a warp (the next step's loads are in flight during one); 16 for FP4
- * (its rows are half as long) measured slower: 185 registers, one block per multiprocessor */
-#define GV_STEP 8
+/* K blocks of 32 per step of a warp (the next step's loads are in flight during one): 8, and 4 for
+ * A16, whose blocks take four words a row (the same registers); 16 for FP4 (its rows are half as
+ * long) measured slower: 185 registers, one block per multiprocessor */
+#define GV_STEP_OF(mode) ((mode) == GV_A16 ? 4 : 8)
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
 #define GV_SMEM_MAX (200 * 1024)
@@ -57,7 +62,8 @@ struct gv_args {
  * loads before the previous step's work); A16 two words of merged e4m3 halfwords (widened at use) */
 template <int MODE>
 struct gv_step {
-    uint32_t w[2][GV_STEP][2];
+    static constexpr int GV_STEP = GV_STEP_OF(MODE);
+    uint32_t w[2][GV_STEP][MODE == GV_A16 ? 4 : 2];
     uint32_t sc[MODE == GV_FP4 ? 2 : 1][GV_STEP / 4]; /* scale bytes, 4 blocks a word: the tile's 32-row
                                                           block (FP8, A16); features g, g + 8 (FP4) */
 };
@@ -65,6 +71,7 @@ struct gv_step {
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
+    constexpr int GV_STEP = GV_STEP_OF(MODE);
     constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
     const int64_t K = a.K, N = a.N, nb = K / 32, xrow = (A16 ? 2 * K : K) + 16;
@@ -133,10 +140,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
                     const uint8_t *p = wrow[h] + 16 * (b + j) + 4 * (t >> 1);
                     st.w[h][j][0] = word(p, okh);
                     st.w[h][j][1] = word(p + 8, okh);
-                } else if (A16) { /* bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
+                } else if (A16) { /* the words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * (t >> 1);
-                    st.w[h][j][0] = __byte_perm(word(p, okh), word(p + 8, okh), half_sel);
-                    st.w[h][j][1] = __byte_perm(word(p + 16, okh), word(p + 24, okh), half_sel);
+#pragma unroll
+                    for (int q = 0; q < (A16 ? 4 : 1); q++) st.w[h][j][q] = word(p + 8 * q, okh);
                 } else { /* bytes 4t.. and 16+4t.. */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * t;
                     st.w[h][j][0] = word(p, okh);
@@ -214,7 +221,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             } else if (A16) {
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const uint32_t w0 = cur.w[0][j][hh], w1 = cur.w[1][j][hh];
+                    const uint32_t w0 = __byte_perm(cur.w[0][j][2 * hh], cur.w[0][j][2 * hh + 1], half_sel);
+                    const uint32_t w1 = __byte_perm(cur.w[1][j][2 * hh], cur.w[1][j][2 * hh + 1], half_sel);
                     wf[4 * hh + 0] = di_e4m3x2_to_bf16x2((uint16_t)w0);
                     wf[4 * hh + 1] = di_e4m3x2_to_bf16x2((uint16_t)w1);
                     wf[4 * hh + 2] = di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16));
