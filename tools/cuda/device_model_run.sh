@@ -116,9 +116,9 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck.log" | tail -2
     # kernels the tiny model's shapes do not reach (the decode-sized GEMM twin needs K % 128 == 0):
     # the op suite's small shapes under both tools
-    want memcheck && run memcheck_ops 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
+    want memcheck && run memcheck_ops 180 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck_ops.log" | tail -2
-    run racecheck_ops 300 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
+    run racecheck_ops 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_ops.log" | tail -2
     unset DEEPINFER_ACCELERATOR
 fi
