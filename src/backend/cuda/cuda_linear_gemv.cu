@@ -16,8 +16,9 @@
  *
  * Layout: a warp owns 16 output features of one K split and streams their weight rows straight from
  * global memory into fragment registers (lane 4g + t loads rows n0 + g and n0 + 8 + g, bytes 4t..
- * and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 the two 4-byte words holding
- * its halfwords, merged by one byte permute and widened to e4m3 when used), GV_STEP K blocks per
+ * and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 one of the two 4-byte words
+ * holding its halfwords, the other from its neighbour lane by a shuffle when used, merged by one
+ * byte permute and widened to e4m3), GV_STEP K blocks per
  * step with the next step's loads in flight. The block first copies its activation rows into
  * shared memory (the e4m3 codes and scales of the tiled path's act_quant launch, which runs once
  * per call: quantising in every block cost more than the weights' streaming; rows padded by 16
@@ -32,10 +33,10 @@
 
 #include <type_traits>
 
-/* K blocks of 32 per step of a warp (the next step's loads are in flight during one): 8, and 4 for
- * A16, whose blocks take four words a row (the same registers); 16 for FP4 (its rows are half as
- * long) measured slower: 185 registers, one block per multiprocessor */
-#define GV_STEP_OF(mode) ((mode) == GV_A16 ? 4 : 8)
+/* K blocks of 32 per step of a warp (the next step's loads are in flight during one): 8, and 16 for
+ * FP4, whose rows are half as long (one word a row and block, as A16 takes two: lane pairs share
+ * their loads, below) */
+#define GV_STEP_OF(mode) ((mode) == GV_FP4 ? 16 : 8)
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
 #define GV_SMEM_MAX (200 * 1024)
@@ -63,7 +64,7 @@ struct gv_args {
 template <int MODE>
 struct gv_step {
     static constexpr int GV_STEP = GV_STEP_OF(MODE);
-    uint32_t w[2][GV_STEP][MODE == GV_A16 ? 4 : 2];
+    uint32_t w[2][GV_STEP][MODE == GV_FP4 ? 1 : 2];
     uint32_t sc[MODE == GV_FP4 ? 2 : 1][GV_STEP / 4]; /* scale bytes, 4 blocks a word: the tile's 32-row
                                                           block (FP8, A16); features g, g + 8 (FP4) */
 };
@@ -125,8 +126,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         /* FP8 / A16: srow[0] = the tile's 32-row block; FP4: features g, g + 8 */
         srow[h] = FP4 ? wscale + (wok[h] ? n0 + 8 * h + g : 0) * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
     }
-    /* FP4 / A16: this lane's halfwords (bytes 2(t & 1)..) of two words merged into one */
-    const uint32_t half_sel = (t & 1) ? 0x7632u : 0x5410u;
+    /* FP4 / A16: a lane needs halfword t & 1 of the words at 4(t >> 1) and 8 + 4(t >> 1) (and at 16 +
+     * those, A16); lanes t and t ^ 1 need the other halves of the same words, so the even lane loads
+     * the first word, the odd one the second, and one shuffle gives each the other: pair_sel merges
+     * (mine, partner's) into (first word's, second word's) halfword t & 1 */
+    const uint32_t pair_sel = (t & 1) ? 0x3276u : 0x5410u;
+    auto pair_merge = [&](uint32_t mine) { return __byte_perm(mine, __shfl_xor_sync(0xffffffffu, mine, 1), pair_sel); };
 
     auto word = [](const uint8_t *p, bool ok) { return ok ? *reinterpret_cast<const uint32_t *>(p) : 0u; };
     auto load = [&](gv_step<MODE> &st, int64_t b) {
@@ -136,14 +141,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const bool okh = ok && wok[h];
-                if (FP4) { /* the words of bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte block */
-                    const uint8_t *p = wrow[h] + 16 * (b + j) + 4 * (t >> 1);
+                if (FP4) { /* the pair's words of bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte block */
+                    st.w[h][j][0] = word(wrow[h] + 16 * (b + j) + 8 * (t & 1) + 4 * (t >> 1), okh);
+                } else if (A16) { /* the pair's words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
+                    const uint8_t *p = wrow[h] + 32 * (b + j) + 8 * (t & 1) + 4 * (t >> 1);
                     st.w[h][j][0] = word(p, okh);
-                    st.w[h][j][1] = word(p + 8, okh);
-                } else if (A16) { /* the words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
-                    const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * (t >> 1);
-#pragma unroll
-                    for (int q = 0; q < (A16 ? 4 : 1); q++) st.w[h][j][q] = word(p + 8 * q, okh);
+                    st.w[h][j][FP4 ? 0 : 1] = word(p + 16, okh);
                 } else { /* bytes 4t.. and 16+4t.. */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * t;
                     st.w[h][j][0] = word(p, okh);
@@ -210,8 +213,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             uint32_t wf[A16 ? 8 : 4];
             float sb0, sb1; /* scales of features g, g + 8 */
             if (FP4) {
-                const uint32_t w0 = __byte_perm(cur.w[0][j][0], cur.w[0][j][1], half_sel);
-                const uint32_t w1 = __byte_perm(cur.w[1][j][0], cur.w[1][j][1], half_sel);
+                const uint32_t w0 = pair_merge(cur.w[0][j][0]), w1 = pair_merge(cur.w[1][j][0]);
                 wf[0] = di_e2m1x4_to_e4m3x4(w0 & 0xffffu);
                 wf[1] = di_e2m1x4_to_e4m3x4(w1 & 0xffffu);
                 wf[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
@@ -221,8 +223,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             } else if (A16) {
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const uint32_t w0 = __byte_perm(cur.w[0][j][2 * hh], cur.w[0][j][2 * hh + 1], half_sel);
-                    const uint32_t w1 = __byte_perm(cur.w[1][j][2 * hh], cur.w[1][j][2 * hh + 1], half_sel);
+                    const uint32_t w0 = pair_merge(cur.w[0][j][hh]), w1 = pair_merge(cur.w[1][j][hh]);
                     wf[4 * hh + 0] = di_e4m3x2_to_bf16x2((uint16_t)w0);
                     wf[4 * hh + 1] = di_e4m3x2_to_bf16x2((uint16_t)w1);
                     wf[4 * hh + 2] = di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16));
