@@ -684,7 +684,6 @@ static void grp_free(grp_case *c) {
  * may split K by their shape, groups never do) ---- */
 static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, bool exact) {
     g_cx.exact = exact;
-    g_cx.batch_invariant = true; /* default mode splits decode-sized groups' K, so a group alone may not match */
     const bool fp4 = dt == DI_DT_I8;
     grp_case c = grp_make(dt, K, N, rows, G);
     const int M = c.M, max_rows = c.max_rows;
@@ -728,7 +727,6 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     cudaFree(x), cudaFree(yg), cudaFree(y1);
     free(hx), free(a), free(b);
     g_cx.exact = false;
-    g_cx.batch_invariant = false;
 }
 static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     test_linear_grouped1(dt, K, N, rows, G, true);
@@ -751,11 +749,9 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
              (long long)K, (long long)N, di_cuda_gemv_ok(false, !single, K, per_group < max_rows ? per_group : max_rows, 1)
                                              ? "" : " NOT-TWIN");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
-    /* groups: K split at decode sizes (default mode) and not (batch-invariant mode), with and
-     * without the active list */
-    for (int variant = 0; variant < (single ? 1 : 4); variant++) {
+    /* groups: with and without the active list */
+    for (int variant = 0; variant < (single ? 1 : 2); variant++) {
         const int with_active = variant & 1;
-        g_cx.batch_invariant = variant >= 2;
         float *y[2];
         for (int tiled = 0; tiled < 2; tiled++) {
             g_cx.tiled_only = tiled;
@@ -768,10 +764,9 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
                                    M, max_rows, x, y[tiled]);
         }
         g_cx.tiled_only = false;
-        g_cx.batch_invariant = false;
         dev_download(a, y[0], sizeof(float) * (size_t)M * N);
         dev_download(b, y[1], sizeof(float) * (size_t)M * N);
-        static const char *names[4] = {"gemv_twin", "gemv_twin.active", "gemv_twin.bi", "gemv_twin.bi.active"};
+        static const char *names[2] = {"gemv_twin", "gemv_twin.active"};
         compare(names[variant], shp, a, b, (int64_t)M * N, "twin");
         cudaFree(y[0]), cudaFree(y[1]);
     }
@@ -868,14 +863,12 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
            (long long)(m * ldy), worst);
     if (nbad) g_fail++;
     else g_pass++;
-    /* batch-invariant mode (K splits of groups from the shape alone): rows alone = the m-row call */
-    g_cx.batch_invariant = true;
+    /* groups never split K: rows alone = the m-row call */
     float *bi = (float *)malloc(4 * m * ldy);
     di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
     dev_download(bi, dy, 4 * m * ldy);
     for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy);
     dev_download(one, dy, 4 * m * ldy);
-    g_cx.batch_invariant = false;
     char shape[96];
     snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (alone vs batch)", (long long)m, (long long)K,
              (long long)rank, G);

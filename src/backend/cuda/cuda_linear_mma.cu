@@ -93,7 +93,7 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     const bool whole_scales = nb % BKB == 0; /* scale rows allow 16/4-byte copies */
     const int64_t wrow = FP4 ? K / 2 : W16 ? 2 * K : K;      /* weight row bytes */
     const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
-    /* split K (matrices with few column blocks; decode-sized groups): split ks sums K blocks [blk0, blk1) into
+    /* split K (single matrices with few column blocks): split ks sums K blocks [blk0, blk1) into
      * part[ks]; split_blocks is a multiple of every configuration's BKB, so all configurations
      * fold the same blocks into the same partial sums */
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
@@ -321,14 +321,13 @@ __global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int
 /* K splits from the weight's shape (never from the rows of a single matrix, so its results do not
  * depend on the batch): enough blocks of 32 columns x split to fill the card at decode, at most 8,
  * and at least 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Groups
- * (experts, wo_a) split only at decode sizes (the twin kernel's warps are otherwise too few) and
- * never in batch-invariant mode, where a group's rows would cross that line with the batch. Returns
- * the split count and its length in blocks. */
-static int mm_ksplit(const di_cuda_ctx *ctx, int64_t N, int64_t K, bool single_matrix, int64_t rows_per_group,
-                     int *split_blocks) {
+ * (experts, wo_a) never split: their rows per group change with the batch, and since the decode
+ * twin takes a warp per 16 features (session 6) unsplit groups ran as fast at B = 1 and 10% faster
+ * at B = 8-32 than groups split at decode sizes. Returns the split count and its length in blocks. */
+static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks) {
     const int64_t nb = K / 32, whole = (nb + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
     *split_blocks = (int)whole;
-    if (!single_matrix && (ctx->batch_invariant || rows_per_group > DI_GEMV_MAX_GROUP_ROWS)) return 1;
+    if (!single_matrix) return 1;
     const int64_t col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
     int64_t ks = (256 + col_blocks - 1) / col_blocks;
     if (ks > 8) ks = 8;
@@ -397,7 +396,7 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
     const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
     const int64_t per_group = avg < max_rows ? avg : max_rows;
     int split_blocks;
-    const int ksplit = mm_ksplit(ctx, N, K, !row_off && n_groups == 1, per_group, &split_blocks);
+    const int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
     const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
     const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255;
     float *part;
@@ -433,7 +432,7 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
-    const int ksplit = mm_ksplit(ctx, rows_per_group, K, n_groups == 1, m, &split_blocks);
+    const int ksplit = mm_ksplit(rows_per_group, K, n_groups == 1, &split_blocks);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
         di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks);
@@ -457,7 +456,7 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
     if (m <= 0 || w->rows <= 0) return;
     const int64_t K = w->cols, n_in = m * K;
     int split_blocks;
-    const int ksplit = mm_ksplit(ctx, w->rows, K, true, m, &split_blocks);
+    const int ksplit = mm_ksplit(w->rows, K, true, &split_blocks);
     float *part;
     uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     di_cuda_f32_to_bf16(x, n_in, xb, s);

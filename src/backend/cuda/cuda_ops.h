@@ -32,7 +32,6 @@ typedef struct di_cuda_ctx {
     bool exact;          /* quantised GEMMs with the CPU's exact block sums (CUDA cores) */
     bool capturing;      /* the stream is being captured (set by the caller around the capture) */
     bool tiled_only;     /* tests: decode-sized quantised GEMMs through the tiled kernel too */
-    bool batch_invariant; /* K splits from the weight's shape alone (decode-sized groups do not split) */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
     int n_retired;
 } di_cuda_ctx;

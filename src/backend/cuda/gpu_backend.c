@@ -342,7 +342,6 @@ static di_status attach(di_model *m, di_err *err) {
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
     }
     g->cx.exact = m->exact_gemm;
-    g->cx.batch_invariant = m->batch_invariant;
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));
