@@ -81,7 +81,7 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
  * K-split sums inside the one kernel. _ok: K % 128 == 0, the row bound, the activations (bf16_act:
  * as bf16) fit shared memory. */
 #define DI_GEMV_MAX_ROWS 16
-#define DI_GEMV_MAX_GROUP_ROWS 4
+#define DI_GEMV_MAX_GROUP_ROWS 8
 bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit);
 void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t N, int64_t K, const uint8_t *wdata, const uint8_t *wscale,
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
