@@ -1,8 +1,8 @@
 /* RMSNorm and RoPE on the GPU, twins of src/backend/cpu/cpu_norm_rope.c.
  *
  * RMSNorm: one thread block per row. The CPU takes sum(x^2) in double in index order and rounds
- * the mean once to fp32; here each thread sums a strided slice in double (four interleaved sums)
- * and a fixed tree of warp shuffles adds the partial sums. For bf16 inputs each square is exact in double and the sum is exact whenever
+ * the mean once to fp32; here each thread sums a strided slice in double and a fixed tree of
+ * warp shuffles adds the partial sums. For bf16 inputs each square is exact in double and the sum is exact whenever
  * the squares span fewer than ~37 binades, so both orders give the same double; otherwise they
  * can differ in the last double bit, which changes the fp32 mean only within 2^-29 of a rounding
  * boundary. Everything after the mean is the CPU's fp32 expression.
@@ -20,18 +20,8 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
     __shared__ double warp_sum[NORM_THREADS / 32];
     const float *xr = x + (int64_t)blockIdx.x * d;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    /* four independent sums (their loads in flight together), added pairwise */
-    double s4[4] = {0.0, 0.0, 0.0, 0.0};
-    int64_t i = threadIdx.x;
-    for (; i + 3 * NORM_THREADS < d; i += 4 * NORM_THREADS) {
-        float v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) v[u] = xr[i + u * NORM_THREADS];
-#pragma unroll
-        for (int u = 0; u < 4; u++) s4[u] += (double)v[u] * v[u];
-    }
-    for (; i < d; i += NORM_THREADS) s4[0] += (double)xr[i] * xr[i];
-    double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
     /* fixed tree: butterflies within each warp, then warp 0 over the warps' sums */
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) warp_sum[warp] = ss;
