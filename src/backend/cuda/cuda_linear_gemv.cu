@@ -18,8 +18,8 @@
  * global memory into fragment registers (lane 4g + t loads rows n0 + g and n0 + 8 + g, bytes 4t..
  * and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 one of the two 4-byte words
  * holding its halfwords, the other from its neighbour lane by a shuffle when used, merged by one
- * byte permute and widened to e4m3), GV_STEP K blocks per
- * step with the next step's loads in flight. The block first copies its activation rows into
+ * byte permute and widened to e4m3), GV_STEP K blocks per step with the next step's loads in
+ * flight. The block first copies its activation rows into
  * shared memory (the e4m3 codes and scales of the tiled path's act_quant launch, which runs once
  * per call: quantising in every block cost more than the weights' streaming; rows padded by 16
  * bytes so a warp's fragment loads hit 32 banks; scales transposed so a lane's two tokens are one
@@ -58,9 +58,9 @@ struct gv_args {
     int xrows; /* activation rows staged per block: min(MT, max_rows) rounded up to even */
 };
 
-/* weight words per row half and block: FP8 the fragment's two words; FP4 the two words holding its
- * e2m1 halfwords (merged and widened at use: merging at load time made every step wait for its
- * loads before the previous step's work); A16 two words of merged e4m3 halfwords (widened at use) */
+/* weight words per row half and block: FP8 the fragment's two words; FP4 the word of its lane
+ * pair's two that this lane loads, A16 two such words (merged with the partner's and widened at
+ * use: merging at load time made every step wait for its loads before the previous step's work) */
 template <int MODE>
 struct gv_step {
     static constexpr int GV_STEP = GV_STEP_OF(MODE);
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
                 } else if (A16) { /* the pair's words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 8 * (t & 1) + 4 * (t >> 1);
                     st.w[h][j][0] = word(p, okh);
-                    st.w[h][j][FP4 ? 0 : 1] = word(p + 16, okh);
+                    st.w[h][j][1] = word(p + 16, okh);
                 } else { /* bytes 4t.. and 16+4t.. */
                     const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * t;
                     st.w[h][j][0] = word(p, okh);
@@ -201,8 +201,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     }
 
     /* one step of GV_STEP blocks from b; `full` (a compile-time flag) when all are in the split:
-     * no branch inside, so the step is one stretch of code (splits are whole steps but for a
-     * K % 256 remainder) */
+     * no branch inside, so the step is one stretch of code (splits are whole steps but for the
+     * remainder of the last one) */
     auto step = [&](int64_t b, auto full) {
 #pragma unroll
         for (int j = 0; j < GV_STEP; j++) {
