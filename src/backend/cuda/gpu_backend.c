@@ -285,7 +285,7 @@ static void upload_layer(uploader *u, const di_model *m, di_layer *L, gpu_layer_
     fw->gate_bias = fw->gate_bias_vl = NULL; /* host copies are used */
     /* the grouped expert GEMMs' weight pointers [6][E] (w1, w3, w2: data, scale) of the resident
      * experts: constant, so uploaded once here rather than by every step */
-    const int E = m->proxy.resident_experts ? m->proxy.resident_experts : fw->n_experts;
+    const int E = gpu_resident_experts(m, fw);
     const uint8_t **wp = di_xmalloc(sizeof(uint8_t *) * 6 * (size_t)E);
     for (int e = 0; e < E; e++) {
         const di_weight *ws[3] = {&w1[e], &w3[e], &w2[e]};

@@ -128,6 +128,12 @@ struct gpu_fwd {
         if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
     } while (0)
 
+/* experts of a layer whose weights this device holds, the first ones: all, or the bench's EP-N
+ * proxy's resident count (the expert-pointer table's [6][E] layout and the grouping use it) */
+static inline int gpu_resident_experts(const di_model *m, const di_ffn_weights *fw) {
+    return m->proxy.resident_experts ? m->proxy.resident_experts : fw->n_experts;
+}
+
 /* ---- memory (gpu_backend.c) ---- */
 void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* device temporaries: arena, else the pool */
 void gpu_free(const gpu_fwd *f, void *p);

@@ -46,7 +46,7 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int R = f->R;
     const di_ffn_weights *fw = &L->ffn;
     const int64_t D = m->cfg.hidden_size;
-    const int K = fw->top_k, E = m->proxy.resident_experts ? m->proxy.resident_experts : fw->n_experts;
+    const int K = fw->top_k, E = gpu_resident_experts(m, fw);
     const int64_t n = (int64_t)R * K;
     gpu_stage(f, ST_MOE_ROUTE);
     float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * fw->n_experts); /* [R, E] fp32 */
