@@ -22,14 +22,16 @@ export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "device_profile: no ncu on this machine"; exit 1; }
 RAW="$OUT/profile-$TAG.csv"
+ncu_bench() { # ncu flags...: the bench under ncu, recording only the bench's profiler range
+    timeout "${PROFILE_TIMEOUT:-420}" "$NCU" --profile-from-start off "$@" \
+        build-dev/deepinfer bench --backend cuda --quick ${PROFILE_ARGS:-} 2>"$OUT/profile-$TAG.err"
+}
 if [ -n "${NCU_DETAIL:-}" ]; then
-    timeout "${PROFILE_TIMEOUT:-420}" "$NCU" --profile-from-start off $NCU_DETAIL \
-        build-dev/deepinfer bench --backend cuda --quick ${PROFILE_ARGS:-} >"$OUT/detail-$TAG.txt" 2>"$OUT/profile-$TAG.err"
+    ncu_bench $NCU_DETAIL >"$OUT/detail-$TAG.txt"
     echo "device_profile: ncu exit $?"
     exit 0
 fi
-timeout "${PROFILE_TIMEOUT:-420}" "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
-    build-dev/deepinfer bench --backend cuda --quick ${PROFILE_ARGS:-} >"$RAW" 2>"$OUT/profile-$TAG.err"
+ncu_bench --clock-control none --metrics gpu__time_duration.sum --csv >"$RAW"
 echo "device_profile: ncu exit $?; $(grep -c '^"' "$RAW") rows"
 python3 - "$RAW" >"$OUT/profile-$TAG.txt" <<'PY'
 import csv, sys, collections
