@@ -16,9 +16,9 @@ DI_SETTING(accelerator, STR, NULL, "DEEPINFER_ACCELERATOR", "",
 DI_SETTING(batch_invariant, BOOL, NULL, "DEEPINFER_BATCH_INVARIANT", "0",
            "bit-identical logits whatever the batch: fixed-order kernels for every GEMM (the CPU always is)")
 DI_SETTING(gpu_exact, BOOL, NULL, "DEEPINFER_GPU_EXACT", "0",
-           "GPU: the exactness-first path -- GEMMs with the CPU's exact sums on CUDA cores and MoE routing on the "
-           "host (the fixture's tensors bit-identical to the CPU backend; several times slower) instead of tensor "
-           "cores and device routing")
+           "GPU: the exactness-first path -- GEMMs and sparse attention with the CPU's exact sums on CUDA cores and "
+           "MoE routing on the host (the fixture's tensors bit-identical to the CPU backend; several times slower) "
+           "instead of tensor cores and device routing")
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
            "as CUDA graphs (captured in pieces of 4 layers, kept per topology and updated in place)")

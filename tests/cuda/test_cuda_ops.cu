@@ -103,7 +103,8 @@ static int64_t ulp_dist(float a, float b, int shift) {
 static void compare(const char *op, const char *shape, const float *gpu, const float *cpu, int64_t rows,
                     int64_t cols, enum crit c) {
     int64_t ndiff = 0, nbad = 0, n = rows * cols;
-    double maxrel = 0.0, max_of_bound = 0.0; /* CRIT_BOUND: largest |diff| / bound */
+    double maxrel = 0.0, max_of_bound = 0.0; /* CRIT_BOUND: largest |diff| / bound, at worst_i */
+    int64_t worst_i = -1;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t j = 0; j < cols; j++) {
             const float g = gpu[r * cols + j], h = cpu[r * cols + j];
@@ -124,7 +125,10 @@ static void compare(const char *op, const char *shape, const float *gpu, const f
             case CRIT_F32_ULP: ok = ulp_dist(g, h, 0) <= 2 || g == h; break;
             case CRIT_BOUND:
                 ok = fabs((double)g - h) <= g_bound[r * cols + j];
-                max_of_bound = fmax(max_of_bound, fabs((double)g - h) / g_bound[r * cols + j]);
+                if (fabs((double)g - h) / g_bound[r * cols + j] > max_of_bound) {
+                    max_of_bound = fabs((double)g - h) / g_bound[r * cols + j];
+                    worst_i = r * cols + j;
+                }
                 break;
             }
             if (!ok) nbad++;
@@ -135,6 +139,9 @@ static void compare(const char *op, const char *shape, const float *gpu, const f
            shape, maxrel, (long long)ndiff, (long long)n, crit_name[c]);
     if (c == CRIT_BOUND) printf("  worst %.3f of the bound", max_of_bound);
     printf("\n");
+    if (!pass && worst_i >= 0)
+        printf("      worst [row %lld, col %lld] gpu %a (%.9g)  cpu %a (%.9g)  bound %.3g\n", (long long)(worst_i / cols),
+               (long long)(worst_i % cols), gpu[worst_i], gpu[worst_i], cpu[worst_i], cpu[worst_i], g_bound[worst_i]);
     if (!pass) { /* the first few differences, for diagnosis from the log alone */
         int shown = 0;
         for (int64_t i = 0; i < n && shown < 4; i++) {
@@ -397,6 +404,60 @@ static void test_rope(int64_t rows, int64_t n_vec, int64_t stride, int64_t offse
 }
 
 /* ---- sparse attention ---- */
+/* Per-element bound on |tensor-core attention - CPU attention| for one (row, head): o = sum_j
+ * bf16(p_j) v_j / den. The two differ in summation order only:
+ *   - each logit's fp32 dot product: at most dim 2^-24 (CPU, sequential) + dim 2^-23 (tensor core,
+ *     which may truncate) times scale sum_i |q_i k_i|; call the largest over the entries delta.
+ *     The running max moves by at most delta too, so p_j moves by a factor within e^(+-2 delta);
+ *   - bf16(p_j) can then round the other way: one bf16 ulp, at most 2^-7 of p_j;
+ *   - den (positive terms) and the PV sums (64 a run, then a rescale per run): at most
+ *     (64 + runs + 2) roundings of 2^-23 each, of the sum of |terms|.
+ *   - where p_j underflows (its exact value below 2^-126), relative bounds fail: bf16(p_j) then
+ *     has steps of 2^-133, and the two sides (the GPU's ranks scale their p by exp(m_c - M) at
+ *     the merge instead) may differ by up to two of them; den >= 1 (the entry at the max has p = 1).
+ * So |diff_d| <= (2^-7 + 4 delta + c)(S_d + |o_d|) (1.01, for bf16(p) against exact p) plus one
+ * bf16 ulp of o_d for the final rounding plus n_live 2^-132 max_j |v_jd|, where
+ * S_d = sum_j w_j |v_jd| with the exact softmax weights w_j (sink included) and
+ * c = (66 + runs) 2^-23. */
+static void attn_mma_bound(const float *q, int H, int dim, const float *const *rows, int n_idx, const float *sink,
+                           float scale, const float *o, float *bound) {
+    const int n_runs = (n_idx + 63) / 64;
+    const double c = (66.0 + n_runs) * 0x1p-23;
+    double *lg = (double *)malloc(sizeof(double) * (n_idx > 0 ? n_idx : 1));
+    for (int h = 0; h < H; h++) {
+        const float *qh = q + (size_t)h * dim;
+        double mx = sink[h], delta = 0.0;
+        for (int j = 0; j < n_idx; j++) {
+            if (!rows[j]) continue;
+            double dot = 0.0, mag = 0.0;
+            for (int i = 0; i < dim; i++) {
+                dot += (double)qh[i] * rows[j][i];
+                mag += fabs((double)qh[i] * rows[j][i]);
+            }
+            lg[j] = dot * scale;
+            mx = fmax(mx, lg[j]);
+            delta = fmax(delta, (dim * 0x1p-24 + dim * 0x1p-23) * scale * mag);
+        }
+        double z = exp((double)sink[h] - mx);
+        for (int j = 0; j < n_idx; j++)
+            if (rows[j]) z += exp(lg[j] - mx);
+        const double rel = (0x1p-7 + 4.0 * delta + c) * 1.01;
+        for (int d = 0; d < dim; d++) {
+            double sd = 0.0, vmax = 0.0;
+            int n_live = 0;
+            for (int j = 0; j < n_idx; j++)
+                if (rows[j]) {
+                    sd += exp(lg[j] - mx) / z * fabs((double)rows[j][d]);
+                    vmax = fmax(vmax, fabs((double)rows[j][d]));
+                    n_live++;
+                }
+            const double od = fabs((double)o[(size_t)h * dim + d]);
+            bound[(size_t)h * dim + d] = (float)(rel * (sd + od) + 0x1p-7 * od + n_live * 0x1p-132 * vmax);
+        }
+    }
+    free(lg);
+}
+
 /* null_run >= 0 blanks that run of 64 entries in every row; slice_rows > 0 forces the workspace
  * slicing (di_cuda_sparse_attn_sliced); misaligned puts the device KV rows one float off 16-byte
  * alignment (the kernels' scalar staging path); the last row of several is all NULL */
@@ -446,8 +507,75 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     if (slice_rows > 0) n += snprintf(shape + n, sizeof shape - n, " slices=%lld", (long long)slice_rows);
     if (misaligned) snprintf(shape + n, sizeof shape - n, " kv+4B");
     compare("sparse_attn", shape, got, ref, nq * H, dim, CRIT_EXACT);
+    if (di_cuda_sparse_attn_mma_supported(H, dim)) {
+        /* the tensor-core path, with 16 and with 32 heads a block: within the bound of the CPU,
+         * and the same bits either way (the block shape is picked from the grid size) */
+        float *bound = (float *)malloc(4 * nq * H * dim), *got16 = (float *)malloc(4 * nq * H * dim);
+        for (int64_t r = 0; r < nq; r++)
+            attn_mma_bound(q + r * H * dim, H, dim, hrows + r * n_idx, n_idx, sink, scale, ref + r * H * dim,
+                           bound + r * H * dim);
+        g_bound = bound;
+        for (int hpb = 16; hpb <= 32; hpb += 16) {
+            CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, 0);
+            dev_download(hpb == 16 ? got16 : got, dout, 4 * nq * H * dim);
+            char mshape[160];
+            snprintf(mshape, sizeof mshape, "%s hpb=%d", shape, hpb);
+            compare("sparse_attn_mma", mshape, hpb == 16 ? got16 : got, ref, nq * H, dim, CRIT_BOUND);
+        }
+        compare("sparse_attn_mma 16v32", shape, got, got16, nq * H, dim, CRIT_EXACT);
+        free(bound), free(got16);
+    }
     cudaFree(dkv_alloc), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows);
     free(q), free(kv), free(sink), free(ref), free(got), free(idx), free(hrows), free(drows_h);
+}
+
+/* The tensor-core path's invariances, bit for bit: the live entries of a run moved to its end
+ * (same order), and the list extended by three runs of NULL entries. The first is what a prefill's
+ * chunking does to a row's list (the window's NULLs move); the second, a batch whose longest
+ * selection differs (the list grows by NULL entries, and so does the count of cluster ranks). */
+static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty) {
+    const int n_runs = (n_idx + 63) / 64, n_ext = (n_runs + 3) * 64;
+    float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
+    float *sink = (float *)malloc(4 * H);
+    fill_act(q, nq * H * dim, 0.5f);
+    fill_act(kv, (int64_t)pool * dim, 0.5f);
+    for (int h = 0; h < H; h++) sink[h] = rnd_normalish() * 2.0f;
+    float *dkv = (float *)dev_upload(kv, 4 * (size_t)pool * dim), *dq = (float *)dev_upload(q, 4 * nq * H * dim),
+          *dsink = (float *)dev_upload(sink, 4 * H), *dout = (float *)dev_poisoned(4 * nq * H * dim);
+    const float **base = (const float **)calloc((size_t)(nq * n_idx), sizeof(float *));
+    const float **moved = (const float **)calloc((size_t)(nq * n_idx), sizeof(float *));
+    const float **ext = (const float **)calloc((size_t)(nq * n_ext), sizeof(float *));
+    for (int64_t r = 0; r < nq; r++)
+        for (int run = 0; run < n_runs; run++) {
+            const int j0 = run * 64, cnt = n_idx - j0 < 64 ? n_idx - j0 : 64;
+            int live = 0;
+            for (int j = j0; j < j0 + cnt; j++) {
+                const float *e = (int)(rnd_u64() % 100) < pct_empty ? NULL : dkv + (size_t)(rnd_u64() % pool) * dim;
+                base[r * n_idx + j] = ext[r * n_ext + j] = e;
+                live += e != NULL;
+            }
+            for (int j = j0, k = j0 + cnt - live; j < j0 + cnt; j++) /* the live ones to the run's end */
+                if (base[r * n_idx + j]) moved[r * n_idx + k++] = base[r * n_idx + j];
+        }
+    float *want = (float *)malloc(4 * nq * H * dim), *got = (float *)malloc(4 * nq * H * dim);
+    const float scale = 1.0f / sqrtf((float)dim);
+    for (int pass = 0; pass < 3; pass++) {
+        const int n = pass == 2 ? n_ext : n_idx;
+        const float **rows = pass == 0 ? base : pass == 1 ? moved : ext;
+        const float *const *drows = (const float *const *)dev_upload(rows, sizeof(float *) * nq * n);
+        CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
+        di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n, dsink, scale, dout, 0, 0);
+        dev_download(pass == 0 ? want : got, dout, 4 * nq * H * dim);
+        cudaFree((void *)drows);
+        if (pass == 0) continue;
+        char shape[128];
+        snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d %s", (long long)nq, H, dim, n_idx,
+                 pass == 1 ? "NULLs moved" : "+3 NULL runs");
+        compare("sparse_attn_mma invar.", shape, got, want, nq * H, dim, CRIT_EXACT);
+    }
+    cudaFree(dkv), cudaFree(dq), cudaFree(dsink), cudaFree(dout);
+    free(q), free(kv), free(sink), free(base), free(moved), free(ext), free(want), free(got);
 }
 
 /* ---- mHC ---- */
@@ -611,6 +739,7 @@ static void run_quick(void) {
     test_attention(7, 20, 64, 200, 300, 10, 1, 3);          /* slices of 3, 3, 1 rows */
     test_attention(2, 16, 64, 0, 10, 0);                    /* empty lists */
     test_attention(2, 16, 64, 100, 50, 10, -1, 0, true);    /* KV rows not 16-byte aligned */
+    test_attention_mma_invariance(2, 24, 64, 150, 300, 30);
     test_mhc(2, 4, 256);
     test_mhc(1, 4, 640);  /* 5 chunks, the last one partial */
     test_mhc(3, 6, 64);   /* n * n > 32: the one-thread Sinkhorn */
@@ -690,6 +819,8 @@ int main(int argc, char **argv) {
     test_attention(2, 4, 37, 70, 50, 20);
     test_attention(2, 16, 64, 0, 10, 0);
     test_attention(2, 64, 512, 128 + 512, 4096, 5, -1, 0, true);
+    test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20);
+    test_attention_mma_invariance(300, 64, 512, 128 + 512, 4096, 5); /* a grid of 32 heads a block */
 
     test_mhc(4, 4, 5120);
     test_mhc(64, 4, 512);

@@ -42,6 +42,26 @@ static __device__ __forceinline__ void di_mma_bf16_16816(float d[4], const uint3
                    "f"(c[3]));
 }
 
+/* ldmatrix: four 8x8 matrices of 16-bit elements from shared memory; lanes 8m..8m+7 give the row
+ * addresses (16 bytes each, 16-byte aligned) of matrix m. Plain: lane 4g + t receives row g,
+ * elements 2t, 2t+1 of each matrix in r[m] (the A / B fragment layout of mma.m16n8k16 when the
+ * matrix rows run along k). .trans: lane 4g + t receives rows 2t, 2t+1 of column g (the B layout
+ * when the stored rows run along k, as V [entry][dim] in P V). Lower element in the low half. */
+static __device__ __forceinline__ void di_ldmatrix_x4(uint32_t r[4], const void *row) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+static __device__ __forceinline__ void di_ldmatrix_x4_trans(uint32_t r[4], const void *row) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+
 /* two e4m3 codes (lower k in the low byte) -> the same two values as bf16 (low half first): exact */
 static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
     uint32_t h2, r;

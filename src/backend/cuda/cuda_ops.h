@@ -71,7 +71,7 @@ void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t
                   int rot_dim, const float *cos_rows, const float *sin_rows, bool inverse,
                   cudaStream_t s);
 
-/* ---- sparse attention (cuda_attention.cu) ---- */
+/* ---- sparse attention, bit-identical to the CPU (cuda_attention.cu): DEEPINFER_GPU_EXACT=1 ---- */
 /* q [nq, H, dim]; kv_rows [nq, n_idx] device pointers to KV rows [dim] (NULL = index -1);
  * sink [H]; out [nq, H, dim] bf16. dim <= 512. */
 void di_cuda_sparse_attn(const float *q, int64_t nq, int n_heads, int dim,
@@ -88,6 +88,16 @@ void di_cuda_sparse_attn_sliced(const float *q, int64_t nq, int n_heads, int dim
 /* the slice size di_cuda_sparse_attn uses, and the workspace bytes of a call */
 int64_t di_cuda_sparse_attn_slice_rows(int64_t nq, int n_heads, int dim, int n_idx);
 size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx, int64_t slice_rows);
+
+/* ---- sparse attention on tensor cores (cuda_attention_mma.cu): the default path ----
+ * The same operation, with the dot products and PV sums on bf16 tensor cores (fp32 sums in the
+ * tensor core's order): within a derived bound of the CPU, not bit-identical; batch invariant.
+ * Needs dim % 32 == 0 and dim <= 512 (di_cuda_sparse_attn_mma_supported). No workspace.
+ * heads_per_block: 16 or 32 to force a block shape (tests: the result is the same), 0 = by grid. */
+bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
+void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
+                             int n_idx, const float *sink, float scale, float *out, int heads_per_block,
+                             cudaStream_t s);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device

@@ -1,6 +1,7 @@
 /* Attention of one layer on the GPU: the twin of src/forward/attention.c. Query and own SWA
  * key/value, the compressor and indexer of source layers (gpu_indexer.c), the index lists built on
- * the device in the reference's order (gpu_kernels.cu), sparse attention with sinks, inverse RoPE,
+ * the device in the reference's order (gpu_kernels.cu), sparse attention with sinks (tensor cores,
+ * or the CPU-exact kernels under DEEPINFER_GPU_EXACT=1), inverse RoPE,
  * the ring write, and the grouped output LoRA. */
 #include <math.h>
 #include <stdlib.h>
@@ -126,11 +127,15 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     const int n_list = W + a.sel_len;
     const float **list = gpu_alloc(f, sizeof(float *) * (size_t)R * n_list); /* [R, n_list] */
     gpu_build_attn_lists(&a, R, n_list, list, f->s);
-    const int64_t slice = di_cuda_sparse_attn_slice_rows(R, H, Dh, n_list);
-    float *ws = gpu_alloc(f, di_cuda_sparse_attn_ws_bytes(R, H, Dh, n_list, slice));
-    di_cuda_sparse_attn_sliced(q, R, H, Dh, list, n_list, L->attn.attn_sink, (float)(1.0 / sqrt((double)Dh)), o,
-                               slice, ws, f->s);
-    gpu_free(f, ws);
+    const float scale = (float)(1.0 / sqrt((double)Dh));
+    if (!f->cx->exact && di_cuda_sparse_attn_mma_supported(H, Dh)) {
+        di_cuda_sparse_attn_mma(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, 0, f->s);
+    } else { /* the CPU's sums, bit for bit */
+        const int64_t slice = di_cuda_sparse_attn_slice_rows(R, H, Dh, n_list);
+        float *ws = gpu_alloc(f, di_cuda_sparse_attn_ws_bytes(R, H, Dh, n_list, slice));
+        di_cuda_sparse_attn_sliced(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, slice, ws, f->s);
+        gpu_free(f, ws);
+    }
     gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
     ring_write(f, L, kv);
     gpu_stage(f, ST_ATTN_OUT);

@@ -1,8 +1,8 @@
 /* CPU-emulator versions of src/backend/cuda/cuda_mma.cuh (included from there when cuda_emu.h is
- * in use): the mma.m16n8k32 e4m3 fragment layout, each output the exact block sum rounded once to
- * fp32 (an ideal tensor core; the device's internal accumulation may differ in the last bits), and
- * cp.async as immediate copies (wait/commit are no-ops, so a pipeline's barriers are still needed
- * and still checked). */
+ * in use): the mma.m16n8k32 e4m3 and m16n8k16 bf16 fragment layouts and ldmatrix, each mma output
+ * the exact block sum rounded once to fp32 (an ideal tensor core; the device's internal
+ * accumulation may differ in the last bits), and cp.async as immediate copies (wait/commit are
+ * no-ops, so a pipeline's barriers are still needed and still checked). */
 #ifndef DI_CUDA_EMU_MMA_H
 #define DI_CUDA_EMU_MMA_H
 
@@ -72,6 +72,21 @@ static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint
     }
     for (int i = 0; i < 4; i++) d[i] = out[i];
 }
+
+/* ldmatrix .x4 (plain or .trans): every lane publishes its row address; lane 4g + t then reads
+ * row g, elements 2t, 2t+1 (plain) or rows 2t, 2t+1, element g (trans) of matrix m */
+static inline void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
+    const unsigned lane = emu::flat_tid() & 31, g = lane >> 2, t = lane & 3;
+    const uint16_t *rows[32];
+    for (unsigned src = 0; src < 32; src++)
+        rows[src] = (const uint16_t *)(uintptr_t)emu::exchange((uint64_t)(uintptr_t)row, src);
+    for (int m = 0; m < 4; m++) {
+        if (!trans) r[m] = (uint32_t)rows[8 * m + g][2 * t] | (uint32_t)rows[8 * m + g][2 * t + 1] << 16;
+        else r[m] = (uint32_t)rows[8 * m + 2 * t][g] | (uint32_t)rows[8 * m + 2 * t + 1][g] << 16;
+    }
+}
+static inline void di_ldmatrix_x4(uint32_t r[4], const void *row) { emu_ldmatrix_x4(r, row, false); }
+static inline void di_ldmatrix_x4_trans(uint32_t r[4], const void *row) { emu_ldmatrix_x4(r, row, true); }
 
 static inline uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
     uint32_t r = 0;
