@@ -743,6 +743,7 @@ static void run_quick(void) {
     test_mhc(2, 4, 256);
     test_mhc(1, 4, 640);  /* 5 chunks, the last one partial */
     test_mhc(3, 6, 64);   /* n * n > 32: the one-thread Sinkhorn */
+    test_mhc(37, 4, 300); /* three token groups of the mix sums, the last partial */
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
 }
@@ -824,6 +825,7 @@ int main(int argc, char **argv) {
 
     test_mhc(4, 4, 5120);
     test_mhc(64, 4, 512);
+    test_mhc(600, 4, 512); /* two slices of the mix sums' workspace */
     test_mhc(1, 4, 5120);   /* a decode step: 40 chunks of the split sums */
     test_mhc(600, 4, 300);  /* two token slices, a partial last chunk */
     test_mhc(5, 6, 160);    /* n * n > 32: the one-thread Sinkhorn */

@@ -2,79 +2,115 @@
  * src/backend/cpu/cpu_mhc.c, batched over T tokens.
  *
  * hc_mix_logits: the CPU's double sums (sum of squares and fn . x over the n*d values of a token)
- * are split into chunks of MIX_CHUNK values: one thread block per (chunk, token, group of
- * MIX_GROUP outputs) takes per-thread double sums and a fixed tree, a second kernel adds the chunk
- * sums in chunk order and applies the CPU's fp32 tail. The chunking depends on n*d alone, so a
- * token's result never depends on T (batch invariant); a decode step (T = 1) spreads its 1.5 MB of
- * fn over ~130 blocks instead of 24. Each product is exact in double (bf16 x f32 needs 32 bits),
- * so the order can differ from the CPU's index-order sums only in the last double bit, which
- * reaches the fp32 result only within 2^-29 of a rounding boundary.
+ * are split into chunks of MIX_CHUNK values. One thread block per (chunk, group of MIX_TOKENS
+ * tokens) stages the chunk of x and of every fn row in shared memory as doubles, then MIX_SUBS
+ * threads sum a token's chunk against two fn rows (or against itself, for the sum of squares),
+ * each a quarter in index order, joined by a fixed tree; a second kernel adds the chunk sums (a
+ * warp per output, fixed order) and applies the CPU's fp32 tail. Each fn
+ * value fetched serves MIX_TOKENS tokens (the version with a block per token read all 2 MB of fn
+ * once per token: a 512-token prefill moved 1 GB through L2 per call). The chunking depends on n*d
+ * alone and a token's sums never on the other tokens, so the result does not depend on T (batch
+ * invariant). Each product is exact in double (bf16 x f32 needs 32 bits), so the sums differ from
+ * the CPU's single index-order chain only in the last double bits, which reach the fp32 result only
+ * within 2^-29 of a rounding boundary.
  * hc_split_sinkhorn: for n*n <= 32 one warp per token, lane r*n+k holding c[r][k]; row and column
  * sums gather the n values through shuffles and add them in the CPU's order, every division is
  * the CPU's, so the result is bit-exact (sigmoid and softmax through di_dev_expf, glibc's expf
  * algorithm), 20 iterations in ~2 us instead of a single thread's serial ~n^2 divisions per
  * step. Larger n: one thread per token running the CPU code as is (n <= 8).
- * hc_pre / hc_post: one thread per output value, the CPU's fp32 sums in the CPU's order. Bit-exact. */
+ * hc_pre / hc_post: the CPU's fp32 sums in the CPU's order, bit-exact; hc_pre a thread per output
+ * value, hc_post a thread per (token, k) for the token's n outputs there. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define MIX_THREADS 256
-#define MIX_CHUNK 512      /* values of a token's n*d per block (2 per thread) */
-#define MIX_GROUP 8        /* outputs per block; output nmix is the sum of squares */
-#define MIX_MAX_SLICE 512  /* tokens per pass: bounds the partial sums' workspace */
+#define MIX_CHUNK 256                /* values of a token's n*d per block */
+#define MIX_STRIDE (MIX_CHUNK + 1)   /* doubles per staged row: 16 rows at one column hit 16 bank pairs */
+#define MIX_TOKENS 16                /* tokens per block */
+#define MIX_SUBS 4                   /* lanes per (token, fn pair): a decode step's chains are short */
+#define MIX_MAX_SLICE 512            /* tokens per pass: bounds the partial sums' workspace */
 #define HC_MAX_N 8
 
-/* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix) */
+/* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [nmix][MIX_STRIDE] */
+static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + nmix) * MIX_STRIDE; }
+
+/* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
+ * grid (n_chunks, token groups of MIX_TOKENS). */
 __global__ void __launch_bounds__(MIX_THREADS)
-hc_mix_part_kernel(const float *__restrict__ x, int64_t len, const float *__restrict__ fn, int nmix,
+hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part) {
-    __shared__ double warp_sum[MIX_THREADS / 32][MIX_GROUP];
-    const int64_t tok = blockIdx.y, c = blockIdx.x;
-    const int j0 = blockIdx.z * MIX_GROUP;
-    const float *xt = x + tok * len;
-    double a[MIX_GROUP];
-#pragma unroll
-    for (int jj = 0; jj < MIX_GROUP; jj++) a[jj] = 0.0;
-#pragma unroll
-    for (int v = 0; v < MIX_CHUNK / MIX_THREADS; v++) {
-        const int64_t i = c * MIX_CHUNK + v * MIX_THREADS + threadIdx.x;
-        if (i >= len) break;
-        const double xv = (double)xt[i];
-#pragma unroll
-        for (int jj = 0; jj < MIX_GROUP; jj++) {
-            const int j = j0 + jj;
-            if (j < nmix) a[jj] += (double)fn[(int64_t)j * len + i] * xv;
-            else if (j == nmix) a[jj] += xv * xv;
-        }
+    extern __shared__ double mix_smem[];
+    double *xs = mix_smem;                    /* [MIX_TOKENS][MIX_STRIDE] */
+    double *fs = xs + MIX_TOKENS * MIX_STRIDE; /* [nmix][MIX_STRIDE] */
+    const int c = blockIdx.x;
+    const int64_t t0 = (int64_t)blockIdx.y * MIX_TOKENS, i0 = (int64_t)c * MIX_CHUNK;
+    const int nt = T - t0 < MIX_TOKENS ? (int)(T - t0) : MIX_TOKENS;
+    const int cl = len - i0 < MIX_CHUNK ? (int)(len - i0) : MIX_CHUNK;
+    for (int k = threadIdx.x; k < nt * MIX_CHUNK; k += MIX_THREADS) {
+        const int tt = k / MIX_CHUNK, i = k % MIX_CHUNK;
+        xs[tt * MIX_STRIDE + i] = i < cl ? (double)x[(t0 + tt) * len + i0 + i] : 0.0;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int jj = 0; jj < MIX_GROUP; jj++) {
-        double v = a[jj];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-        if (lane == 0) warp_sum[warp][jj] = v;
+    for (int k = threadIdx.x; k < nmix * MIX_CHUNK; k += MIX_THREADS) {
+        const int j = k / MIX_CHUNK, i = k % MIX_CHUNK;
+        fs[j * MIX_STRIDE + i] = i < cl ? (double)fn[(int64_t)j * len + i0 + i] : 0.0;
     }
     __syncthreads();
-    if (threadIdx.x < MIX_GROUP && j0 + (int)threadIdx.x <= nmix) {
-        double v = 0.0;
-        for (int w = 0; w < MIX_THREADS / 32; w++) v += warp_sum[w][threadIdx.x];
-        part[(tok * (nmix + 1) + j0 + threadIdx.x) * n_chunks + c] = v;
+    /* task q: token q % MIX_TOKENS with fn rows 2 (q / MIX_TOKENS) and the next one; the last
+     * MIX_TOKENS tasks are the tokens' sums of squares. MIX_SUBS lanes share a task: lane sub sums
+     * values [sub, sub + 1) * MIX_CHUNK / MIX_SUBS in index order, then a fixed shuffle tree. Whole
+     * warps run each pass: the thread count 64 (npair + 1) is a multiple of 32. */
+    const int npair = (nmix + 1) / 2, n_threads = MIX_SUBS * MIX_TOKENS * (npair + 1);
+    const int span = MIX_CHUNK / MIX_SUBS;
+    for (int p = threadIdx.x; p < n_threads; p += MIX_THREADS) {
+        const int sub = p % MIX_SUBS, q = p / MIX_SUBS, tt = q % MIX_TOKENS, jp = q / MIX_TOKENS;
+        const bool squares = jp == npair;
+        const int ja = squares ? 0 : 2 * jp, jb = !squares && ja + 1 < nmix ? ja + 1 : ja;
+        const double *xr = xs + tt * MIX_STRIDE;
+        const double *fa = squares ? xr : fs + ja * MIX_STRIDE, *fb = fs + jb * MIX_STRIDE;
+        double a = 0.0, b = 0.0;
+        const int i_end = (sub + 1) * span < cl ? (sub + 1) * span : cl;
+        if (tt < nt)
+            for (int i = sub * span; i < i_end; i++) {
+                const double xv = xr[i];
+                a = __fma_rn(fa[i], xv, a); /* the product is exact, so one rounding either way */
+                b = __fma_rn(fb[i], xv, b);
+            }
+#pragma unroll
+        for (int o = 1; o < MIX_SUBS; o <<= 1) {
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+            b += __shfl_xor_sync(0xffffffffu, b, o);
+        }
+        if (tt >= nt || sub != 0) continue;
+        double *out = part + (t0 + tt) * (nmix + 1) * (int64_t)n_chunks + c;
+        if (squares) {
+            out[(int64_t)nmix * n_chunks] = a;
+            continue;
+        }
+        out[(int64_t)ja * n_chunks] = a;
+        if (jb != ja) out[(int64_t)jb * n_chunks] = b;
     }
 }
 
-/* mix [T, nmix] from the chunk sums, in chunk order, then the CPU's fp32 tail */
+/* mix [T, nmix] from the chunk sums: a warp per output, lane l adding chunks l, l + 32, ... in
+ * order, then a fixed shuffle tree; then the CPU's fp32 tail */
 __global__ void hc_mix_finish_kernel(const double *__restrict__ part, int64_t T, int nmix, int n_chunks, int64_t len,
                                      float eps, float *__restrict__ mix) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= T * nmix) return;
+    const int64_t idx = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (idx >= T * nmix) return; /* whole warps leave together */
     const int64_t tok = idx / nmix;
     const int j = (int)(idx % nmix);
     const double *pj = part + (tok * (nmix + 1) + j) * n_chunks, *ps = part + (tok * (nmix + 1) + nmix) * n_chunks;
     double acc = 0.0, ss = 0.0;
-    for (int c = 0; c < n_chunks; c++) {
+    for (int c = lane; c < n_chunks; c += 32) {
         acc += pj[c];
         ss += ps[c];
     }
+    for (int o = 16; o > 0; o >>= 1) {
+        acc += __shfl_down_sync(0xffffffffu, acc, o);
+        ss += __shfl_down_sync(0xffffffffu, ss, o);
+    }
+    if (lane) return;
     const float inv = 1.0f / sqrtf((float)(ss / (double)len) + eps);
     mix[idx] = (float)acc * inv;
 }
@@ -89,18 +125,29 @@ extern "C" size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d) {
 extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn,
                                       float eps, float *mix, void *ws, cudaStream_t s) {
     if (T <= 0) return;
+    if (n < 1 || n > HC_MAX_N) {
+        fprintf(stderr, "di_cuda_hc_mix_logits: %d hyper-connection copies (1..%d supported)\n", n, HC_MAX_N);
+        abort();
+    }
     const int nmix = n * (n + 2);
     const int64_t len = (int64_t)n * d, n_chunks = mix_chunks(n, d);
     const bool own_ws = ws == nullptr;
     if (own_ws) DI_CUDA_CHECK(cudaMallocAsync(&ws, di_cuda_hc_mix_ws_bytes(T, n, d), s));
     double *part = (double *)ws;
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_part_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)mix_smem_bytes(HC_MAX_N * (HC_MAX_N + 2))));
+        attr_set = true;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += MIX_MAX_SLICE) {
         const int64_t rows = T - t0 < MIX_MAX_SLICE ? T - t0 : MIX_MAX_SLICE;
-        const dim3 grid((unsigned)n_chunks, (unsigned)rows, (unsigned)((nmix + 1 + MIX_GROUP - 1) / MIX_GROUP));
-        hc_mix_part_kernel<<<grid, MIX_THREADS, 0, s>>>(x + t0 * len, len, fn, nmix, (int)n_chunks, part);
+        const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
+        hc_mix_part_kernel<<<grid, MIX_THREADS, mix_smem_bytes(nmix), s>>>(x + t0 * len, rows, len, fn, nmix,
+                                                                          (int)n_chunks, part);
         DI_CUDA_LAUNCHED();
         const int64_t outs = rows * nmix;
-        hc_mix_finish_kernel<<<(unsigned)((outs + 127) / 128), 128, 0, s>>>(part, rows, nmix, (int)n_chunks, len, eps,
+        hc_mix_finish_kernel<<<(unsigned)((outs * 32 + 127) / 128), 128, 0, s>>>(part, rows, nmix, (int)n_chunks, len, eps,
                                                                            mix + t0 * nmix);
         DI_CUDA_LAUNCHED();
     }
@@ -216,23 +263,35 @@ extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, cons
     DI_CUDA_LAUNCHED();
 }
 
+/* thread per (token, k): the token's n residual values at k loaded once for its n outputs */
 __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restrict__ r, int64_t T, int n,
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
                                float *__restrict__ out) {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= T * n * d) return;
-    const int64_t k = idx % d, tj = idx / d, tok = tj / n;
-    const int j = (int)(tj % n);
-    const float *rt = r + tok * n * d, *ct = comb + tok * n * n;
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += ct[i * n + j] * rt[i * d + k];
-    out[idx] = di_dev_bf16_round(post[tok * n + j] * y[tok * d + k] + s);
+    if (idx >= T * d) return;
+    const int64_t k = idx % d, tok = idx / d;
+    const float *rt = r + tok * n * d + k, *ct = comb + tok * n * n;
+    float rv[HC_MAX_N];
+#pragma unroll
+    for (int i = 0; i < HC_MAX_N; i++) rv[i] = i < n ? rt[i * d] : 0.0f;
+    const float yv = y[tok * d + k];
+    for (int j = 0; j < n; j++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < HC_MAX_N; i++)
+            if (i < n) s += ct[i * n + j] * rv[i];
+        out[(tok * n + j) * d + k] = di_dev_bf16_round(post[tok * n + j] * yv + s);
+    }
 }
 
 extern "C" void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d,
                                 const float *post, const float *comb, float *out, cudaStream_t s) {
-    const int64_t total = T * n * d;
+    const int64_t total = T * d;
     if (total <= 0) return;
+    if (n < 1 || n > HC_MAX_N) {
+        fprintf(stderr, "di_cuda_hc_post: %d hyper-connection copies (1..%d supported)\n", n, HC_MAX_N);
+        abort();
+    }
     hc_post_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
     DI_CUDA_LAUNCHED();
 }
