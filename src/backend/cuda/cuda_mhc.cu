@@ -3,10 +3,10 @@
  *
  * hc_mix_logits: the CPU's double sums (sum of squares and fn . x over the n*d values of a token)
  * are split into chunks of MIX_CHUNK values. One thread block per (chunk, group of MIX_TOKENS
- * tokens) stages the chunk of x and of every fn row in shared memory as doubles, then MIX_SUBS
- * threads sum a token's chunk against two fn rows (or against itself, for the sum of squares),
- * each a quarter in index order, joined by a fixed tree; a second kernel adds the chunk sums (a
- * warp per output, fixed order) and applies the CPU's fp32 tail. Each fn
+ * tokens) stages the chunk of x and of every fn row in shared memory as doubles, then a thread
+ * sums a token's chunk against two fn rows (or against itself, for the sum of squares) in index
+ * order; a second kernel adds the chunk sums (a warp per output, fixed order) and applies the CPU's
+ * fp32 tail. Each fn
  * value fetched serves MIX_TOKENS tokens (the version with a block per token read all 2 MB of fn
  * once per token: a 512-token prefill moved 1 GB through L2 per call). The chunking depends on n*d
  * alone and a token's sums never on the other tokens, so the result does not depend on T (batch
@@ -27,12 +27,32 @@
 #define MIX_CHUNK 256                /* values of a token's n*d per block */
 #define MIX_STRIDE (MIX_CHUNK + 1)   /* doubles per staged row: 16 rows at one column hit 16 bank pairs */
 #define MIX_TOKENS 16                /* tokens per block */
-#define MIX_SUBS 4                   /* lanes per (token, fn pair): a decode step's chains are short */
 #define MIX_MAX_SLICE 512            /* tokens per pass: bounds the partial sums' workspace */
 #define HC_MAX_N 8
 
 /* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [nmix][MIX_STRIDE] */
 static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + nmix) * MIX_STRIDE; }
+
+/* dst [rows][MIX_STRIDE] doubles <- src rows (row stride len floats), cl values each (zeros up to
+ * MIX_CHUNK). Each thread issues MIX_STAGE_BATCH loads before storing any (a load-store loop would
+ * wait out each load: a decode step's call was held by that). */
+#define MIX_STAGE_BATCH 8
+static __device__ void mix_stage(double *dst, const float *src, int64_t len, int rows, int cl) {
+    const int total = rows * MIX_CHUNK;
+    for (int k0 = threadIdx.x; k0 < total; k0 += MIX_STAGE_BATCH * MIX_THREADS) {
+        float v[MIX_STAGE_BATCH];
+#pragma unroll
+        for (int u = 0; u < MIX_STAGE_BATCH; u++) {
+            const int k = k0 + u * MIX_THREADS, row = k / MIX_CHUNK, i = k % MIX_CHUNK;
+            v[u] = k < total && i < cl ? src[(int64_t)row * len + i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < MIX_STAGE_BATCH; u++) {
+            const int k = k0 + u * MIX_THREADS;
+            if (k < total) dst[k / MIX_CHUNK * MIX_STRIDE + k % MIX_CHUNK] = (double)v[u];
+        }
+    }
+}
 
 /* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
  * grid (n_chunks, token groups of MIX_TOKENS). */
@@ -46,45 +66,30 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     const int64_t t0 = (int64_t)blockIdx.y * MIX_TOKENS, i0 = (int64_t)c * MIX_CHUNK;
     const int nt = T - t0 < MIX_TOKENS ? (int)(T - t0) : MIX_TOKENS;
     const int cl = len - i0 < MIX_CHUNK ? (int)(len - i0) : MIX_CHUNK;
-    for (int k = threadIdx.x; k < nt * MIX_CHUNK; k += MIX_THREADS) {
-        const int tt = k / MIX_CHUNK, i = k % MIX_CHUNK;
-        xs[tt * MIX_STRIDE + i] = i < cl ? (double)x[(t0 + tt) * len + i0 + i] : 0.0;
-    }
-    for (int k = threadIdx.x; k < nmix * MIX_CHUNK; k += MIX_THREADS) {
-        const int j = k / MIX_CHUNK, i = k % MIX_CHUNK;
-        fs[j * MIX_STRIDE + i] = i < cl ? (double)fn[(int64_t)j * len + i0 + i] : 0.0;
-    }
+    mix_stage(xs, x + t0 * len + i0, len, nt, cl);
+    mix_stage(fs, fn + i0, len, nmix, cl);
     __syncthreads();
-    /* task q: token q % MIX_TOKENS with fn rows 2 (q / MIX_TOKENS) and the next one; the last
-     * MIX_TOKENS tasks are the tokens' sums of squares. MIX_SUBS lanes share a task: lane sub sums
-     * values [sub, sub + 1) * MIX_CHUNK / MIX_SUBS in index order, then a fixed shuffle tree. Whole
-     * warps run each pass: the thread count 64 (npair + 1) is a multiple of 32. */
-    const int npair = (nmix + 1) / 2, n_threads = MIX_SUBS * MIX_TOKENS * (npair + 1);
-    const int span = MIX_CHUNK / MIX_SUBS;
-    for (int p = threadIdx.x; p < n_threads; p += MIX_THREADS) {
-        const int sub = p % MIX_SUBS, q = p / MIX_SUBS, tt = q % MIX_TOKENS, jp = q / MIX_TOKENS;
-        const bool squares = jp == npair;
-        const int ja = squares ? 0 : 2 * jp, jb = !squares && ja + 1 < nmix ? ja + 1 : ja;
+    /* task p: token p % MIX_TOKENS with fn rows 2 (p / MIX_TOKENS) and the next one; the last
+     * MIX_TOKENS tasks are the tokens' sums of squares. Each is one chain in index order. */
+    const int npair = (nmix + 1) / 2, n_tasks = MIX_TOKENS * (npair + 1);
+    for (int p = threadIdx.x; p < n_tasks; p += MIX_THREADS) {
+        const int tt = p % MIX_TOKENS, jp = p / MIX_TOKENS;
+        if (tt >= nt) continue;
         const double *xr = xs + tt * MIX_STRIDE;
-        const double *fa = squares ? xr : fs + ja * MIX_STRIDE, *fb = fs + jb * MIX_STRIDE;
-        double a = 0.0, b = 0.0;
-        const int i_end = (sub + 1) * span < cl ? (sub + 1) * span : cl;
-        if (tt < nt)
-            for (int i = sub * span; i < i_end; i++) {
-                const double xv = xr[i];
-                a = __fma_rn(fa[i], xv, a); /* the product is exact, so one rounding either way */
-                b = __fma_rn(fb[i], xv, b);
-            }
-#pragma unroll
-        for (int o = 1; o < MIX_SUBS; o <<= 1) {
-            a += __shfl_xor_sync(0xffffffffu, a, o);
-            b += __shfl_xor_sync(0xffffffffu, b, o);
-        }
-        if (tt >= nt || sub != 0) continue;
         double *out = part + (t0 + tt) * (nmix + 1) * (int64_t)n_chunks + c;
-        if (squares) {
-            out[(int64_t)nmix * n_chunks] = a;
+        if (jp == npair) { /* sum of squares */
+            double ss = 0.0;
+            for (int i = 0; i < cl; i++) ss = __fma_rn(xr[i], xr[i], ss); /* exact product: = mul + add */
+            out[(int64_t)nmix * n_chunks] = ss;
             continue;
+        }
+        const int ja = 2 * jp, jb = ja + 1 < nmix ? ja + 1 : ja;
+        const double *fa = fs + ja * MIX_STRIDE, *fb = fs + jb * MIX_STRIDE;
+        double a = 0.0, b = 0.0;
+        for (int i = 0; i < cl; i++) {
+            const double xv = xr[i];
+            a = __fma_rn(fa[i], xv, a); /* the product is exact, so one rounding either way */
+            b = __fma_rn(fb[i], xv, b);
         }
         out[(int64_t)ja * n_chunks] = a;
         if (jb != ja) out[(int64_t)jb * n_chunks] = b;
