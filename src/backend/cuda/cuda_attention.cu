@@ -79,10 +79,7 @@ static __device__ void att_stage_rows(float *dst, int stride, const float *const
 #pragma unroll
         for (int u = 0; u < ATT_STAGE_BATCH; u++) {
             const int x = x0 + u * ATT_THREADS, c = x % n4 * 4;
-            const float *row = x < total ? row_s[x / n4] : nullptr;
-            v[u] = float4{0.0f, 0.0f, 0.0f, 0.0f};
-            if (row && ((uintptr_t)row & 15) == 0) v[u] = *(const float4 *)(row + c);
-            else if (row) v[u] = float4{row[c], row[c + 1], row[c + 2], row[c + 3]};
+            v[u] = di_dev_load_row4(x < total ? row_s[x / n4] : nullptr, c);
         }
 #pragma unroll
         for (int u = 0; u < ATT_STAGE_BATCH; u++) {

@@ -73,10 +73,7 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
 #pragma unroll
         for (int u = 0; u < AM_STAGE_BATCH; u++) {
             const int x = x0 + u * AM_THREADS, c = x % n4 * 4;
-            const float *row = x < total ? rows[x / n4] : nullptr;
-            v[u] = float4{0.0f, 0.0f, 0.0f, 0.0f};
-            if (row && ((uintptr_t)row & 15) == 0) v[u] = *(const float4 *)(row + c);
-            else if (row) v[u] = float4{row[c], row[c + 1], row[c + 2], row[c + 3]};
+            v[u] = di_dev_load_row4(x < total ? rows[x / n4] : nullptr, c);
         }
 #pragma unroll
         for (int u = 0; u < AM_STAGE_BATCH; u++) {

@@ -64,6 +64,14 @@ static __device__ __forceinline__ float di_dev_minifloat_rne(float x, int mant_b
 }
 static __device__ __forceinline__ float di_dev_e4m3_rne(float x) { return di_dev_minifloat_rne(x, 3, -6); }
 static __device__ __forceinline__ float di_dev_e2m1_rne(float x) { return di_dev_minifloat_rne(x, 1, 0); }
+/* values c .. c + 3 of a row (c % 4 == 0), zeros for a NULL row: one float4 load where the row is
+ * 16-byte aligned, four scalar loads where it is not (the attention kernels' KV and q staging) */
+static __device__ __forceinline__ float4 di_dev_load_row4(const float *row, int c) {
+    if (!row) return float4{0.0f, 0.0f, 0.0f, 0.0f};
+    if (((uintptr_t)row & 15) == 0) return *(const float4 *)(row + c);
+    return float4{row[c], row[c + 1], row[c + 2], row[c + 3]};
+}
+
 static __device__ __forceinline__ float di_dev_clampf(float x, float lo, float hi) {
     return x < lo ? lo : (x > hi ? hi : x);
 }

@@ -29,7 +29,7 @@ typedef struct di_cuda_ctx {
     void *blas;          /* cublasHandle_t */
     void *scratch;       /* device scratch */
     size_t scratch_bytes;
-    bool exact;          /* quantised GEMMs with the CPU's exact block sums (CUDA cores) */
+    bool exact;          /* quantised GEMMs and sparse attention with the CPU's exact sums (CUDA cores) */
     bool capturing;      /* the stream is being captured (set by the caller around the capture) */
     bool tiled_only;     /* tests: decode-sized quantised GEMMs through the tiled kernel too */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
