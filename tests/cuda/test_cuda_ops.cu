@@ -727,6 +727,8 @@ static void run_quick(void) {
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 4, 96, 50);   /* K = 3 blocks */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 3, 160, 40);       /* K = 5 blocks */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 5, 512, 96);
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 70, 256, 200); /* the wgmma kernel */
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 70, 512, 96);
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
     test_linear_batch_invariance("batch_inv fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 9, 256, 64);
@@ -789,6 +791,8 @@ int main(int argc, char **argv) {
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 1, 5120, 2304);
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 8, 5120, 2304);
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 24, 2304, 5120);
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 130, 2304, 5120); /* the wgmma kernel */
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 100, 5120, 1280);
     /* BF16 (weights_proj, wo_a-like) and F32 (router, hc fn, head slice) through cuBLAS */
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 1, 5120, 32);
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 16, 4096, 1024);

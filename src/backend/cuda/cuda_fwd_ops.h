@@ -74,6 +74,11 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 
+/* di_cuda_linear_mma's FP8 / FP4 calls past the decode sizes (more than 16 rows a group, K % 128
+ * == 0) run on the wgmma kernel (cuda_linear_wgmma.cu), unless ctx->mma_sync_only: the same fold
+ * as the mma.sync kernel (test_cuda_fwd_ops "wgmma_twin" compares the two bit for bit). */
+bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, int64_t K, int64_t rows_per_group);
+
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
  * hand calls of at most DI_GEMV_MAX_ROWS rows (one matrix) or DI_GEMV_MAX_GROUP_ROWS rows per group
  * (experts, wo_a; 8 since the twin's mma covers 8 tokens: B = 64 decode 119 -> 101 ms):

@@ -28,6 +28,7 @@
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_linear_mma.h"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -38,15 +39,6 @@
  * activations with FP8 weights (A16: no activation quantisation, weight scale only) or with BF16
  * weights (W16: no scales) for the plain modes */
 enum { MM_FP8, MM_FP4, MM_A16, MM_W16 };
-
-struct mm_groups {
-    const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
-    const int *row_off;                          /* [n_groups + 1] or NULL */
-    const int *active;                           /* row_off groups: grid.z slot -> group (-1: none), or NULL */
-    /* row_off NULL and several groups: block-diagonal slices of one matrix (wo_a): group g reads
-     * A columns g*a_col_off.., weight rows g*w_row_off.. and writes y columns g*y_col_off.. */
-    int64_t a_col_off, w_row_off, y_col_off;
-};
 
 /* act_quant(x, 32) as e4m3 codes: one warp per 32-value block of x [n_blocks * 32] */
 __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blocks, uint8_t *__restrict__ q,
@@ -306,6 +298,7 @@ struct mm_args {
     int split_blocks;  /* K blocks of 32 per split, a multiple of MM_SPLIT_UNIT */
     float *part;
     int64_t rows;      /* rows of y (all groups) */
+    bool wgmma;        /* FP8 / FP4 past decode sizes: the wgmma kernel where it applies */
 };
 
 /* y [rows, ldy] = the K splits' partial sums added in split order (then bf16-rounded) */
@@ -338,6 +331,15 @@ static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks
     return (int)((nb + per - 1) / per);
 }
 
+/* K splits: y = their partial sums added in split order */
+static void reduce_splits(const mm_args &a, cudaStream_t s) {
+    if (a.ksplit <= 1) return;
+    const int64_t n = a.rows * a.ldy;
+    mm_reduce_kernel<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(a.part, a.ksplit, n,
+                                                                                              a.out_bf16, a.y);
+    DI_CUDA_LAUNCHED();
+}
+
 template <int MODE, int BM, int BN, int WM, int WN, int STAGES, int BKB>
 static void launch(const mm_args &a, cudaStream_t s) {
     const size_t smem = (size_t)STAGES * mm_layout<MODE, BM, BN, BKB>::STAGE;
@@ -355,12 +357,7 @@ static void launch(const mm_args &a, cudaStream_t s) {
         a.xa, a.lda, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.ldy, a.out_bf16, a.grp, a.ksplit,
         a.split_blocks, a.part, a.rows * a.ldy);
     DI_CUDA_LAUNCHED();
-    if (a.ksplit > 1) {
-        const int64_t n = a.rows * a.ldy;
-        mm_reduce_kernel<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(a.part, a.ksplit, n,
-                                                                                                  a.out_bf16, a.y);
-        DI_CUDA_LAUNCHED();
-    }
+    reduce_splits(a, s);
 }
 
 /* The context's scratch for one call: act_bytes of converted activations, then (K split) the
@@ -377,9 +374,18 @@ template <int MODE>
 static void run_cfg(const mm_args &a, cudaStream_t s) {
     const int64_t rows = a.rows_hint ? a.rows_hint : a.max_rows;
     /* decode: 512 K values per stage, 4 stages: long row segments and 64 KB of weights in flight */
-    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 4, 16>(a, s);
-    else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3, 4>(a, s);
+    if (rows <= 16) {
+        launch<MODE, 16, 32, 1, 4, 4, 16>(a, s);
+    } else if ((MODE == MM_FP8 || MODE == MM_FP4) && a.wgmma) {
+        di_wg_gemm(MODE == MM_FP4, a.xa, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.grp, a.n_groups,
+                   a.rows, a.ksplit, a.split_blocks, a.part, s);
+        reduce_splits(a, s);
+    } else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3, 4>(a, s);
     else launch<MODE, 128, 128, 2, 4, 3, 4>(a, s);
+}
+
+bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, int64_t K, int64_t rows_per_group) {
+    return !ctx->mma_sync_only && rows_per_group > 16 && K % 128 == 0;
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
@@ -413,7 +419,7 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
         return;
     }
     const mm_args a = {xq, K, xsc, max_rows, N, K, wdata, wscale, y, N, true, {wdata_g, wscale_g, row_off, active, 0, 0, 0},
-                       n_groups, per_group, ksplit, split_blocks, part, rows};
+                       n_groups, per_group, ksplit, split_blocks, part, rows, di_cuda_wgmma_taken(ctx, K, per_group)};
     if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
     else run_cfg<MM_FP8>(a, s);
 }

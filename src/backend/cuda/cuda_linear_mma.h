@@ -1,0 +1,29 @@
+/* Shared between the two tensor-core GEMMs of the quantised linears (internal header):
+ * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (wgmma, the FP8 /
+ * FP4 modes at prefill sizes), which it calls for the configurations the wgmma kernel takes. */
+#ifndef DI_CUDA_LINEAR_MMA_H
+#define DI_CUDA_LINEAR_MMA_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+struct mm_groups {
+    const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
+    const int *row_off;                          /* [n_groups + 1] or NULL */
+    const int *active;                           /* row_off groups: grid.z slot -> group (-1: none), or NULL */
+    /* row_off NULL and several groups: block-diagonal slices of one matrix (wo_a): group g reads
+     * A columns g*a_col_off.., weight rows g*w_row_off.. and writes y columns g*y_col_off.. */
+    int64_t a_col_off, w_row_off, y_col_off;
+};
+
+/* The quantised GEMM on wgmma (cuda_linear_wgmma.cu): y = bf16(sum over K blocks of the block
+ * sums folded as the mma.sync kernel does). xq [rows][K] e4m3 codes, xs [rows][K/32] scales;
+ * groups through grp.row_off / grp.active (no block-diagonal slices); ksplit > 1: fp32 partial
+ * sums of split_blocks K blocks each into part[ks] (row stride N), unrounded. Needs K % 128 == 0
+ * (di_cuda_wgmma_taken). */
+void di_wg_gemm(bool fp4, const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N,
+                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, int n_groups,
+                int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s);
+
+#endif

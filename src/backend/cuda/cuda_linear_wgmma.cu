@@ -1,0 +1,219 @@
+/* The quantised linears (FP8 e4m3 weights with 32x32 e8m0 scales, packed FP4 e2m1 weights with
+ * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
+ * row counts; cuda_linear_mma.cu calls it where its mma.sync tiles ran before and keeps those for
+ * decode sizes, the other modes and DEEPINFER_GPU_EXACT's twin.
+ *
+ * Numerics: those of the mma.sync kernel (cuda_linear_mma.cu, file comment) -- every 32-wide block
+ * sum is one tensor-core sum with a zero accumulator, folded as acc = fma(blocksum, xs * ws, acc)
+ * in ascending K-block order -- so an output does not depend on the tiling or the batch.
+ *
+ * Roles: the weights are wgmma's A (64 weight rows per warpgroup), the activations its B (64
+ * tokens per warpgroup), both K-major in shared memory in the 128-byte swizzle (cuda_wgmma.cuh):
+ * y^T tile = W tile * X tile^T. A CTA has WGW x WGT warpgroups: 64 WGW weight rows x 64 WGT tokens.
+ *
+ * Pipeline: a stage is 128 K values (4 scale blocks): the activation tile, the weight tile (FP8:
+ * straight into its swizzled A tile; FP4: packed, widened to e4m3 -- exactly -- into one of two
+ * A tiles by all threads once it has landed), the activation scales [token][4] and the weight
+ * scales [row or 32-row block][4], all by cp.async into a ring of 4 stages loaded 2 ahead. Per
+ * block: issue the wgmma into one of two D buffers, wait for the previous block's and fold it
+ * while this one runs on the tensor cores; the stage's last block is waited for and folded before
+ * the next stage (ptxas serialises every wgmma when a D register is read across a loop's back edge
+ * while a wgmma is in flight). About 220 registers: one CTA of two warpgroups per SM. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_linear_mma.h"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_wgmma.cuh"
+
+#define WG_TN 64     /* tokens per warpgroup (wgmma N) */
+#define WG_STAGES 4  /* ring of stages; loads run 2 stages ahead */
+
+template <bool FP4, int WGW, int WGT>
+struct wg_layout {
+    static constexpr int BW = 64 * WGW, BT = WG_TN * WGT; /* weight rows, tokens per CTA */
+    static constexpr int ACT = BT * 128;                   /* [BT][128] e4m3, swizzled */
+    static constexpr int WT = FP4 ? BW * 64 : BW * 128;    /* FP4 [BW][64] packed | FP8 [BW][128] swizzled */
+    static constexpr int SA = BT * 16;                     /* [BT][4] fp32 activation scales */
+    static constexpr int SW = FP4 ? BW * 4 : (BW / 32) * 4; /* [rows][4] e8m0 weight scales */
+    static constexpr int STAGE = (ACT + WT + SA + SW + 1023) / 1024 * 1024; /* swizzled tiles on 1024 */
+    static constexpr int WIDE = FP4 ? BW * 128 : 0;        /* FP4: [2][BW][128] widened, swizzled */
+    static constexpr int SMEM = WG_STAGES * STAGE + 2 * WIDE + 1024; /* + alignment slack */
+};
+
+template <bool FP4, int WGW, int WGT>
+__global__ void __launch_bounds__(128 * WGW * WGT, 1)
+wg_gemm_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int64_t M, int64_t N, int64_t K,
+               const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y,
+               mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride) {
+    typedef wg_layout<FP4, WGW, WGT> L;
+    constexpr int NT = 128 * WGW * WGT;
+    extern __shared__ int4 wg_smem4[];
+    uint8_t *smem = di_smem_align1024(reinterpret_cast<uint8_t *>(wg_smem4));
+    const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
+    const int64_t n0 = (int64_t)blockIdx.x * L::BW, m0 = (int64_t)blockIdx.y * L::BT;
+    const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
+    const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
+    const int64_t kt0 = blk0 / 4, nk = (blk1 - blk0) / 4; /* K % 128 == 0, splits on 16 blocks */
+    if (ksplit > 1) y = part + ks * part_stride;
+    if (grp.row_off) {
+        const int gi = grp.active ? grp.active[gz] : gz;
+        if (gi < 0) return; /* a slot past the groups that got rows */
+        const int r0 = grp.row_off[gi];
+        M = grp.row_off[gi + 1] - r0;
+        if (m0 >= M) return; /* uniform over the block */
+        wdata = grp.wdata[gi];
+        wscale = grp.wscale[gi];
+        xq += (int64_t)r0 * K;
+        xs += (int64_t)r0 * nb;
+        y += (int64_t)r0 * N;
+    }
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int wg = warp >> 2, wgw = wg % WGW, wgt = wg / WGW;
+    const int rw0 = wgw * 64 + (warp & 3) * 16 + g; /* this thread's weight rows: rw0, rw0 + 8 */
+    const int tc0 = wgt * WG_TN + 2 * t4;            /* its tokens: tc0 + 8 i, + 1 (i = 0..7) */
+
+    auto load_stage = [&](int st, int64_t kt) {
+        uint8_t *act = smem + st * L::STAGE, *wt = act + L::ACT, *sw = wt + L::WT + L::SA;
+        float *sa = reinterpret_cast<float *>(wt + L::WT);
+        for (int i = tid; i < L::BT * 8; i += NT) { /* token r, 16-byte chunk c -> chunk c ^ (r & 7) */
+            const int r = i >> 3, c = i & 7;
+            const bool ok = m0 + r < M;
+            di_cp_async16(act + r * 128 + ((c ^ (r & 7)) << 4), ok ? xq + (m0 + r) * K + kt * 128 + 16 * c : xq, ok);
+        }
+        constexpr int WCH = FP4 ? 4 : 8; /* 16-byte chunks per weight row and stage */
+        for (int i = tid; i < L::BW * WCH; i += NT) {
+            const int r = i / WCH, c = i % WCH;
+            const bool ok = n0 + r < N;
+            uint8_t *dst = FP4 ? wt + r * 64 + 16 * c : wt + r * 128 + ((c ^ (r & 7)) << 4);
+            di_cp_async16(dst, ok ? wdata + (n0 + r) * wrow + kt * (WCH * 16) + 16 * c : wdata, ok);
+        }
+        for (int i = tid; i < L::BT; i += NT) {
+            const bool ok = m0 + i < M;
+            di_cp_async16(sa + 4 * i, ok ? xs + (m0 + i) * nb + 4 * kt : xs, ok);
+        }
+        constexpr int SROWS = FP4 ? L::BW : L::BW / 32;
+        for (int i = tid; i < SROWS; i += NT) {
+            const bool ok = n0 + (FP4 ? i : 32 * i) < N;
+            const int64_t srow = FP4 ? n0 + i : n0 / 32 + i;
+            di_cp_async4(sw + 4 * i, ok ? wscale + srow * nb + 4 * kt : wscale, ok);
+        }
+    };
+    /* FP4: the packed weights of stage st -> the e4m3 A tile `wide` (16 values a thread step) */
+    uint8_t *const wide0 = smem + WG_STAGES * L::STAGE;
+    auto widen = [&](int st, uint8_t *wide) {
+        const uint8_t *raw = smem + st * L::STAGE + L::ACT;
+        for (int i = tid; i < L::BW * 8; i += NT) {
+            const int r = i >> 3, c = i & 7;
+            const uint2 p = *reinterpret_cast<const uint2 *>(raw + r * 64 + 8 * c);
+            const uint4 q = make_uint4(di_e2m1x4_to_e4m3x4(p.x & 0xffffu), di_e2m1x4_to_e4m3x4(p.x >> 16),
+                                       di_e2m1x4_to_e4m3x4(p.y & 0xffffu), di_e2m1x4_to_e4m3x4(p.y >> 16));
+            *reinterpret_cast<uint4 *>(wide + r * 128 + ((c ^ (r & 7)) << 4)) = q;
+        }
+    };
+    /* descriptors of block j: this warpgroup's weight rows in the A tile, its tokens in stage st */
+    auto desc_a = [&](const uint8_t *atile, int j) { return di_wgmma_desc_sw128(atile + wgw * 64 * 128 + 32 * j); };
+    auto desc_b = [&](int st, int j) { return di_wgmma_desc_sw128(smem + st * L::STAGE + wgt * WG_TN * 128 + 32 * j); };
+
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = 0.0f;
+    /* acc += block j of stage st: fma(d, xs * ws, acc), the mma.sync kernel's fold */
+    auto fold = [&](float (&d)[32], int st, int j) {
+        di_wgmma_pin(d);
+        const uint8_t *stg = smem + st * L::STAGE + L::ACT + L::WT;
+        const float *sa = reinterpret_cast<const float *>(stg);
+        const uint8_t *sw = stg + L::SA;
+        const float w0 = di_dev_e8m0(sw[FP4 ? 4 * rw0 + j : 4 * (rw0 / 32) + j]);
+        const float w1 = FP4 ? di_dev_e8m0(sw[4 * (rw0 + 8) + j]) : w0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float s0 = sa[4 * (tc0 + 8 * i) + j], s1 = sa[4 * (tc0 + 8 * i + 1) + j];
+            acc[4 * i + 0] = __fmaf_rn(d[4 * i + 0], s0 * w0, acc[4 * i + 0]);
+            acc[4 * i + 1] = __fmaf_rn(d[4 * i + 1], s1 * w0, acc[4 * i + 1]);
+            acc[4 * i + 2] = __fmaf_rn(d[4 * i + 2], s0 * w1, acc[4 * i + 2]);
+            acc[4 * i + 3] = __fmaf_rn(d[4 * i + 3], s1 * w1, acc[4 * i + 3]);
+        }
+    };
+    float d0[32], d1[32];
+    auto issue = [&](float (&d)[32], const uint8_t *atile, int st, int j) {
+        di_wgmma_fence();
+        di_wgmma_e4m3_m64n64k32(d, desc_a(atile, j), desc_b(st, j));
+        di_wgmma_commit();
+    };
+
+    load_stage(0, kt0);
+    di_cp_async_commit();
+    if (nk > 1) load_stage(1, kt0 + 1);
+    di_cp_async_commit();
+    for (int64_t it = 0; it < nk; it++) {
+        di_cp_async_wait<1>(); /* this stage landed (the next may still be in flight) */
+        const int st = (int)(it % WG_STAGES);
+        const uint8_t *atile = smem + st * L::STAGE + L::ACT; /* FP8: the stage's own A tile */
+        if (FP4) {
+            __syncthreads(); /* landed for every thread; the wide tile of stage it-2 is retired */
+            uint8_t *wide = wide0 + (it & 1) * L::WIDE;
+            widen(st, wide);
+            atile = wide;
+        }
+        di_fence_proxy_async();
+        __syncthreads(); /* visible to the async proxy; stage it-2 is retired and folded everywhere */
+        if (it + 2 < nk) load_stage((int)((it + 2) % WG_STAGES), kt0 + it + 2);
+        di_cp_async_commit();
+        issue(d0, atile, st, 0);
+        issue(d1, atile, st, 1);
+        di_wgmma_wait<1>();
+        fold(d0, st, 0);
+        issue(d0, atile, st, 2);
+        di_wgmma_wait<1>();
+        fold(d1, st, 1);
+        issue(d1, atile, st, 3);
+        di_wgmma_wait<1>();
+        fold(d0, st, 2);
+        di_wgmma_wait<0>();
+        fold(d1, st, 3);
+    }
+    di_cp_async_wait<0>();
+
+    const bool round = ksplit == 1; /* partial sums stay fp32 */
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t tok = m0 + tc0 + 8 * i + h;
+            if (tok >= M) continue;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int64_t n = n0 + rw0 + 8 * r;
+                const float v = acc[4 * i + 2 * r + h];
+                if (n < N) y[tok * N + n] = round ? di_dev_bf16_round(v) : v;
+            }
+        }
+}
+
+template <bool FP4, int WGW, int WGT>
+static void wg_launch(const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N, int64_t K,
+                      const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, unsigned slots,
+                      int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s) {
+    typedef wg_layout<FP4, WGW, WGT> L;
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<FP4, WGW, WGT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           L::SMEM));
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((N + L::BW - 1) / L::BW), (unsigned)((max_rows + L::BT - 1) / L::BT),
+                    slots * (unsigned)ksplit);
+    wg_gemm_kernel<FP4, WGW, WGT><<<grid, 128 * WGW * WGT, L::SMEM, s>>>(xq, xs, max_rows, N, K, wdata, wscale, y, grp,
+                                                                        ksplit, split_blocks, part, rows * N);
+    DI_CUDA_LAUNCHED();
+}
+
+void di_wg_gemm(bool fp4, const uint8_t *xq, const float *xs, int64_t max_rows, int64_t N,
+                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, int n_groups,
+                int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s) {
+    /* with an active list only min(groups, rows) slots can have rows */
+    const unsigned slots = (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
+    /* 128 weight rows x 64 tokens a CTA (a CTA of 4 warpgroups would need 2x the registers) */
+    if (fp4) wg_launch<true, 2, 1>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, slots, rows, ksplit, split_blocks, part, s);
+    else wg_launch<false, 2, 1>(xq, xs, max_rows, N, K, wdata, wscale, y, grp, slots, rows, ksplit, split_blocks, part, s);
+}

@@ -1,0 +1,75 @@
+/* Warpgroup-level FP8 tensor-core primitives for sm_90a (internal header): wgmma.mma_async
+ * m64n64k32 e4m3 x e4m3 -> fp32 with both operands in shared memory (128-byte swizzle), its
+ * fences, and the shared-memory descriptor.
+ *
+ * A (64 x 32) and B (32 x 64), K-major: row m of A / column n of B is 32 contiguous bytes of row
+ * m / n of a [rows][128-byte] tile whose 16-byte chunk c of row r sits at chunk c ^ (r & 7) (the
+ * 128-byte swizzle; the tile starts on 1024 bytes, 8-row groups 1024 bytes apart); k32 step j
+ * starts 32 j bytes into the rows. (A from registers would save the A tile, but ptxas serialises
+ * every wgmma when registers feeding a later one are written while an earlier one is in flight.)
+ * D (64 x 64 fp32): warp w, lane 4g + t holds d[4i + 0/1] = (row 16w + g, cols 8i + 2t, +1) and
+ * d[4i + 2/3] = (row 16w + g + 8, the same cols), i = 0..7.
+ *
+ * wgmma runs asynchronously: issue (after di_wgmma_fence), di_wgmma_commit, and read D only after
+ * di_wgmma_wait<n> has retired that group and di_wgmma_pin has told the compiler so. Shared memory written by threads (cp.async included) must pass
+ * di_fence_proxy_async before a barrier that precedes the wgmma reading it (wgmma reads through
+ * the async proxy).
+ *
+ * Under the CPU emulator (tools/cuda/emu) the same functions come from cuda_emu_mma.h: the
+ * descriptor is the host address, the product is computed at issue from the layouts above. */
+#ifndef DI_CUDA_WGMMA_CUH
+#define DI_CUDA_WGMMA_CUH
+
+#include <stdint.h>
+
+#include "backend/cuda/cuda_mma.cuh"
+
+#ifndef DI_CUDA_EMU_H
+/* the descriptor of a K-major e4m3 operand at `smem` in the 128-byte swizzle (LBO unused = 1,
+ * SBO = 1024 bytes between 8-row groups, mode 1 in bits 62-63) */
+static __device__ __forceinline__ uint64_t di_wgmma_desc_sw128(const void *smem) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+/* the first 1024-byte boundary at or after p in shared memory (swizzled tiles start there) */
+static __device__ __forceinline__ uint8_t *di_smem_align1024(uint8_t *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return p + ((1024u - (a & 1023u)) & 1023u);
+}
+static __device__ __forceinline__ void di_fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+static __device__ __forceinline__ void di_wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void di_wgmma_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/* wait until at most N committed wgmma groups are in flight */
+template <int N>
+static __device__ __forceinline__ void di_wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* the compiler may not move uses of these registers across this point (after a wait: D is final) */
+template <int R>
+static __device__ __forceinline__ void di_wgmma_pin(float (&r)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+/* d = A (64x32 e4m3) * B (32x64 e4m3), both K-major in shared memory (descriptors); the
+ * accumulator input is ignored */
+static __device__ __forceinline__ void di_wgmma_e4m3_m64n64k32(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "n"(0));
+}
+#endif
+
+#endif
