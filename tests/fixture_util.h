@@ -28,6 +28,10 @@ static inline bool test_gpu_exact(void) {
     const char *b = getenv("DEEPINFER_GPU_EXACT");
     return b && !strcmp(b, "1");
 }
+static inline bool test_gpu_wgmma(void) {
+    const char *b = getenv("DEEPINFER_GPU_WGMMA");
+    return b && !strcmp(b, "1");
+}
 static inline bool test_enforce_eager(void) {
     const char *b = getenv("DEEPINFER_ENFORCE_EAGER");
     return b && !strcmp(b, "1");
@@ -36,7 +40,8 @@ static inline di_status test_use_backend(di_model *m, di_err *err) {
     return di_model_select_backend(m, test_backend(),
                                    (test_batch_invariant() ? DI_BACKEND_BATCH_INVARIANT : 0) |
                                        (test_gpu_exact() ? DI_BACKEND_EXACT : 0) |
-                                       (test_enforce_eager() ? DI_BACKEND_EAGER : 0),
+                                       (test_enforce_eager() ? DI_BACKEND_EAGER : 0) |
+                                       (test_gpu_wgmma() ? DI_BACKEND_WGMMA : 0),
                                    err);
 }
 

@@ -61,6 +61,7 @@ enum {
     DI_BACKEND_BATCH_INVARIANT = 1, /* fixed reduction orders whatever the batch */
     DI_BACKEND_EXACT = 2,           /* quantised GEMMs with the CPU's exact block sums (slower) */
     DI_BACKEND_EAGER = 4,           /* launch every kernel directly: no CUDA graphs */
+    DI_BACKEND_WGMMA = 8,           /* experimental: prefill-sized quantised GEMMs on wgmma */
 };
 /* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu)
  * with DI_BACKEND_* `flags`. Must be called before any sequence state is created for the model. */

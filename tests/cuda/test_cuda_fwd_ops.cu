@@ -13,9 +13,8 @@
  *   batch-inv   linear_fixed / engram_gate: row j of an m-row call equals the row computed alone,
  *               bit for bit, on inputs of wide range
  *   twin        the decode-sized quantised GEMM (cuda_linear_gemv.cu) equals the tiled tensor-core
- *               kernel (di_cuda_ctx.tiled_only) bit for bit, and so does the prefill-sized wgmma
- *               one (cuda_linear_wgmma.cu) against the mma.sync tiles (di_cuda_ctx.mma_sync_only);
- *               the e2m1 -> e4m3 widening equals the e2m1 table on all 65536 inputs
+ *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening equals the
+ *               e2m1 table on all 65536 inputs
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run). */
@@ -780,14 +779,16 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
     free(hx), free(a), free(b);
 }
 
-/* ---- the wgmma GEMM (prefill sizes) against the mma.sync kernel (di_cuda_ctx.mma_sync_only):
- * bit for bit. G == 0: one matrix of rows[0] rows (K splits from its shape); else G groups, through
- * the active list too ---- */
-static void test_wgmma_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+/* ---- the experimental wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
+ * G groups (each empty or of more than 16 rows) against one-group calls of each group and through
+ * the active list; G == 0: one matrix of rows[0] rows against two calls on its two halves (both
+ * past 16 rows). Its sums against the CPU: test_cuda_ops "linear_* wgmma". ---- */
+static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
     const int ng = single ? 1 : G;
     grp_case c = grp_make(dt, K, N, rows, ng);
     const int M = c.M, max_rows = c.max_rows;
+    g_cx.wgmma = true;
     float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
     fill_wide(hx, (int64_t)M * K, 1.0f);
     float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
@@ -796,32 +797,46 @@ static void test_wgmma_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, 
     snprintf(shp, sizeof shp, "%s %s M=%d K=%lld N=%lld%s", fp4 ? "fp4" : "fp8", single ? "one" : "groups", M,
              (long long)K, (long long)N, di_cuda_wgmma_taken(&g_cx, K, per_group) ? "" : " NOT-WGMMA");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
-    for (int variant = 0; variant < (single ? 1 : 2); variant++) {
-        const int with_active = variant & 1;
-        float *y[2];
-        for (int sync_only = 0; sync_only < 2; sync_only++) {
-            g_cx.mma_sync_only = sync_only;
-            y[sync_only] = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
-            if (single)
-                di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL,
-                                   NULL, 1, M, M, x, y[sync_only]);
-            else
-                di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, with_active ? c.d_act : NULL, ng,
-                                   M, max_rows, x, y[sync_only]);
+    float *yr = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+    if (single) { /* the two halves alone */
+        const int h = M / 2;
+        di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
+                           h, h, x, yr);
+        di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
+                           M - h, M - h, x + (size_t)h * K, yr + (size_t)h * N);
+    } else { /* each group alone */
+        for (int g = 0; g < ng; g++) {
+            if (!rows[g]) continue;
+            const uint8_t **d1w = (const uint8_t **)dev_upload(&c.wd[g], sizeof(void *));
+            const uint8_t **d1s = (const uint8_t **)dev_upload(&c.ws[g], sizeof(void *));
+            const int one[2] = {0, rows[g]};
+            int *d1o = (int *)dev_upload(one, sizeof one);
+            di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, d1w, d1s, d1o, NULL, 1, rows[g], rows[g],
+                               x + (size_t)c.off[g] * K, yr + (size_t)c.off[g] * N);
+            cudaFree((void *)d1w), cudaFree((void *)d1s), cudaFree(d1o);
         }
-        g_cx.mma_sync_only = false;
-        dev_download(a, y[0], sizeof(float) * (size_t)M * N);
-        dev_download(b, y[1], sizeof(float) * (size_t)M * N);
-        static const char *names[2] = {"wgmma_twin", "wgmma_twin.active"};
-        compare(names[variant], shp, a, b, (int64_t)M * N, "twin");
-        cudaFree(y[0]), cudaFree(y[1]);
+    }
+    dev_download(b, yr, sizeof(float) * (size_t)M * N);
+    for (int variant = 0; variant < (single ? 1 : 2); variant++) {
+        float *y = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+        if (single)
+            di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL,
+                               1, M, M, x, y);
+        else
+            di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, variant ? c.d_act : NULL, ng, M,
+                               max_rows, x, y);
+        dev_download(a, y, sizeof(float) * (size_t)M * N);
+        static const char *names[2] = {"wgmma_grouping", "wgmma_grouping.active"};
+        compare(names[variant], shp, a, b, (int64_t)M * N, "exact");
+        cudaFree(y);
     }
     if (strstr(shp, "NOT-WGMMA")) { /* a case meant for the wgmma kernel that does not reach it */
-        printf("FAIL  wgmma_twin: %s does not take the wgmma kernel\n", shp);
+        printf("FAIL  wgmma_grouping: %s does not take the wgmma kernel\n", shp);
         g_fail++;
     }
+    g_cx.wgmma = false;
     grp_free(&c);
-    cudaFree(x);
+    cudaFree(x), cudaFree(yr);
     free(hx), free(a), free(b);
 }
 
@@ -1126,12 +1141,12 @@ static void run_quick(void) {
     test_gemv_twin(DI_DT_I8, 256, 96, few_rows, 6);
     test_gemv_twin(DI_DT_I8, 384, 40, one_big, 10);    /* a 17-row group: three 8-row tiles */
     test_gemv_twin(DI_DT_F8_E4M3, 256, 40, decode_rows, 8);
-    /* prefill sizes: partial weight tiles (N 96, 200), a K split (one matrix, K 1024), an empty group,
-     * groups of 17-130 rows (partial and several token tiles) */
+    /* the experimental wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
+     * an empty group, groups of 17-130 rows (partial and several token tiles) */
     const int r100[] = {100}, pre_rows[] = {70, 0, 17, 130, 40};
-    test_wgmma_twin(DI_DT_F8_E4M3, 1024, 64, r100, 0);
-    test_wgmma_twin(DI_DT_I8, 256, 96, pre_rows, 5);
-    test_wgmma_twin(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
+    test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
 }
 
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes
@@ -1163,16 +1178,16 @@ static void run_full(bool head) {
     test_gemv_twin(DI_DT_I8, 5120, 2304, e1, 48);
     test_gemv_twin(DI_DT_I8, 2304, 5120, e1, 48);
     test_gemv_twin(DI_DT_I8, 5120, 2304, e8, 48);
-    /* the wgmma kernel at prefill: 48 experts of 64 rows (a 512-token EP-8 step) and 8 of 512,
-     * wq_a / wo_b-like single matrices (K splits) */
-    int e64[48], e512[8];
-    for (int i = 0; i < 48; i++) e64[i] = 64;
-    for (int i = 0; i < 8; i++) e512[i] = 512;
+    /* the experimental wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
+     * single matrices (K splits) */
+    int e64[8], e300[4];
+    for (int i = 0; i < 8; i++) e64[i] = 64;
+    for (int i = 0; i < 4; i++) e300[i] = 300;
     const int r512[] = {512};
-    test_wgmma_twin(DI_DT_I8, 5120, 2304, e64, 48);
-    test_wgmma_twin(DI_DT_I8, 2304, 5120, e512, 8);
-    test_wgmma_twin(DI_DT_F8_E4M3, 5120, 1280, r512, 0);
-    test_wgmma_twin(DI_DT_F8_E4M3, 8192, 5120, r512, 0);
+    test_wgmma_grouping(DI_DT_I8, 5120, 2304, e64, 8);
+    test_wgmma_grouping(DI_DT_I8, 2304, 5120, e300, 4);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 5120, 1280, r512, 0);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 8192, 5120, r512, 0);
     test_copy_rows(1000, 5120);
     test_copy_rows(64, 640);
     test_embed(129280, 64, 4, 5120);

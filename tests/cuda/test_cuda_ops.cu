@@ -28,6 +28,7 @@ extern "C" {
 #include "backend/cpu/cpu_ops.h"
 }
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
 
 #define CK(call)                                                                            \
@@ -273,6 +274,15 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
         snprintf(nm, sizeof nm, "%s mma", name);
         g_bound = bound;
         compare(nm, shape, got, ref, m, N, CRIT_BOUND);
+        /* the experimental wgmma kernel (DEEPINFER_GPU_WGMMA) where it applies: the same bound */
+        g_ctx.wgmma = true;
+        if (di_cuda_wgmma_taken(&g_ctx, K, m)) {
+            di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
+            dev_download(got, dy, 4 * m * N);
+            snprintf(nm, sizeof nm, "%s wgmma", name);
+            compare(nm, shape, got, ref, m, N, CRIT_BOUND);
+        }
+        g_ctx.wgmma = false;
     } else {
         di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
         dev_download(got, dy, 4 * m * N);
@@ -727,7 +737,7 @@ static void run_quick(void) {
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 4, 96, 50);   /* K = 3 blocks */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 3, 160, 40);       /* K = 5 blocks */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 5, 512, 96);
-    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 70, 256, 200); /* the wgmma kernel */
+    test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 70, 256, 200); /* + the wgmma kernel */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 70, 512, 96);
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
@@ -791,7 +801,7 @@ int main(int argc, char **argv) {
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 1, 5120, 2304);
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 8, 5120, 2304);
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 24, 2304, 5120);
-    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 130, 2304, 5120); /* the wgmma kernel */
+    test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 130, 2304, 5120); /* + the wgmma kernel */
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 100, 5120, 1280);
     /* BF16 (weights_proj, wo_a-like) and F32 (router, hc fn, head slice) through cuBLAS */
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 1, 5120, 32);

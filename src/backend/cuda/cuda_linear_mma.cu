@@ -385,7 +385,7 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
 }
 
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, int64_t K, int64_t rows_per_group) {
-    return !ctx->mma_sync_only && rows_per_group > 16 && K % 128 == 0;
+    return ctx->wgmma && !ctx->exact && rows_per_group > 16 && K % 128 == 0;
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
