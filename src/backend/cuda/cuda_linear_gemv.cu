@@ -40,7 +40,6 @@
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
 #define GV_SMEM_MAX (200 * 1024)
-#define GV_PREFETCH 4     /* steps ahead whose weight rows are prefetched into L2 */
 
 enum { GV_FP8, GV_FP4, GV_A16 }; /* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a) */
 
@@ -163,22 +162,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         }
     };
 
-    /* the 16 weight-row segments of step b into L2 (lane h * 8 + g: row n0 + 8h + g): registers
-     * hold one step in flight, L2 prefetches GV_PREFETCH more */
-    constexpr int BLOCK_BYTES = FP4 ? 16 : 32;
-    const uint8_t *pf_row = lane < 16 && (lane >= 8 ? wok[1] : wok[0]) ? (lane >= 8 ? wrow[1] : wrow[0]) : nullptr;
-    auto prefetch = [&](int64_t b) {
-        if (pf_row && b < blk1) {
-            const int64_t nblk = blk1 - b < GV_STEP ? blk1 - b : GV_STEP;
-            di_prefetch_l2(pf_row + BLOCK_BYTES * b, (uint32_t)(BLOCK_BYTES * nblk));
-        }
-    };
     gv_step<MODE> cur, nxt;
-    if (busy) {
-        load(cur, blk0); /* in flight while the activations are staged */
-#pragma unroll
-        for (int p = 1; p <= GV_PREFETCH; p++) prefetch(blk0 + p * GV_STEP);
-    }
+    if (busy) load(cur, blk0); /* in flight while the activations are staged */
 
     if (A16) { /* rows m0 .. m0 + rows as bf16 (di_cuda_f32_to_bf16's rounding), two values a thread */
         for (int64_t i = threadIdx.x; i < rows * (K / 2); i += blockDim.x) {
@@ -286,7 +271,6 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     };
     for (int64_t b = blk0; busy && b < blk1; b += GV_STEP) {
         if (b + GV_STEP < blk1) load(nxt, b + GV_STEP);
-        prefetch(b + (GV_PREFETCH + 1) * GV_STEP);
         if (b + GV_STEP <= blk1) step(b, std::true_type());
         else step(b, std::false_type());
         cur = nxt;

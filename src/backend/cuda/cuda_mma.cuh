@@ -85,10 +85,6 @@ static __device__ __forceinline__ void di_cp_async4(void *smem, const void *gmem
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
 }
 static __device__ __forceinline__ void di_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-/* bytes (a multiple of 16, 16-byte aligned) of global memory into L2, no registers, no wait */
-static __device__ __forceinline__ void di_prefetch_l2(const void *gmem, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
-}
 /* wait until at most N committed groups are still in flight */
 template <int N>
 static __device__ __forceinline__ void di_cp_async_wait(void) {

@@ -106,7 +106,6 @@ static inline void di_cp_async4(void *smem, const void *gmem, bool valid) {
     else memset(smem, 0, 4);
 }
 static inline void di_cp_async_commit(void) {}
-static inline void di_prefetch_l2(const void *, uint32_t) {}
 template <int N>
 static inline void di_cp_async_wait(void) {}
 
