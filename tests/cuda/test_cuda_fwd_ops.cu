@@ -722,6 +722,25 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
     di_cuda_linear_quant_grouped(&g_cx, &shape, c.d_wd, c.d_ws, c.d_off, c.d_act, G, M, max_rows, x, ya);
     dev_download(a, ya, sizeof(float) * (size_t)M * N);
     compare("linear_quant_grouped.active", shp, a, b, (int64_t)M * N, "exact");
+    /* the pair call (w1 and w3 over one x): weight set b = the same weights in reverse group order */
+    {
+        std::vector<void *> rwd(c.wd.rbegin(), c.wd.rend()), rws(c.ws.rbegin(), c.ws.rend());
+        const uint8_t **d_rwd = (const uint8_t **)dev_upload(rwd.data(), sizeof(void *) * G);
+        const uint8_t **d_rws = (const uint8_t **)dev_upload(rws.data(), sizeof(void *) * G);
+        float *yb1 = (float *)dev_poisoned(sizeof(float) * (size_t)M * N), *yp = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+        float *yb2 = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+        di_cuda_linear_quant_grouped(&g_cx, &shape, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows, x, yb1);
+        di_cuda_linear_quant_grouped_pair(&g_cx, &shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows, x,
+                                          yp, yb2);
+        dev_download(a, yp, sizeof(float) * (size_t)M * N);
+        compare("linear_quant_grouped.pair_a", shp, a, b, (int64_t)M * N, "exact");
+        float *c1 = host_poisoned((int64_t)M * N);
+        dev_download(a, yb2, sizeof(float) * (size_t)M * N);
+        dev_download(c1, yb1, sizeof(float) * (size_t)M * N);
+        compare("linear_quant_grouped.pair_b", shp, a, c1, (int64_t)M * N, "exact");
+        free(c1);
+        cudaFree((void *)d_rwd), cudaFree((void *)d_rws), cudaFree(yb1), cudaFree(yb2), cudaFree(yp);
+    }
     cudaFree(ya);
     grp_free(&c);
     cudaFree(x), cudaFree(yg), cudaFree(y1);

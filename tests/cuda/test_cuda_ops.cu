@@ -158,6 +158,33 @@ static void compare(const char *op, const char *shape, const float *gpu, const f
 }
 
 /* ---- quantisers ---- */
+/* the GEMMs' act_quant to e4m3 codes against di_cpu_act_quant_block: codes decoded, values and
+ * scales bit for bit (but for the sign of zero, which the codes do not carry); `offset` floats
+ * into the buffer (1: not 16-byte aligned); some blocks all zero, some with one huge value */
+static void test_act_quant_e4m3(int64_t n_blocks, int offset, float scale) {
+    const int64_t n = n_blocks * 32;
+    float *x = (float *)malloc(4 * (n + offset)), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
+    float *rs = (float *)malloc(4 * n_blocks), *gs = (float *)malloc(4 * n_blocks);
+    uint8_t *codes = (uint8_t *)malloc(n);
+    fill_act(x + offset, n, scale);
+    for (int64_t b = 0; b < n_blocks; b += 7) memset(x + offset + 32 * b, 0, 4 * 32);
+    for (int64_t b = 3; b < n_blocks; b += 11) x[offset + 32 * b + 5] = 3.0e4f * scale;
+    for (int64_t b = 0; b < n_blocks; b++) di_cpu_act_quant_block(x + offset + 32 * b, 32, ref + 32 * b, rs + b);
+    for (int64_t i = 0; i < n; i++) ref[i] += 0.0f; /* -0 -> +0: the codes carry no negative zero */
+    float *d = (float *)dev_upload(x, 4 * (n + offset)), *ds = (float *)dev_poisoned(4 * n_blocks);
+    uint8_t *dq = (uint8_t *)dev_poisoned(n);
+    di_cuda_act_quant_e4m3(d + offset, n_blocks, dq, ds, 0);
+    dev_download(codes, dq, n);
+    dev_download(gs, ds, 4 * n_blocks);
+    for (int64_t i = 0; i < n; i++) got[i] = di_e4m3_to_f32(codes[i]);
+    char shape[80];
+    snprintf(shape, sizeof shape, "blocks=%lld offset=%d scale=%g", (long long)n_blocks, offset, scale);
+    compare("act_quant_e4m3 codes", shape, got, ref, 1, n, CRIT_EXACT);
+    compare("act_quant_e4m3 scales", shape, gs, rs, 1, n_blocks, CRIT_EXACT);
+    cudaFree(d), cudaFree(ds), cudaFree(dq);
+    free(x), free(ref), free(got), free(rs), free(gs), free(codes);
+}
+
 static void test_act_quant(int64_t n, int block, float scale) {
     float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
     fill_act(x, n, scale);
@@ -730,6 +757,8 @@ static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
 /* --quick: small shapes of every op (for compute-sanitizer runs, where kernels run ~100x slower) */
 static void run_quick(void) {
     test_act_quant(2048, 32, 1.0f);
+    test_act_quant_e4m3(37, 0, 1.0f); /* a partial warp */
+    test_act_quant_e4m3(64, 1, 1e-3f);
     test_fp4_quant(1024, 32, DI_FP4_SCALE_UE8M0, 1.0f);
     test_fp4_quant(1024, 16, DI_FP4_SCALE_E4M3, 1.0f);
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 3, 256, 200);
@@ -782,6 +811,8 @@ int main(int argc, char **argv) {
         return g_fail ? 1 : 0;
     }
     test_act_quant(5120 * 4, 32, 1.0f);
+    test_act_quant_e4m3(3072 * 160, 0, 1.0f); /* a 512-token prefill's expert inputs */
+    test_act_quant_e4m3(4099, 1, 1e-6f);
     test_act_quant(8192 * 3, 32, 1e-6f);
     test_act_quant(4096, 128, 300.0f);
     test_act_quant(1280, 64, 1.0f);

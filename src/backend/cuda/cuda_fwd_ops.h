@@ -63,9 +63,19 @@ void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *
 void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
                                   const uint8_t *const *wscale, const int *row_off, const int *active,
                                   int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
+/* The same for two weight sets over one x (the experts' w1 and w3), x quantised once: the bits of
+ * two di_cuda_linear_quant_grouped calls. */
+void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
+                                       const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
+                                       const uint8_t *const *wscale_b, const int *row_off, const int *active,
+                                       int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y_a,
+                                       float *y_b);
 
 /* ---- tensor-core linears (cuda_linear_mma.cu): run on ctx's stream, converted activations in
  * ctx's scratch (di_cuda_scratch) ---- */
+/* act_quant(x, 32) of x [n_blocks * 32] as e4m3 codes q [n_blocks * 32] and power-of-two scales
+ * [n_blocks]: the CPU's di_cpu_act_quant_block, bit for bit (the GEMMs' first step) */
+void di_cuda_act_quant_e4m3(const float *x, int64_t n_blocks, uint8_t *q, float *scale, cudaStream_t s);
 /* true when the tensor-core kernel takes this weight (K % 32 == 0, FP8 or FP4, whole matrix) */
 bool di_cuda_linear_mma_supported(const di_weight *w);
 /* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
@@ -73,6 +83,12 @@ bool di_cuda_linear_mma_supported(const di_weight *w);
 void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *wdata, const uint8_t *wscale,
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
+/* Two grouped weight sets of one shape over the same x (the experts' w1 and w3): x quantised once;
+ * y_a, y_b the bits of two di_cuda_linear_mma calls. */
+void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
+                             const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
+                             const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
+                             int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b);
 
 /* With ctx->wgmma (experimental, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 calls past
  * the decode sizes (more than 16 rows a group, K % 128 == 0) run on the wgmma kernel

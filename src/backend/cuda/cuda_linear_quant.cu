@@ -255,6 +255,20 @@ extern "C" void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *
     dispatch(shape, x, max_rows, y, s, mt, lq_groups{wdata, wscale, row_off}, n_groups);
 }
 
+extern "C" void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_weight *shape,
+                                                  const uint8_t *const *wdata_a, const uint8_t *const *wscale_a,
+                                                  const uint8_t *const *wdata_b, const uint8_t *const *wscale_b,
+                                                  const int *row_off, const int *active, int n_groups, int64_t rows,
+                                                  int64_t max_rows, const float *x, float *y_a, float *y_b) {
+    if (!ctx->exact && di_cuda_linear_mma_supported(shape)) {
+        di_cuda_linear_mma_pair(ctx, shape, wdata_a, wscale_a, wdata_b, wscale_b, row_off, active, n_groups, rows, max_rows,
+                                x, y_a, y_b);
+        return;
+    }
+    di_cuda_linear_quant_grouped(ctx, shape, wdata_a, wscale_a, row_off, active, n_groups, rows, max_rows, x, y_a);
+    di_cuda_linear_quant_grouped(ctx, shape, wdata_b, wscale_b, row_off, active, n_groups, rows, max_rows, x, y_b);
+}
+
 /* Quantised linear: picks the row tile MT from M and the shared-memory budget. */
 void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y) {
     cudaStream_t s = ctx->stream;

@@ -115,6 +115,22 @@ static __device__ __forceinline__ uint8_t di_act_quant_e4m3_lane(float v, float 
     return di_e4m3_code(di_dev_e4m3_rne(di_dev_clampf(v / sc, -448.0f, 448.0f)));
 }
 
+/* The same for a block held four values per lane by 8 consecutive lanes (lane groups of 8 aligned
+ * in the warp, all 32 lanes call): this lane's 4 codes (lowest k in the lowest byte); the max of a
+ * set is the max in any order, so the codes and scale are those of di_act_quant_e4m3_lane */
+static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float *scale) {
+    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float sc = di_dev_pow2_ceil(fmaxf(m, 1e-4f) * (1.0f / 448.0f));
+    *scale = sc;
+    const float q[4] = {v.x, v.y, v.z, v.w};
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        codes |= (uint32_t)di_e4m3_code(di_dev_e4m3_rne(di_dev_clampf(q[i] / sc, -448.0f, 448.0f))) << (8 * i);
+    return codes;
+}
+
 /* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> four e4m3 bytes of the same
  * values (every e2m1 value is an e4m3 value): magnitudes through a byte-permute table; signs
  * through a second permute that uses each nibble's sign bit as prmt's sign-replicate flag (bytes

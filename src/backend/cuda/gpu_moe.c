@@ -75,8 +75,9 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
-    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp, d_wp + E, d_off, d_active, E, n, R, xg, g);
-    di_cuda_linear_quant_grouped(f->cx, shape1, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R, xg, u);
+    /* w1 and w3 over the same rows: quantised once */
+    di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R,
+                                      xg, g, u);
     di_cuda_swiglu(g, u, n, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
     di_cuda_copy_rows((float *const *)lists + 3 * n, (const float *const *)lists + 2 * n, n, D, f->s);
@@ -207,8 +208,8 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
         const int64_t inter = w1->rows, rows = (int64_t)R * K;
         float *g = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter); /* [R*K, inter] */
         float *u = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter);
-        di_cuda_linear_quant_grouped(f->cx, w1, d_wp, d_wp + E, d_off, NULL, n_act, rows, max_rows, xg, g);
-        di_cuda_linear_quant_grouped(f->cx, w1, d_wp + 2 * E, d_wp + 3 * E, d_off, NULL, n_act, rows, max_rows, xg, u);
+        di_cuda_linear_quant_grouped_pair(f->cx, w1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, NULL, n_act, rows,
+                                          max_rows, xg, g, u);
         di_cuda_swiglu(g, u, (int64_t)R * K, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
         di_cuda_linear_quant_grouped(f->cx, w2, d_wp + 4 * E, d_wp + 5 * E, d_off, NULL, n_act, rows, max_rows, g, yg);
         gpu_free(f, g);
