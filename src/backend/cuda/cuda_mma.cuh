@@ -123,12 +123,23 @@ static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float 
     for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     const float sc = di_dev_pow2_ceil(fmaxf(m, 1e-4f) * (1.0f / 448.0f));
     *scale = sc;
-    const float q[4] = {v.x, v.y, v.z, v.w};
+    float q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) q[i] = di_dev_clampf(q[i] / sc, -448.0f, 448.0f);
+#ifdef DI_CUDA_EMU_H
     uint32_t codes = 0;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
-        codes |= (uint32_t)di_e4m3_code(di_dev_e4m3_rne(di_dev_clampf(q[i] / sc, -448.0f, 448.0f))) << (8 * i);
+    for (int i = 0; i < 4; i++) codes |= (uint32_t)di_e4m3_code(di_dev_e4m3_rne(q[i])) << (8 * i);
     return codes;
+#else
+    /* the hardware's round-to-nearest-even to e4m3 (the value from operand a goes to the high
+     * byte): di_dev_e4m3_rne's grid, subnormals included; then no negative zero, as di_e4m3_code */
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(q[1]), "f"(q[0]));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(q[3]), "f"(q[2]));
+    const uint32_t codes = (uint32_t)lo | (uint32_t)hi << 16;
+    return codes & ~(__vcmpeq4(codes & 0x7f7f7f7fu, 0u) & 0x80808080u);
+#endif
 }
 
 /* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> four e4m3 bytes of the same
