@@ -9,7 +9,8 @@
  *             sm_90)
  *   qgmma     wgmma m64n64k32 e4m3 (QGMMA, the FP8 wgmma of DEEPINFER_GPU_WGMMA=1)
  *   hgmma     the codes widened to f16 (exactly), two wgmma m64n64k16 f16 -> fp32 steps, k 0-15
- *             with a zero accumulator, then k 16-31 accumulated (hgmma_rev: k 16-31 first)
+ *             with a zero accumulator, then k 16-31 accumulated (hgmma_rev: k 16-31 first);
+ *             hgmma_mod4(_rev): the halves are k % 4 < 2 and k % 4 >= 2 instead
  * Prints, per data kind, how many of the 4096 x trials sums each way differs from exact and from
  * mma.sync. Built with `make cuda` (build-cuda/deepinfer-cuda-probe-mma [trials]). */
 #include <math.h>
@@ -71,7 +72,17 @@ static __device__ __forceinline__ void wgmma_f16_m64n64k16(float (&d)[32], uint6
                  : "l"(da), "l"(db), "r"(acc));
 }
 
-/* one warpgroup; mode 0: qgmma (e4m3), 1: hgmma k 0-15 then 16-31, 2: k 16-31 then 0-15.
+/* the k at f16 position p (0..31) of a tile row: modes 1, 2 in order; modes 3, 4 the k with
+ * k % 4 < 2 first (positions 0-15), then those with k % 4 >= 2 -- the split of mma.sync's e4m3
+ * registers (k 4t..4t+3, 16+4t..) into f16 pairs without moving data between lanes */
+static __device__ __forceinline__ int probe_k(int mode, int p) {
+    if (mode <= 2) return p;
+    const int half = p >> 4, q = p & 15; /* q-th k of the half: pairs 4i + 2 half, + 1 */
+    return 4 * (q >> 1) + 2 * half + (q & 1);
+}
+
+/* one warpgroup; mode 0: qgmma (e4m3); f16 hgmma over positions 0-15 then 16-31 (1, 3) or
+ * 16-31 first (2, 4), positions in k order (1, 2) or split by k % 4 (3, 4) (probe_k).
  * Operands as [64][128-byte] swizzled tiles: e4m3 rows use bytes 0-31, f16 rows bytes 0-63 */
 __global__ void probe_wgmma(const uint8_t *a, const uint8_t *b, float *d, int mode) {
     __shared__ __align__(16) uint8_t raw[2 * 64 * 128 + 1024];
@@ -85,12 +96,15 @@ __global__ void probe_wgmma(const uint8_t *a, const uint8_t *b, float *d, int mo
         if (mode == 0 && c < 2) {
             va = *(const uint4 *)(A + r * 32 + 16 * c);
             vb = *(const uint4 *)(B + r * 32 + 16 * c);
-        } else if (mode != 0 && c < 4) { /* f16 of codes 8c .. 8c + 7 */
+        } else if (mode != 0 && c < 4) { /* f16 of the codes at positions 8c .. 8c + 7 */
             uint32_t wa[4], wb[4];
             for (int j = 0; j < 4; j++) {
+                const int p = 8 * c + 2 * j, k0 = probe_k(mode, p), k1 = probe_k(mode, p + 1);
+                const uint16_t pa = (uint16_t)(A[r * 32 + k0] | A[r * 32 + k1] << 8);
+                const uint16_t pb = (uint16_t)(B[r * 32 + k0] | B[r * 32 + k1] << 8);
                 uint32_t ha, hb;
-                asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(ha) : "h"(*(const uint16_t *)(A + r * 32 + 8 * c + 2 * j)));
-                asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(hb) : "h"(*(const uint16_t *)(B + r * 32 + 8 * c + 2 * j)));
+                asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(ha) : "h"(pa));
+                asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(hb) : "h"(pb));
                 wa[j] = ha, wb[j] = hb;
             }
             va = make_uint4(wa[0], wa[1], wa[2], wa[3]);
@@ -107,7 +121,7 @@ __global__ void probe_wgmma(const uint8_t *a, const uint8_t *b, float *d, int mo
     if (mode == 0) {
         di_wgmma_e4m3_m64n64k32(acc, di_wgmma_desc_sw128(sa), di_wgmma_desc_sw128(sb));
     } else {
-        const int first = mode == 1 ? 0 : 32, second = 32 - first; /* byte offsets of the k16 halves */
+        const int first = mode == 1 || mode == 3 ? 0 : 32, second = 32 - first; /* byte offsets of the k16 halves */
         wgmma_f16_m64n64k16(acc, di_wgmma_desc_sw128(sa + first), di_wgmma_desc_sw128(sb + first), 0);
         wgmma_f16_m64n64k16(acc, di_wgmma_desc_sw128(sa + second), di_wgmma_desc_sw128(sb + second), 1);
     }
@@ -149,14 +163,14 @@ int main(int argc, char **argv) {
     }
     const size_t ab = (size_t)trials * 2048, db = (size_t)trials * 4096 * sizeof(float);
     uint8_t *ha = (uint8_t *)malloc(ab), *hb = (uint8_t *)malloc(ab);
-    float *exact = (float *)malloc(db), *got[4];
-    for (int k = 0; k < 4; k++) got[k] = (float *)malloc(db);
+    float *exact = (float *)malloc(db), *got[6];
+    for (int k = 0; k < 6; k++) got[k] = (float *)malloc(db);
     uint8_t *da, *dbuf;
     float *dd;
     CK(cudaMalloc(&da, ab));
     CK(cudaMalloc(&dbuf, ab));
     CK(cudaMalloc(&dd, db));
-    static const char *names[4] = {"mma.sync", "qgmma", "hgmma", "hgmma_rev"};
+    static const char *names[6] = {"mma.sync", "qgmma", "hgmma", "hgmma_rev", "hgmma_mod4", "hgmma_mod4_rev"};
     printf("block sums of 32 e4m3 products, %d x 4096 per data kind\n\n", trials);
     printf("| data | way | differ from exact | differ from mma.sync |\n|---|---|---|---|\n");
     for (int wide = 0; wide < 2; wide++) {
@@ -171,7 +185,7 @@ int main(int argc, char **argv) {
                 }
         CK(cudaMemcpy(da, ha, ab, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dbuf, hb, ab, cudaMemcpyHostToDevice));
-        for (int way = 0; way < 4; way++) {
+        for (int way = 0; way < 6; way++) {
             CK(cudaMemset(dd, 0xff, db));
             if (way == 0) probe_mma_sync<<<trials, 128>>>(da, dbuf, dd);
 #ifndef DI_CUDA_EMU_H
@@ -180,7 +194,7 @@ int main(int argc, char **argv) {
             CK(cudaGetLastError());
             CK(cudaMemcpy(got[way], dd, db, cudaMemcpyDeviceToHost));
         }
-        for (int way = 0; way < 4; way++) {
+        for (int way = 0; way < 6; way++) {
             long ne = 0, nm = 0;
             for (size_t i = 0; i < (size_t)trials * 4096; i++) {
                 ne += memcmp(&got[way][i], &exact[i], 4) != 0;
@@ -191,6 +205,6 @@ int main(int argc, char **argv) {
     }
     cudaFree(da), cudaFree(dbuf), cudaFree(dd);
     free(ha), free(hb), free(exact);
-    for (int k = 0; k < 4; k++) free(got[k]);
+    for (int k = 0; k < 6; k++) free(got[k]);
     return 0;
 }
