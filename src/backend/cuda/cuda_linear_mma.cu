@@ -13,7 +13,8 @@
  * e8m0 scales (w4a8; widened to e4m3 in registers, exactly). Each 32-wide block sum is one
  * mma.sync m16n8k32 e4m3 with a zero accumulator (the tensor core's sum of 32 exact products,
  * rounded to fp32: equal to the CPU's exactly rounded sum except where the hardware's internal
- * alignment drops bits), folded into the fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in
+ * alignment drops bits; sm_90 runs it as two f16 HMMAs, whose bits are those of an f16 sum over the
+ * k with k % 4 < 2 accumulated with the rest: tools/cuda/probe_mma_numerics.cu), folded into the fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in
  * ascending K-block order -- the CPU's fold. Every output element goes through the same
  * instructions in the same order whatever the tile configuration, so results do not depend on M
  * or on the batch (batch invariance holds with any of the configurations below).
@@ -24,7 +25,8 @@
  * so that the 32-bit fragment loads of a warp hit 32 distinct banks. Groups (the routed experts
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
- * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage).
+ * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage). With
+ * di_cuda_ctx.wgmma (experimental) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu.
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"

@@ -1,11 +1,15 @@
 /* The quantised linears (FP8 e4m3 weights with 32x32 e8m0 scales, packed FP4 e2m1 weights with
- * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
- * row counts; cuda_linear_mma.cu calls it where its mma.sync tiles ran before and keeps those for
- * decode sizes, the other modes and DEEPINFER_GPU_EXACT's twin.
+ * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on FP8 wgmma, for
+ * prefill-sized row counts. EXPERIMENTAL, off by default (DEEPINFER_GPU_WGMMA=1 -> di_cuda_ctx.wgmma;
+ * cuda_linear_mma.cu calls it for the FP8 / FP4 calls past 16 rows a group).
  *
- * Numerics: those of the mma.sync kernel (cuda_linear_mma.cu, file comment) -- every 32-wide block
- * sum is one tensor-core sum with a zero accumulator, folded as acc = fma(blocksum, xs * ws, acc)
- * in ascending K-block order -- so an output does not depend on the tiling or the batch.
+ * Numerics: the mma.sync kernel's fold (acc = fma(blocksum, xs * ws, acc) in ascending K-block
+ * order, every 32-wide block sum one tensor-core sum with a zero accumulator), so its outputs do
+ * not depend on the tiling. But the block sums are QGMMA's, which keeps fewer bits than the
+ * mma.sync e4m3 sums (f16 HMMAs on sm_90): within the CPU bound of test_cuda_ops, not the same
+ * bits (tiny fixture replay error 0.011 -> 0.031, and batch invariance lost across the 16-row
+ * boundary). tools/cuda/probe_mma_numerics.cu found the form that keeps mma.sync's bits: f16
+ * wgmma in two k16 steps, the k with k % 4 < 2 first -- the next version of this kernel.
  *
  * Roles: the weights are wgmma's A (64 weight rows per warpgroup), the activations its B (64
  * tokens per warpgroup), both K-major in shared memory in the 128-byte swizzle (cuda_wgmma.cuh):
