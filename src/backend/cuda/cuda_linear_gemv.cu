@@ -322,34 +322,15 @@ bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_gr
            gv_smem_bytes(bf16_act, mt, mt, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
 }
 
-/* Feature tiles per block: a power of two up to gv_tiles_per_block's, the one whose busiest SM
- * holds the fewest warps (blocks spread evenly over the SMs). Every warp's work and outputs are
- * the same whatever the block, so this changes no bit. (Eight tiles a block left 24 of 132 SMs
- * idle for a decode step's 6 experts x 144 tiles: 108 blocks.) */
-static int gv_pick_tiles_per_block(int64_t tiles, int64_t blocks_yz, int ksplit, int sms) {
-    int best = gv_tiles_per_block(ksplit);
-    int64_t best_load = -1;
-    for (int tpb = best; tpb >= 1; tpb /= 2) {
-        const int64_t blocks = (tiles + tpb - 1) / tpb * blocks_yz, load = (blocks + sms - 1) / sms * tpb * ksplit;
-        if (best_load < 0 || load < best_load) best = tpb, best_load = load;
-    }
-    return best;
-}
-
 template <int MODE, int MT>
 static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
     static bool attr_set;
-    static int sms;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<MODE, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            GV_SMEM_MAX));
-        int dev;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         attr_set = true;
     }
     const int64_t tiles = (a.N + GV_TILE - 1) / GV_TILE;
-    a.tiles_per_block = gv_pick_tiles_per_block(tiles, (max_rows + MT - 1) / MT * slots, a.ksplit, sms > 0 ? sms : 1);
     const dim3 grid((unsigned)((tiles + a.tiles_per_block - 1) / a.tiles_per_block), (unsigned)((max_rows + MT - 1) / MT),
                     (unsigned)slots);
     a.xrows = max_rows < MT ? (int)(max_rows + 1) / 2 * 2 : MT;
