@@ -35,13 +35,14 @@
 template <bool FP4, int WGW, int WGT>
 struct wg_layout {
     static constexpr int BW = 64 * WGW, BT = WG_TN * WGT; /* weight rows, tokens per CTA */
-    static constexpr int ACT = BT * 128;                   /* [BT][128] e4m3, swizzled */
-    static constexpr int WT = FP4 ? BW * 64 : BW * 128;    /* FP4 [BW][64] packed | FP8 [BW][128] swizzled */
+    static constexpr int ACT = BT * 128;                   /* [BT][128] e4m3 codes as loaded */
+    static constexpr int WT = FP4 ? BW * 64 : BW * 128;    /* FP4 [BW][64] packed | FP8 [BW][128] codes */
     static constexpr int SA = BT * 16;                     /* [BT][4] fp32 activation scales */
     static constexpr int SW = FP4 ? BW * 4 : (BW / 32) * 4; /* [rows][4] e8m0 weight scales */
-    static constexpr int STAGE = (ACT + WT + SA + SW + 1023) / 1024 * 1024; /* swizzled tiles on 1024 */
-    static constexpr int WIDE = FP4 ? BW * 128 : 0;        /* FP4: [2][BW][128] widened, swizzled */
-    static constexpr int SMEM = WG_STAGES * STAGE + 2 * WIDE + 1024; /* + alignment slack */
+    static constexpr int STAGE = (ACT + WT + SA + SW + 1023) / 1024 * 1024;
+    /* f16 operand tiles of one stage, two 64-value panels each [rows][128 bytes], swizzled */
+    static constexpr int A16 = BW * 256, B16 = BT * 256, OPS = A16 + B16;
+    static constexpr int SMEM = WG_STAGES * STAGE + 2 * OPS + 1024; /* + alignment slack */
 };
 
 template <bool FP4, int WGW, int WGT>
@@ -79,17 +80,16 @@ wg_gemm_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t *act = smem + st * L::STAGE, *wt = act + L::ACT, *sw = wt + L::WT + L::SA;
         float *sa = reinterpret_cast<float *>(wt + L::WT);
-        for (int i = tid; i < L::BT * 8; i += NT) { /* token r, 16-byte chunk c -> chunk c ^ (r & 7) */
+        for (int i = tid; i < L::BT * 8; i += NT) { /* token r, 16-byte chunk c */
             const int r = i >> 3, c = i & 7;
             const bool ok = m0 + r < M;
-            di_cp_async16(act + r * 128 + ((c ^ (r & 7)) << 4), ok ? xq + (m0 + r) * K + kt * 128 + 16 * c : xq, ok);
+            di_cp_async16(act + r * 128 + 16 * c, ok ? xq + (m0 + r) * K + kt * 128 + 16 * c : xq, ok);
         }
         constexpr int WCH = FP4 ? 4 : 8; /* 16-byte chunks per weight row and stage */
         for (int i = tid; i < L::BW * WCH; i += NT) {
             const int r = i / WCH, c = i % WCH;
             const bool ok = n0 + r < N;
-            uint8_t *dst = FP4 ? wt + r * 64 + 16 * c : wt + r * 128 + ((c ^ (r & 7)) << 4);
-            di_cp_async16(dst, ok ? wdata + (n0 + r) * wrow + kt * (WCH * 16) + 16 * c : wdata, ok);
+            di_cp_async16(wt + r * (WCH * 16) + 16 * c, ok ? wdata + (n0 + r) * wrow + kt * (WCH * 16) + 16 * c : wdata, ok);
         }
         for (int i = tid; i < L::BT; i += NT) {
             const bool ok = m0 + i < M;
@@ -102,21 +102,51 @@ wg_gemm_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
             di_cp_async4(sw + 4 * i, ok ? wscale + srow * nb + 4 * kt : wscale, ok);
         }
     };
-    /* FP4: the packed weights of stage st -> the e4m3 A tile `wide` (16 values a thread step) */
-    uint8_t *const wide0 = smem + WG_STAGES * L::STAGE;
-    auto widen = [&](int st, uint8_t *wide) {
-        const uint8_t *raw = smem + st * L::STAGE + L::ACT;
+    /* Stage st's operands -> the f16 tiles `ops` (A: BW weight rows, then B: BT tokens), each row
+     * two 64-value panels [rows][128 bytes] in the 128-byte swizzle. Within every 32-value block
+     * the k with k % 4 < 2 come first (positions 0-15), then the others: the two k16 wgmma steps
+     * then sum the halves that mma.sync's two f16 HMMAs sum, which gives its bits. A 16-value
+     * chunk c of a stage row (k 16c ..) splits into the halves' positions 8 (c & 1) .. of block c / 2. */
+    auto put16 = [&](uint8_t *tile, int rows, int r, int c, uint4 codes) {
+        const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+        uint32_t lo[4], hi[4]; /* f16 pairs of codes 4i, 4i + 1 (k % 4 < 2) and 4i + 2, 4i + 3 */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[i] = di_e4m3x2_to_f16x2((uint16_t)(w[i] & 0xffffu));
+            hi[i] = di_e4m3x2_to_f16x2((uint16_t)(w[i] >> 16));
+        }
+        const int j = c >> 1, cc = (j & 1) * 4 + (c & 1); /* 16-byte chunk of the low half in the panel row */
+        uint8_t *row = tile + (j >> 1) * rows * 128 + r * 128;
+        *reinterpret_cast<uint4 *>(row + ((cc ^ (r & 7)) << 4)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        *reinterpret_cast<uint4 *>(row + (((cc + 2) ^ (r & 7)) << 4)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    };
+    uint8_t *const ops0 = smem + WG_STAGES * L::STAGE;
+    auto to_f16 = [&](int st, uint8_t *ops) {
+        const uint8_t *act = smem + st * L::STAGE, *wt = act + L::ACT;
+        for (int i = tid; i < L::BT * 8; i += NT) {
+            const int r = i >> 3, c = i & 7;
+            put16(ops + L::A16, L::BT, r, c, *reinterpret_cast<const uint4 *>(act + r * 128 + 16 * c));
+        }
         for (int i = tid; i < L::BW * 8; i += NT) {
             const int r = i >> 3, c = i & 7;
-            const uint2 p = *reinterpret_cast<const uint2 *>(raw + r * 64 + 8 * c);
-            const uint4 q = make_uint4(di_e2m1x4_to_e4m3x4(p.x & 0xffffu), di_e2m1x4_to_e4m3x4(p.x >> 16),
-                                       di_e2m1x4_to_e4m3x4(p.y & 0xffffu), di_e2m1x4_to_e4m3x4(p.y >> 16));
-            *reinterpret_cast<uint4 *>(wide + r * 128 + ((c ^ (r & 7)) << 4)) = q;
+            uint4 codes;
+            if (FP4) { /* 16 packed values -> 16 e4m3 codes */
+                const uint2 p = *reinterpret_cast<const uint2 *>(wt + r * 64 + 8 * c);
+                codes = make_uint4(di_e2m1x4_to_e4m3x4(p.x & 0xffffu), di_e2m1x4_to_e4m3x4(p.x >> 16),
+                                   di_e2m1x4_to_e4m3x4(p.y & 0xffffu), di_e2m1x4_to_e4m3x4(p.y >> 16));
+            } else {
+                codes = *reinterpret_cast<const uint4 *>(wt + r * 128 + 16 * c);
+            }
+            put16(ops, L::BW, r, c, codes);
         }
     };
-    /* descriptors of block j: this warpgroup's weight rows in the A tile, its tokens in stage st */
-    auto desc_a = [&](const uint8_t *atile, int j) { return di_wgmma_desc_sw128(atile + wgw * 64 * 128 + 32 * j); };
-    auto desc_b = [&](int st, int j) { return di_wgmma_desc_sw128(smem + st * L::STAGE + wgt * WG_TN * 128 + 32 * j); };
+    /* descriptors of k16 step h of block j: this warpgroup's weight rows / tokens in the f16 tiles */
+    auto desc_a = [&](const uint8_t *ops, int j, int h) {
+        return di_wgmma_desc_sw128(ops + (j >> 1) * L::BW * 128 + wgw * 64 * 128 + (j & 1) * 64 + 32 * h);
+    };
+    auto desc_b = [&](const uint8_t *ops, int j, int h) {
+        return di_wgmma_desc_sw128(ops + L::A16 + (j >> 1) * L::BT * 128 + wgt * WG_TN * 128 + (j & 1) * 64 + 32 * h);
+    };
 
     float acc[32];
 #pragma unroll
@@ -139,9 +169,11 @@ wg_gemm_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
         }
     };
     float d0[32], d1[32];
-    auto issue = [&](float (&d)[32], const uint8_t *atile, int st, int j) {
+    /* block j: the k % 4 < 2 half with a zero accumulator, then the other half accumulated */
+    auto issue = [&](float (&d)[32], const uint8_t *ops, int j) {
         di_wgmma_fence();
-        di_wgmma_e4m3_m64n64k32(d, desc_a(atile, j), desc_b(st, j));
+        di_wgmma_f16_m64n64k16(d, desc_a(ops, j, 0), desc_b(ops, j, 0), 0);
+        di_wgmma_f16_m64n64k16(d, desc_a(ops, j, 1), desc_b(ops, j, 1), 1);
         di_wgmma_commit();
     };
 
@@ -152,25 +184,21 @@ wg_gemm_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
     for (int64_t it = 0; it < nk; it++) {
         di_cp_async_wait<1>(); /* this stage landed (the next may still be in flight) */
         const int st = (int)(it % WG_STAGES);
-        const uint8_t *atile = smem + st * L::STAGE + L::ACT; /* FP8: the stage's own A tile */
-        if (FP4) {
-            __syncthreads(); /* landed for every thread; the wide tile of stage it-2 is retired */
-            uint8_t *wide = wide0 + (it & 1) * L::WIDE;
-            widen(st, wide);
-            atile = wide;
-        }
+        __syncthreads(); /* landed for every thread; the f16 tiles of stage it-2 are retired */
+        uint8_t *ops = ops0 + (it & 1) * L::OPS;
+        to_f16(st, ops);
         di_fence_proxy_async();
         __syncthreads(); /* visible to the async proxy; stage it-2 is retired and folded everywhere */
         if (it + 2 < nk) load_stage((int)((it + 2) % WG_STAGES), kt0 + it + 2);
         di_cp_async_commit();
-        issue(d0, atile, st, 0);
-        issue(d1, atile, st, 1);
+        issue(d0, ops, 0);
+        issue(d1, ops, 1);
         di_wgmma_wait<1>();
         fold(d0, st, 0);
-        issue(d0, atile, st, 2);
+        issue(d0, ops, 2);
         di_wgmma_wait<1>();
         fold(d1, st, 1);
-        issue(d1, atile, st, 3);
+        issue(d1, ops, 3);
         di_wgmma_wait<1>();
         fold(d0, st, 2);
         di_wgmma_wait<0>();

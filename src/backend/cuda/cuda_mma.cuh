@@ -74,6 +74,13 @@ static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
     return r;
 }
 
+/* two e4m3 codes (lower k in the low byte) -> the same two values as f16 (low half first): exact */
+static __device__ __forceinline__ uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
+    return h2;
+}
+
 /* 16 bytes global -> shared; bytes past `valid` (0 or 16) are zero-filled */
 static __device__ __forceinline__ void di_cp_async16(void *smem, const void *gmem, bool valid) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);

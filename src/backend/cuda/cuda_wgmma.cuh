@@ -1,12 +1,13 @@
-/* Warpgroup-level FP8 tensor-core primitives for sm_90a (internal header): wgmma.mma_async
- * m64n64k32 e4m3 x e4m3 -> fp32 with both operands in shared memory (128-byte swizzle), its
- * fences, and the shared-memory descriptor.
+/* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
+ * m64n64k16 f16 x f16 and m64n64k32 e4m3 x e4m3 -> fp32 with both operands in shared memory
+ * (128-byte swizzle), its fences, and the shared-memory descriptor.
  *
- * A (64 x 32) and B (32 x 64), K-major: row m of A / column n of B is 32 contiguous bytes of row
- * m / n of a [rows][128-byte] tile whose 16-byte chunk c of row r sits at chunk c ^ (r & 7) (the
- * 128-byte swizzle; the tile starts on 1024 bytes, 8-row groups 1024 bytes apart); k32 step j
- * starts 32 j bytes into the rows. (A from registers would save the A tile, but ptxas serialises
- * every wgmma when registers feeding a later one are written while an earlier one is in flight.)
+ * A (64 x K) and B (K x 64), K-major: row m of A / column n of B is 32 contiguous bytes (16 f16 or
+ * 32 e4m3 values: one instruction's K) of row m / n of a [rows][128-byte] tile whose 16-byte chunk
+ * c of row r sits at chunk c ^ (r & 7) (the 128-byte swizzle; the tile starts on 1024 bytes, 8-row
+ * groups 1024 bytes apart); a later K step starts 32 bytes further into the rows. (A from
+ * registers would save the A tile, but ptxas serialises every wgmma when registers feeding a later
+ * one are written while an earlier one is in flight.)
  * D (64 x 64 fp32): warp w, lane 4g + t holds d[4i + 0/1] = (row 16w + g, cols 8i + 2t, +1) and
  * d[4i + 2/3] = (row 16w + g + 8, the same cols), i = 0..7.
  *
@@ -53,6 +54,22 @@ template <int R>
 static __device__ __forceinline__ void di_wgmma_pin(float (&r)[R]) {
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+/* d = A (64x16 f16) * B (16x64 f16) (+ d when acc), both K-major in shared memory (descriptors
+ * of 16 f16 = 32 bytes of each row) */
+static __device__ __forceinline__ void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(acc));
 }
 
 /* d = A (64x32 e4m3) * B (32x64 e4m3), both K-major in shared memory (descriptors); the

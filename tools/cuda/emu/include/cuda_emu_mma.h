@@ -1,11 +1,15 @@
 /* CPU-emulator versions of src/backend/cuda/cuda_mma.cuh (included from there when cuda_emu.h is
- * in use): the mma.m16n8k32 e4m3 and m16n8k16 bf16 fragment layouts and ldmatrix, each mma output
- * the exact block sum rounded once to fp32 (an ideal tensor core; the device's internal
- * accumulation may differ in the last bits), and cp.async as immediate copies (wait/commit are
- * no-ops, so a pipeline's barriers are still needed and still checked). */
+ * in use): the mma.m16n8k32 e4m3 and m16n8k16 bf16 fragment layouts and ldmatrix, and cp.async
+ * as immediate copies (wait/commit are no-ops, so a pipeline's barriers are still needed and still
+ * checked). Arithmetic model (the device's internal accumulation may differ in the last bits): an
+ * e4m3 block sum is the exact sum of the products with k % 4 < 2 rounded to fp32, plus the exact
+ * sum of the others, rounded again -- the two f16 HMMAs sm_90 runs for it, and what the f16
+ * wgmma pair of cuda_linear_wgmma.cu computes (probe_mma_numerics.cu); a bf16 mma is its exact
+ * sum with c rounded once. */
 #ifndef DI_CUDA_EMU_MMA_H
 #define DI_CUDA_EMU_MMA_H
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -42,9 +46,9 @@ static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint
     const int g = (int)lane >> 2, tq = (int)lane & 3;
     for (int i = 0; i < 4; i++) {
         const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
-        double s = 0.0; /* exact: 32 products of e4m3 values, all multiples of 2^-18 below 2^23 */
-        for (int k = 0; k < 32; k++) s += emu_e4m3_value(A(row, k)) * emu_e4m3_value(B(k, col));
-        d[i] = (float)s;
+        double s[2] = {0.0, 0.0}; /* exact: products of e4m3 values, multiples of 2^-18 below 2^23 */
+        for (int k = 0; k < 32; k++) s[(k >> 1) & 1] += emu_e4m3_value(A(row, k)) * emu_e4m3_value(B(k, col));
+        d[i] = (float)((double)(float)s[0] + s[1]);
     }
 }
 
@@ -97,6 +101,25 @@ static inline uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
     return r;
 }
 
+/* f16 bits of a value exactly representable as a normal f16 (every e4m3 value is) */
+static inline uint32_t emu_f16_bits(double v) {
+    if (v == 0.0) return std::signbit(v) ? 0x8000u : 0u;
+    int e;
+    const double f = std::frexp(std::fabs(v), &e); /* |v| = f 2^e, f in [0.5, 1) */
+    return (v < 0 ? 0x8000u : 0u) | (uint32_t)(e - 1 + 15) << 10 | (uint32_t)std::lround((2.0 * f - 1.0) * 1024.0);
+}
+static inline double emu_f16_value(uint32_t h) {
+    const int ex = (h >> 10) & 31, man = h & 1023;
+    const double v = ex ? std::ldexp(1.0 + man / 1024.0, ex - 15) : std::ldexp(man / 1024.0, -14);
+    return (h & 0x8000u) ? -v : v;
+}
+static inline uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
+    const uint8_t lo = v & 0xffu, hi = v >> 8;
+    const double vl = (lo & 0x7f) ? emu_e4m3_value(lo) : ((lo & 0x80) ? -0.0 : 0.0);
+    const double vh = (hi & 0x7f) ? emu_e4m3_value(hi) : ((hi & 0x80) ? -0.0 : 0.0);
+    return emu_f16_bits(vl) | emu_f16_bits(vh) << 16;
+}
+
 static inline void di_cp_async16(void *smem, const void *gmem, bool valid) {
     if (valid) memcpy(smem, gmem, 16);
     else memset(smem, 0, 16);
@@ -121,6 +144,22 @@ template <int N>
 static inline void di_wgmma_wait(void) {}
 template <int R>
 static inline void di_wgmma_pin(float (&)[R]) {}
+static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
+    const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
+    auto at = [](uint64_t desc, int row, int k) -> double { /* f16 (row, k) of a K-major operand, swizzled */
+        uintptr_t addr = (uintptr_t)desc + (uintptr_t)(row >> 3) * 1024 + (uintptr_t)(row & 7) * 128 + (uintptr_t)(2 * k);
+        addr ^= ((addr >> 7) & 7u) << 4;
+        return emu_f16_value(*(const uint16_t *)addr);
+    };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    for (int i = 0; i < 8; i++)
+        for (int r = 0; r < 4; r++) {
+            const int row = 16 * (int)warp_in_group + g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
+            double s = 0.0; /* exact: 16 products of e4m3 values */
+            for (int k = 0; k < 16; k++) s += at(desc_a, row, k) * at(desc_b, col, k);
+            d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + s) : (float)s;
+        }
+}
 static inline void di_wgmma_e4m3_m64n64k32(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
     const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
     /* byte (row, k) of a K-major operand in the 128-byte swizzle (row: M row of A, N col of B) */
