@@ -92,9 +92,8 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
 
 /* With ctx->wgmma (experimental, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 calls past
  * the decode sizes (more than 16 rows a group, K % 128 == 0) run on the wgmma kernel
- * (cuda_linear_wgmma.cu): the mma.sync kernel's fold, but the tensor core's wgmma block sums are
- * not those of mma.sync (fewer bits kept), so outputs differ and batch invariance across the
- * 16-row boundary is lost. */
+ * (cuda_linear_wgmma.cu): the mma.sync kernel's outputs bit for bit (test_cuda_fwd_ops
+ * "wgmma_twin"), slower so far. */
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, int64_t K, int64_t rows_per_group);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8

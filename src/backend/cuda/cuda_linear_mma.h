@@ -1,5 +1,5 @@
 /* Shared between the two tensor-core GEMMs of the quantised linears (internal header):
- * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (experimental FP8
+ * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (experimental f16
  * wgmma, the FP8 / FP4 modes at prefill sizes with di_cuda_ctx.wgmma), which the first calls. */
 #ifndef DI_CUDA_LINEAR_MMA_H
 #define DI_CUDA_LINEAR_MMA_H
@@ -18,7 +18,7 @@ struct mm_groups {
 };
 
 /* The quantised GEMM on wgmma (cuda_linear_wgmma.cu): y = bf16(sum over K blocks of the block
- * sums folded as the mma.sync kernel does; the block sums are the FP8 wgmma's, not mma.sync's). xq [rows][K] e4m3 codes, xs [rows][K/32] scales;
+ * sums folded as the mma.sync kernel does), the mma.sync kernel's bits. xq [rows][K] e4m3 codes, xs [rows][K/32] scales;
  * groups through grp.row_off / grp.active (no block-diagonal slices); ksplit > 1: fp32 partial
  * sums of split_blocks K blocks each into part[ks] (row stride N), unrounded. Needs K % 128 == 0
  * (di_cuda_wgmma_taken). */

@@ -1,28 +1,31 @@
 /* The quantised linears (FP8 e4m3 weights with 32x32 e8m0 scales, packed FP4 e2m1 weights with
- * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on FP8 wgmma, for
- * prefill-sized row counts. EXPERIMENTAL, off by default (DEEPINFER_GPU_WGMMA=1 -> di_cuda_ctx.wgmma;
- * cuda_linear_mma.cu calls it for the FP8 / FP4 calls past 16 rows a group).
+ * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
+ * row counts. EXPERIMENTAL, off by default (DEEPINFER_GPU_WGMMA=1 -> di_cuda_ctx.wgmma;
+ * cuda_linear_mma.cu calls it for the FP8 / FP4 calls past 16 rows a group): the same bits as the
+ * mma.sync tiles, slower so far (docs/PERFORMANCE.md, session 8).
  *
- * Numerics: the mma.sync kernel's fold (acc = fma(blocksum, xs * ws, acc) in ascending K-block
- * order, every 32-wide block sum one tensor-core sum with a zero accumulator), so its outputs do
- * not depend on the tiling. But the block sums are QGMMA's, which keeps fewer bits than the
- * mma.sync e4m3 sums (f16 HMMAs on sm_90): within the CPU bound of test_cuda_ops, not the same
- * bits (tiny fixture replay error 0.011 -> 0.031, and batch invariance lost across the 16-row
- * boundary). tools/cuda/probe_mma_numerics.cu found the form that keeps mma.sync's bits: f16
- * wgmma in two k16 steps, the k with k % 4 < 2 first -- the next version of this kernel.
+ * Numerics: the mma.sync kernel's, bit for bit (test_cuda_fwd_ops "wgmma_twin"). sm_90 runs an
+ * mma.sync e4m3 block sum as two f16 HMMAs, the k with k % 4 < 2 summed first and the others
+ * accumulated onto that (tools/cuda/probe_mma_numerics.cu: identical on 2M wide-range sums). So
+ * the operands are widened to f16 (exactly) with each 32-block's k in that order, and a block is
+ * two m64n64k16 f16 wgmmas, the second accumulating; then the mma.sync kernel's fold, acc =
+ * fma(blocksum, xs * ws, acc) in ascending K-block order. (The FP8 wgmma, QGMMA, keeps fewer bits:
+ * 40% of activation-like block sums differ from exact, and the tiny fixture's replay error
+ * tripled with it.)
  *
  * Roles: the weights are wgmma's A (64 weight rows per warpgroup), the activations its B (64
  * tokens per warpgroup), both K-major in shared memory in the 128-byte swizzle (cuda_wgmma.cuh):
  * y^T tile = W tile * X tile^T. A CTA has WGW x WGT warpgroups: 64 WGW weight rows x 64 WGT tokens.
  *
- * Pipeline: a stage is 128 K values (4 scale blocks): the activation tile, the weight tile (FP8:
- * straight into its swizzled A tile; FP4: packed, widened to e4m3 -- exactly -- into one of two
- * A tiles by all threads once it has landed), the activation scales [token][4] and the weight
- * scales [row or 32-row block][4], all by cp.async into a ring of 4 stages loaded 2 ahead. Per
- * block: issue the wgmma into one of two D buffers, wait for the previous block's and fold it
- * while this one runs on the tensor cores; the stage's last block is waited for and folded before
- * the next stage (ptxas serialises every wgmma when a D register is read across a loop's back edge
- * while a wgmma is in flight). About 220 registers: one CTA of two warpgroups per SM. */
+ * Pipeline: a stage is 128 K values (4 scale blocks): the activation codes, the weights (FP8
+ * codes or packed FP4), the activation scales [token][4] and the weight scales [row or 32-row
+ * block][4], all by cp.async into a ring of 4 stages loaded 2 ahead; once a stage has landed all
+ * threads widen its operands into one of two f16 tile pairs. Per block: issue its wgmma pair into
+ * one of two D buffers, wait for the previous block's and fold it while this one runs on the
+ * tensor cores; the stage's last block is waited for and folded before the next stage (ptxas
+ * serialises every wgmma when a D register is read across a loop's back edge while a wgmma is in
+ * flight). ~160 registers, ~170-200 KB of shared memory: one CTA of two warpgroups per SM -- the
+ * reason it is slow (each warpgroup's waits and folds are not covered by another's wgmmas). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_linear_mma.h"
 #include "backend/cuda/cuda_mma.cuh"

@@ -342,7 +342,7 @@ static di_status attach(di_model *m, di_err *err) {
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
     }
     g->cx.exact = m->exact_gemm;
-    g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* its block sums differ from the decode kernels' */
+    g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* experimental: batch invariance keeps the proven tiles */
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));
