@@ -57,21 +57,6 @@ __global__ void probe_mma_sync(const uint8_t *a, const uint8_t *b, float *d) {
 }
 
 #ifndef DI_CUDA_EMU_H
-/* d = A (64 x 16 f16) * B (16 x 64 f16) (+ d when acc), both from descriptors */
-static __device__ __forceinline__ void wgmma_f16_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(acc));
-}
-
 /* the k at f16 position p (0..31) of a tile row: modes 1, 2 in order; modes 3, 4 the k with
  * k % 4 < 2 first (positions 0-15), then those with k % 4 >= 2 -- the split of mma.sync's e4m3
  * registers (k 4t..4t+3, 16+4t..) into f16 pairs without moving data between lanes */
@@ -122,8 +107,8 @@ __global__ void probe_wgmma(const uint8_t *a, const uint8_t *b, float *d, int mo
         di_wgmma_e4m3_m64n64k32(acc, di_wgmma_desc_sw128(sa), di_wgmma_desc_sw128(sb));
     } else {
         const int first = mode == 1 || mode == 3 ? 0 : 32, second = 32 - first; /* byte offsets of the k16 halves */
-        wgmma_f16_m64n64k16(acc, di_wgmma_desc_sw128(sa + first), di_wgmma_desc_sw128(sb + first), 0);
-        wgmma_f16_m64n64k16(acc, di_wgmma_desc_sw128(sa + second), di_wgmma_desc_sw128(sb + second), 1);
+        di_wgmma_f16_m64n64k16(acc, di_wgmma_desc_sw128(sa + first), di_wgmma_desc_sw128(sb + first), 0);
+        di_wgmma_f16_m64n64k16(acc, di_wgmma_desc_sw128(sa + second), di_wgmma_desc_sw128(sb + second), 1);
     }
     di_wgmma_commit();
     di_wgmma_wait<0>();

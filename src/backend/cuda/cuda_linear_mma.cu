@@ -107,13 +107,8 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     const int64_t kt0 = blk0 / BKB, kt1 = (blk1 + BKB - 1) / BKB;
     if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
-        const int gi = grp.active ? grp.active[gz] : gz;
-        if (gi < 0) return; /* a slot past the groups that got rows */
-        const int r0 = grp.row_off[gi];
-        M = grp.row_off[gi + 1] - r0;
-        if (m0 >= M) return; /* uniform over the block */
-        wdata = grp.wdata[gi];
-        wscale = grp.wscale[gi];
+        int r0;
+        if (!mm_group_select(grp, gz, m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
         xa += (int64_t)r0 * lda * AE;
         xs += (int64_t)r0 * nb;
         y += (int64_t)r0 * ldy;

@@ -17,6 +17,21 @@ struct mm_groups {
     int64_t a_col_off, w_row_off, y_col_off;
 };
 
+/* In a kernel over row_off groups (grid.z slot gz, this block's first row m0): false when the slot
+ * has no group or the group no rows at m0; else the group's rows, weights and first row. */
+static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int gz, int64_t m0, int64_t *rows,
+                                                        const uint8_t *__restrict__ *wdata,
+                                                        const uint8_t *__restrict__ *wscale, int *first_row) {
+    const int gi = grp.active ? grp.active[gz] : gz;
+    if (gi < 0) return false; /* a slot past the groups that got rows */
+    *first_row = grp.row_off[gi];
+    *rows = grp.row_off[gi + 1] - *first_row;
+    if (m0 >= *rows) return false;
+    *wdata = grp.wdata[gi];
+    *wscale = grp.wscale[gi];
+    return true;
+}
+
 /* The quantised GEMM on wgmma (cuda_linear_wgmma.cu): y = bf16(sum over K blocks of the block
  * sums folded as the mma.sync kernel does), the mma.sync kernel's bits. xq [rows][K] e4m3 codes, xs [rows][K/32] scales;
  * groups through grp.row_off / grp.active (no block-diagonal slices); ksplit > 1: fp32 partial

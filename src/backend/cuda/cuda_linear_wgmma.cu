@@ -64,13 +64,8 @@ wg_gemm_kernel(const uint8_t *__restrict__ xq, const float *__restrict__ xs, int
     const int64_t kt0 = blk0 / 4, nk = (blk1 - blk0) / 4; /* K % 128 == 0, splits on 16 blocks */
     if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
-        const int gi = grp.active ? grp.active[gz] : gz;
-        if (gi < 0) return; /* a slot past the groups that got rows */
-        const int r0 = grp.row_off[gi];
-        M = grp.row_off[gi + 1] - r0;
-        if (m0 >= M) return; /* uniform over the block */
-        wdata = grp.wdata[gi];
-        wscale = grp.wscale[gi];
+        int r0;
+        if (!mm_group_select(grp, gz, m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
         xq += (int64_t)r0 * K;
         xs += (int64_t)r0 * nb;
         y += (int64_t)r0 * N;
