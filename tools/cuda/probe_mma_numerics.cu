@@ -87,10 +87,7 @@ __global__ void probe_wgmma(const uint8_t *a, const uint8_t *b, float *d, int mo
                 const int p = 8 * c + 2 * j, k0 = probe_k(mode, p), k1 = probe_k(mode, p + 1);
                 const uint16_t pa = (uint16_t)(A[r * 32 + k0] | A[r * 32 + k1] << 8);
                 const uint16_t pb = (uint16_t)(B[r * 32 + k0] | B[r * 32 + k1] << 8);
-                uint32_t ha, hb;
-                asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(ha) : "h"(pa));
-                asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(hb) : "h"(pb));
-                wa[j] = ha, wb[j] = hb;
+                wa[j] = di_e4m3x2_to_f16x2(pa), wb[j] = di_e4m3x2_to_f16x2(pb);
             }
             va = make_uint4(wa[0], wa[1], wa[2], wa[3]);
             vb = make_uint4(wb[0], wb[1], wb[2], wb[3]);

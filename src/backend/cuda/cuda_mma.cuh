@@ -62,23 +62,22 @@ static __device__ __forceinline__ void di_ldmatrix_x4_trans(uint32_t r[4], const
                  : "memory");
 }
 
-/* two e4m3 codes (lower k in the low byte) -> the same two values as bf16 (low half first): exact */
-static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
-    uint32_t h2, r;
-    float lo, hi;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
-    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}\n"
-        : "=f"(lo), "=f"(hi)
-        : "r"(h2));
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
 /* two e4m3 codes (lower k in the low byte) -> the same two values as f16 (low half first): exact */
 static __device__ __forceinline__ uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
     uint32_t h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
     return h2;
+}
+
+/* the same two values as bf16 (low half first), through f16: exact */
+static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
+    uint32_t r;
+    float lo, hi;
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(di_e4m3x2_to_f16x2(v)));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 /* 16 bytes global -> shared; bytes past `valid` (0 or 16) are zero-filled */
@@ -113,18 +112,10 @@ static __device__ __forceinline__ uint8_t di_e4m3_code(float q) {
     return (uint8_t)(code | (q < 0.0f && iv ? 0x80u : 0u));
 }
 
-/* act_quant(x, 32) of one 32-value block held one value per lane (all 32 lanes call): this lane's
- * e4m3 code, the block's power-of-two scale in *scale (the CPU's act_quant) */
-static __device__ __forceinline__ uint8_t di_act_quant_e4m3_lane(float v, float *scale) {
-    const float amax = fmaxf(di_dev_warp_max(fabsf(v)), 1e-4f);
-    const float sc = di_dev_pow2_ceil(amax * (1.0f / 448.0f));
-    *scale = sc;
-    return di_e4m3_code(di_dev_e4m3_rne(di_dev_clampf(v / sc, -448.0f, 448.0f)));
-}
-
-/* The same for a block held four values per lane by 8 consecutive lanes (lane groups of 8 aligned
- * in the warp, all 32 lanes call): this lane's 4 codes (lowest k in the lowest byte); the max of a
- * set is the max in any order, so the codes and scale are those of di_act_quant_e4m3_lane */
+/* act_quant(x, 32) of one 32-value block held four values per lane by 8 consecutive lanes (lane
+ * groups of 8 aligned in the warp, all 32 lanes call): this lane's 4 e4m3 codes (lowest k in the
+ * lowest byte), the block's power-of-two scale in *scale -- the CPU's act_quant (the max of a set
+ * is the max in any order) */
 static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float *scale) {
     float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));

@@ -134,7 +134,8 @@ static inline void di_cp_async_wait(void) {}
 
 /* ---- wgmma (src/backend/cuda/cuda_wgmma.cuh): a descriptor is the operand's host address (the
  * 128-byte swizzle applied to host address bits, so tiles must start on 1024 bytes as on the
- * device); the product is computed at issue; fences and waits are no-ops ---- */
+ * device); the product is computed at issue; fences and waits are no-ops. The FP8 wgmma is not
+ * emulated: only the device probe (tools/cuda/probe_mma_numerics.cu) issues it ---- */
 static inline uint64_t di_wgmma_desc_sw128(const void *smem) { return (uint64_t)(uintptr_t)smem; }
 static inline uint8_t *di_smem_align1024(uint8_t *p) { return p + ((1024u - ((uintptr_t)p & 1023u)) & 1023u); }
 static inline void di_fence_proxy_async(void) {}
@@ -160,22 +161,4 @@ static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint6
             d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + s) : (float)s;
         }
 }
-static inline void di_wgmma_e4m3_m64n64k32(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
-    /* byte (row, k) of a K-major operand in the 128-byte swizzle (row: M row of A, N col of B) */
-    auto at = [](uint64_t desc, int row, int k) -> uint32_t {
-        uintptr_t addr = (uintptr_t)desc + (uintptr_t)(row >> 3) * 1024 + (uintptr_t)(row & 7) * 128 + (uintptr_t)k;
-        addr ^= ((addr >> 7) & 7u) << 4;
-        return *(const uint8_t *)addr;
-    };
-    const int g = (int)lane >> 2, tq = (int)lane & 3;
-    for (int i = 0; i < 8; i++)
-        for (int r = 0; r < 4; r++) {
-            const int row = 16 * (int)warp_in_group + g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
-            double s = 0.0; /* exact, as di_mma_e4m3_16832 */
-            for (int k = 0; k < 32; k++) s += emu_e4m3_value(at(desc_a, row, k)) * emu_e4m3_value(at(desc_b, col, k));
-            d[4 * i + r] = (float)s;
-        }
-}
-
 #endif
