@@ -18,7 +18,7 @@
  *               inputs
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
- * vocab-size head linear (the emulator's full run). */
+ * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -816,7 +816,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
     const int64_t avg = single ? M : (M + ng - 1) / ng, per_group = avg < max_rows ? avg : max_rows;
     char shp[112];
     snprintf(shp, sizeof shp, "%s %s M=%d K=%lld N=%lld%s", fp4 ? "fp4" : "fp8", single ? "one" : "groups", M,
-             (long long)K, (long long)N, di_cuda_wgmma_taken(&g_cx, K, per_group) ? "" : " NOT-WGMMA");
+             (long long)K, (long long)N, di_cuda_wgmma_taken(&g_cx, fp4, K, per_group) ? "" : " NOT-WGMMA");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     float *yr = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
     if (single) { /* the two halves alone */
@@ -1117,6 +1117,17 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
     free(logits), free(bias);
 }
 
+/* the experimental wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
+ * an empty group, groups of 17-130 rows (partial and several token tiles; 64- and 128-token
+ * tiles). Alone with --wgmma (a short run under the CPU emulator). */
+static void run_wgmma_quick(void) {
+    const int r100[] = {100}, pre_rows[] = {70, 0, 17, 130, 40};
+    test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
+    test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+}
+
+
 static void run_quick(void) {
     test_moe_route(5, 16, 4, 0);
     test_moe_route(37, 40, 6, 12);
@@ -1176,12 +1187,7 @@ static void run_quick(void) {
     test_gemv_twin(DI_DT_I8, 256, 96, few_rows, 6);
     test_gemv_twin(DI_DT_I8, 384, 40, one_big, 10);    /* a 17-row group: three 8-row tiles */
     test_gemv_twin(DI_DT_F8_E4M3, 256, 40, decode_rows, 8);
-    /* the experimental wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
-     * an empty group, groups of 17-130 rows (partial and several token tiles) */
-    const int r100[] = {100}, pre_rows[] = {70, 0, 17, 130, 40};
-    test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
-    test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
-    test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+    run_wgmma_quick();
 }
 
 /* real shapes; `head`: also the 129280-row head (--medium leaves it out: the CPU emulator takes
@@ -1274,6 +1280,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (quick) run_quick();
+    else if (argc > 1 && !strcmp(argv[1], "--wgmma")) run_wgmma_quick();
     else run_full(!medium);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
     di_cuda_ctx_free(&g_cx);

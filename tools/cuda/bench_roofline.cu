@@ -9,7 +9,10 @@
  *      max(bytes / HBM, FLOPs / matrix rate) -- the FP8 rate for the quantised GEMMs (what a
  *      tensor-core kernel could reach), none for the non-matrix ops. Weights rotate over enough
  *      copies to exceed the L2, so small matrices are timed from HBM, not from the cache.
- * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] */
+ *   4. The prefill-sized grouped GEMMs (48 experts x 32 / 64 / 512 rows, and FP8 matrices at 4,096
+ *      rows) on the mma.sync tiles and on the wgmma kernel: TFLOP/s and % of the BF16 / FP8 rates.
+ * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm]
+ * (--gemm: the ceilings and part 4 only) */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -20,6 +23,7 @@
 
 #include "backend/cuda/cuda_ceilings.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
 
 #define CK(call) DI_CUDA_CHECK(call)
@@ -79,6 +83,94 @@ static void bench_linear(const char *name, di_dtype dt, int64_t K, int64_t N, in
         cudaFree((void *)a.w[c].scale);
     }
     cudaFree(a.x), cudaFree(a.y);
+}
+
+/* ---- prefill-sized grouped GEMMs: the routed experts of a layer (G experts x R rows each), and
+ * single FP8 matrices, on the mma.sync tiles and on the wgmma kernel (DEEPINFER_GPU_WGMMA) ---- */
+struct grp_arg {
+    di_weight shape;
+    const uint8_t *const *wd, *const *ws; /* device [G] */
+    const int *off;                      /* device [G + 1] */
+    const uint8_t *wd1, *ws1;            /* G == 0: one matrix */
+    int G;
+    int64_t rows, R;
+    float *x, *y;
+};
+static void run_grp(void *p, int) {
+    grp_arg *a = (grp_arg *)p;
+    if (a->G == 0)
+        di_cuda_linear_mma(&g_ctx, &a->shape, a->wd1, a->ws1, NULL, NULL, NULL, NULL, 1, a->rows, a->rows, a->x, a->y);
+    else
+        di_cuda_linear_mma(&g_ctx, &a->shape, NULL, NULL, a->wd, a->ws, a->off, NULL, a->G, a->rows, a->R, a->x, a->y);
+}
+
+static void bench_grouped(const char *name, di_dtype dt, int64_t K, int64_t N, int G, int64_t R) {
+    grp_arg a;
+    memset(&a, 0, sizeof a);
+    const bool fp4 = dt == DI_DT_I8;
+    const int n = G ? G : 1;
+    const size_t wbytes = fp4 ? (size_t)(N * K / 2) : (size_t)(N * K);
+    const size_t sbytes = fp4 ? (size_t)(N * (K / 32)) : (size_t)(((N + 31) / 32) * (K / 32));
+    a.shape.dtype = dt;
+    a.shape.rows = N;
+    a.shape.cols = K;
+    a.G = G;
+    a.R = R;
+    a.rows = (int64_t)n * R;
+    const uint8_t **hw = (const uint8_t **)malloc(sizeof(void *) * n), **hs = (const uint8_t **)malloc(sizeof(void *) * n);
+    int *ho = (int *)malloc(sizeof(int) * (n + 1));
+    for (int g = 0; g < n; g++) {
+        hw[g] = (const uint8_t *)di_cuda_dalloc_random(wbytes, !fp4);
+        uint8_t *sc;
+        CK(cudaMalloc(&sc, sbytes));
+        di_cuda_fill_scale(sc, sbytes, (uint32_t)g);
+        hs[g] = sc;
+        ho[g] = (int)(g * R);
+    }
+    ho[n] = (int)a.rows;
+    uint8_t **dw, **ds;
+    int *doff;
+    CK(cudaMalloc(&dw, sizeof(void *) * n));
+    CK(cudaMalloc(&ds, sizeof(void *) * n));
+    CK(cudaMalloc(&doff, sizeof(int) * (n + 1)));
+    CK(cudaMemcpy(dw, hw, sizeof(void *) * n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds, hs, sizeof(void *) * n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(doff, ho, sizeof(int) * (n + 1), cudaMemcpyHostToDevice));
+    a.wd = dw, a.ws = ds, a.off = doff, a.wd1 = hw[0], a.ws1 = hs[0];
+    a.x = di_cuda_dalloc_random_f32((size_t)(a.rows * K));
+    CK(cudaMalloc(&a.y, (size_t)(a.rows * N) * 4));
+    const double flops = 2.0 * a.rows * N * K, bytes = (double)n * (wbytes + sbytes) + 2.0 * a.rows * (K + N);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%lld %lldx%lld", n, (long long)R, (long long)K, (long long)N);
+    double ms[2];
+    for (int w = 0; w < 2; w++) {
+        g_ctx.wgmma = w == 1;
+        ms[w] = di_cuda_time_ms(run_grp, &a, 10, 5);
+    }
+    g_ctx.wgmma = false;
+    const double t_mem = bytes / (g_hbm_gbs * 1e6);
+    for (int w = 0; w < 2; w++) {
+        const double tf = flops / (ms[w] * 1e9);
+        printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8.1f%%\n", name, shape, w ? "wgmma" : "mma.sync",
+               ms[w] * 1e3, tf, 100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, 100.0 * t_mem / ms[w]);
+    }
+    for (int g = 0; g < n; g++) cudaFree((void *)hw[g]), cudaFree((void *)hs[g]);
+    cudaFree(dw), cudaFree(ds), cudaFree(doff), cudaFree(a.x), cudaFree(a.y);
+    free(hw), free(hs), free(ho);
+}
+
+static void bench_grouped_all(void) {
+    printf("Prefill-sized GEMMs, mma.sync tiles against the wgmma kernel (median, launch and act_quant included)\n");
+    printf("  %-14s %-22s %-8s %10s %9s %9s %9s %9s\n", "kernel", "groups x rows K x N", "kernel", "time us",
+           "TFLOP/s", "% BF16", "% FP8", "% HBM");
+    const int64_t R[3] = {32, 64, 512}; /* rows per expert: decode B = 256, prefill 512, 4096 (EP-8) */
+    for (int i = 0; i < 3; i++) {
+        bench_grouped("fp4 w1", DI_DT_I8, 5120, 2304, 48, R[i]);
+        bench_grouped("fp4 w2", DI_DT_I8, 2304, 5120, 48, R[i]);
+    }
+    bench_grouped("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, 0, 4096);
+    bench_grouped("fp8 wo_b", DI_DT_F8_E4M3, 8192, 5120, 0, 4096);
+    printf("\n");
 }
 
 /* ---- host-side costs a forward step pays per operation (no CUDA graphs) ---- */
@@ -170,8 +262,11 @@ static void bench_misc(int64_t m) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    int gemm_only = 0;
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -188,6 +283,11 @@ int main(int argc, char **argv) {
     g_bf16_tflops = ceil.bf16_tflops;
     g_fp8_tflops = ceil.fp8_tflops;
 
+    if (gemm_only) {
+        bench_grouped_all();
+        di_cuda_ctx_free(&g_ctx);
+        return 0;
+    }
     bench_api();
     printf("Our kernels at V4.1 decode shapes (median; launch included, no graphs)\n");
     printf("  roofline = max(bytes / %.0f GB/s, FLOPs / matrix rate); %% = roofline time / measured time\n",
@@ -204,7 +304,9 @@ int main(int argc, char **argv) {
         bench_linear("fp4 expert w2", DI_DT_I8, 2304, 5120, m);
         if (m <= 64) bench_misc(m);
     }
-    printf("\nNotes: the quantised GEMMs run the FP8 tensor-core kernel (mma.sync m16n8k32, block sums\n"
+    printf("\n");
+    bench_grouped_all();
+    printf("Notes: the quantised GEMMs run the FP8 tensor-core kernel (mma.sync m16n8k32, block sums\n"
            "folded per 32 in K order; DEEPINFER_GPU_EXACT=1 selects the exact CUDA-core kernel instead);\n"
            "rows 512 and 4096 are prefill-sized (compute-bound: rated against the FP8 rate). See\n"
            "docs/CUDA.md and docs/PERFORMANCE.md.\n");

@@ -76,6 +76,9 @@ void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_weight *shape,
 /* act_quant(x, 32) of x [n_blocks * 32] as e4m3 codes q [n_blocks * 32] and power-of-two scales
  * [n_blocks]: the CPU's di_cpu_act_quant_block, bit for bit (the GEMMs' first step) */
 void di_cuda_act_quant_e4m3(const float *x, int64_t n_blocks, uint8_t *q, float *scale, cudaStream_t s);
+/* The same codes as f16 values xh [n_blocks * 32] (exact), each 32-block's k reordered: the 16 k with
+ * k % 4 < 2 in order, then the other 16 (the wgmma GEMM's operand order; cuda_linear_wgmma.cu) */
+void di_cuda_act_quant_f16(const float *x, int64_t n_blocks, uint16_t *xh, float *scale, cudaStream_t s);
 /* true when the tensor-core kernel takes this weight (K % 32 == 0, FP8 or FP4, whole matrix) */
 bool di_cuda_linear_mma_supported(const di_weight *w);
 /* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
@@ -90,11 +93,11 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
                              int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b);
 
-/* With ctx->wgmma (experimental, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 calls past
- * the decode sizes (more than 16 rows a group, K % 128 == 0) run on the wgmma kernel
- * (cuda_linear_wgmma.cu): the mma.sync kernel's outputs bit for bit (test_cuda_fwd_ops
- * "wgmma_twin"), slower so far. */
-bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, int64_t K, int64_t rows_per_group);
+/* With ctx->wgmma (experimental, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
+ * past the decode sizes (more than 16 rows a group, K % 128 == 0, FP4 K <= 5120) run on the wgmma
+ * kernel (cuda_linear_wgmma.cu): the mma.sync kernel's outputs bit for bit (test_cuda_fwd_ops
+ * "wgmma_twin"). */
+bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
  * hand calls of at most DI_GEMV_MAX_ROWS rows (one matrix) or DI_GEMV_MAX_GROUP_ROWS rows per group

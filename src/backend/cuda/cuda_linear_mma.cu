@@ -307,7 +307,6 @@ struct mm_args {
     int split_blocks;  /* K blocks of 32 per split, a multiple of MM_SPLIT_UNIT */
     float *part;
     int64_t rows;      /* rows of y (all groups) */
-    bool wgmma;        /* FP8 / FP4 past decode sizes: the wgmma kernel where it applies */
 };
 
 /* y [rows, ldy] = the K splits' partial sums added in split order (then bf16-rounded) */
@@ -383,18 +382,13 @@ template <int MODE>
 static void run_cfg(const mm_args &a, cudaStream_t s) {
     const int64_t rows = a.rows_hint ? a.rows_hint : a.max_rows;
     /* decode: 512 K values per stage, 4 stages: long row segments and 64 KB of weights in flight */
-    if (rows <= 16) {
-        launch<MODE, 16, 32, 1, 4, 4, 16>(a, s);
-    } else if ((MODE == MM_FP8 || MODE == MM_FP4) && a.wgmma) {
-        di_wg_gemm(MODE == MM_FP4, a.xa, a.xs, a.max_rows, a.N, a.K, a.wdata, a.wscale, a.y, a.grp, a.n_groups,
-                   a.rows, a.ksplit, a.split_blocks, a.part, s);
-        reduce_splits(a, s);
-    } else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3, 4>(a, s);
+    if (rows <= 16) launch<MODE, 16, 32, 1, 4, 4, 16>(a, s);
+    else if (rows <= 64) launch<MODE, 64, 128, 2, 4, 3, 4>(a, s);
     else launch<MODE, 128, 128, 2, 4, 3, 4>(a, s);
 }
 
-bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, int64_t K, int64_t rows_per_group) {
-    return ctx->wgmma && !ctx->exact && rows_per_group > 16 && K % 128 == 0;
+bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group) {
+    return ctx->wgmma && !ctx->exact && rows_per_group > 16 && di_wg_gemm_fits(fp4, K);
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
@@ -414,24 +408,31 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const int64_t per_group = avg < max_rows ? avg : max_rows;
     int split_blocks;
     const int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
+    const bool fp4 = shape->dtype == DI_DT_I8;
     const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
-    const size_t q_bytes = ((size_t)(rows * K) + 255) & ~(size_t)255;
+    const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes, opt-in */
+    const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : 1) + 255) & ~(size_t)255;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb), twin ? 1 : ksplit, rows, N,
-                             &part); /* [rows, K] e4m3 */
+                             &part); /* [rows, K] e4m3 codes, or (wgmma) their f16 values */
     float *xsc = (float *)(xq + q_bytes); /* [rows, K/32] */
-    di_cuda_act_quant_e4m3(x, rows * nb, xq, xsc, s);
+    if (wg) di_cuda_act_quant_f16(x, rows * nb, (uint16_t *)xq, xsc, s);
+    else di_cuda_act_quant_e4m3(x, rows * nb, xq, xsc, s);
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
         if (twin) {
-            di_cuda_gemv_quant(s, shape->dtype == DI_DT_I8, N, K, wd, ws, wdg, wsg, row_off, active, n_groups, rows,
-                               max_rows, per_group, ksplit, split_blocks, xq, xsc, y[m]);
+            di_cuda_gemv_quant(s, fp4, N, K, wd, ws, wdg, wsg, row_off, active, n_groups, rows, max_rows, per_group,
+                               ksplit, split_blocks, xq, xsc, y[m]);
             continue;
         }
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
-                           n_groups, per_group, ksplit, split_blocks, part, rows, di_cuda_wgmma_taken(ctx, K, per_group)};
-        if (shape->dtype == DI_DT_I8) run_cfg<MM_FP4>(a, s);
+                           n_groups, per_group, ksplit, split_blocks, part, rows};
+        if (wg) {
+            di_wg_gemm(fp4, (const uint16_t *)xq, xsc, max_rows, per_group, N, K, wd, ws, y[m], a.grp, n_groups, rows,
+                       ksplit, split_blocks, part, s);
+            reduce_splits(a, s);
+        } else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);
     }
 }

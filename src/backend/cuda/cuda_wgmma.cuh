@@ -1,6 +1,7 @@
 /* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
- * m64n64k16 f16 x f16 and m64n64k32 e4m3 x e4m3 -> fp32 with both operands in shared memory
- * (128-byte swizzle), its fences, and the shared-memory descriptor.
+ * m64n64k16 / m64n128k16 f16 x f16 and m64n64k32 e4m3 x e4m3 -> fp32 with both operands in
+ * shared memory (128-byte swizzle), its fences, the shared-memory descriptor, and the named
+ * barriers that pass tiles between warp roles.
  *
  * A (64 x K) and B (K x 64), K-major: row m of A / column n of B is 32 contiguous bytes (16 f16 or
  * 32 e4m3 values: one instruction's K) of row m / n of a [rows][128-byte] tile whose 16-byte chunk
@@ -9,7 +10,7 @@
  * registers would save the A tile, but ptxas serialises every wgmma when registers feeding a later
  * one are written while an earlier one is in flight.)
  * D (64 x 64 fp32): warp w, lane 4g + t holds d[4i + 0/1] = (row 16w + g, cols 8i + 2t, +1) and
- * d[4i + 2/3] = (row 16w + g + 8, the same cols), i = 0..7.
+ * d[4i + 2/3] = (row 16w + g + 8, the same cols), i = 0..7 (N = 128: i = 0..15).
  *
  * wgmma runs asynchronously: issue (after di_wgmma_fence), di_wgmma_commit, and read D only after
  * di_wgmma_wait<n> has retired that group and di_wgmma_pin has told the compiler so. Shared memory written by threads (cp.async included) must pass
@@ -70,6 +71,40 @@ static __device__ __forceinline__ void di_wgmma_f16_m64n64k16(float (&d)[32], ui
                    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
                    "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(desc_a), "l"(desc_b), "r"(acc));
+}
+
+/* the same with N = 128 (d[64]: cols 8i + 2t, +1 for i = 0..15) */
+static __device__ __forceinline__ void di_wgmma_f16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+                    "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+                    "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+                    "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+                    "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(acc));
+}
+
+/* Named barriers (ids 1..15; 0 is __syncthreads) between warp roles of a CTA: `count` threads (a
+ * multiple of 32) take part; di_bar_sync waits for them, di_bar_arrive signals without waiting
+ * (a producer's "full" or a consumer's "empty"). Shared-memory writes before an arrive are
+ * visible to the threads that pass the matching sync. */
+static __device__ __forceinline__ void di_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void di_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 /* d = A (64x32 e4m3) * B (32x64 e4m3), both K-major in shared memory (descriptors); the

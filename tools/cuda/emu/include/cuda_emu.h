@@ -1,7 +1,8 @@
 /* A CPU stand-in for the parts of CUDA the backend's kernels use, to run their LOGIC without a GPU
  * (tools/cuda/emu/run_emu.sh). Each thread block runs on blockDim real threads (std::thread);
- * __syncthreads and the warp primitives (shuffles, ballot, __syncwarp) are barriers; __shared__
- * becomes static storage (blocks run one after another); device memory is host memory.
+ * __syncthreads, named barriers (bar.sync / bar.arrive between warp roles) and the warp primitives
+ * (shuffles, ballot, __syncwarp) are barriers; __shared__ becomes static storage (blocks run one
+ * after another); device memory is host memory.
  *
  * What it checks: indexing, bounds, barrier placement, warp-collective usage -- the bugs that make
  * a kernel wrong at every size. What it does not: nvcc's code generation and the device's
@@ -11,6 +12,8 @@
 #define DI_CUDA_EMU_H
 
 #include <barrier>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -60,8 +63,16 @@ struct cudaDeviceProp {
 namespace emu {
 extern thread_local dim3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
+/* bar.sync / bar.arrive id, count: a phase ends when `count` threads have arrived */
+struct named_barrier {
+    std::mutex m;
+    std::condition_variable cv;
+    int arrived = 0;
+    unsigned phase = 0;
+};
 struct block_state {
     std::barrier<> *block_bar;
+    named_barrier named[16];
     std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
     std::vector<uint64_t> xbuf; /* [threads] warp exchange */
 };
@@ -121,6 +132,18 @@ static inline uint64_t exchange(uint64_t v, unsigned src_lane) {
     uint64_t r = g_block->xbuf[w * 32 + (src_lane & 31)];
     g_block->warp_bar[w]->arrive_and_wait();
     return r;
+}
+static inline void named_barrier_arrive(int id, int count, bool wait) {
+    named_barrier &b = g_block->named[id];
+    std::unique_lock<std::mutex> lock(b.m);
+    const unsigned phase = b.phase;
+    if (++b.arrived == count) {
+        b.arrived = 0;
+        b.phase++;
+        b.cv.notify_all();
+        return;
+    }
+    if (wait) b.cv.wait(lock, [&] { return b.phase != phase; });
 }
 } // namespace emu
 

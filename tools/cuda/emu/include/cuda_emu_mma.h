@@ -145,7 +145,9 @@ template <int N>
 static inline void di_wgmma_wait(void) {}
 template <int R>
 static inline void di_wgmma_pin(float (&)[R]) {}
-static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
+/* d (64 x N) = A (64 x 16) * B (16 x N) (+ d), both K-major f16 in the 128-byte swizzle */
+template <int N>
+static inline void emu_wgmma_f16(float *d, uint64_t desc_a, uint64_t desc_b, int acc) {
     const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
     auto at = [](uint64_t desc, int row, int k) -> double { /* f16 (row, k) of a K-major operand, swizzled */
         uintptr_t addr = (uintptr_t)desc + (uintptr_t)(row >> 3) * 1024 + (uintptr_t)(row & 7) * 128 + (uintptr_t)(2 * k);
@@ -153,7 +155,7 @@ static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint6
         return emu_f16_value(*(const uint16_t *)addr);
     };
     const int g = (int)lane >> 2, tq = (int)lane & 3;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < N / 8; i++)
         for (int r = 0; r < 4; r++) {
             const int row = 16 * (int)warp_in_group + g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
             double s = 0.0; /* exact: 16 products of e4m3 values */
@@ -161,4 +163,13 @@ static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint6
             d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + s) : (float)s;
         }
 }
+static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
+    emu_wgmma_f16<64>(d, desc_a, desc_b, acc);
+}
+static inline void di_wgmma_f16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
+    emu_wgmma_f16<128>(d, desc_a, desc_b, acc);
+}
+/* named barriers: the block's emulated ones (cuda_emu.h) */
+static inline void di_bar_sync(int id, int count) { emu::named_barrier_arrive(id, count, true); }
+static inline void di_bar_arrive(int id, int count) { emu::named_barrier_arrive(id, count, false); }
 #endif
