@@ -13,9 +13,9 @@
  *   batch-inv   linear_fixed / engram_gate: row j of an m-row call equals the row computed alone,
  *               bit for bit, on inputs of wide range
  *   twin        the decode-sized quantised GEMM (cuda_linear_gemv.cu) equals the tiled tensor-core
- *               kernel (di_cuda_ctx.tiled_only) bit for bit, and so does the experimental wgmma one
- *               (di_cuda_ctx.wgmma); the e2m1 -> e4m3 widening equals the e2m1 table on all 65536
- *               inputs
+ *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening equals the
+ *               e2m1 table on all 65536 inputs (the experimental wgmma kernel has other bits: its
+ *               grouping is checked exact here, its sums against the CPU in test_cuda_ops)
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone. */
@@ -802,7 +802,7 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
 /* ---- the experimental wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
  * G groups (each empty or of more than 16 rows) against one-group calls of each group and through
  * the active list; G == 0: one matrix of rows[0] rows against two calls on its two halves (both
- * past 16 rows); then the last call against the mma.sync tiles ("wgmma_twin"). Its sums against
+ * past 16 rows, 64- and 128-token tiles where the halves and the whole differ). Its sums against
  * the CPU: test_cuda_ops "linear_* wgmma". ---- */
 static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
@@ -850,20 +850,6 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
         static const char *names[2] = {"wgmma_grouping", "wgmma_grouping.active"};
         compare(names[variant], shp, a, b, (int64_t)M * N, "exact");
         cudaFree(y);
-    }
-    /* and the same bits as the mma.sync tiles (the f16 k16 pair split by k % 4 is their sum) */
-    {
-        g_cx.wgmma = false;
-        float *y = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
-        if (single)
-            di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL,
-                               1, M, M, x, y);
-        else
-            di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, NULL, ng, M, max_rows, x, y);
-        dev_download(b, y, sizeof(float) * (size_t)M * N);
-        compare("wgmma_twin", shp, a, b, (int64_t)M * N, "twin");
-        cudaFree(y);
-        g_cx.wgmma = true;
     }
     if (strstr(shp, "NOT-WGMMA")) { /* a case meant for the wgmma kernel that does not reach it */
         printf("FAIL  wgmma_grouping: %s does not take the wgmma kernel\n", shp);

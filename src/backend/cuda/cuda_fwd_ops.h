@@ -76,9 +76,9 @@ void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_weight *shape,
 /* act_quant(x, 32) of x [n_blocks * 32] as e4m3 codes q [n_blocks * 32] and power-of-two scales
  * [n_blocks]: the CPU's di_cpu_act_quant_block, bit for bit (the GEMMs' first step) */
 void di_cuda_act_quant_e4m3(const float *x, int64_t n_blocks, uint8_t *q, float *scale, cudaStream_t s);
-/* The same codes as f16 values xh [n_blocks * 32] (exact), each 32-block's k reordered: the 16 k with
- * k % 4 < 2 in order, then the other 16 (the wgmma GEMM's operand order; cuda_linear_wgmma.cu) */
-void di_cuda_act_quant_f16(const float *x, int64_t n_blocks, uint16_t *xh, float *scale, cudaStream_t s);
+/* The values the act_quant leaves (codes times scales: the CPU's di_cpu_act_quant_block) as bf16
+ * xb [n_blocks * 32], exact (the wgmma GEMM's operand; cuda_linear_wgmma.cu) */
+void di_cuda_act_quant_bf16(const float *x, int64_t n_blocks, uint16_t *xb, cudaStream_t s);
 /* true when the tensor-core kernel takes this weight (K % 32 == 0, FP8 or FP4, whole matrix) */
 bool di_cuda_linear_mma_supported(const di_weight *w);
 /* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
@@ -95,8 +95,8 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
 
 /* With ctx->wgmma (experimental, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
  * past the decode sizes (more than 16 rows a group, K % 128 == 0, FP4 K <= 5120) run on the wgmma
- * kernel (cuda_linear_wgmma.cu): the mma.sync kernel's outputs bit for bit (test_cuda_fwd_ops
- * "wgmma_twin"). */
+ * kernel (cuda_linear_wgmma.cu): bf16-dequantised operands summed over K in fp32 -- within the
+ * CPU's bound (test_cuda_ops "linear_* wgmma"), not the mma.sync kernel's bits. */
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8

@@ -26,7 +26,8 @@
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
  * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage). With
- * di_cuda_ctx.wgmma (experimental) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu.
+ * di_cuda_ctx.wgmma (experimental) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu
+ * (bf16-dequantised operands summed over K in the tensor core: not these bits).
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
@@ -414,9 +415,9 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : 1) + 255) & ~(size_t)255;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb), twin ? 1 : ksplit, rows, N,
-                             &part); /* [rows, K] e4m3 codes, or (wgmma) their f16 values */
+                             &part); /* [rows, K] e4m3 codes, or (wgmma) their values as bf16 */
     float *xsc = (float *)(xq + q_bytes); /* [rows, K/32] */
-    if (wg) di_cuda_act_quant_f16(x, rows * nb, (uint16_t *)xq, xsc, s);
+    if (wg) di_cuda_act_quant_bf16(x, rows * nb, (uint16_t *)xq, s);
     else di_cuda_act_quant_e4m3(x, rows * nb, xq, xsc, s);
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
@@ -429,8 +430,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
                            n_groups, per_group, ksplit, split_blocks, part, rows};
         if (wg) {
-            di_wg_gemm(fp4, (const uint16_t *)xq, xsc, max_rows, per_group, N, K, wd, ws, y[m], a.grp, n_groups, rows,
-                       ksplit, split_blocks, part, s);
+            di_wg_gemm(fp4, (const uint16_t *)xq, max_rows, per_group, N, K, wd, ws, y[m], a.grp, n_groups, rows, ksplit,
+                       split_blocks, part, s);
             reduce_splits(a, s);
         } else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);

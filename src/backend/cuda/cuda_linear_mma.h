@@ -1,5 +1,5 @@
 /* Shared between the two tensor-core GEMMs of the quantised linears (internal header):
- * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (experimental f16
+ * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (experimental bf16
  * wgmma, the FP8 / FP4 modes at prefill sizes with di_cuda_ctx.wgmma), which the first calls. */
 #ifndef DI_CUDA_LINEAR_MMA_H
 #define DI_CUDA_LINEAR_MMA_H
@@ -32,15 +32,16 @@ static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int
     return true;
 }
 
-/* The quantised GEMM on wgmma (cuda_linear_wgmma.cu): y = bf16(sum over K blocks of the block
- * sums folded as the mma.sync kernel does), the mma.sync kernel's bits. xh [rows][K] f16 codes in
- * di_cuda_act_quant_f16's order, xs [rows][K/32] scales; groups through grp.row_off / grp.active (no
- * block-diagonal slices), rows_per_group picks the tile; ksplit > 1: fp32 partial sums of
- * split_blocks K blocks each into part[ks] (row stride N), unrounded. _fits: the K it takes
- * (K % 128 == 0; the weight scales of a split fit the CTA's cache). */
+/* The quantised GEMM on wgmma (cuda_linear_wgmma.cu): y = bf16(sum over K of the dequantised
+ * products, fp32 accumulation in the tensor core) -- the reference's sum to fp32 rounding, not the
+ * mma.sync kernel's bits. xb [rows][K] bf16 act_quant values (di_cuda_act_quant_bf16); groups
+ * through grp.row_off / grp.active (no block-diagonal slices), rows_per_group picks the tile;
+ * ksplit > 1: fp32 partial sums of split_blocks K blocks each into part[ks] (row stride N),
+ * unrounded. _fits: the K it takes (K % 128 == 0; the weight scales of a split fit the CTA's
+ * cache). */
 bool di_wg_gemm_fits(bool fp4, int64_t K);
-void di_wg_gemm(bool fp4, const uint16_t *xh, const float *xs, int64_t max_rows, int64_t rows_per_group, int64_t N,
-                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, int n_groups,
-                int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s);
+void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t max_rows, int64_t rows_per_group, int64_t N, int64_t K,
+                const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, int n_groups, int64_t rows,
+                int ksplit, int split_blocks, float *part, cudaStream_t s);
 
 #endif

@@ -69,13 +69,18 @@ static __device__ __forceinline__ uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
     return h2;
 }
 
+/* the same two values as fp32, through f16: exact */
+static __device__ __forceinline__ void di_e4m3x2_to_f32x2(uint16_t v, float *lo, float *hi) {
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}\n"
+        : "=f"(*lo), "=f"(*hi)
+        : "r"(di_e4m3x2_to_f16x2(v)));
+}
+
 /* the same two values as bf16 (low half first), through f16: exact */
 static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2(uint16_t v) {
     uint32_t r;
     float lo, hi;
-    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}\n"
-        : "=f"(lo), "=f"(hi)
-        : "r"(di_e4m3x2_to_f16x2(v)));
+    di_e4m3x2_to_f32x2(v, &lo, &hi);
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }

@@ -3,9 +3,9 @@
  * as immediate copies (wait/commit are no-ops, so a pipeline's barriers are still needed and still
  * checked). Arithmetic model (the device's internal accumulation may differ in the last bits): an
  * e4m3 block sum is the exact sum of the products with k % 4 < 2 rounded to fp32, plus the exact
- * sum of the others, rounded again -- the two f16 HMMAs sm_90 runs for it, and what the f16
- * wgmma pair of cuda_linear_wgmma.cu computes (probe_mma_numerics.cu); a bf16 mma is its exact
- * sum with c rounded once. */
+ * sum of the others, rounded again -- the two f16 HMMAs sm_90 runs for it, and what an f16
+ * wgmma pair in that k order computes (probe_mma_numerics.cu); a bf16 mma or a k16 wgmma is its
+ * exact sum with c rounded once. */
 #ifndef DI_CUDA_EMU_MMA_H
 #define DI_CUDA_EMU_MMA_H
 
@@ -120,6 +120,12 @@ static inline uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
     return emu_f16_bits(vl) | emu_f16_bits(vh) << 16;
 }
 
+static inline void di_e4m3x2_to_f32x2(uint16_t v, float *lo, float *hi) {
+    const uint32_t h = di_e4m3x2_to_f16x2(v);
+    *lo = (float)emu_f16_value(h & 0xffffu);
+    *hi = (float)emu_f16_value(h >> 16);
+}
+
 static inline void di_cp_async16(void *smem, const void *gmem, bool valid) {
     if (valid) memcpy(smem, gmem, 16);
     else memset(smem, 0, 16);
@@ -145,29 +151,35 @@ template <int N>
 static inline void di_wgmma_wait(void) {}
 template <int R>
 static inline void di_wgmma_pin(float (&)[R]) {}
-/* d (64 x N) = A (64 x 16) * B (16 x N) (+ d), both K-major f16 in the 128-byte swizzle */
-template <int N>
-static inline void emu_wgmma_f16(float *d, uint64_t desc_a, uint64_t desc_b, int acc) {
+/* d (64 x N) = A (64 x 16) * B (16 x N) (+ d), both K-major f16 or bf16 in the 128-byte
+ * swizzle: exact products summed in double, rounded once onto d (the device's accumulation may
+ * differ in the last bits) */
+template <int N, bool BF16>
+static inline void emu_wgmma_k16(float *d, uint64_t desc_a, uint64_t desc_b, int acc) {
     const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
-    auto at = [](uint64_t desc, int row, int k) -> double { /* f16 (row, k) of a K-major operand, swizzled */
+    auto at = [](uint64_t desc, int row, int k) -> double { /* (row, k) of a K-major operand, swizzled */
         uintptr_t addr = (uintptr_t)desc + (uintptr_t)(row >> 3) * 1024 + (uintptr_t)(row & 7) * 128 + (uintptr_t)(2 * k);
         addr ^= ((addr >> 7) & 7u) << 4;
-        return emu_f16_value(*(const uint16_t *)addr);
+        const uint16_t h = *(const uint16_t *)addr;
+        return BF16 ? (double)__uint_as_float((uint32_t)h << 16) : emu_f16_value(h);
     };
     const int g = (int)lane >> 2, tq = (int)lane & 3;
     for (int i = 0; i < N / 8; i++)
         for (int r = 0; r < 4; r++) {
             const int row = 16 * (int)warp_in_group + g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
-            double s = 0.0; /* exact: 16 products of e4m3 values */
+            double s = 0.0;
             for (int k = 0; k < 16; k++) s += at(desc_a, row, k) * at(desc_b, col, k);
             d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + s) : (float)s;
         }
 }
 static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
-    emu_wgmma_f16<64>(d, desc_a, desc_b, acc);
+    emu_wgmma_k16<64, false>(d, desc_a, desc_b, acc);
 }
-static inline void di_wgmma_f16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
-    emu_wgmma_f16<128>(d, desc_a, desc_b, acc);
+static inline void di_wgmma_bf16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
+    emu_wgmma_k16<64, true>(d, desc_a, desc_b, acc);
+}
+static inline void di_wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
+    emu_wgmma_k16<128, true>(d, desc_a, desc_b, acc);
 }
 /* named barriers: the block's emulated ones (cuda_emu.h) */
 static inline void di_bar_sync(int id, int count) { emu::named_barrier_arrive(id, count, true); }
