@@ -887,6 +887,44 @@ static void test_e2m1_widen(void) {
     cudaFree(d);
 }
 
+/* every 16-bit input of di_e2m1x4_to_bf16x4, times e8m0 scales through di_bf16x2_mul (the wgmma
+ * GEMM's FP4 dequantisation), against the e2m1 table times the scale as bf16 bits */
+__global__ void e2m1_bf16_kernel(uint32_t e8, uint32_t *out) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 65536) return;
+    const uint32_t sb = __float_as_uint(di_dev_e8m0((uint8_t)e8)) >> 16;
+    uint32_t o[2];
+    di_e2m1x4_to_bf16x4(i, o);
+    out[2 * i] = di_bf16x2_mul(o[0], sb | sb << 16);
+    out[2 * i + 1] = di_bf16x2_mul(o[1], sb | sb << 16);
+}
+static void test_e2m1_bf16(void) {
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    static const uint32_t scales[] = {0, 1, 100, 120, 127, 140, 250};
+    uint32_t *d = (uint32_t *)dev_poisoned(8 * 65536);
+    std::vector<uint32_t> got(2 * 65536);
+    std::vector<float> a(4 * 65536), b(4 * 65536);
+    for (uint32_t e8 : scales) {
+        e2m1_bf16_kernel<<<256, 256>>>(e8, d);
+        CK(cudaGetLastError());
+        dev_download(got.data(), d, 8 * 65536);
+        for (uint32_t i = 0; i < 65536; i++)
+            for (int n = 0; n < 4; n++) {
+                const uint32_t c = (i >> (4 * n)) & 15;
+                const float v = ldexpf(c & 8 ? -mag[c & 7] : mag[c & 7], (int)e8 - 127); /* exact */
+                uint32_t ref_bits, got_bits = (got[2 * i + n / 2] >> (16 * (n & 1))) << 16;
+                memcpy(&ref_bits, &v, 4);
+                ref_bits &= 0xffff0000u;
+                memcpy(&a[4 * i + n], &got_bits, 4);
+                memcpy(&b[4 * i + n], &ref_bits, 4);
+            }
+        char shp[64];
+        snprintf(shp, sizeof shp, "all 65536 inputs x 2^%d (bits)", (int)e8 - 127);
+        compare("e2m1_bf16", shp, a.data(), b.data(), 4 * 65536, "twin");
+    }
+    cudaFree(d);
+}
+
 /* every ue8m0 scale byte through the branch-free di_dev_e8m0 against the CPU's di_e8m0_to_f32
  * (0 is 2^-127, 255 NaN) */
 __global__ void e8m0_decode_kernel(float *out) { out[threadIdx.x] = di_dev_e8m0((uint8_t)threadIdx.x); }
@@ -1111,6 +1149,7 @@ static void run_wgmma_quick(void) {
     test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
     test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+    test_e2m1_bf16();
 }
 
 

@@ -17,14 +17,20 @@
  * tiny fixture's replay error tripled with it.)
  *
  * Roles (one CTA of three warpgroups a multiprocessor): warpgroups 0 and 1 consume, each 64 of
- * the CTA's 128 weight rows x BT tokens (wgmma m64nBTk16: weights as A, tokens as B, both K-major
- * bf16 in the 128-byte swizzle), accumulating in registers; warpgroup 2 produces. A stage is 64
- * K values (2 scale blocks). The producer copies (cp.async) the stage's bf16 activations straight
- * into one of WG_SLOTS operand slots and the raw weight codes into its own ring, WG_AHEAD stages
- * ahead, then dequantises the weights into the slot and signals it full (named barrier); the
- * consumers wait for it, issue its four k16 wgmmas, and signal the previous stage's slot empty
- * once its wgmmas retired. The weight scales of the CTA's rows for its whole K split are copied
- * once, at the start. */
+ * the CTA's 128 weight rows x BT tokens; warpgroup 2 only loads. A stage is 64 K values (2 scale
+ * blocks) in one of WG_SLOTS slots: the bf16 activations (K-major, 128-byte swizzle: wgmma's B
+ * from shared memory) and the raw weight codes, copied by cp.async WG_AHEAD stages ahead; the
+ * producer signals a slot full (named barrier) when its copies landed. A consumer dequantises its
+ * rows' codes of the stage straight into wgmma A fragments (registers: no widened tile in shared
+ * memory, and the work is spread over 8 warps), issues the stage's four k16 wgmmas (m64nBTk16,
+ * A from registers), and once the previous stage's wgmmas retired signals that slot empty. Two
+ * register sets of A fragments alternate between stages, so the next stage's dequantisation never
+ * writes registers an in-flight wgmma reads. The weight scales of the CTA's rows for its whole K
+ * split are copied once, at the start.
+ *
+ * Measured (session 9, docs/PERFORMANCE.md): an exact twin of the mma.sync fold on f16 wgmma with
+ * a producer widening into shared memory reached 135 TFLOP/s at 48 x 512 expert rows (mma.sync:
+ * 140); dropping the fold, 211; dequantising in the consumers: this version. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
@@ -35,27 +41,24 @@
 
 #define WG_BW 128        /* weight rows per CTA: two consumer warpgroups of 64 */
 #define WG_THREADS 384   /* two consumer warpgroups, then the producer */
-#define WG_SLOTS 5       /* f16 operand slots, a stage each */
-#define WG_AHEAD 3       /* stages loaded ahead of the widening (<= WG_SLOTS - 2: the producer
-                          * widens stage s while the consumers still hold s - 1) */
-#define WG_RAW (WG_AHEAD + 1) /* the producer's ring of raw weight stages */
+#define WG_SLOTS 6       /* stage slots (2 named barriers each; 16 in all) */
+#define WG_AHEAD 5       /* stages loaded ahead (<= WG_SLOTS - 1) */
 /* weight-scale blocks of one K split cached per CTA: FP4 one byte a row and block (K <= 5120),
  * FP8 one a 32-row block */
 #define WG_SCALE_BLOCKS_FP4 160
 #define WG_SCALE_BLOCKS_FP8 1024
 
-/* named barriers: the producer's own, then one "full" and one "empty" per slot */
-enum { WG_BAR_PRODUCER = 1, WG_BAR_FULL = 2, WG_BAR_EMPTY = 2 + WG_SLOTS };
+/* named barriers: one "full" and one "empty" per slot, then the consumers' turns */
+enum { WG_BAR_FULL = 1, WG_BAR_EMPTY = 1 + WG_SLOTS, WG_BAR_TURN = 1 + 2 * WG_SLOTS };
 
 template <bool FP4, int BT>
 struct wg_layout {
-    static constexpr int W16 = WG_BW * 128; /* [BW][128 B] the stage's weights, 64 bf16 a row, swizzled */
-    static constexpr int X16 = BT * 128;    /* [BT][128 B] its activations */
-    static constexpr int SLOT = W16 + X16;  /* a multiple of 1024: tiles stay aligned */
-    static constexpr int RAW = FP4 ? WG_BW * 32 : WG_BW * 64; /* [BW][32 | 64 B] packed FP4 | FP8 codes */
+    static constexpr int X16 = BT * 128;                  /* [BT][128 B] a stage's 64 bf16 activations a token, swizzled */
+    static constexpr int RB = FP4 ? 32 : 64;              /* raw weight bytes per row and stage */
+    static constexpr int SLOT = (X16 + WG_BW * RB + 1023) / 1024 * 1024; /* + [BW][RB] codes */
     static constexpr int SCALE_ROWS = FP4 ? WG_BW : WG_BW / 32;
     static constexpr int SCALES = SCALE_ROWS * (FP4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8); /* [rows][split] e8m0 */
-    static constexpr int SMEM = WG_SLOTS * SLOT + WG_RAW * RAW + SCALES + 1024; /* + alignment slack */
+    static constexpr int SMEM = WG_SLOTS * SLOT + SCALES + 1024; /* + alignment slack */
 };
 
 /* act_quant(x, 32) as bf16 values: each code times its block's scale, exact (the values the CPU's
@@ -84,12 +87,12 @@ void di_cuda_act_quant_bf16(const float *x, int64_t n_blocks, uint16_t *xb, cuda
     DI_CUDA_LAUNCHED();
 }
 
-/* the k16 wgmma of a consumer: N = 64 or 128 tokens */
-static __device__ __forceinline__ void wg_mma(float (&d)[32], uint64_t a, uint64_t b) {
-    di_wgmma_bf16_m64n64k16(d, a, b, 1);
+/* the k16 wgmma of a consumer, A from registers: N = 64 or 128 tokens */
+static __device__ __forceinline__ void wg_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    di_wgmma_bf16_rs_m64n64k16(d, a, b);
 }
-static __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t a, uint64_t b) {
-    di_wgmma_bf16_m64n128k16(d, a, b, 1);
+static __device__ __forceinline__ void wg_mma(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    di_wgmma_bf16_rs_m64n128k16(d, a, b);
 }
 
 /* xb: [rows][K] bf16 (act_quant_bf16_kernel's); y [rows][N] (or part[ks]) */
@@ -99,11 +102,10 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
                const uint8_t *__restrict__ wscale, float *__restrict__ y, mm_groups grp, int ksplit, int split_blocks,
                float *__restrict__ part, int64_t part_stride) {
     typedef wg_layout<FP4, BT> L;
-    constexpr int NI = BT / 8; /* n8 column groups of a consumer's D */
+    constexpr int NI = BT / 8, RB = L::RB; /* n8 column groups of a consumer's D; raw bytes a row */
     extern __shared__ int4 wg_smem4[];
     uint8_t *const smem = di_smem_align1024(reinterpret_cast<uint8_t *>(wg_smem4)); /* [WG_SLOTS][SLOT] */
-    uint8_t *const raw0 = smem + WG_SLOTS * L::SLOT;                                /* [WG_RAW][RAW] */
-    uint8_t *const scales = raw0 + WG_RAW * L::RAW;                                 /* [SCALE_ROWS][nbs] */
+    uint8_t *const scales = smem + WG_SLOTS * L::SLOT;                              /* [SCALE_ROWS][nbs] */
     const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
     const int64_t n0 = (int64_t)blockIdx.x * WG_BW, m0 = (int64_t)blockIdx.y * BT;
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
@@ -118,7 +120,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
     }
     const int tid = threadIdx.x, wg = tid >> 7;
 
-    if (wg == 2) { /* ---- the producer ---- */
+    if (wg == 2) { /* ---- the producer: copies only ---- */
         const int p = tid - 256;
         /* the split's weight scales of the CTA's rows (FP4) or 32-row blocks (FP8), once */
         const int words = nbs / 4;
@@ -128,102 +130,111 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
             const int64_t srow = FP4 ? n0 + r : n0 / 32 + r;
             di_cp_async4(scales + r * nbs + 4 * c, ok ? wscale + srow * nb + blk0 + 4 * c : wscale, ok);
         }
-        /* this thread's copies of a stage: activation rows xr + 8 i (16-byte chunk xc), weight rows
-         * wr + 128 / RCH i (chunk wc); zero-filled past M and N */
-        constexpr int RCH = FP4 ? 2 : 4;   /* 16-byte chunks per weight row and stage */
+        /* this thread's copies of a stage: activation rows xr + 16 i (16-byte chunk xc), weight
+         * rows wr + 128 / RCH i (chunk wc); zero-filled past M and N */
+        constexpr int RCH = RB / 16; /* 16-byte chunks per weight row and stage */
         const int xr = p >> 3, xc = p & 7, wr = p / RCH, wc = p % RCH;
-        const uint16_t *xsrc = xb + (m0 + xr) * K + 8 * xc + 64 * (blk0 / 2);
-        const uint8_t *wsrc = wdata + (n0 + wr) * wrow + (FP4 ? 16 : 32) * blk0 + 16 * wc;
+        const uint16_t *xsrc = xb + (m0 + xr) * K + 8 * xc + 32 * blk0;
+        const uint8_t *wsrc = wdata + (n0 + wr) * wrow + (RB / 2) * blk0 + 16 * wc;
         auto load = [&](int st) {
-            uint8_t *x16 = smem + (st % WG_SLOTS) * L::SLOT + L::W16;
+            uint8_t *x16 = smem + (st % WG_SLOTS) * L::SLOT, *w = x16 + L::X16;
 #pragma unroll
-            for (int i = 0; i < BT / 16; i++) { /* token xr + 16 i: 16 tokens a pass of 128 threads */
+            for (int i = 0; i < BT / 16; i++) { /* 16 tokens a pass of 128 threads */
                 const int r = xr + 16 * i;
                 const bool ok = m0 + r < M;
                 di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * K + 64 * st : xb, ok);
             }
-            uint8_t *raw = raw0 + (st % WG_RAW) * L::RAW;
 #pragma unroll
-            for (int i = 0; i < RCH; i++) { /* weight row wr + (128 / RCH) i */
+            for (int i = 0; i < RCH; i++) {
                 const int r = wr + (128 / RCH) * i;
                 const bool ok = n0 + r < N;
-                di_cp_async16(raw + r * (16 * RCH) + 16 * wc, ok ? wsrc + (int64_t)(128 / RCH) * i * wrow + 16 * RCH * st : wdata, ok);
+                di_cp_async16(w + r * RB + 16 * wc, ok ? wsrc + (int64_t)(128 / RCH) * i * wrow + RB * st : wdata, ok);
             }
         };
-        /* stage st's weights -> bf16 values (code x scale) in its slot. Item (row r, block j, half
-         * h: k 16h .. 16h + 15 of the block) -> chunks 4j + 2h, + 1 of the row */
-        auto widen = [&](int st) {
-            const uint8_t *raw = raw0 + (st % WG_RAW) * L::RAW;
-            uint8_t *w16 = smem + (st % WG_SLOTS) * L::SLOT;
-#pragma unroll
-            for (int it = 0; it < 4; it++) {
-                const int i = p + 128 * it, r = i >> 2, j = (i >> 1) & 1, h = i & 1;
-                uint32_t w[4]; /* e4m3 codes of k 16h + 4q .. + 3 */
-                if (FP4) {
-                    const uint2 v = *reinterpret_cast<const uint2 *>(raw + r * 32 + 16 * j + 8 * h);
-                    w[0] = di_e2m1x4_to_e4m3x4(v.x & 0xffffu);
-                    w[1] = di_e2m1x4_to_e4m3x4(v.x >> 16);
-                    w[2] = di_e2m1x4_to_e4m3x4(v.y & 0xffffu);
-                    w[3] = di_e2m1x4_to_e4m3x4(v.y >> 16);
-                } else {
-                    const uint4 v = *reinterpret_cast<const uint4 *>(raw + r * 64 + 32 * j + 16 * h);
-                    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-                }
-                const float sw = di_dev_e8m0(scales[(FP4 ? r : r / 32) * nbs + 2 * st + j]);
-                uint32_t o[8]; /* bf16 pairs k 16h + 2e, + 1 */
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    float f[4];
-                    di_e4m3x2_to_f32x2((uint16_t)(w[q] & 0xffffu), &f[0], &f[1]);
-                    di_e4m3x2_to_f32x2((uint16_t)(w[q] >> 16), &f[2], &f[3]);
-                    /* exact products: the high halves are the bf16 values */
-                    o[2 * q] = __byte_perm(__float_as_uint(f[0] * sw), __float_as_uint(f[1] * sw), 0x7632);
-                    o[2 * q + 1] = __byte_perm(__float_as_uint(f[2] * sw), __float_as_uint(f[3] * sw), 0x7632);
-                }
-                uint8_t *row = w16 + r * 128;
-                *reinterpret_cast<uint4 *>(row + (((4 * j + 2 * h) ^ (r & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
-                *reinterpret_cast<uint4 *>(row + (((4 * j + 2 * h + 1) ^ (r & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
-            }
-        };
-        for (int st = 0; st < WG_AHEAD; st++) { /* the first stages' slots are free */
+        for (int st = 0; st < WG_AHEAD; st++) { /* the first slots are free */
             if (st < nk) load(st);
             di_cp_async_commit();
         }
         for (int st = 0; st < nk; st++) {
-            di_cp_async_wait<WG_AHEAD - 1>();   /* stage st landed (this thread's copies) */
-            di_bar_sync(WG_BAR_PRODUCER, 128); /* everyone's; and stage st - 1's raw ring entry is widened */
+            di_cp_async_wait<WG_AHEAD - 1>(); /* stage st landed (this thread's copies) */
+            di_fence_proxy_async();            /* the activations, visible to wgmma */
+            di_bar_arrive(WG_BAR_FULL + st % WG_SLOTS, WG_THREADS);
             const int next = st + WG_AHEAD;
             if (next < nk) {
                 if (next >= WG_SLOTS) di_bar_sync(WG_BAR_EMPTY + next % WG_SLOTS, WG_THREADS); /* next - SLOTS consumed */
                 load(next);
             }
             di_cp_async_commit();
-            widen(st);
-            di_fence_proxy_async(); /* the slot's copies and stores, visible to wgmma */
-            di_bar_arrive(WG_BAR_FULL + st % WG_SLOTS, WG_THREADS);
         }
         di_cp_async_wait<0>();
         return;
     }
 
-    /* ---- the consumers: D rows rw0, rw0 + 8 of the CTA's weight rows x tokens tc0 + 8i, + 1 ---- */
+    /* ---- the consumers: D rows ra, ra + 8 of the CTA's weight rows x tokens tc0 + 8i, + 1 ---- */
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int rw0 = wg * 64 + (warp & 3) * 16 + g, tc0 = 2 * t4;
+    const int ra = wg * 64 + (warp & 3) * 16 + g, tc0 = 2 * t4;
+    const uint8_t *sca = scales + (FP4 ? ra : ra / 32) * nbs, *scb = FP4 ? sca + 8 * nbs : sca;
     float d[4 * NI];
 #pragma unroll
     for (int i = 0; i < 4 * NI; i++) d[i] = 0.0f;
+    /* stage st's A fragments of rows ra, ra + 8: a[kk] for k 16 kk .. of the stage (block kk / 2):
+     * a0 / a1 k 2t, 2t + 1 of rows ra / ra + 8, a2 / a3 k 2t + 8, 2t + 9 -- codes times scales */
+    auto dequant = [&](const uint8_t *slot, int st, uint32_t (&a)[4][4]) {
+        const uint8_t *w = slot + L::X16 + ra * RB;
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* row ra, then ra + 8 */
+            const uint8_t *row = w + h * 8 * RB;
+            const uint8_t *sc = h ? scb : sca;
+            uint32_t v[RB / 4]; /* the row's codes of the stage, 4 bytes a word */
+#pragma unroll
+            for (int q = 0; q < RB / 16; q++) {
+                const uint4 u = *reinterpret_cast<const uint4 *>(row + 16 * q);
+                v[4 * q] = u.x, v[4 * q + 1] = u.y, v[4 * q + 2] = u.z, v[4 * q + 3] = u.w;
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float sw = di_dev_e8m0(sc[2 * st + j]);
+#pragma unroll
+                for (int kk = 2 * j; kk < 2 * j + 2; kk++) {
+                    if (FP4) { /* byte t of words 2kk, 2kk + 1: k 2t, 2t + 1 and 2t + 8, 2t + 9 */
+                        const uint32_t sb = __float_as_uint(sw) >> 16;
+                        uint32_t o[2];
+                        di_e2m1x4_to_bf16x4(__byte_perm(v[2 * kk], v[2 * kk + 1], (uint32_t)(t4 | (t4 + 4) << 4)), o);
+                        a[kk][h] = di_bf16x2_mul(o[0], sb | sb << 16);
+                        a[kk][h + 2] = di_bf16x2_mul(o[1], sb | sb << 16);
+                    } else { /* bytes 2t, 2t + 1 of words 4kk, 4kk + 1 (k 2t ..) and 4kk + 2, + 3 (k 2t + 8 ..) */
+                        const uint32_t sel = (uint32_t)(2 * t4 | (2 * t4 + 1) << 4);
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float f0, f1;
+                            di_e4m3x2_to_f32x2((uint16_t)__byte_perm(v[4 * kk + 2 * e], v[4 * kk + 2 * e + 1], sel), &f0, &f1);
+                            a[kk][h + 2 * e] = __byte_perm(__float_as_uint(f0 * sw), __float_as_uint(f1 * sw), 0x7632);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    /* stage st: wait for its slot, dequantise, issue its wgmmas and wait for them (ptxas
+     * serialises every wgmma (C7513) when registers feeding one are written while another of the
+     * warpgroup is in flight), then release the slot. The two consumers take turns issuing
+     * (ping-pong): consumer 1 issues stage st after consumer 0 did, consumer 0 stage st + 1 after
+     * consumer 1 issued st -- so one dequantises while the other's wgmmas run, instead of both
+     * dequantising at once and then both waiting on the tensor cores. */
+    uint32_t a[4][4];
     for (int st = 0; st < nk; st++) {
         const uint8_t *slot = smem + (st % WG_SLOTS) * L::SLOT;
         di_bar_sync(WG_BAR_FULL + st % WG_SLOTS, WG_THREADS);
+        dequant(slot, st, a);
+        if (wg == 1 || st > 0) di_bar_sync(WG_BAR_TURN + (wg ^ 1), 256); /* the other one issued */
         di_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) /* k 16 kk .. of the stage's 64 */
-            wg_mma(d, di_wgmma_desc_sw128(slot + wg * 64 * 128 + 32 * kk), di_wgmma_desc_sw128(slot + L::W16 + 32 * kk));
+        for (int kk = 0; kk < 4; kk++) wg_mma(d, a[kk], di_wgmma_desc_sw128(slot + 32 * kk));
         di_wgmma_commit();
-        di_wgmma_wait<1>(); /* stage st - 1's wgmmas retired: its slot is free (if the producer reuses it) */
-        if (st >= 1 && st - 1 + WG_SLOTS < nk) di_bar_arrive(WG_BAR_EMPTY + (st - 1) % WG_SLOTS, WG_THREADS);
+        if (wg == 0 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the other one's turn */
+        di_wgmma_wait<0>();
+        if (st + WG_SLOTS < nk) di_bar_arrive(WG_BAR_EMPTY + st % WG_SLOTS, WG_THREADS);
     }
-    di_wgmma_wait<0>();
     di_wgmma_pin(d);
 
     const bool round = ksplit == 1; /* partial sums stay fp32 */
@@ -235,7 +246,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
             if (tok >= M) continue;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const int64_t n = n0 + rw0 + 8 * r;
+                const int64_t n = n0 + ra + 8 * r;
                 const float v = d[4 * i + 2 * r + h];
                 if (n < N) y[tok * N + n] = round ? di_dev_bf16_round(v) : v;
             }

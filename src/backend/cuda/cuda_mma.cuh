@@ -170,4 +170,49 @@ static __device__ __forceinline__ uint32_t di_e2m1x4_to_e4m3x4(uint32_t nib16) {
 #endif
 }
 
+/* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> their values as two bf16
+ * pairs (out[0] = k 0, 1; out[1] = k 2, 3; low half first): the high and low bytes of the bf16
+ * magnitudes through two byte-permute tables, the signs as in di_e2m1x4_to_e4m3x4, then two
+ * permutes interleave the bytes. Eight instructions for four values. */
+static __device__ __forceinline__ void di_e2m1x4_to_bf16x4(uint32_t nib16, uint32_t out[2]) {
+    /* magnitude codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6: bf16 0000 3F00 3F80 3FC0 4000 4040 4080 40C0 */
+    const uint32_t hi_lo = 0x3F3F3F00u, hi_hi = 0x40404040u, lo_lo = 0xC0800000u, lo_hi = 0xC0804000u;
+    const uint32_t sel = nib16 & 0x7777u;
+#ifdef DI_CUDA_EMU_H
+    uint32_t hb = 0, lb = 0;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t idx = (sel >> (4 * i)) & 7u, sh = 8 * (idx & 3);
+        hb |= (((idx < 4 ? hi_lo : hi_hi) >> sh) & 0xffu) << (8 * i);
+        lb |= (((idx < 4 ? lo_lo : lo_hi) >> sh) & 0xffu) << (8 * i);
+        if (nib16 & (8u << (4 * i))) hb |= 0x80u << (8 * i);
+    }
+#else
+    uint32_t hb, lb, pos;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(hb) : "r"(hi_lo), "r"(hi_hi), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(lb) : "r"(lo_lo), "r"(lo_hi), "r"(sel));
+    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16 & 0xffffu));
+    hb |= ~(pos + 0x01010101u) & 0x80808080u;
+#endif
+    out[0] = __byte_perm(lb, hb, 0x5140);
+    out[1] = __byte_perm(lb, hb, 0x7362);
+}
+
+/* a * b per bf16 half, rounded to nearest even (exact here: a code's value times a power of two) */
+static __device__ __forceinline__ uint32_t di_bf16x2_mul(uint32_t a, uint32_t b) {
+#ifdef DI_CUDA_EMU_H
+    uint32_t r = 0;
+    for (int h = 0; h < 2; h++) {
+        const float p = __uint_as_float((a >> (16 * h)) << 16) * __uint_as_float((b >> (16 * h)) << 16);
+        const uint32_t u = __float_as_uint(p);
+        r |= ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << (16 * h);
+    }
+    return r;
+#else
+    uint32_t r;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#endif
+}
+
+
 #endif

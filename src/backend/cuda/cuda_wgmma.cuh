@@ -102,6 +102,26 @@ static __device__ __forceinline__ void di_wgmma_bf16_m64n128k16(float (&d)[64], 
                  : "l"(desc_a), "l"(desc_b), "r"(acc));
 }
 
+/* the same with A from registers (bf16): a[4] is this thread's share of the 64x16 A tile, the
+ * mma.m16n8k16 A fragment of its warp's 16 rows (warp w of the group: rows 16w..; lane 4g + t:
+ * a0 = row g, k 2t and 2t + 1 (low half first), a1 = row g + 8, a2 = row g, k 2t + 8, 2t + 9, a3 =
+ * row g + 8, k 2t + 8, 2t + 9). Always accumulates. The registers must not change until the
+ * wgmma retired. */
+static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " DI_WGMMA_REGS32
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : DI_WGMMA_OUT32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DI_WGMMA_REGS64
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : DI_WGMMA_OUT64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
 /* Named barriers (ids 1..15; 0 is __syncthreads) between warp roles of a CTA: `count` threads (a
  * multiple of 32) take part; di_bar_sync waits for them, di_bar_arrive signals without waiting
  * (a producer's "full" or a consumer's "empty"). Shared-memory writes before an arrive are

@@ -181,6 +181,38 @@ static inline void di_wgmma_bf16_m64n64k16(float (&d)[32], uint64_t desc_a, uint
 static inline void di_wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
     emu_wgmma_k16<128, true>(d, desc_a, desc_b, acc);
 }
+/* A from registers: this warp's 16 rows of A from its lanes' fragments (bf16), B from shared
+ * memory; always accumulating */
+template <int N>
+static inline void emu_wgmma_rs_k16(float *d, const uint32_t a[4], uint64_t desc_b) {
+    const unsigned t = emu::flat_tid(), lane = t & 31;
+    uint32_t all[32][6];
+    const uint32_t zero[2] = {0, 0};
+    emu_gather_fragments(a, zero, all);
+    auto A = [&](int row, int k) { /* row 0..15 of the warp's slice */
+        const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
+        return (double)__uint_as_float(((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu) << 16);
+    };
+    auto B = [&](int col, int k) -> double {
+        uintptr_t addr = (uintptr_t)desc_b + (uintptr_t)(col >> 3) * 1024 + (uintptr_t)(col & 7) * 128 + (uintptr_t)(2 * k);
+        addr ^= ((addr >> 7) & 7u) << 4;
+        return (double)__uint_as_float((uint32_t)*(const uint16_t *)addr << 16);
+    };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    for (int i = 0; i < N / 8; i++)
+        for (int r = 0; r < 4; r++) {
+            const int row = g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
+            double s = 0.0;
+            for (int k = 0; k < 16; k++) s += A(row, k) * B(col, k);
+            d[4 * i + r] = (float)((double)d[4 * i + r] + s);
+        }
+}
+static inline void di_wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    emu_wgmma_rs_k16<64>(d, a, desc_b);
+}
+static inline void di_wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    emu_wgmma_rs_k16<128>(d, a, desc_b);
+}
 /* named barriers: the block's emulated ones (cuda_emu.h) */
 static inline void di_bar_sync(int id, int count) { emu::named_barrier_arrive(id, count, true); }
 static inline void di_bar_arrive(int id, int count) { emu::named_barrier_arrive(id, count, false); }
