@@ -1143,11 +1143,13 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
 
 /* the experimental wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
  * an empty group, groups of 17-130 rows (partial and several token tiles; 64- and 128-token
- * tiles). Alone with --wgmma (a short run under the CPU emulator). */
+ * tiles), more stages than slots; the FP4 dequantisation on every input. Alone with --wgmma (a
+ * short run under the CPU emulator, compute-sanitizer). */
 static void run_wgmma_quick(void) {
     const int r100[] = {100}, pre_rows[] = {70, 0, 17, 130, 40};
     test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
     test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
+    test_wgmma_grouping(DI_DT_I8, 1024, 96, pre_rows, 5); /* 16 stages: every slot reused */
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
     test_e2m1_bf16();
 }
