@@ -12,7 +12,8 @@
 #   5. `deepinfer bench` (the whole-model EP-8 rank proxy) and a generate demo on the bundled model.
 # Logs land in $OUT; the summary is the end of stdout. Stages past a time budget are skipped.
 #     bash tools/cuda/device_model_run.sh [--quick] [--only STAGES]   (STAGES: e.g. "build,parity,fixture";
-#     all: parity,fixture,sanitize,memcheck,bench,bench_bi,demo; BENCH_ARGS passes options to the bench)
+#     all: parity,fixture,sanitize,memcheck,bench,bench_bi,demo; BENCH_ARGS passes options to the bench;
+#     "wgmma", only when named: the model tests and the bench with DEEPINFER_GPU_WGMMA=1)
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/deepinfer-device-out}"
@@ -104,6 +105,18 @@ if want fixture; then
     unset DEEPINFER_ACCELERATOR
 fi
 
+# ---- 3b. the opt-in wgmma GEMMs (DEEPINFER_GPU_WGMMA=1): the model tests and the bench with them ----
+if want wgmma; then
+    export DEEPINFER_ACCELERATOR=nvidia DEEPINFER_GPU_WGMMA=1
+    for t in fixture_tiny fixture_debug forward_chunked engine device_graphs batch_invariance; do
+        run wgmma_$t 300 $B/test_$t
+        grep -E "^FAIL" "$OUT/wgmma_$t.log" | head -5
+    done
+    run wgmma_bench 400 $B/deepinfer bench --backend cuda --quick ${BENCH_ARGS:-}
+    grep -E "^\| (decode|prefill)" "$OUT/wgmma_bench.log"
+    unset DEEPINFER_ACCELERATOR DEEPINFER_GPU_WGMMA
+fi
+
 # ---- 4. sanitizers on a fixture run ----
 if want sanitize && command -v compute-sanitizer >/dev/null; then
     export DEEPINFER_ACCELERATOR=nvidia
@@ -118,6 +131,8 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
     # the op suite's small shapes under both tools
     want memcheck && run memcheck_ops 180 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck_ops.log" | tail -2
+    # (its wgmma cases: racecheck reports write-after-read hazards on the wgmma kernel's slot refill,
+    # not yet explained -- docs/CUDA.md, session 9)
     run racecheck_ops 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_ops.log" | tail -2
     unset DEEPINFER_ACCELERATOR
