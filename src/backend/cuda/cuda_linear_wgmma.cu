@@ -1,8 +1,9 @@
 /* The quantised linears (FP8 e4m3 weights with 32x32 e8m0 scales, packed FP4 e2m1 weights with
  * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
- * row counts. EXPERIMENTAL, off by default (DEEPINFER_GPU_WGMMA=1 -> di_cuda_ctx.wgmma;
- * cuda_linear_mma.cu hands it the FP8 / FP4 calls past 16 rows a group; docs/PERFORMANCE.md,
- * sessions 8-9).
+ * row counts. Opt-in (DEEPINFER_GPU_WGMMA=1 -> di_cuda_ctx.wgmma; cuda_linear_mma.cu hands it the
+ * FP8 / FP4 calls past 16 rows a group): 2.2x the mma.sync tiles at 512 rows an expert
+ * (docs/PERFORMANCE.md, sessions 8-9); not the default until compute-sanitizer's racecheck report
+ * on its slot refill is settled (docs/CUDA.md).
  *
  * Numerics: the operands are dequantised exactly to bf16 -- the activations' codes times their
  * scales once per call (act_quant_bf16_kernel: the CPU's act_quant values), the weights' codes
@@ -17,20 +18,23 @@
  * tiny fixture's replay error tripled with it.)
  *
  * Roles (one CTA of three warpgroups a multiprocessor): warpgroups 0 and 1 consume, each 64 of
- * the CTA's 128 weight rows x BT tokens; warpgroup 2 only loads. A stage is 64 K values (2 scale
+ * the CTA's 128 weight rows x BT tokens; warpgroup 2 only copies. A stage is 64 K values (2 scale
  * blocks) in one of WG_SLOTS slots: the bf16 activations (K-major, 128-byte swizzle: wgmma's B
  * from shared memory) and the raw weight codes, copied by cp.async WG_AHEAD stages ahead; the
  * producer signals a slot full (named barrier) when its copies landed. A consumer dequantises its
  * rows' codes of the stage straight into wgmma A fragments (registers: no widened tile in shared
  * memory, and the work is spread over 8 warps), issues the stage's four k16 wgmmas (m64nBTk16,
- * A from registers), and once the previous stage's wgmmas retired signals that slot empty. Two
- * register sets of A fragments alternate between stages, so the next stage's dequantisation never
- * writes registers an in-flight wgmma reads. The weight scales of the CTA's rows for its whole K
- * split are copied once, at the start.
+ * A from registers), waits for them and signals the slot empty. ptxas serialises every wgmma
+ * (C7513) when registers feeding one are written while another of the warpgroup is in flight, so
+ * the next stage's dequantisation waits for this one's wgmmas; instead the two consumers take
+ * turns issuing (ping-pong): one dequantises while the other's wgmmas run. The weight scales of
+ * the CTA's rows for its whole K split are copied once, at the start.
  *
- * Measured (session 9, docs/PERFORMANCE.md): an exact twin of the mma.sync fold on f16 wgmma with
- * a producer widening into shared memory reached 135 TFLOP/s at 48 x 512 expert rows (mma.sync:
- * 140); dropping the fold, 211; dequantising in the consumers: this version. */
+ * Measured (session 9, docs/PERFORMANCE.md; 48 experts x 512 rows, w1): the exact twin of the
+ * mma.sync fold on f16 wgmma, a producer widening into shared memory, 135 TFLOP/s (mma.sync: 140);
+ * without the fold, 211; dequantising in the consumers, 308; this version 303 there and 1.15x
+ * faster at 32-64 rows an expert. What bounds it at 512 rows: the activation copies through L2
+ * (1.54 ms of its 1.92 without any dequantisation). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"

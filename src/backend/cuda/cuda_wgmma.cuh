@@ -1,7 +1,7 @@
 /* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
- * m64n64k16 f16, m64n64k16 / m64n128k16 bf16 and m64n64k32 e4m3 -> fp32 with both operands in
- * shared memory (128-byte swizzle), its fences, the shared-memory descriptor, and the named
- * barriers that pass tiles between warp roles.
+ * m64n64k16 f16 and m64n64k32 e4m3 with both operands in shared memory (128-byte swizzle), and
+ * m64n64k16 / m64n128k16 bf16 with A from registers, -> fp32; its fences, the shared-memory
+ * descriptor, and the named barriers that pass tiles between warp roles.
  *
  * A (64 x K) and B (K x 64), K-major: row m of A / column n of B is 32 contiguous bytes (16 f16 or
  * 32 e4m3 values: one instruction's K) of row m / n of a [rows][128-byte] tile whose 16-byte chunk
@@ -81,28 +81,17 @@ static __device__ __forceinline__ void di_wgmma_pin(float (&r)[R]) {
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-/* d = A (64x16) * B (16xN) (+ d when acc), both K-major in shared memory (descriptors of 16 values
- * = 32 bytes of each row), fp32 accumulation: f16 operands (N = 64), bf16 operands (N = 64, 128) */
+/* d = A (64x16 f16) * B (16x64 f16) (+ d when acc), both K-major in shared memory (descriptors of
+ * 16 values = 32 bytes of each row), fp32 accumulation */
 static __device__ __forceinline__ void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " DI_WGMMA_REGS32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
                  : DI_WGMMA_OUT32(d)
                  : "l"(desc_a), "l"(desc_b), "r"(acc));
 }
-static __device__ __forceinline__ void di_wgmma_bf16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " DI_WGMMA_REGS32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : DI_WGMMA_OUT32(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(acc));
-}
-static __device__ __forceinline__ void di_wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DI_WGMMA_REGS64 "%64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : DI_WGMMA_OUT64(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(acc));
-}
 
-/* the same with A from registers (bf16): a[4] is this thread's share of the 64x16 A tile, the
+/* d += A (64x16 bf16) * B (16xN bf16), N = 64 or 128, A from registers, B K-major in shared
+ * memory (a descriptor as above): a[4] is this thread's share of the 64x16 A tile, the
  * mma.m16n8k16 A fragment of its warp's 16 rows (warp w of the group: rows 16w..; lane 4g + t:
  * a0 = row g, k 2t and 2t + 1 (low half first), a1 = row g + 8, a2 = row g, k 2t + 8, 2t + 9, a3 =
  * row g + 8, k 2t + 8, 2t + 9). Always accumulates. The registers must not change until the

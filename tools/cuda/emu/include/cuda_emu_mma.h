@@ -151,35 +151,21 @@ template <int N>
 static inline void di_wgmma_wait(void) {}
 template <int R>
 static inline void di_wgmma_pin(float (&)[R]) {}
-/* d (64 x N) = A (64 x 16) * B (16 x N) (+ d), both K-major f16 or bf16 in the 128-byte
- * swizzle: exact products summed in double, rounded once onto d (the device's accumulation may
- * differ in the last bits) */
-template <int N, bool BF16>
-static inline void emu_wgmma_k16(float *d, uint64_t desc_a, uint64_t desc_b, int acc) {
+static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
     const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
-    auto at = [](uint64_t desc, int row, int k) -> double { /* (row, k) of a K-major operand, swizzled */
+    auto at = [](uint64_t desc, int row, int k) -> double { /* f16 (row, k) of a K-major operand, swizzled */
         uintptr_t addr = (uintptr_t)desc + (uintptr_t)(row >> 3) * 1024 + (uintptr_t)(row & 7) * 128 + (uintptr_t)(2 * k);
         addr ^= ((addr >> 7) & 7u) << 4;
-        const uint16_t h = *(const uint16_t *)addr;
-        return BF16 ? (double)__uint_as_float((uint32_t)h << 16) : emu_f16_value(h);
+        return emu_f16_value(*(const uint16_t *)addr);
     };
     const int g = (int)lane >> 2, tq = (int)lane & 3;
-    for (int i = 0; i < N / 8; i++)
+    for (int i = 0; i < 8; i++)
         for (int r = 0; r < 4; r++) {
             const int row = 16 * (int)warp_in_group + g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
-            double s = 0.0;
+            double s = 0.0; /* exact: 16 products of e4m3 values */
             for (int k = 0; k < 16; k++) s += at(desc_a, row, k) * at(desc_b, col, k);
             d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + s) : (float)s;
         }
-}
-static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
-    emu_wgmma_k16<64, false>(d, desc_a, desc_b, acc);
-}
-static inline void di_wgmma_bf16_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int acc) {
-    emu_wgmma_k16<64, true>(d, desc_a, desc_b, acc);
-}
-static inline void di_wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int acc) {
-    emu_wgmma_k16<128, true>(d, desc_a, desc_b, acc);
 }
 /* A from registers: this warp's 16 rows of A from its lanes' fragments (bf16), B from shared
  * memory; always accumulating */
