@@ -93,7 +93,7 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
                              int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b);
 
-/* With ctx->wgmma (experimental, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
+/* With ctx->wgmma (opt-in, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
  * past the decode sizes (more than 16 rows a group, K % 128 == 0, FP4 K <= 5120) run on the wgmma
  * kernel (cuda_linear_wgmma.cu): bf16-dequantised operands summed over K in fp32 -- within the
  * CPU's bound (test_cuda_ops "linear_* wgmma"), not the mma.sync kernel's bits. */

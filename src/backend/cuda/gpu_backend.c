@@ -342,7 +342,7 @@ static di_status attach(di_model *m, di_err *err) {
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device");
     }
     g->cx.exact = m->exact_gemm;
-    g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* experimental: batch invariance keeps the proven tiles */
+    g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* opt-in; batch invariance keeps the fixed-order tiles */
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));
