@@ -1,5 +1,6 @@
 /* A CPU stand-in for the parts of CUDA the backend's kernels use, to run their LOGIC without a GPU
- * (tools/cuda/emu/run_emu.sh). Each thread block runs on blockDim real threads (std::thread);
+ * (tools/cuda/emu/run_emu.sh). Each thread block runs on blockDim real threads (std::thread, made
+ * once per launch; the blocks run one after another);
  * __syncthreads, named barriers (bar.sync / bar.arrive between warp roles) and the warp primitives
  * (shuffles, ballot, __syncwarp) are barriers; __shared__ becomes static storage (blocks run one
  * after another); device memory is host memory.
@@ -96,28 +97,45 @@ struct launcher {
             fprintf(stderr, "emu: block of %u threads is not whole warps\n", nt);
             abort();
         }
+        /* one std::thread per CUDA thread for the whole launch (creating them per block cost more
+         * than most kernels' work); the blocks run one after another on them */
+        std::barrier<> start(nt + 1), done(nt + 1);
+        block_state *st = nullptr;
+        dim3 cur;
+        bool stop = false;
+        std::vector<std::thread> th;
+        th.reserve(nt);
+        for (unsigned t = 0; t < nt; t++)
+            th.emplace_back([&, t]() {
+                threadIdx = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+                for (;;) {
+                    start.arrive_and_wait();
+                    if (stop) return;
+                    blockIdx = cur;
+                    k(((P)args)...);
+                    st->warp_bar[t / 32]->arrive_and_drop(); /* threads that returned early free the rest */
+                    st->block_bar->arrive_and_drop();
+                    done.arrive_and_wait();
+                }
+            });
         for (unsigned bz = 0; bz < g.z; bz++)
             for (unsigned by = 0; by < g.y; by++)
                 for (unsigned bx = 0; bx < g.x; bx++) {
                     std::barrier<> bar((std::ptrdiff_t)nt);
-                    block_state st;
-                    st.block_bar = &bar;
-                    for (unsigned w = 0; w < nt / 32; w++) st.warp_bar.emplace_back(new std::barrier<>(32));
-                    st.xbuf.assign(nt, 0);
-                    g_block = &st;
-                    std::vector<std::thread> th;
-                    th.reserve(nt);
-                    for (unsigned t = 0; t < nt; t++)
-                        th.emplace_back([&, t, bx, by, bz]() {
-                            threadIdx = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
-                            blockIdx = dim3(bx, by, bz);
-                            k(((P)args)...);
-                            st.warp_bar[t / 32]->arrive_and_drop();
-                            bar.arrive_and_drop();
-                        });
-                    for (auto &x : th) x.join();
+                    block_state state;
+                    state.block_bar = &bar;
+                    for (unsigned w = 0; w < nt / 32; w++) state.warp_bar.emplace_back(new std::barrier<>(32));
+                    state.xbuf.assign(nt, 0);
+                    st = &state;
+                    g_block = &state;
+                    cur = dim3(bx, by, bz);
+                    start.arrive_and_wait(); /* the block runs */
+                    done.arrive_and_wait();
                     g_block = nullptr;
                 }
+        stop = true;
+        start.arrive_and_wait();
+        for (auto &x : th) x.join();
     }
 };
 template <class... P>
