@@ -14,8 +14,8 @@
  * mma.sync m16n8k32 e4m3 with a zero accumulator (the tensor core's sum of 32 exact products,
  * rounded to fp32: equal to the CPU's exactly rounded sum except where the hardware's internal
  * alignment drops bits; sm_90 runs it as two f16 HMMAs, whose bits are those of an f16 sum over the
- * k with k % 4 < 2 accumulated with the rest: tools/cuda/probe_mma_numerics.cu), folded into the fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in
- * ascending K-block order -- the CPU's fold. Every output element goes through the same
+ * k with k % 4 < 2 accumulated with the rest: tools/cuda/probe_mma_numerics.cu), folded into the
+ * fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in ascending K-block order -- the CPU's fold. Every output element goes through the same
  * instructions in the same order whatever the tile configuration, so results do not depend on M
  * or on the batch (batch invariance holds with any of the configurations below).
  *
@@ -26,7 +26,7 @@
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
  * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage). With
- * di_cuda_ctx.wgmma (experimental) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu
+ * di_cuda_ctx.wgmma (opt-in) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu
  * (bf16-dequantised operands summed over K in the tensor core: not these bits).
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
@@ -414,9 +414,9 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes, opt-in */
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : 1) + 255) & ~(size_t)255;
     float *part;
-    uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(rows * nb), twin ? 1 : ksplit, rows, N,
-                             &part); /* [rows, K] e4m3 codes, or (wgmma) their values as bf16 */
-    float *xsc = (float *)(xq + q_bytes); /* [rows, K/32] */
+    uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
+                             N, &part); /* [rows, K] e4m3 codes, or (wgmma) their values as bf16 */
+    float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     if (wg) di_cuda_act_quant_bf16(x, rows * nb, (uint16_t *)xq, s);
     else di_cuda_act_quant_e4m3(x, rows * nb, xq, xsc, s);
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */

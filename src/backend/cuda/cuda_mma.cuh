@@ -214,5 +214,4 @@ static __device__ __forceinline__ uint32_t di_bf16x2_mul(uint32_t a, uint32_t b)
 #endif
 }
 
-
 #endif
