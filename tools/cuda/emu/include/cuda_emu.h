@@ -1,9 +1,8 @@
 /* A CPU stand-in for the parts of CUDA the backend's kernels use, to run their LOGIC without a GPU
  * (tools/cuda/emu/run_emu.sh). Each thread block runs on blockDim real threads (std::thread, made
- * once per launch; the blocks run one after another);
- * __syncthreads, named barriers (bar.sync / bar.arrive between warp roles) and the warp primitives
- * (shuffles, ballot, __syncwarp) are barriers; __shared__ becomes static storage (blocks run one
- * after another); device memory is host memory.
+ * once per launch); __syncthreads, named barriers (bar.sync / bar.arrive between warp roles) and
+ * the warp primitives (shuffles, ballot, __syncwarp) are barriers; __shared__ becomes static
+ * storage (blocks run one after another); device memory is host memory.
  *
  * What it checks: indexing, bounds, barrier placement, warp-collective usage -- the bugs that make
  * a kernel wrong at every size. What it does not: nvcc's code generation and the device's
