@@ -81,7 +81,7 @@ typedef struct di_engine_options {
     bool batch_invariant;      /* device backends: logits independent of the batch (CPU: always) */
     bool exact;                /* device backends: the CPU's exact GEMM block sums (CPU: always) */
     bool eager;                /* device backends: no CUDA graphs (every kernel launched directly) */
-    bool wgmma;                /* CUDA, experimental: prefill-sized quantised GEMMs on wgmma */
+    bool no_wgmma;             /* CUDA: prefill-sized quantised GEMMs on the mma.sync tiles instead of wgmma */
 } di_engine_options;
 
 typedef struct di_request {

@@ -28,9 +28,9 @@ static inline bool test_gpu_exact(void) {
     const char *b = getenv("DEEPINFER_GPU_EXACT");
     return b && !strcmp(b, "1");
 }
-static inline bool test_gpu_wgmma(void) {
+static inline bool test_gpu_wgmma(void) { /* on unless set off, as the setting */
     const char *b = getenv("DEEPINFER_GPU_WGMMA");
-    return b && !strcmp(b, "1");
+    return !b || !(!strcmp(b, "0") || !strcmp(b, "false") || !strcmp(b, "off") || !strcmp(b, "no"));
 }
 static inline bool test_enforce_eager(void) {
     const char *b = getenv("DEEPINFER_ENFORCE_EAGER");

@@ -19,12 +19,12 @@ DI_SETTING(gpu_exact, BOOL, NULL, "DEEPINFER_GPU_EXACT", "0",
            "GPU: the exactness-first path -- GEMMs and sparse attention with the CPU's exact sums on CUDA cores and "
            "MoE routing on the host (the fixture's tensors bit-identical to the CPU backend; several times slower) "
            "instead of tensor cores and device routing")
-DI_SETTING(gpu_wgmma, BOOL, NULL, "DEEPINFER_GPU_WGMMA", "0",
-           "GPU, opt-in: FP8 / FP4 GEMMs of more than 16 rows a group on bf16 wgmma (cuda_linear_wgmma.cu: "
-           "exactly dequantised operands summed over K in fp32, within the CPU bound but not the default "
-           "mma.sync tiles' bits) instead of mma.sync. A 4,096-token prefill 1.35 s against 1.73 s "
-           "(docs/PERFORMANCE.md, session 9); off by default until its racecheck report is settled "
-           "(docs/CUDA.md); ignored with DEEPINFER_BATCH_INVARIANT=1 or DEEPINFER_GPU_EXACT=1")
+DI_SETTING(gpu_wgmma, BOOL, NULL, "DEEPINFER_GPU_WGMMA", "1",
+           "GPU: FP8 / FP4 GEMMs of more than 16 rows a group on bf16 wgmma (cuda_linear_wgmma.cu: exactly "
+           "dequantised operands summed over K in fp32, within the CPU bound but not the bits of the decode-sized "
+           "kernels) -- a 4,096-token prefill 1.35 s against 1.73 s on the mma.sync tiles (docs/PERFORMANCE.md, "
+           "session 9); 0 keeps the mma.sync tiles, whose sums equal the decode-sized kernels'. Not used with "
+           "DEEPINFER_BATCH_INVARIANT=1 or DEEPINFER_GPU_EXACT=1")
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
            "as CUDA graphs (captured in pieces of 4 layers, kept per topology and updated in place)")

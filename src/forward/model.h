@@ -99,7 +99,7 @@ typedef struct di_model {
     void *dev;                             /* the backend's copy of the weights */
     bool batch_invariant;                  /* fixed reduction orders on the device */
     bool exact_gemm;                       /* device GEMMs with the CPU's exact block sums */
-    bool wgmma_gemm;                       /* opt-in: prefill-sized device GEMMs on bf16 wgmma */
+    bool wgmma_gemm;                       /* prefill-sized device GEMMs on bf16 wgmma (default) */
     bool device_graphs;                    /* decode-sized device calls captured as CUDA graphs */
     /* benchmark rank proxy (`deepinfer bench` on a device; set before selecting the backend):
      * weights are generated on the device instead of copied (the checkpoint may be a sparse

@@ -311,7 +311,7 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
         snprintf(nm, sizeof nm, "%s mma", name);
         g_bound = bound;
         compare(nm, shape, got, ref, m, N, CRIT_BOUND);
-        /* the opt-in wgmma kernel (DEEPINFER_GPU_WGMMA) where it applies: the same bound */
+        /* the wgmma kernel (DEEPINFER_GPU_WGMMA) where it applies: the same bound */
         g_ctx.wgmma = true;
         if (di_cuda_wgmma_taken(&g_ctx, dt == DI_DT_I8, K, m)) {
             di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);

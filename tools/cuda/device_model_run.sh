@@ -13,7 +13,8 @@
 # Logs land in $OUT; the summary is the end of stdout. Stages past a time budget are skipped.
 #     bash tools/cuda/device_model_run.sh [--quick] [--only STAGES]   (STAGES: e.g. "build,parity,fixture";
 #     all: parity,fixture,sanitize,memcheck,bench,bench_bi,demo; BENCH_ARGS passes options to the bench;
-#     "wgmma", only when named: the model tests and the bench with DEEPINFER_GPU_WGMMA=1)
+#     "mmasync", only when named: the model tests and the bench with DEEPINFER_GPU_WGMMA=0;
+#     "racecheck_probe", only when named: tools/cuda/probe_racecheck.cu's variants under racecheck)
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/deepinfer-device-out}"
@@ -105,15 +106,16 @@ if want fixture; then
     unset DEEPINFER_ACCELERATOR
 fi
 
-# ---- 3b. the opt-in wgmma GEMMs (DEEPINFER_GPU_WGMMA=1): the model tests and the bench with them ----
-if want wgmma; then
-    export DEEPINFER_ACCELERATOR=nvidia DEEPINFER_GPU_WGMMA=1
-    for t in fixture_tiny fixture_debug forward_chunked engine device_graphs batch_invariance; do
-        run wgmma_$t 300 $B/test_$t
-        grep -E "^FAIL" "$OUT/wgmma_$t.log" | head -5
+# ---- 3b. the prefill-sized GEMMs on the mma.sync tiles (DEEPINFER_GPU_WGMMA=0): the model tests and
+# the bench with them ----
+if want mmasync; then
+    export DEEPINFER_ACCELERATOR=nvidia DEEPINFER_GPU_WGMMA=0
+    for t in fixture_tiny fixture_debug forward_chunked engine device_graphs; do
+        run mmasync_$t 300 $B/test_$t
+        grep -E "^FAIL" "$OUT/mmasync_$t.log" | head -5
     done
-    run wgmma_bench 400 $B/deepinfer bench --backend cuda --quick ${BENCH_ARGS:-}
-    grep -E "^\| (decode|prefill)" "$OUT/wgmma_bench.log"
+    run mmasync_bench 400 $B/deepinfer bench --backend cuda --quick ${BENCH_ARGS:-}
+    grep -E "^\| (decode|prefill)" "$OUT/mmasync_bench.log"
     unset DEEPINFER_ACCELERATOR DEEPINFER_GPU_WGMMA
 fi
 
@@ -127,15 +129,28 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
     run racecheck 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/deepinfer logits --backend cuda \
         --model tests/data/v41-tiny --ids 0,5,9,17,33,70 --prefill 4 --out /tmp/di-racecheck.f32
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck.log" | tail -2
+    # a 20-token prefill: the tiny model's dense FP8 linears then take the wgmma kernel (> 16 rows)
+    run racecheck_wgmma 200 compute-sanitizer --tool racecheck --error-exitcode 9 $B/deepinfer logits --backend cuda \
+        --model tests/data/v41-tiny --ids 0,5,9,17,33,70,81,99,120,7,44,61,300,12,15,88,91,240,3,64,77,19 \
+        --prefill 20 --out /tmp/di-racecheck2.f32
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_wgmma.log" | tail -2
     # kernels the tiny model's shapes do not reach (the decode-sized GEMM twin needs K % 128 == 0):
     # the op suite's small shapes under both tools
     want memcheck && run memcheck_ops 180 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck_ops.log" | tail -2
-    # (its wgmma cases: racecheck reports write-after-read hazards on the wgmma kernel's slot refill,
-    # not yet explained -- docs/CUDA.md, session 9)
     run racecheck_ops 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_ops.log" | tail -2
     unset DEEPINFER_ACCELERATOR
+fi
+
+# ---- 4b. what racecheck makes of slot-ring handshakes (only when named): the hazards each form of
+# tools/cuda/probe_racecheck.cu reports, every sum checked ----
+if want racecheck_probe && command -v compute-sanitizer >/dev/null; then
+    for v in 0 1 2 3 4; do
+        run racecheck_probe_$v 120 compute-sanitizer --tool racecheck $B/deepinfer-cuda-probe-racecheck $v
+        grep -E "probe-racecheck|RACECHECK SUMMARY" "$OUT/racecheck_probe_$v.log" | tr '\n' ' '
+        echo
+    done
 fi
 
 # ---- 5. benchmark and demo ----

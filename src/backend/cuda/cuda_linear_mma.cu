@@ -26,7 +26,7 @@
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
  * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage). With
- * di_cuda_ctx.wgmma (opt-in) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu
+ * di_cuda_ctx.wgmma (the default) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu
  * (bf16-dequantised operands summed over K in the tensor core: not these bits).
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
@@ -411,7 +411,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
     const bool fp4 = shape->dtype == DI_DT_I8;
     const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
-    const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes, opt-in */
+    const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes */
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : 1) + 255) & ~(size_t)255;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,

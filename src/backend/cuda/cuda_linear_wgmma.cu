@@ -1,9 +1,11 @@
 /* The quantised linears (FP8 e4m3 weights with 32x32 e8m0 scales, packed FP4 e2m1 weights with
  * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
- * row counts. Opt-in (DEEPINFER_GPU_WGMMA=1 -> di_cuda_ctx.wgmma; cuda_linear_mma.cu hands it the
- * FP8 / FP4 calls past 16 rows a group): 2.2x the mma.sync tiles at 512 rows an expert
- * (docs/PERFORMANCE.md, sessions 8-9); not the default until compute-sanitizer's racecheck report
- * on its slot refill is settled (docs/CUDA.md).
+ * row counts. The default (DEEPINFER_GPU_WGMMA, on -> di_cuda_ctx.wgmma; cuda_linear_mma.cu hands
+ * it the FP8 / FP4 calls past 16 rows a group, outside batch-invariant and exact modes): 2.2x the
+ * mma.sync tiles at 512 rows an expert (docs/PERFORMANCE.md, sessions 8-9). The slots pass between
+ * the roles through mbarriers: with named barriers (bar.arrive / bar.sync) racecheck reported every
+ * refill as a race, as it does for any arrive / sync handshake over shared memory
+ * (tools/cuda/probe_racecheck.cu, docs/CUDA.md session 10).
  *
  * Numerics: the operands are dequantised exactly to bf16 -- the activations' codes times their
  * scales once per call (act_quant_bf16_kernel: the CPU's act_quant values), the weights' codes
@@ -21,7 +23,7 @@
  * the CTA's 128 weight rows x BT tokens; warpgroup 2 only copies. A stage is 64 K values (2 scale
  * blocks) in one of WG_SLOTS slots: the bf16 activations (K-major, 128-byte swizzle: wgmma's B
  * from shared memory) and the raw weight codes, copied by cp.async WG_AHEAD stages ahead; the
- * producer signals a slot full (named barrier) when its copies landed. A consumer dequantises its
+ * producer signals a slot full (mbarrier) when its copies landed. A consumer dequantises its
  * rows' codes of the stage straight into wgmma A fragments (registers: no widened tile in shared
  * memory, and the work is spread over 8 warps), issues the stage's four k16 wgmmas (m64nBTk16,
  * A from registers), waits for them and signals the slot empty. ptxas serialises every wgmma
@@ -45,15 +47,15 @@
 
 #define WG_BW 128        /* weight rows per CTA: two consumer warpgroups of 64 */
 #define WG_THREADS 384   /* two consumer warpgroups, then the producer */
-#define WG_SLOTS 6       /* stage slots (2 named barriers each; 16 in all) */
+#define WG_SLOTS 6       /* stage slots (a "full" and an "empty" mbarrier each) */
 #define WG_AHEAD 5       /* stages loaded ahead (<= WG_SLOTS - 1) */
 /* weight-scale blocks of one K split cached per CTA: FP4 one byte a row and block (K <= 5120),
  * FP8 one a 32-row block */
 #define WG_SCALE_BLOCKS_FP4 160
 #define WG_SCALE_BLOCKS_FP8 1024
 
-/* named barriers: one "full" and one "empty" per slot, then the consumers' turns */
-enum { WG_BAR_FULL = 1, WG_BAR_EMPTY = 1 + WG_SLOTS, WG_BAR_TURN = 1 + 2 * WG_SLOTS };
+/* named barriers: the consumers' turns (1, 2); the slots go through mbarriers */
+enum { WG_BAR_TURN = 1 };
 
 template <bool FP4, int BT>
 struct wg_layout {
@@ -62,7 +64,8 @@ struct wg_layout {
     static constexpr int SLOT = (X16 + WG_BW * RB + 1023) / 1024 * 1024; /* + [BW][RB] codes */
     static constexpr int SCALE_ROWS = FP4 ? WG_BW : WG_BW / 32;
     static constexpr int SCALES = SCALE_ROWS * (FP4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8); /* [rows][split] e8m0 */
-    static constexpr int SMEM = WG_SLOTS * SLOT + SCALES + 1024; /* + alignment slack */
+    static constexpr int MBARS = SCALES; /* [2][WG_SLOTS] mbarriers: full, empty (SCALES % 8 == 0) */
+    static constexpr int SMEM = WG_SLOTS * SLOT + SCALES + 2 * WG_SLOTS * 8 + 1024; /* + alignment slack */
 };
 
 /* act_quant(x, 32) as bf16 values: each code times its block's scale, exact (the values the CPU's
@@ -110,6 +113,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
     extern __shared__ int4 wg_smem4[];
     uint8_t *const smem = di_smem_align1024(reinterpret_cast<uint8_t *>(wg_smem4)); /* [WG_SLOTS][SLOT] */
     uint8_t *const scales = smem + WG_SLOTS * L::SLOT;                              /* [SCALE_ROWS][nbs] */
+    uint64_t *const full = reinterpret_cast<uint64_t *>(scales + L::MBARS), *const empty = full + WG_SLOTS;
     const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
     const int64_t n0 = (int64_t)blockIdx.x * WG_BW, m0 = (int64_t)blockIdx.y * BT;
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
@@ -123,6 +127,12 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
         y += (int64_t)r0 * N;
     }
     const int tid = threadIdx.x, wg = tid >> 7;
+    if (tid == 0)
+        for (int i = 0; i < WG_SLOTS; i++) {
+            di_mbar_init(&full[i], 128);  /* the producer's threads, once their copies landed */
+            di_mbar_init(&empty[i], 256); /* the consumers' threads, once done with the slot */
+        }
+    __syncthreads();
 
     if (wg == 2) { /* ---- the producer: copies only ---- */
         const int p = tid - 256;
@@ -162,10 +172,10 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
         for (int st = 0; st < nk; st++) {
             di_cp_async_wait<WG_AHEAD - 1>(); /* stage st landed (this thread's copies) */
             di_fence_proxy_async();            /* the activations, visible to wgmma */
-            di_bar_arrive(WG_BAR_FULL + st % WG_SLOTS, WG_THREADS);
+            di_mbar_arrive(&full[st % WG_SLOTS]);
             const int next = st + WG_AHEAD;
             if (next < nk) {
-                if (next >= WG_SLOTS) di_bar_sync(WG_BAR_EMPTY + next % WG_SLOTS, WG_THREADS); /* next - SLOTS consumed */
+                if (next >= WG_SLOTS) di_mbar_wait(&empty[next % WG_SLOTS], (next / WG_SLOTS - 1) & 1); /* next - SLOTS consumed */
                 load(next);
             }
             di_cp_async_commit();
@@ -228,7 +238,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
     uint32_t a[4][4];
     for (int st = 0; st < nk; st++) {
         const uint8_t *slot = smem + (st % WG_SLOTS) * L::SLOT;
-        di_bar_sync(WG_BAR_FULL + st % WG_SLOTS, WG_THREADS);
+        di_mbar_wait(&full[st % WG_SLOTS], (st / WG_SLOTS) & 1);
         dequant(slot, st, a);
         if (wg == 1 || st > 0) di_bar_sync(WG_BAR_TURN + (wg ^ 1), 256); /* the other one issued */
         di_wgmma_fence();
@@ -237,7 +247,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
         di_wgmma_commit();
         if (wg == 0 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the other one's turn */
         di_wgmma_wait<0>();
-        if (st + WG_SLOTS < nk) di_bar_arrive(WG_BAR_EMPTY + st % WG_SLOTS, WG_THREADS);
+        if (st + WG_SLOTS < nk) di_mbar_arrive(&empty[st % WG_SLOTS]);
     }
     di_wgmma_pin(d);
 

@@ -112,14 +112,37 @@ static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n128k16(float (&d)[64
 }
 
 /* Named barriers (ids 1..15; 0 is __syncthreads) between warp roles of a CTA: `count` threads (a
- * multiple of 32) take part; di_bar_sync waits for them, di_bar_arrive signals without waiting
- * (a producer's "full" or a consumer's "empty"). Shared-memory writes before an arrive are
- * visible to the threads that pass the matching sync. */
+ * multiple of 32) take part; di_bar_sync waits for them, di_bar_arrive signals without waiting.
+ * For ordering that only the issue order needs (the consumers' turns): a shared-memory slot
+ * handed between roles goes through an mbarrier (below), which compute-sanitizer's racecheck
+ * models -- it reports every arrive / sync handshake over shared memory as a race, stores or
+ * cp.async alike (tools/cuda/probe_racecheck.cu, docs/CUDA.md). */
 static __device__ __forceinline__ void di_bar_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 static __device__ __forceinline__ void di_bar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* mbarriers (a 64-bit word in shared memory): init by one thread before a __syncthreads, a phase
+ * completes when `count` threads have arrived (arrive: release of the thread's earlier accesses);
+ * di_mbar_wait(b, parity) returns once the phase of that parity has completed (phase k has parity
+ * k & 1; the first phase is 0, so waiting for parity 1 before any completion returns at once). */
+static __device__ __forceinline__ void di_mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(b)), "r"(count)
+                 : "memory");
+}
+static __device__ __forceinline__ void di_mbar_arrive(uint64_t *b) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(b))
+                 : "memory");
+}
+static __device__ __forceinline__ void di_mbar_wait(uint64_t *b, int parity) {
+    asm volatile("{\n.reg .pred p;\nDI_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra DI_MBAR_WAIT;\n}\n" ::"r"((uint32_t)__cvta_generic_to_shared(b)),
+                 "r"(parity)
+                 : "memory");
 }
 
 /* d = A (64x32 e4m3) * B (32x64 e4m3), both K-major in shared memory (descriptors); the

@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <memory>
 #include <math.h>
 #include <memory>
 #include <thread>
@@ -71,9 +73,35 @@ struct named_barrier {
     int arrived = 0;
     unsigned phase = 0;
 };
+/* mbarrier: a phase completes when `count` arrivals came; wait(parity) returns once the phase
+ * of that parity completed (current phase parity differs) */
+struct mbarrier {
+    std::mutex m;
+    std::condition_variable cv;
+    int count = 0, arrived = 0;
+    unsigned phase = 0;
+    void init(int n) {
+        std::lock_guard<std::mutex> lock(m);
+        count = n, arrived = 0, phase = 0;
+    }
+    void arrive() {
+        std::lock_guard<std::mutex> lock(m);
+        if (++arrived == count) {
+            arrived = 0;
+            phase++;
+            cv.notify_all();
+        }
+    }
+    void wait(int parity) {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return (int)(phase & 1u) != parity; });
+    }
+};
 struct block_state {
     std::barrier<> *block_bar;
     named_barrier named[16];
+    std::mutex mbar_m;
+    std::map<const void *, std::unique_ptr<mbarrier>> mbar; /* by shared-memory address */
     std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
     std::vector<uint64_t> xbuf; /* [threads] warp exchange */
 };
@@ -150,6 +178,12 @@ static inline uint64_t exchange(uint64_t v, unsigned src_lane) {
     uint64_t r = g_block->xbuf[w * 32 + (src_lane & 31)];
     g_block->warp_bar[w]->arrive_and_wait();
     return r;
+}
+static inline mbarrier &mbarrier_at(const void *addr) {
+    std::lock_guard<std::mutex> lock(g_block->mbar_m);
+    std::unique_ptr<mbarrier> &b = g_block->mbar[addr];
+    if (!b) b.reset(new mbarrier);
+    return *b;
 }
 static inline void named_barrier_arrive(int id, int count, bool wait) {
     named_barrier &b = g_block->named[id];

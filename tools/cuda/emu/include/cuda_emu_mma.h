@@ -202,4 +202,8 @@ static inline void di_wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&
 /* named barriers: the block's emulated ones (cuda_emu.h) */
 static inline void di_bar_sync(int id, int count) { emu::named_barrier_arrive(id, count, true); }
 static inline void di_bar_arrive(int id, int count) { emu::named_barrier_arrive(id, count, false); }
+/* mbarriers: the block's emulated ones, keyed by their shared-memory address (cuda_emu.h) */
+static inline void di_mbar_init(uint64_t *b, int count) { emu::mbarrier_at(b).init(count); }
+static inline void di_mbar_arrive(uint64_t *b) { emu::mbarrier_at(b).arrive(); }
+static inline void di_mbar_wait(uint64_t *b, int parity) { emu::mbarrier_at(b).wait(parity); }
 #endif
