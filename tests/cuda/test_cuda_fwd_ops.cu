@@ -14,11 +14,12 @@
  *               bit for bit, on inputs of wide range
  *   twin        the decode-sized quantised GEMM (cuda_linear_gemv.cu) equals the tiled tensor-core
  *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening equals the
- *               e2m1 table on all 65536 inputs (the experimental wgmma kernel has other bits: its
+ *               e2m1 table on all 65536 inputs (the wgmma kernel has other bits: its
  *               grouping is checked exact here, its sums against the CPU in test_cuda_ops)
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
- * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone. */
+ * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
+ * the small index-score cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -799,7 +800,7 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
     free(hx), free(a), free(b);
 }
 
-/* ---- the experimental wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
+/* ---- the wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
  * G groups (each empty or of more than 16 rows) against one-group calls of each group and through
  * the active list; G == 0: one matrix of rows[0] rows against two calls on its two halves (both
  * past 16 rows, 64- and 128-token tiles where the halves and the whole differ). Its sums against
@@ -1141,7 +1142,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
     free(logits), free(bias);
 }
 
-/* the experimental wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
+/* the wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
  * an empty group, groups of 17-130 rows (partial and several token tiles; 64- and 128-token
  * tiles), more stages than slots; the FP4 dequantisation on every input. Alone with --wgmma (a
  * short run under the CPU emulator, compute-sanitizer). */
@@ -1184,6 +1185,8 @@ static void run_quick(void) {
     test_cmp_pair(6, 512);
     test_index_score_paged(2, 100, 32, 128, 16, 656, 520, false);
     test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
+    test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false); /* a part-filled head tile, rows past a CTA */
+    test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);     /* the tiny model's heads and dims */
     test_candidates(4, 300, 8, 10, 0);
     test_candidates(3, 45, 8, 64, 4);
 
@@ -1246,7 +1249,7 @@ static void run_full(bool head) {
     test_gemv_twin(DI_DT_I8, 5120, 2304, e1, 48);
     test_gemv_twin(DI_DT_I8, 2304, 5120, e1, 48);
     test_gemv_twin(DI_DT_I8, 5120, 2304, e8, 48);
-    /* the experimental wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
+    /* the wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
      * single matrices (K splits) */
     int e64[8], e300[4];
     for (int i = 0; i < 8; i++) e64[i] = 64;
@@ -1281,6 +1284,7 @@ static void run_full(bool head) {
     test_cmp_pair(64, 512);
     test_index_score_paged(4, 2048, 32, 128, 64, 656, 528, false);
     test_index_score_paged(2, 333, 32, 128, 16, 640, 512, false);
+    test_index_score_paged(37, 2048, 32, 128, 64, 656, 528, false);
     test_candidates(4, 16384, 8, 2048, 0);
     test_candidates(2, 1000, 8, 2048, 100);
 
@@ -1308,6 +1312,11 @@ int main(int argc, char **argv) {
     }
     if (quick) run_quick();
     else if (argc > 1 && !strcmp(argv[1], "--wgmma")) run_wgmma_quick();
+    else if (argc > 1 && !strcmp(argv[1], "--index")) { /* the index-score cases alone */
+        test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
+        test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false);
+        test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);
+    }
     else run_full(!medium);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
     di_cuda_ctx_free(&g_cx);

@@ -1,16 +1,13 @@
-/* Compressor pairs, paged index scores and the candidate pool on the GPU (cuda_fwd_ops.h), twins
- * of di_fwd_compress (ratio-2 pair), index_scores over a sequence's paged keys and candidate_pool
- * in src/forward/indexer.c.
+/* Compressor pairs and the candidate pool on the GPU (cuda_fwd_ops.h), twins of di_fwd_compress
+ * (ratio-2 pair) and candidate_pool in src/forward/indexer.c.
  *
  * cmp_pair: thread per (pair, d), the CPU's fp32 expression with di_dev_expf (glibc's expf).
- * index_score_paged: index_score_kernel's arithmetic (cuda_index_score.cuh), with key t looked up
- * through the sequence's block table (or, batched, each row's own sequence's). block_max: thread per (row, block), fmaxf over the block's
- * positions in position order, as the CPU; the newest visible block pinned to +inf. cand_flags:
- * zero the row's flags, then one thread per kept block sets its flag. cand_apply: thread per
- * score. All bit-identical to the CPU (no reductions across threads). */
+ * block_max: thread per (row, block), fmaxf over the block's positions in position order, as the
+ * CPU; the newest visible block pinned to +inf. cand_flags: zero the row's flags, then one thread
+ * per kept block sets its flag. cand_apply: thread per score. All bit-identical to the CPU (no
+ * reductions across threads). The paged index scores are in cuda_index_score_mma.cu. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
-#include "backend/cuda/cuda_index_score.cuh"
 
 #define EW_THREADS 256
 
@@ -37,58 +34,6 @@ extern "C" void di_cuda_cmp_pair(const float *const *k0, const float *const *z0,
                                  const float *const *z1, int64_t n, int dh, float *latent, cudaStream_t s) {
     if (n <= 0 || dh <= 0) return;
     cmp_pair_kernel<<<ew_blocks(n * dh), EW_THREADS, 0, s>>>(k0, z0, k1, z1, n, dh, latent);
-    DI_CUDA_LAUNCHED();
-}
-
-/* grid (key groups of IDX_WARPS, R): warp per (r, key t). rows.pool set: row r's own pool, block
- * table and key count (keys past it score -inf); P is then the row stride of score. */
-__global__ void __launch_bounds__(IDX_WARPS * 32)
-index_score_paged_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
-                         const int32_t *__restrict__ blocks, int block_entries, int entry_floats, int key_offset,
-                         int64_t P, int nh, int idim, const int64_t *__restrict__ visible, float *__restrict__ score,
-                         di_index_rows rows) {
-    __shared__ float q_s[32][IDX_MAX_DIM + 1];
-    __shared__ float w_s[32];
-    const int64_t r = blockIdx.y;
-    const int64_t t = (int64_t)blockIdx.x * IDX_WARPS + (threadIdx.x >> 5);
-    int64_t n_keys = P;
-    if (rows.pool) {
-        pool = rows.pool[r];
-        blocks = rows.blocks[r];
-        n_keys = rows.n_keys[r];
-        if ((int64_t)blockIdx.x * IDX_WARPS >= n_keys) { /* the whole block is past this row's keys */
-            if ((threadIdx.x & 31) == 0 && t < P) score[r * P + t] = -INFINITY;
-            return;
-        }
-    }
-    di_dev_index_load_query(qi, w, r, nh, idim, q_s, w_s);
-    __syncthreads();
-    if (t >= P) return;
-    if (t >= n_keys) {
-        if ((threadIdx.x & 31) == 0) score[r * P + t] = -INFINITY;
-        return;
-    }
-    const int64_t entry = (int64_t)blocks[t / block_entries] * block_entries + t % block_entries;
-    const float *kt = pool + entry * entry_floats + key_offset; /* [idim] FP4 grid */
-    const float sc = di_dev_index_score_key(q_s, w_s, kt, nh, idim);
-    if ((threadIdx.x & 31) == 0) score[r * P + t] = !visible || t < visible[r] ? sc : -INFINITY;
-}
-
-extern "C" void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool,
-                                          const int32_t *blocks, int block_entries, int entry_floats,
-                                          int key_offset, int64_t R, int64_t P, int nh, int idim,
-                                          const int64_t *visible, const di_index_rows *rows, float *score,
-                                          cudaStream_t s) {
-    if (nh > 32 || idim > IDX_MAX_DIM || block_entries <= 0) {
-        fprintf(stderr, "di_cuda_index_score_paged: %d heads x %d dims exceeds 32 x %d (or %d entries per block)\n",
-                nh, idim, IDX_MAX_DIM, block_entries);
-        abort();
-    }
-    if (R <= 0 || P <= 0) return;
-    dim3 grid((unsigned)((P + IDX_WARPS - 1) / IDX_WARPS), (unsigned)R);
-    const di_index_rows none = {NULL, NULL, NULL};
-    index_score_paged_kernel<<<grid, IDX_WARPS * 32, 0, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
-                                                             key_offset, P, nh, idim, visible, score, rows ? *rows : none);
     DI_CUDA_LAUNCHED();
 }
 

@@ -93,7 +93,7 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
                              int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b);
 
-/* With ctx->wgmma (opt-in, DEEPINFER_GPU_WGMMA), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
+/* With ctx->wgmma (DEEPINFER_GPU_WGMMA, default on), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
  * past the decode sizes (more than 16 rows a group, K % 128 == 0, FP4 K <= 5120) run on the wgmma
  * kernel (cuda_linear_wgmma.cu): bf16-dequantised operands summed over K in fp32 -- within the
  * CPU's bound (test_cuda_ops "linear_* wgmma"), not the mma.sync kernel's bits. */
@@ -146,7 +146,8 @@ typedef struct di_index_rows {
 /* Index scores of R query rows of ONE sequence over its P paged index keys: key t is at
  * pool + ((int64_t)blocks[t / block_entries] * block_entries + t % block_entries) * entry_floats
  *      + key_offset   ([idim] floats).
- * Same arithmetic as di_cuda_index_score (cuda_ops.h); t >= visible[r] (host value per row,
+ * The values of di_cuda_index_score (cuda_ops.h), on tensor cores (cuda_index_score_mma.cu: needs
+ * FP4-grid q and keys, nh <= 32, idim % 32 == 0, idim <= 128); t >= visible[r] (host value per row,
  * passed as a device array [R]) scores -inf; visible NULL = all visible, as there.
  * rows non-NULL: rows of several sequences in one call, each with its own pool, block table and
  * key count from *rows (pool and blocks are then ignored); P is the row stride of score [R, P] and

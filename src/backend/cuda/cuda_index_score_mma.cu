@@ -1,0 +1,176 @@
+/* The lightning indexer's scores over paged keys on bf16 tensor cores (di_cuda_index_score_paged,
+ * cuda_fwd_ops.h; model-spec §2.4 (6)), bit-identical to index_scores() in src/forward/indexer.c
+ * and to the CUDA-core di_cuda_index_score (cuda_indexer.cu). It replaced a paged twin of that
+ * kernel, which summed each q_h . k_t in double on CUDA cores and staged a row's whole query per 8
+ * keys: 22% of a 4,096-token prefill (docs/PERFORMANCE.md, session 10). The config requires
+ * idim % 32 == 0; nh <= 32 and idim <= 128 as before.
+ *
+ * Why the tensor core's sums are the CPU's: q and the keys are on the FP4 grid (fp4_act_quant with
+ * ue8m0 scales, blocks of 32 along the head dim), so within one 32-block every product is an e2m1
+ * x e2m1 product (at most 4 significant bits) times one power of two, and the block's sum of 32
+ * is a multiple of that power below 2^11 of it: exact in fp32, and exactly what mma.m16n8k16
+ * returns (two k16 steps, the block's partial in fp32 as c). The blocks' partials are then added
+ * in double, as are the 32 head terms (bf16 values): exact, whatever the order, as the CPU's
+ * double sums in index / head order are -- so both round the same exact value (to float, then
+ * bf16). That holds while the block scales of a row span less than ~2^38 and the head terms less
+ * than ~2^40, far beyond anything fp4_act_quant of real activations gives; the tests compare bit
+ * for bit on wide-range data.
+ *
+ * Layout: one warp per query row (all its heads: 16 a m-tile, A = q from registers, loaded once),
+ * keys in n8 tiles as B, straight from the row's paged pool (each lane loads key g's dims of its
+ * fragment; the warps of a CTA are consecutive rows of mostly one sequence, so a key tile is read
+ * from L2 once and from L1 after). Keys at or past the row's live count (its sequence's keys, its
+ * visible prefix) are not computed: they score -inf, as in the CUDA-core kernel. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_mma.cuh"
+
+#define IM_WARPS 8 /* query rows per CTA */
+#define IM_WARPS_WANTED 2112 /* warps a launch should have: 16 a multiprocessor (keys split that far) */
+#define IM_NT 2    /* n8 key tiles per step */
+#define IM_MAX_KS 8 /* k16 steps: idim <= 128 */
+
+/* two bf16-exact floats -> bf16x2 (lo in the low half) */
+static __device__ __forceinline__ uint32_t im_pack(float lo, float hi) {
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+template <bool V2>
+static __device__ __forceinline__ uint32_t im_load2(const float *p) {
+    if (V2) {
+        const float2 v = *reinterpret_cast<const float2 *>(p);
+        return im_pack(v.x, v.y);
+    }
+    return im_pack(p[0], p[1]);
+}
+
+/* grid (ceil(P / kc), ceil(R / IM_WARPS)): warp = (query row, chunk of kc keys, a multiple of
+ * 8 IM_NT); V2: entry_floats and key_offset even (8-byte key loads) */
+template <bool V2>
+__global__ void __launch_bounds__(IM_WARPS * 32)
+index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
+                       const int32_t *__restrict__ blocks, int block_entries, int entry_floats, int key_offset,
+                       int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
+                       float *__restrict__ score, di_index_rows rows, int kc) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int64_t r = (int64_t)blockIdx.y * IM_WARPS + (threadIdx.x >> 5);
+    const int64_t k0 = (int64_t)blockIdx.x * kc, k1 = k0 + kc < P ? k0 + kc : P; /* this warp's keys */
+    if (r >= R) return;
+    int64_t live = P;
+    if (rows.pool) {
+        pool = rows.pool[r];
+        blocks = rows.blocks[r];
+        live = rows.n_keys[r];
+    }
+    if (visible && visible[r] < live) live = visible[r];
+    if (live < 0) live = 0;
+    float *const srow = score + r * P;
+    const int64_t stop = live < k1 ? live : k1; /* keys computed: [k0, stop) */
+    if (stop <= k0) { /* the whole chunk is past the row's live keys */
+        for (int64_t t = k0 + lane; t < k1; t += 32) srow[t] = -INFINITY;
+        return;
+    }
+    const int ks_n = idim / 16, mt_n = nh > 16 ? 2 : 1;
+
+    /* A: head rows 16 mt + g (+ 8), dims 16 ks + 2 t4 (+ 8); heads past nh are zero */
+    uint32_t a[2][IM_MAX_KS][4];
+    float wh[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int h = 16 * mt + 8 * hh + g;
+            const bool ok = mt < mt_n && h < nh;
+            const float *q = qi + (r * nh + (ok ? h : 0)) * idim + 2 * t4;
+            wh[mt][hh] = ok ? w[r * nh + h] : 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < IM_MAX_KS; ks++) {
+                const bool k_ok = ok && ks < ks_n;
+                a[mt][ks][hh] = k_ok ? im_pack(q[16 * ks], q[16 * ks + 1]) : 0u;
+                a[mt][ks][hh + 2] = k_ok ? im_pack(q[16 * ks + 8], q[16 * ks + 9]) : 0u;
+            }
+        }
+
+    int64_t t0 = k0;
+    for (; t0 < stop; t0 += 8 * IM_NT) {
+        /* B: key t0 + 8 j + g, dims 16 ks + 2 t4 (+ 8); keys past live are zero */
+        uint32_t b[IM_NT][IM_MAX_KS][2];
+#pragma unroll
+        for (int j = 0; j < IM_NT; j++) {
+            const int64_t t = t0 + 8 * j + g;
+            const bool ok = t < live;
+            const int tt = ok ? (int)t : 0; /* P < 2^31 */
+            const float *kt =
+                pool + ((int64_t)blocks[tt / block_entries] * block_entries + tt % block_entries) * entry_floats +
+                key_offset + 2 * t4;
+#pragma unroll
+            for (int ks = 0; ks < IM_MAX_KS; ks++) {
+                const bool k_ok = ok && ks < ks_n;
+                b[j][ks][0] = k_ok ? im_load2<V2>(kt + 16 * ks) : 0u;
+                b[j][ks][1] = k_ok ? im_load2<V2>(kt + 16 * ks + 8) : 0u;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < IM_NT; j++) {
+            double part[2] = {0.0, 0.0}; /* this lane's head terms of keys 2 t4, 2 t4 + 1 of the tile */
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                if (mt >= mt_n) break;
+                double dot[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+                for (int ks = 0; ks < IM_MAX_KS; ks += 2) { /* one 32-block: its exact fp32 sum */
+                    if (ks >= ks_n) break;
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    di_mma_bf16_16816(c, a[mt][ks], b[j][ks], c);
+                    di_mma_bf16_16816(c, a[mt][ks + 1], b[j][ks + 1], c);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) dot[e] += (double)c[e];
+                }
+                /* d[e]: head 16 mt + g + 8 (e >> 1), key 2 t4 + (e & 1) */
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float s = di_dev_bf16_round((float)dot[e]);
+                    part[e & 1] += (double)di_dev_bf16_round(fmaxf(s, 0.0f) * wh[mt][e >> 1]);
+                }
+            }
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) { /* the other heads: lanes of the same t4 */
+                part[0] += __shfl_xor_sync(0xffffffffu, part[0], o);
+                part[1] += __shfl_xor_sync(0xffffffffu, part[1], o);
+            }
+            const int64_t t = t0 + 8 * j + 2 * t4 + (g & 1);
+            const double total = g & 1 ? part[1] : part[0];
+            if (g < 2 && t < P) srow[t] = t < live ? di_dev_bf16_round((float)total) : -INFINITY;
+        }
+    }
+    for (int64_t t = t0 + lane; t < k1; t += 32) srow[t] = -INFINITY; /* past the row's live keys */
+}
+
+void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool, const int32_t *blocks,
+                               int block_entries, int entry_floats, int key_offset, int64_t R, int64_t P, int nh,
+                               int idim, const int64_t *visible, const di_index_rows *rows, float *score,
+                               cudaStream_t s) {
+    if (nh > 32 || idim % 32 || idim > 16 * IM_MAX_KS || block_entries <= 0) {
+        fprintf(stderr, "di_cuda_index_score_paged: %d heads x %d dims (need <= 32 x a multiple of 32 <= %d), %d entries "
+                "per block\n", nh, idim, 16 * IM_MAX_KS, block_entries);
+        abort();
+    }
+    if (R <= 0 || P <= 0) return;
+    const di_index_rows none = {NULL, NULL, NULL};
+    /* split the keys while the rows alone give too few warps (decode: a warp per row would walk all
+     * its keys alone); each score is computed the same whatever the split */
+    const int64_t step = 8 * IM_NT, tiles = (P + step - 1) / step;
+    int64_t chunks = (IM_WARPS_WANTED + R - 1) / R;
+    if (chunks > tiles) chunks = tiles;
+    const int kc = (int)((tiles + chunks - 1) / chunks * step);
+    const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)((R + IM_WARPS - 1) / IM_WARPS));
+    if ((entry_floats | key_offset) % 2 == 0)
+        index_score_mma_kernel<true><<<grid, IM_WARPS * 32, 0, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
+                                                                    key_offset, R, P, nh, idim, visible, score,
+                                                                    rows ? *rows : none, kc);
+    else
+        index_score_mma_kernel<false><<<grid, IM_WARPS * 32, 0, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
+                                                                     key_offset, R, P, nh, idim, visible, score,
+                                                                     rows ? *rows : none, kc);
+    DI_CUDA_LAUNCHED();
+}
