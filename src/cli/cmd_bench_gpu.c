@@ -271,7 +271,7 @@ static void print_step_rows(void) {
 /* Where one forward call's time goes: the stage profile (synchronising at every stage boundary, so
  * the total exceeds an unprofiled step by the lost overlap) of one more call over the same states.
  * Kept and printed after the table, which they would split. */
-enum { MAX_PROFILES = 4, MAX_STAGES = 64 };
+enum { MAX_PROFILES = 6, MAX_STAGES = 64 };
 static struct {
     char what[64];
     double secs[MAX_STAGES];
@@ -326,9 +326,11 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
         if (S == 512 && be->profiler_range) be->profiler_range(true);
         double dt = timed_forward(m, st, 1, S, logits, 99, &err);
         if (S == 512 && be->profiler_range) be->profiler_range(false);
-        if (dt >= 0 && S == 512) { /* where the time goes: the same prefill again, profiled */
+        if (dt >= 0 && S <= 4096) { /* where the time goes: the same prefill again, profiled */
+            char what[64];
+            snprintf(what, sizeof what, "prefill of %d tokens", S);
             di_seq_state_reset(st[0]);
-            profile_call(m, st, 1, S, logits, "prefill of 512 tokens");
+            profile_call(m, st, 1, S, logits, what);
         }
         di_seq_state_free(st[0]);
         di_kv_pool_destroy(&pool);
@@ -457,7 +459,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     }
                     m->device_graphs = graphs;
                 }
-                if (n_t == steps && ci == 0 && (B == 1 || B == 64)) { /* where the time goes */
+                if (n_t == steps && ci == 0 && (B == 1 || B == 64 || B == 256)) { /* where the time goes */
                     char what[64];
                     snprintf(what, sizeof what, "decode B = %d at context %lld", B, (long long)ctx);
                     profile_call(m, st, B, 1, logits, what);
