@@ -403,7 +403,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     printf("| phase | B | context | ms / step | tokens/s | GB moved | TFLOP | roofline ms | bound | %% of roofline |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size * 256);
+    /* page-locked, as the engine's: the device writes the logits there, no host copy after */
+    float *logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * 256);
     const int64_t ctxs[] = {4096, 32768, 131072};
     const int Bs[] = {1, 8, 32, 64, 128, 256};
     const int steps = quick ? 2 : 4;
@@ -480,7 +481,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     print_step_rows();
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
            "sequence per step, median of %d steps after two warm-up steps.\n", steps);
-    free(logits);
+    di_model_result_free(m, logits);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "deepinfer bench: %s\n", err.msg);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "forward/device.h"
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -124,7 +125,19 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
     }
-    float *logits = malloc(sizeof(float) * (size_t)(n_want ? n_want : 1) * V);
+    const size_t logits_bytes = sizeof(float) * (size_t)(n_want ? n_want : 1) * V;
+    if (logits_bytes > e->logits_cap) { /* grows only: page-locking memory costs far more than a step */
+        di_model_result_free(e->model, e->logits);
+        e->logits = di_model_result_alloc(e->model, logits_bytes);
+        e->logits_cap = e->logits ? logits_bytes : 0;
+        if (!e->logits) {
+            free(tokens);
+            free(seqs);
+            free(want);
+            return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", n_want);
+        }
+    }
+    float *logits = e->logits;
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want};
     double t0 = now_seconds(), mask_s = 0.0;
@@ -166,6 +179,5 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     free(tokens);
     free(seqs);
     free(want);
-    free(logits);
     return st;
 }

@@ -2,6 +2,7 @@
  * which defines DI_WITH_CUDA for this file. */
 #include "forward/device.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef DI_WITH_CUDA
@@ -41,6 +42,17 @@ di_status di_model_select_backend(di_model *m, const char *name, unsigned flags,
         return di_err_prefix(err, "backend %s", be->name);
     }
     return DI_OK;
+}
+
+void *di_model_result_alloc(const di_model *m, size_t bytes) {
+    const di_device_backend *be = m->dev_backend;
+    return be && be->host_alloc ? be->host_alloc(bytes) : malloc(bytes ? bytes : 1);
+}
+void di_model_result_free(const di_model *m, void *p) {
+    const di_device_backend *be = m->dev_backend;
+    if (!p) return;
+    if (be && be->host_free) be->host_free(p);
+    else free(p);
 }
 
 const char *di_model_backend_name(const di_model *m) { return m->dev_backend ? m->dev_backend->name : "cpu"; }

@@ -51,6 +51,10 @@ typedef struct di_device_backend {
     /* brackets the work an external profiler records when started with capture off (Nsight
      * Compute's --profile-from-start off: tools/cuda/device_profile.sh); NULL: none */
     void (*profiler_range)(bool on);
+    /* page-locked host memory for a forward call's results (logits): the device copies into it
+     * directly, without the staging buffer and the host copy after it (132 MB a step at B = 256) */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } di_device_backend;
 
 /* The CUDA backend, or NULL with the reason in *why (not built in, no device). */
@@ -61,11 +65,15 @@ enum {
     DI_BACKEND_BATCH_INVARIANT = 1, /* fixed reduction orders whatever the batch */
     DI_BACKEND_EXACT = 2,           /* quantised GEMMs with the CPU's exact block sums (slower) */
     DI_BACKEND_EAGER = 4,           /* launch every kernel directly: no CUDA graphs */
-    DI_BACKEND_WGMMA = 8,           /* experimental: prefill-sized quantised GEMMs on wgmma */
+    DI_BACKEND_WGMMA = 8,           /* prefill-sized quantised GEMMs on wgmma (DEEPINFER_GPU_WGMMA) */
 };
 /* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu)
  * with DI_BACKEND_* `flags`. Must be called before any sequence state is created for the model. */
 di_status di_model_select_backend(di_model *m, const char *name, unsigned flags, di_err *err);
+/* Host memory for a forward call's results (di_batch.logits): page-locked where the model runs on
+ * a device backend (written there directly), else malloc. NULL when out of memory. */
+void *di_model_result_alloc(const di_model *m, size_t bytes);
+void di_model_result_free(const di_model *m, void *p);
 /* "cpu" or the device backend's name */
 const char *di_model_backend_name(const di_model *m);
 

@@ -5,6 +5,7 @@
  * the block-scaled GEMM wants). A weight whose host data is NULL (a model built from a config
  * alone, as `deepinfer bench` does) gets deterministic pseudo-random bytes generated on the device
  * instead (gpu_fill_random), so benchmarks need no checkpoint. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,8 +129,59 @@ void gpu_download(const gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     GPU_CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, f->s));
     GPU_CK(cudaStreamSynchronize(f->s));
 }
+/* ---- result buffers (host_alloc): page-locked host memory the device writes into directly.
+ * Registered here so that a download can tell them from pageable memory without a CUDA query
+ * (none is made while a graph is being captured). ---- */
+#define RESULT_BUFS 64
+static struct {
+    const char *p;
+    size_t bytes;
+} g_results[RESULT_BUFS];
+static int g_n_results;
+static pthread_mutex_t g_results_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *result_alloc(size_t bytes) {
+    void *p = NULL;
+    pthread_mutex_lock(&g_results_mu);
+    if (g_n_results < RESULT_BUFS && cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess) {
+        g_results[g_n_results].p = p;
+        g_results[g_n_results++].bytes = bytes;
+    } else {
+        cudaGetLastError();
+        p = malloc(bytes ? bytes : 1); /* pageable: downloads go through the staging buffer */
+    }
+    pthread_mutex_unlock(&g_results_mu);
+    return p;
+}
+static void result_free(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&g_results_mu);
+    int i = 0;
+    while (i < g_n_results && g_results[i].p != p) i++;
+    if (i < g_n_results) {
+        g_results[i] = g_results[--g_n_results];
+        GPU_CK(cudaFreeHost(p));
+    } else {
+        free(p);
+    }
+    pthread_mutex_unlock(&g_results_mu);
+}
+static bool in_result_buffer(const void *host, size_t bytes) {
+    const char *h = host;
+    bool in = false;
+    pthread_mutex_lock(&g_results_mu);
+    for (int i = 0; i < g_n_results && !in; i++)
+        in = h >= g_results[i].p && h + bytes <= g_results[i].p + g_results[i].bytes;
+    pthread_mutex_unlock(&g_results_mu);
+    return in;
+}
+
 void gpu_download_async(gpu_fwd *f, void *host, const void *dev, size_t bytes) {
     if (!bytes) return;
+    if (in_result_buffer(host, bytes)) { /* page-locked: straight there, no host copy after */
+        GPU_CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, f->s));
+        return;
+    }
     void *pinned = pinned_piece(f, bytes);
     if (!pinned) { /* staging full (it grows for the next call): wait here */
         gpu_download(f, host, dev, bytes);
@@ -426,6 +478,8 @@ static const di_device_backend cuda_backend = {
     .step_times = gpu_step_times,
     .graph_stats = gpu_graph_stats,
     .profiler_range = profiler_range,
+    .host_alloc = result_alloc,
+    .host_free = result_free,
 };
 
 const di_device_backend *di_cuda_backend_probe(const char **why) {
