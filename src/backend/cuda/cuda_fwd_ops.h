@@ -146,9 +146,10 @@ typedef struct di_index_rows {
 /* Index scores of R query rows of ONE sequence over its P paged index keys: key t is at
  * pool + ((int64_t)blocks[t / block_entries] * block_entries + t % block_entries) * entry_floats
  *      + key_offset   ([idim] floats).
- * The values of di_cuda_index_score (cuda_ops.h), on tensor cores (cuda_index_score_mma.cu: needs
- * FP4-grid q and keys, nh <= 32, idim % 32 == 0, idim <= 128); t >= visible[r] (host value per row,
- * passed as a device array [R]) scores -inf; visible NULL = all visible, as there.
+ * The values of di_cuda_index_score (cuda_ops.h), from the same tensor-core kernel
+ * (cuda_index_score_mma.cu: needs FP4-grid q and keys, nh <= 32, idim % 32 == 0, idim <= 128);
+ * t >= visible[r] (host value per row, passed as a device array [R]) scores -inf; visible NULL =
+ * all visible, as there. blocks NULL (rows NULL): key t is entry t (contiguous keys).
  * rows non-NULL: rows of several sequences in one call, each with its own pool, block table and
  * key count from *rows (pool and blocks are then ignored); P is the row stride of score [R, P] and
  * keys past a row's count score -inf (top-k and block maxima then behave as on the unpadded row). */

@@ -1,9 +1,9 @@
-/* The lightning indexer's scores over paged keys on bf16 tensor cores (di_cuda_index_score_paged,
- * cuda_fwd_ops.h; model-spec §2.4 (6)), bit-identical to index_scores() in src/forward/indexer.c
- * and to the CUDA-core di_cuda_index_score (cuda_indexer.cu). It replaced a paged twin of that
- * kernel, which summed each q_h . k_t in double on CUDA cores and staged a row's whole query per 8
- * keys: 22% of a 4,096-token prefill (docs/PERFORMANCE.md, session 10). The config requires
- * idim % 32 == 0; nh <= 32 and idim <= 128 as before.
+/* The lightning indexer's scores on bf16 tensor cores, over paged keys (di_cuda_index_score_paged,
+ * cuda_fwd_ops.h: the forward pass) or contiguous ones (di_cuda_index_score, cuda_ops.h);
+ * model-spec §2.4 (6). Bit-identical to index_scores() in src/forward/indexer.c. They replaced
+ * CUDA-core kernels that summed each q_h . k_t in double, a warp per key, and staged a row's whole
+ * query per 8 keys: 22% of a 4,096-token prefill (docs/PERFORMANCE.md, session 10). The config
+ * requires idim % 32 == 0; nh <= 32 and idim <= 128 as before.
  *
  * Why the tensor core's sums are the CPU's: q and the keys are on the FP4 grid (fp4_act_quant with
  * ue8m0 scales, blocks of 32 along the head dim), so within one 32-block every product is an e2m1
@@ -23,6 +23,7 @@
  * visible prefix) are not computed: they score -inf, as in the CUDA-core kernel. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
 
 #define IM_WARPS 8 /* query rows per CTA */
@@ -45,7 +46,8 @@ static __device__ __forceinline__ uint32_t im_load2(const float *p) {
 }
 
 /* grid (ceil(P / kc), ceil(R / IM_WARPS)): warp = (query row, chunk of kc keys, a multiple of
- * 8 IM_NT); V2: entry_floats and key_offset even (8-byte key loads) */
+ * 8 IM_NT); blocks NULL: key t is entry t (contiguous keys); V2: entry_floats and key_offset even
+ * (8-byte key loads) */
 template <bool V2>
 __global__ void __launch_bounds__(IM_WARPS * 32)
 index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
@@ -100,9 +102,8 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
             const int64_t t = t0 + 8 * j + g;
             const bool ok = t < live;
             const int tt = ok ? (int)t : 0; /* P < 2^31 */
-            const float *kt =
-                pool + ((int64_t)blocks[tt / block_entries] * block_entries + tt % block_entries) * entry_floats +
-                key_offset + 2 * t4;
+            const int64_t entry = blocks ? (int64_t)blocks[tt / block_entries] * block_entries + tt % block_entries : tt;
+            const float *kt = pool + entry * entry_floats + key_offset + 2 * t4;
 #pragma unroll
             for (int ks = 0; ks < IM_MAX_KS; ks++) {
                 const bool k_ok = ok && ks < ks_n;
@@ -173,4 +174,9 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
                                                                      key_offset, R, P, nh, idim, visible, score,
                                                                      rows ? *rows : none, kc);
     DI_CUDA_LAUNCHED();
+}
+
+void di_cuda_index_score(const float *qi, const float *w, const float *keys, int64_t R, int64_t P, int nh, int idim,
+                         const int64_t *visible, float *score, cudaStream_t s) {
+    di_cuda_index_score_paged(qi, w, keys, NULL, 1, idim, 0, R, P, nh, idim, visible, NULL, score, s);
 }

@@ -1,14 +1,7 @@
-/* Indexer scores and top-k selection on the GPU (model-spec §2.4 (6)), twins of index_scores()
- * and topk_select() in src/forward/indexer.c.
+/* The indexer's top-k selection on the GPU (model-spec §2.4 (6)), the twin of topk_select() in
+ * src/forward/indexer.c. (The scores are in cuda_index_score_mma.cu.)
  *
- * Scores: one warp per (row, key), lane = head (<= 32 heads); the per-key arithmetic is in
- * cuda_index_score.cuh, shared with the paged variant in cuda_fwd_index.cu. Each lane takes
- * q_h . k_t in double in index order (the CPU's order; the FP4-grid products are exact, so the
- * sum is too), rounds to bf16, applies relu and the bf16 head-weight product; the warp then adds
- * the 32 head terms in double in head order and rounds once to bf16 -- the CPU's three
- * roundings, bit-exact.
- *
- * Top-k: one thread block per row. The order "higher score first, lower position on exact ties"
+ * One thread block per row. The order "higher score first, lower position on exact ties"
  * is a total order on 64-bit keys (order-preserving score bits << 32 | ~position; -0 counts as
  * +0, as the CPU's comparisons do), so the selection is "every key >= the k-th largest key",
  * found by a radix select (8 passes of 8 bits, a shared-memory histogram each; a 64-step bitwise
@@ -16,43 +9,11 @@
  * order by a block-wide ordered compaction, and padded with -1. -inf (and NaN) scores are never
  * selected, as on the CPU. Exact. */
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_index_score.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define TOPK_THREADS 1024
 #define TOPK_RADIX 8                 /* key bits decided per pass */
 #define TOPK_BINS (1 << TOPK_RADIX)
-
-__global__ void __launch_bounds__(IDX_WARPS * 32)
-index_score_kernel(const float *__restrict__ qi, const float *__restrict__ w,
-                   const float *__restrict__ keys, int64_t P, int nh, int idim,
-                   const int64_t *__restrict__ visible, float *__restrict__ score) {
-    __shared__ float q_s[32][IDX_MAX_DIM + 1];
-    __shared__ float w_s[32];
-    const int64_t r = blockIdx.y;
-    di_dev_index_load_query(qi, w, r, nh, idim, q_s, w_s);
-    __syncthreads();
-    const int64_t t = (int64_t)blockIdx.x * IDX_WARPS + (threadIdx.x >> 5);
-    if (t >= P) return;
-    const float sc = di_dev_index_score_key(q_s, w_s, keys + t * idim, nh, idim);
-    if ((threadIdx.x & 31) == 0) {
-        const bool vis = !visible || t < visible[r];
-        score[r * P + t] = vis ? sc : -INFINITY;
-    }
-}
-
-extern "C" void di_cuda_index_score(const float *qi, const float *w, const float *keys, int64_t R,
-                                    int64_t P, int nh, int idim, const int64_t *visible, float *score,
-                                    cudaStream_t s) {
-    if (nh > 32 || idim > IDX_MAX_DIM) {
-        fprintf(stderr, "di_cuda_index_score: %d heads x %d dims exceeds 32 x %d\n", nh, idim, IDX_MAX_DIM);
-        abort();
-    }
-    if (R <= 0 || P <= 0) return;
-    dim3 grid((unsigned)((P + IDX_WARPS - 1) / IDX_WARPS), (unsigned)R);
-    index_score_kernel<<<grid, IDX_WARPS * 32, 0, s>>>(qi, w, keys, P, nh, idim, visible, score);
-    DI_CUDA_LAUNCHED();
-}
 
 /* Sort key: larger is better; 0 for entries that can never be selected. */
 static __device__ __forceinline__ unsigned long long topk_key(const float *score, int64_t t) {

@@ -117,7 +117,7 @@ void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p,
 void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
                      const float *comb, float *out, cudaStream_t s);
 
-/* ---- indexer (cuda_indexer.cu) ---- */
+/* ---- indexer (scores: cuda_index_score_mma.cu, top-k: cuda_indexer.cu) ---- */
 /* qi [R, nh, idim]; w [R, nh] bf16 head weights; keys [P, idim] (one sequence's index keys);
  * visible [R] (keys t >= visible[r] score -inf; NULL = all visible) -> score [R, P]
  * score = bf16(sum_h bf16(relu(bf16(q_h . k_t)) * w_h)). idim <= 128, nh <= 32 */
