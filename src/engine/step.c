@@ -126,10 +126,14 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
     }
     const size_t logits_bytes = sizeof(float) * (size_t)(n_want ? n_want : 1) * V;
-    if (logits_bytes > e->logits_cap) { /* grows only: page-locking memory costs far more than a step */
+    if (logits_bytes > e->logits_cap) {
+        /* once, for every running sequence's row (a step samples at most one row a request):
+         * page-locking costs far more than a step, and a kept CUDA graph's copy into a freed
+         * buffer could not be updated to a new one */
+        const size_t rows = (size_t)(n_want > e->opt.max_num_seqs ? n_want : e->opt.max_num_seqs);
         di_model_result_free(e->model, e->logits);
-        e->logits = di_model_result_alloc(e->model, logits_bytes);
-        e->logits_cap = e->logits ? logits_bytes : 0;
+        e->logits = di_model_result_alloc(e->model, sizeof(float) * rows * (size_t)V);
+        e->logits_cap = e->logits ? sizeof(float) * rows * (size_t)V : 0;
         if (!e->logits) {
             free(tokens);
             free(seqs);

@@ -1,7 +1,7 @@
 /* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
  * m64n64k16 f16 and m64n64k32 e4m3 with both operands in shared memory (128-byte swizzle), and
  * m64n64k16 / m64n128k16 bf16 with A from registers, -> fp32; its fences, the shared-memory
- * descriptor, and the named barriers that pass tiles between warp roles.
+ * descriptor, and the barriers between warp roles (named barriers, mbarriers).
  *
  * A (64 x K) and B (K x 64), K-major: row m of A / column n of B is 32 contiguous bytes (16 f16 or
  * 32 e4m3 values: one instruction's K) of row m / n of a [rows][128-byte] tile whose 16-byte chunk
@@ -113,10 +113,10 @@ static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n128k16(float (&d)[64
 
 /* Named barriers (ids 1..15; 0 is __syncthreads) between warp roles of a CTA: `count` threads (a
  * multiple of 32) take part; di_bar_sync waits for them, di_bar_arrive signals without waiting.
- * For ordering that only the issue order needs (the consumers' turns): a shared-memory slot
- * handed between roles goes through an mbarrier (below), which compute-sanitizer's racecheck
- * models -- it reports every arrive / sync handshake over shared memory as a race, stores or
- * cp.async alike (tools/cuda/probe_racecheck.cu, docs/CUDA.md). */
+ * They serve orderings that guard no shared memory (the wgmma consumers' turns). A shared-memory
+ * slot handed from one role to another goes through an mbarrier (below): compute-sanitizer's
+ * racecheck reports every arrive / sync handshake over shared memory as a race, stores and
+ * cp.async alike, and none through mbarriers (tools/cuda/probe_racecheck.cu, docs/CUDA.md). */
 static __device__ __forceinline__ void di_bar_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
