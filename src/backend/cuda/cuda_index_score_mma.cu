@@ -31,18 +31,13 @@
 #define IM_NT 2    /* n8 key tiles per step */
 #define IM_MAX_KS 8 /* k16 steps: idim <= 128 */
 
-/* two bf16-exact floats -> bf16x2 (lo in the low half) */
-static __device__ __forceinline__ uint32_t im_pack(float lo, float hi) {
-    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
-}
-
 template <bool V2>
 static __device__ __forceinline__ uint32_t im_load2(const float *p) {
     if (V2) {
         const float2 v = *reinterpret_cast<const float2 *>(p);
-        return im_pack(v.x, v.y);
+        return di_bf16x2_of_exact(v.x, v.y);
     }
-    return im_pack(p[0], p[1]);
+    return di_bf16x2_of_exact(p[0], p[1]);
 }
 
 /* grid (ceil(P / kc), ceil(R / IM_WARPS)): warp = (query row, chunk of kc keys, a multiple of
@@ -88,8 +83,8 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
 #pragma unroll
             for (int ks = 0; ks < IM_MAX_KS; ks++) {
                 const bool k_ok = ok && ks < ks_n;
-                a[mt][ks][hh] = k_ok ? im_pack(q[16 * ks], q[16 * ks + 1]) : 0u;
-                a[mt][ks][hh + 2] = k_ok ? im_pack(q[16 * ks + 8], q[16 * ks + 9]) : 0u;
+                a[mt][ks][hh] = k_ok ? di_bf16x2_of_exact(q[16 * ks], q[16 * ks + 1]) : 0u;
+                a[mt][ks][hh + 2] = k_ok ? di_bf16x2_of_exact(q[16 * ks + 8], q[16 * ks + 9]) : 0u;
             }
         }
 

@@ -15,9 +15,10 @@
  * rounded to fp32: equal to the CPU's exactly rounded sum except where the hardware's internal
  * alignment drops bits; sm_90 runs it as two f16 HMMAs, whose bits are those of an f16 sum over the
  * k with k % 4 < 2 accumulated with the rest: tools/cuda/probe_mma_numerics.cu), folded into the
- * fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in ascending K-block order -- the CPU's fold. Every output element goes through the same
- * instructions in the same order whatever the tile configuration, so results do not depend on M
- * or on the batch (batch invariance holds with any of the configurations below).
+ * fp32 accumulator as acc = fma(blocksum, xs * ws, acc) in ascending K-block order -- the CPU's
+ * fold. Every output element goes through the same instructions in the same order whatever the
+ * tile configuration, so results do not depend on M or on the batch (batch invariance holds with
+ * any of the configurations below).
  *
  * Tiling: a block computes BM x BN outputs with WM x WN warps (warp tile (BM/WM) x (BN/WN) =
  * MI m16 x NI n8 mma tiles); K advances BKB scale blocks (128 or 512 values) per pipeline stage,

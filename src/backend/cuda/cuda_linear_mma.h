@@ -1,6 +1,6 @@
 /* Shared between the two tensor-core GEMMs of the quantised linears (internal header):
- * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (opt-in bf16
- * wgmma, the FP8 / FP4 modes at prefill sizes with di_cuda_ctx.wgmma), which the first calls. */
+ * cuda_linear_mma.cu (mma.sync, every mode and size) and cuda_linear_wgmma.cu (bf16 wgmma, the
+ * FP8 / FP4 modes at prefill sizes with di_cuda_ctx.wgmma, the default), which the first calls. */
 #ifndef DI_CUDA_LINEAR_MMA_H
 #define DI_CUDA_LINEAR_MMA_H
 

@@ -82,8 +82,7 @@ __global__ void act_quant_bf16_kernel(const float *__restrict__ x, int64_t n_blo
     di_e4m3x2_to_f32x2((uint16_t)(codes & 0xffffu), &q[0], &q[1]);
     di_e4m3x2_to_f32x2((uint16_t)(codes >> 16), &q[2], &q[3]);
     /* code x power of two: exact in fp32 and in bf16 (the high halves) */
-    xb[i] = make_uint2(__byte_perm(__float_as_uint(q[0] * sc), __float_as_uint(q[1] * sc), 0x7632),
-                       __byte_perm(__float_as_uint(q[2] * sc), __float_as_uint(q[3] * sc), 0x7632));
+    xb[i] = make_uint2(di_bf16x2_of_exact(q[0] * sc, q[1] * sc), di_bf16x2_of_exact(q[2] * sc, q[3] * sc));
 }
 
 void di_cuda_act_quant_bf16(const float *x, int64_t n_blocks, uint16_t *xb, cudaStream_t s) {
@@ -222,7 +221,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
                         for (int e = 0; e < 2; e++) {
                             float f0, f1;
                             di_e4m3x2_to_f32x2((uint16_t)__byte_perm(v[4 * kk + 2 * e], v[4 * kk + 2 * e + 1], sel), &f0, &f1);
-                            a[kk][h + 2 * e] = __byte_perm(__float_as_uint(f0 * sw), __float_as_uint(f1 * sw), 0x7632);
+                            a[kk][h + 2 * e] = di_bf16x2_of_exact(f0 * sw, f1 * sw);
                         }
                     }
                 }

@@ -197,6 +197,11 @@ static __device__ __forceinline__ void di_e2m1x4_to_bf16x4(uint32_t nib16, uint3
     out[1] = __byte_perm(lb, hb, 0x7362);
 }
 
+/* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
+static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
 /* a * b per bf16 half, rounded to nearest even (exact here: a code's value times a power of two) */
 static __device__ __forceinline__ uint32_t di_bf16x2_mul(uint32_t a, uint32_t b) {
 #ifdef DI_CUDA_EMU_H
