@@ -60,9 +60,9 @@ struct di_engine {
     int64_t max_prompt_tokens;  /* longest prompt + generation that fits the budget alone */
     di_engine_stats stats;
     struct di_token_trie *vocab_trie; /* structured output: built on the first constrained request */
-    float *logits;              /* [logits_cap / V, V] a step's sampled rows, kept across steps:
+    float *logits;              /* [logits_rows, V] a step's sampled rows, kept across steps:
                                  * page-locked on a device (di_model_result_alloc), which writes it */
-    size_t logits_cap;          /* bytes */
+    int logits_rows;
 };
 
 /* A planned step: for each scheduled request, how many of its tokens to run. */

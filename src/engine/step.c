@@ -108,40 +108,31 @@ static void commit_token(di_engine *e, engine_req *r, const di_sample_result *s)
 di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     if (plan->n == 0) return DI_OK;
     const int64_t V = e->model->cfg.vocab_size;
+    if (plan->n > e->logits_rows) {
+        /* once, for every running sequence (a step samples at most one row a request): page-locking
+         * costs far more than a step, and a kept CUDA graph's copy into a freed buffer could not be
+         * updated to a new one */
+        const int rows = plan->n > e->opt.max_num_seqs ? plan->n : e->opt.max_num_seqs;
+        di_model_result_free(e->model, e->logits);
+        e->logits = di_model_result_alloc(e->model, sizeof(float) * (size_t)rows * (size_t)V);
+        e->logits_rows = e->logits ? rows : 0;
+        if (!e->logits) return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", rows);
+    }
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)plan->total_rows);
     di_seq_state **seqs = malloc(sizeof(di_seq_state *) * (size_t)plan->n);
     uint8_t *want = calloc((size_t)plan->total_rows, 1);
-    int n_want = 0, row = 0;
+    int row = 0;
     int64_t prefill_rows = 0, decode_rows = 0;
     for (int i = 0; i < plan->n; i++) {
         engine_req *r = plan->req[i];
         memcpy(tokens + row, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)plan->n_rows[i]);
         seqs[i] = r->state;
         row += plan->n_rows[i];
-        if (plan->samples[i]) {
-            want[row - 1] = 1;
-            n_want++;
-        }
+        if (plan->samples[i]) want[row - 1] = 1;
         if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
     }
-    const size_t logits_bytes = sizeof(float) * (size_t)(n_want ? n_want : 1) * V;
-    if (logits_bytes > e->logits_cap) {
-        /* once, for every running sequence's row (a step samples at most one row a request):
-         * page-locking costs far more than a step, and a kept CUDA graph's copy into a freed
-         * buffer could not be updated to a new one */
-        const size_t rows = (size_t)(n_want > e->opt.max_num_seqs ? n_want : e->opt.max_num_seqs);
-        di_model_result_free(e->model, e->logits);
-        e->logits = di_model_result_alloc(e->model, sizeof(float) * rows * (size_t)V);
-        e->logits_cap = e->logits ? sizeof(float) * rows * (size_t)V : 0;
-        if (!e->logits) {
-            free(tokens);
-            free(seqs);
-            free(want);
-            return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", n_want);
-        }
-    }
-    float *logits = e->logits;
+    float *logits = e->logits; /* the sampled rows in plan order, [<= plan->n, V] */
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want};
     double t0 = now_seconds(), mask_s = 0.0;
