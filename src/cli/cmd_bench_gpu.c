@@ -312,6 +312,9 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
     const di_device_backend *be = m->dev_backend;
     di_err err = {0};
     const int prefills[] = {512, 4096, 16384};
+    int profiled = 0; /* the largest prefill that runs goes inside the profiler range */
+    for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++)
+        if (prefills[pi] <= max_prefill) profiled = prefills[pi];
     for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++) {
         const int S = prefills[pi];
         if (S > max_prefill) continue;
@@ -323,9 +326,9 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
         di_kv_pool_init(&pool, 16, di_kv_entry_floats(m), 0);
         di_kv_pool_set_mem(&pool, &be->mem);
         di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
-        if (S == 512 && be->profiler_range) be->profiler_range(true);
+        if (S == profiled && be->profiler_range) be->profiler_range(true);
         double dt = timed_forward(m, st, 1, S, logits, 99, &err);
-        if (S == 512 && be->profiler_range) be->profiler_range(false);
+        if (S == profiled && be->profiler_range) be->profiler_range(false);
         if (dt >= 0 && S <= 4096) { /* where the time goes: the same prefill again, profiled */
             char what[64];
             snprintf(what, sizeof what, "prefill of %d tokens", S);

@@ -19,7 +19,7 @@
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
- * the small index-score cases. */
+ * the small index-score cases, `--moe` the routing and grouping cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1316,6 +1316,11 @@ int main(int argc, char **argv) {
         test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
         test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false);
         test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);
+    }
+    else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing and grouping alone, one of them prefill-sized */
+        test_moe_route(5, 16, 4, 0);
+        test_moe_route(37, 40, 6, 12);
+        test_moe_route(1000, 384, 6, 48);
     }
     else run_full(!medium);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);

@@ -4,7 +4,7 @@
 # (gpu__time_duration.sum; --clock-control none, as METHOD.md asks) and folds the launches into a
 # table per kernel and grid: launches, total and mean microseconds, share. Only what the bench puts
 # inside the backend's profiler range is recorded: the last direct-launch decode step of each batch
-# size at the first context and the 512-token prefill (profiling every launch of a bench run,
+# size at the first context and the largest prefill (profiling every launch of a bench run,
 # weight generation and ceilings included, takes far longer than a device call).
 #     PROFILE_ARGS="--bench-batch 1 --bench-max-context 4096 --bench-max-prefill 512" \
 #         bash tools/cuda/device_profile.sh [TAG]

@@ -93,64 +93,88 @@ extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_
     DI_CUDA_LAUNCHED();
 }
 
-/* One block: the assignments [R*K] grouped per expert, rows ascending within an expert (the
- * CPU's gather order): counts, offsets, then a warp per expert places that expert's assignments in
- * order, 32 at a time by ballot (a thread per expert scanning every assignment alone took 250 us
- * for a 512-token prefill). */
-#define GROUP_THREADS 1024
-#define GROUP_CHUNK 4096
+/* The assignments [R*K] grouped per expert, rows ascending within an expert (the CPU's gather
+ * order), in two launches. moe_count_kernel (one block): counts per expert, their exclusive prefix
+ * (row_off) and the list of experts with rows. moe_place_kernel (a block per expert): each warp
+ * takes a contiguous segment of the assignments, counts its expert's hits there by ballot, the
+ * warps' counts are prefixed in warp order, and a second pass writes the hits at their positions.
+ * (One block placing every expert, a warp per expert, took 620 us for a 4,096-token prefill.) */
+#define GROUP_THREADS 1024 /* moe_count_kernel: one thread per expert (E <= GROUP_THREADS) */
+#define PLACE_THREADS 512
+
+/* exclusive prefix of v over the block (blockDim.x == GROUP_THREADS) in thread order; *total the sum */
+static __device__ int group_block_scan(int v, int *warp_s, int *total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += u;
+    }
+    __syncthreads(); /* warp_s may still be read by a previous scan */
+    if (lane == 31) warp_s[warp] = inc;
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int w = 0; w < GROUP_THREADS / 32; w++) {
+        before += w < warp ? warp_s[w] : 0;
+        all += warp_s[w];
+    }
+    *total = all;
+    return before + inc - v;
+}
+
 __global__ void __launch_bounds__(GROUP_THREADS)
-moe_group_kernel(const int32_t *__restrict__ expert, const float *__restrict__ weight, int64_t n, int K, int E,
-                 const float *x, float *xg, float *yg, float *eo, int64_t D, int *__restrict__ row_off,
-                 int *__restrict__ active, const float **gsrc, float **gdst, const float **ssrc, float **sdst,
-                 float *__restrict__ wts) {
-    __shared__ int cnt[GROUP_THREADS], base[GROUP_THREADS];
-    __shared__ int32_t ex_s[GROUP_CHUNK];
+moe_count_kernel(const int32_t *__restrict__ expert, int64_t n, int E, int *__restrict__ row_off,
+                 int *__restrict__ active) {
+    __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32];
     const int t = threadIdx.x;
     cnt[t] = 0;
     __syncthreads();
     for (int64_t i = t; i < n; i += GROUP_THREADS) atomicAdd(&cnt[expert[i]], 1);
     __syncthreads();
-    if (t == 0) {
-        int acc = 0, n_act = 0;
-        for (int e = 0; e < E; e++) {
-            base[e] = acc;
-            row_off[e] = acc;
-            acc += cnt[e];
-            if (active && cnt[e]) active[n_act++] = e;
-        }
-        row_off[E] = acc;
-        if (active)
-            for (int j = n_act; j < E; j++) active[j] = -1;
+    const int c = t < E ? cnt[t] : 0;
+    int total, n_act;
+    const int off = group_block_scan(c, warp_s, &total);
+    const int slot = group_block_scan(c > 0, warp_s, &n_act);
+    if (t < E) row_off[t] = off;
+    if (t == 0) row_off[E] = total;
+    if (active && t < E) {
+        if (c > 0) active[slot] = t;
+        if (t >= n_act) active[t] = -1;
     }
+}
+
+/* block e: expert e's assignments to positions row_off[e] .. row_off[e + 1] */
+__global__ void __launch_bounds__(PLACE_THREADS)
+moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ weight, int64_t n, int K,
+                 const float *x, float *xg, float *yg, float *eo, int64_t D, const int *__restrict__ row_off,
+                 const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *__restrict__ wts) {
+    constexpr int NW = PLACE_THREADS / 32;
+    __shared__ int warp_n[NW];
+    const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int first = row_off[e];
+    if (row_off[e + 1] == first) return; /* uniform over the block */
+    const int64_t seg = (n + NW * 32 - 1) / (NW * 32) * 32; /* whole ballots a warp */
+    const int64_t i0 = warp * seg, i1 = i0 + seg < n ? i0 + seg : n;
+    int hits = 0;
+    for (int64_t i = i0 + lane; i - lane < i1; i += 32)
+        hits += __popc(__ballot_sync(0xffffffffu, i < i1 && expert[i] == e));
+    if (lane == 0) warp_n[warp] = hits;
     __syncthreads();
-    const int lane = t & 31, warp = t >> 5;
-    for (int64_t c0 = 0; c0 < n; c0 += GROUP_CHUNK) {
-        const int64_t cn = n - c0 < GROUP_CHUNK ? n - c0 : GROUP_CHUNK;
-        __syncthreads();
-        for (int64_t i = t; i < cn; i += GROUP_THREADS) ex_s[i] = expert[c0 + i];
-        __syncthreads();
-        for (int e = warp; e < E; e += GROUP_THREADS / 32) { /* base[e]: expert e's next slot (this warp's) */
-            if (!cnt[e]) continue;
-            int pos = base[e];
-            for (int64_t i0 = 0; i0 < cn; i0 += 32) {
-                const int64_t i = i0 + lane;
-                const bool hit = i < cn && ex_s[i] == e;
-                const unsigned m = __ballot_sync(0xffffffffu, hit);
-                if (hit) {
-                    const int p = pos + __popc(m & ((1u << lane) - 1u));
-                    const int64_t a = c0 + i, r = a / K;
-                    gsrc[p] = x + r * D;
-                    gdst[p] = xg + (int64_t)p * D;
-                    ssrc[p] = yg + (int64_t)p * D;
-                    sdst[p] = eo + a * D;
-                    wts[p] = weight[a];
-                }
-                pos += __popc(m);
-            }
-            __syncwarp();
-            if (lane == 0) base[e] = pos;
+    int pos = first;
+    for (int w = 0; w < warp; w++) pos += warp_n[w];
+    for (int64_t i = i0 + lane; i - lane < i1; i += 32) {
+        const bool hit = i < i1 && expert[i] == e;
+        const unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (hit) {
+            const int p = pos + __popc(m & ((1u << lane) - 1u));
+            const int64_t r = i / K;
+            gsrc[p] = x + r * D;
+            gdst[p] = xg + (int64_t)p * D;
+            ssrc[p] = yg + (int64_t)p * D;
+            sdst[p] = eo + i * D;
+            wts[p] = weight[i];
         }
+        pos += __popc(m);
     }
 }
 
@@ -162,8 +186,11 @@ extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, in
         fprintf(stderr, "di_cuda_moe_group: %d experts exceed %d\n", E, GROUP_THREADS);
         abort();
     }
-    moe_group_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, weight, R * K, K, E, x, xg, yg, eo, D, row_off, active, gsrc,
-                                                 gdst, ssrc, sdst, wts);
+    moe_count_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, R * K, E, row_off, active);
+    DI_CUDA_LAUNCHED();
+    if (R * K <= 0 || E <= 0) return;
+    moe_place_kernel<<<(unsigned)E, PLACE_THREADS, 0, s>>>(expert, weight, R * K, K, x, xg, yg, eo, D, row_off, gsrc,
+                                                           gdst, ssrc, sdst, wts);
     DI_CUDA_LAUNCHED();
 }
 

@@ -222,6 +222,11 @@ static inline T __shfl_down_sync(unsigned m, T v, unsigned d) { /* lanes past th
     const unsigned lane = emu::flat_tid() & 31;
     return __shfl_sync(m, v, (int)(lane + d < 32 ? lane + d : lane));
 }
+template <class T>
+static inline T __shfl_up_sync(unsigned m, T v, unsigned d) { /* lanes below d keep their own value */
+    const unsigned lane = emu::flat_tid() & 31;
+    return __shfl_sync(m, v, (int)(lane >= d ? lane - d : lane));
+}
 static inline unsigned __ballot_sync(unsigned, int pred) {
     const unsigned t = emu::flat_tid(), w = t / 32;
     emu::g_block->xbuf[t] = pred ? 1 : 0;
