@@ -15,7 +15,8 @@
  *   fp32-sum   BF16/F32 linears through cuBLAS (fp32 accumulation in its own order; the CPU sums
  *   bound      exactly): |gpu - cpu| <= (K + 1) 2^-24 sum_k |x_k w_k|, plus 1 bf16 ulp in BF16 mode
  * Prints "SKIPPED: no CUDA device" and exits 0 where no GPU is present; exits 1 on any FAIL.
- * `test_cuda_ops --quick` runs small shapes only (for compute-sanitizer). */
+ * `test_cuda_ops --quick` runs small shapes only (for compute-sanitizer); `--attn` the attention
+ * cases of the real shape (the wgmma kernel's) alone, `--mhc` the mHC cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -555,20 +556,24 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     if (misaligned) snprintf(shape + n, sizeof shape - n, " kv+4B");
     compare("sparse_attn", shape, got, ref, nq * H, dim, CRIT_EXACT);
     if (di_cuda_sparse_attn_mma_supported(H, dim)) {
-        /* the tensor-core path, with 16 and with 32 heads a block: within the bound of the CPU,
-         * and the same bits either way (the block shape is picked from the grid size) */
+        /* the tensor-core paths: mma.sync with 16 and with 32 heads a block, within the bound of
+         * the CPU and the same bits either way (the block shape is picked from the grid size);
+         * the wgmma kernel (64 heads a block) where it applies, within the same bound */
         float *bound = (float *)malloc(4 * nq * H * dim), *got16 = (float *)malloc(4 * nq * H * dim);
         for (int64_t r = 0; r < nq; r++)
             attn_mma_bound(q + r * H * dim, H, dim, hrows + r * n_idx, n_idx, sink, scale, ref + r * H * dim,
                            bound + r * H * dim);
         g_bound = bound;
-        for (int hpb = 16; hpb <= 32; hpb += 16) {
+        const int max_hpb = di_cuda_sparse_attn_wg_supported(H, dim) ? 64 : 32;
+        for (int hpb = max_hpb; hpb >= 16; hpb -= 16) {
+            if (hpb == 48) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
             di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, 0);
             dev_download(hpb == 16 ? got16 : got, dout, 4 * nq * H * dim);
             char mshape[160];
             snprintf(mshape, sizeof mshape, "%s hpb=%d", shape, hpb);
-            compare("sparse_attn_mma", mshape, hpb == 16 ? got16 : got, ref, nq * H, dim, CRIT_BOUND);
+            compare(hpb == 64 ? "sparse_attn_wg" : "sparse_attn_mma", mshape, hpb == 16 ? got16 : got, ref, nq * H,
+                    dim, CRIT_BOUND);
         }
         compare("sparse_attn_mma 16v32", shape, got, got16, nq * H, dim, CRIT_EXACT);
         free(bound), free(got16);
@@ -581,7 +586,8 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
  * (same order), and the list extended by three runs of NULL entries. The first is what a prefill's
  * chunking does to a row's list (the window's NULLs move); the second, a batch whose longest
  * selection differs (the list grows by NULL entries, and so does the count of cluster ranks). */
-static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty) {
+static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty,
+                                          int hpb = 0) {
     const int n_runs = (n_idx + 63) / 64, n_ext = (n_runs + 3) * 64;
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
     float *sink = (float *)malloc(4 * H);
@@ -612,12 +618,12 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
         const float **rows = pass == 0 ? base : pass == 1 ? moved : ext;
         const float *const *drows = (const float *const *)dev_upload(rows, sizeof(float *) * nq * n);
         CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-        di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n, dsink, scale, dout, 0, 0);
+        di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n, dsink, scale, dout, hpb, 0);
         dev_download(pass == 0 ? want : got, dout, 4 * nq * H * dim);
         cudaFree((void *)drows);
         if (pass == 0) continue;
         char shape[128];
-        snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d %s", (long long)nq, H, dim, n_idx,
+        snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d hpb=%d %s", (long long)nq, H, dim, n_idx, hpb,
                  pass == 1 ? "NULLs moved" : "+3 NULL runs");
         compare("sparse_attn_mma invar.", shape, got, want, nq * H, dim, CRIT_EXACT);
     }
@@ -814,6 +820,26 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    if (argc > 1 && !strcmp(argv[1], "--mhc")) { /* the mHC cases alone (small and real shapes) */
+        test_mhc(2, 4, 256);
+        test_mhc(3, 6, 64);
+        test_mhc(37, 4, 300);
+        test_mhc(4, 4, 5120);
+        test_mhc(5, 8, 96); /* nmix 80: ten fn tiles */
+        di_cuda_ctx_free(&g_ctx);
+        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--attn")) { /* the attention cases of the real shape alone */
+        test_attention(1, 64, 512, 128 + 512, 4096, 5);
+        test_attention(3, 64, 512, 100, 300, 30);
+        test_attention(2, 64, 512, 128 + 512, 4096, 5, 3);
+        test_attention(2, 128, 512, 128 + 512, 4096, 5, -1, 0, true);
+        test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20, 64);
+        di_cuda_ctx_free(&g_ctx);
+        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
     if (quick) {
         run_quick();
         di_cuda_ctx_free(&g_ctx);
@@ -876,7 +902,9 @@ int main(int argc, char **argv) {
     test_attention(2, 16, 64, 0, 10, 0);
     test_attention(2, 64, 512, 128 + 512, 4096, 5, -1, 0, true);
     test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20);
-    test_attention_mma_invariance(300, 64, 512, 128 + 512, 4096, 5); /* a grid of 32 heads a block */
+    test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20, 64);             /* the wgmma kernel */
+    test_attention_mma_invariance(300, 64, 512, 128 + 512, 4096, 5, 32); /* a grid of 32 heads a block */
+    test_attention_mma_invariance(300, 64, 512, 128 + 512, 4096, 5); /* by grid: the wgmma kernel */
 
     test_mhc(4, 4, 5120);
     test_mhc(64, 4, 512);

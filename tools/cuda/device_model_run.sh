@@ -140,6 +140,11 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
     want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck_ops.log" | tail -2
     run racecheck_ops 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_fwd_ops --quick
     grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_ops.log" | tail -2
+    # the wgmma attention kernel takes only the real shape (64 heads of dim 512): its op cases
+    want memcheck && run memcheck_attn 180 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_ops --attn
+    want memcheck && grep -E "ERROR SUMMARY|passed" "$OUT/memcheck_attn.log" | tail -2
+    run racecheck_attn 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/test_cuda_ops --attn
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed" "$OUT/racecheck_attn.log" | tail -2
     unset DEEPINFER_ACCELERATOR
 fi
 

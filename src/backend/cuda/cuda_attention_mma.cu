@@ -1,4 +1,5 @@
-/* Sparse attention on tensor cores (model-spec §2.0 sparse_attn): the default CUDA path.
+/* Sparse attention on tensor cores (model-spec §2.0 sparse_attn) by mma.sync: the default CUDA
+ * path for shapes the wgmma kernel (cuda_attention_wg.cu: 64 heads a group, dim 512) does not take.
  * cuda_attention.cu keeps the CPU-exact kernels, which DEEPINFER_GPU_EXACT=1 selects.
  *
  * A cluster of n_split CTAs per (row, group of 16 HT heads), 8 warps each; rank c takes the runs
@@ -37,6 +38,7 @@
  * CTA stages its next run only after its PV of this one, so loads and tensor work overlap across
  * the two CTAs of an SM, not within one. The CPU emulator has no clusters: there one rank takes
  * every run. */
+#include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -49,6 +51,8 @@
 #define AM_STAGE_BATCH 8         /* float4 loads a thread has in flight while staging */
 #define AM_MAX_ROWS 65535        /* grid.y */
 #define AM_MAX_SPLIT 8           /* ranks of a cluster (the portable cluster size) */
+#define AM_WG_MIN_ROWS 16        /* rows x 64-head groups from which the wgmma kernel is faster (H200:
+                                  * 43.3 against 42.6 ms a decode step at B = 8, 49.1 against 50.6 at 32) */
 static_assert(AM_MAX_SPLIT * 16 + 16 <= 16 * AM_S_STRIDE, "merge weights fit the logit buffer");
 static_assert(AM_THREADS / 32 == 8, "warp layout: 8 warps");
 
@@ -86,21 +90,6 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
         }
     }
 }
-
-/* The cluster of CTAs that split one (row, head group): barrier and the shared memory of a rank.
- * The CPU emulator runs one CTA at a time, so there the launcher never splits (cluster of 1). */
-#ifdef DI_CUDA_EMU_H
-static void am_cluster_sync(void) { __syncthreads(); }
-template <class T>
-static T *am_rank_smem(T *p, int) { return p; }
-#else
-#include <cooperative_groups.h>
-static __device__ __forceinline__ void am_cluster_sync(void) { cooperative_groups::this_cluster().sync(); }
-template <class T>
-static __device__ __forceinline__ T *am_rank_smem(T *p, int rank) {
-    return cooperative_groups::this_cluster().map_shared_rank(p, rank);
-}
-#endif
 
 /* out [rows, H, dim] bf16 values. grid (head groups x n_split, rows), clusters of (n_split, 1, 1):
  * rank c of a cluster takes runs [c split_runs, (c + 1) split_runs). dim % 32 == 0, <= 512. */
@@ -282,15 +271,15 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
                 *(float2 *)(prow + col) = float2{acc[n][2 * hh], acc[n][2 * hh + 1]};
             }
         }
-    am_cluster_sync(); /* every rank's m_s, den_s and part_s are final */
+    di_cluster_sync(); /* every rank's m_s, den_s and part_s are final */
     if (t < hb) {
         float mx = -1e30f;
-        for (int c = 0; c < n_split; c++) mx = fmaxf(mx, *am_rank_smem(&m_s[t], c));
+        for (int c = 0; c < n_split; c++) mx = fmaxf(mx, *di_cluster_rank_smem(&m_s[t], c));
         float den = 0.0f;
         for (int c = 0; c < n_split; c++) {
-            const float wc = di_dev_expf(*am_rank_smem(&m_s[t], c) - mx);
+            const float wc = di_dev_expf(*di_cluster_rank_smem(&m_s[t], c) - mx);
             wt_s[t * AM_MAX_SPLIT + c] = wc;
-            den += *am_rank_smem(&den_s[t], c) * wc;
+            den += *di_cluster_rank_smem(&den_s[t], c) * wc;
         }
         dfin_s[t] = den + di_dev_expf(sink[h0 + t] - mx);
     }
@@ -298,11 +287,11 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
     for (int e = rank * AM_THREADS + t; e < hb * dim; e += n_split * AM_THREADS) {
         const int head = e / dim;
         float a = 0.0f;
-        for (int c = 0; c < n_split; c++) a += *am_rank_smem(&part_s[e], c) * wt_s[head * AM_MAX_SPLIT + c];
+        for (int c = 0; c < n_split; c++) a += *di_cluster_rank_smem(&part_s[e], c) * wt_s[head * AM_MAX_SPLIT + c];
         const float den = dfin_s[head];
         out[(r * n_heads + h0) * dim + e] = den > 0.0f ? di_dev_bf16_round(a / den) : 0.0f;
     }
-    am_cluster_sync(); /* no rank leaves while another still reads its shared memory */
+    di_cluster_sync(); /* no rank leaves while another still reads its shared memory */
 }
 
 extern "C" bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim) {
@@ -349,6 +338,14 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         abort();
     }
     if (nq <= 0) return;
+    /* the wgmma kernel (one CTA a row and 64 heads) once the rows fill the GPU; below that the
+     * mma.sync kernel's 16 or 32 heads a CTA spread a few rows wider */
+    const bool wg_fills = nq * (n_heads / 64) >= AM_WG_MIN_ROWS;
+    if (heads_per_block == 64 ||
+        (heads_per_block == 0 && wg_fills && di_cuda_sparse_attn_wg_supported(n_heads, dim))) {
+        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, s);
+        return;
+    }
     static bool attr_set;
     static int sms;
     if (!attr_set) {

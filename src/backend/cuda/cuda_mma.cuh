@@ -33,6 +33,14 @@ static __device__ __forceinline__ void di_mma_e4m3_16832(float d[4], const uint3
 /* d = A(16x16 bf16) * B(16x8 bf16) + c, fp32 accumulation; fragments as for k32 with 2-byte
  * elements: a0 row g, k 2t..2t+1 | a1 row g+8 | a2 row g, k 8+2t.. | a3 row g+8, k 8+2t..;
  * b0 col g, k 2t..2t+1 | b1 col g, k 8+2t.. */
+/* fp64 m8n8k4: d = A (8x4) B (4x8) + c. Lane 4g + t holds a = A[g][t], b = B[t][g] and
+ * d[0 / 1] = D[g][2t / 2t + 1] */
+static __device__ __forceinline__ void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%4,%5};\n"
+                 : "=d"(d[0]), "=d"(d[1])
+                 : "d"(a), "d"(b), "d"(c[0]), "d"(c[1]));
+}
+
 static __device__ __forceinline__ void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2],
                                                          const float c[4]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -200,6 +208,18 @@ static __device__ __forceinline__ void di_e2m1x4_to_bf16x4(uint32_t nib16, uint3
 /* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
 static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {
     return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+/* two floats rounded to bf16 (nearest even: di_dev_bf16_round's bits for every non-NaN value) as
+ * bf16x2, lo in the low half: one cvt on the device */
+static __device__ __forceinline__ uint32_t di_bf16x2_rn(float lo, float hi) {
+#ifdef DI_CUDA_EMU_H
+    return __float_as_uint(di_dev_bf16_round(lo)) >> 16 | (__float_as_uint(di_dev_bf16_round(hi)) & 0xffff0000u);
+#else
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#endif
 }
 
 /* a * b per bf16 half, rounded to nearest even (exact here: a code's value times a power of two) */

@@ -94,11 +94,19 @@ size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx,
  * The same operation, with the dot products and PV sums on bf16 tensor cores (fp32 sums in the
  * tensor core's order): within a derived bound of the CPU, not bit-identical; batch invariant.
  * Needs dim % 32 == 0 and dim <= 512 (di_cuda_sparse_attn_mma_supported). No workspace.
- * heads_per_block: 16 or 32 to force a block shape (tests: the result is the same), 0 = by grid. */
+ * heads_per_block: 0 = by shape and grid: the wgmma kernel (below) where it applies and the rows
+ * fill the GPU, else the mma.sync kernel with a block shape by grid (not batch invariant across
+ * that switch: batch-invariant mode passes 64 where the wgmma kernel applies); 16 or 32 force the
+ * mma.sync kernel with that shape (tests: the result is the same), 64 the wgmma kernel. */
 bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
                              int n_idx, const float *sink, float scale, float *out, int heads_per_block,
                              cudaStream_t s);
+/* The wgmma kernel (cuda_attention_wg.cu): 64 heads a CTA, head dim 512 (V4.1's shape): the same
+ * operation in another summation order, within the same bound of the CPU; batch invariant. */
+bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim);
+void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows, int n_idx,
+                            const float *sink, float scale, float *out, cudaStream_t s);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device

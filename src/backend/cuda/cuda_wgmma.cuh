@@ -1,6 +1,7 @@
 /* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
- * m64n64k16 f16 and m64n64k32 e4m3 with both operands in shared memory (128-byte swizzle), and
- * m64n64k16 / m64n128k16 bf16 with A from registers, -> fp32; its fences, the shared-memory
+ * m64n64k16 f16, m64n32k16 bf16 and m64n64k32 e4m3 with both operands in shared memory (128-byte
+ * swizzle), m64n128k16 bf16 with B MN-major, and m64n64k16 / m64n128k16 bf16 with A from
+ * registers, -> fp32; its fences, the shared-memory
  * descriptor, and the barriers between warp roles (named barriers, mbarriers).
  *
  * A (64 x K) and B (K x 64), K-major: row m of A / column n of B is 32 contiguous bytes (16 f16 or
@@ -33,6 +34,17 @@ static __device__ __forceinline__ uint64_t di_wgmma_desc_sw128(const void *smem)
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
     return (uint64_t)((a & 0x3FFFFu) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
+/* the descriptor of an MN-major operand (wgmma's B with trans-b) in the 128-byte swizzle: atoms of
+ * 8 K-rows x 64 16-bit N values (128 bytes a row), 8-row groups 1024 bytes apart along K (SBO), N
+ * atoms `lbo` bytes apart (LBO) */
+static __device__ __forceinline__ uint64_t di_wgmma_desc_sw128_mn(const void *smem, uint32_t lbo) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 | (uint64_t)(1024 >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+/* a descriptor moved `bytes` (a multiple of 16) further into shared memory: its address field is
+ * the address / 16, and shared addresses stay below 2^18, so nothing carries out of it */
+static __device__ __forceinline__ uint64_t di_wgmma_desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 /* the first 1024-byte boundary at or after p in shared memory (swizzled tiles start there) */
 static __device__ __forceinline__ uint8_t *di_smem_align1024(uint8_t *p) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
@@ -57,7 +69,12 @@ static __device__ __forceinline__ void di_wgmma_pin(float (&r)[R]) {
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-/* the D operand lists of a wgmma with 32 / 64 fp32 outputs (N = 64 / 128) */
+/* the D operand lists of a wgmma with 16 / 32 / 64 fp32 outputs (N = 32 / 64 / 128) */
+#define DI_WGMMA_REGS16 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+#define DI_WGMMA_OUT16(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define DI_WGMMA_REGS32 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
@@ -90,6 +107,23 @@ static __device__ __forceinline__ void di_wgmma_f16_m64n64k16(float (&d)[32], ui
                  : "l"(desc_a), "l"(desc_b), "r"(acc));
 }
 
+/* d = A (64x16 bf16) * B (16x32 bf16) (+ d when acc), both K-major in shared memory (the layout
+ * above), fp32 accumulation: the attention kernel's logits (cuda_attention_wg.cu) */
+static __device__ __forceinline__ void di_wgmma_bf16_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " DI_WGMMA_REGS16 "%16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : DI_WGMMA_OUT16(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(acc));
+}
+/* d += A (64x16 bf16, K-major) * B (16x128 bf16, MN-major: di_wgmma_desc_sw128_mn), both in shared
+ * memory: the attention kernel's p V */
+static __device__ __forceinline__ void di_wgmma_bf16_m64n128k16_tb(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DI_WGMMA_REGS64 "%64, %65, p, 1, 1, 0, 1;\n}\n"
+                 : DI_WGMMA_OUT64(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 /* d += A (64x16 bf16) * B (16xN bf16), N = 64 or 128, A from registers, B K-major in shared
  * memory (a descriptor as above): a[4] is this thread's share of the 64x16 A tile, the
  * mma.m16n8k16 A fragment of its warp's 16 rows (warp w of the group: rows 16w..; lane 4g + t:
@@ -109,6 +143,17 @@ static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n128k16(float (&d)[64
                  "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
                  : DI_WGMMA_OUT64(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+/* warp-specialised register budgets: a warpgroup gives registers back (dec) or takes them (inc);
+ * N a multiple of 8 in 24..256, every warp of the warpgroup executes it */
+template <int N>
+static __device__ __forceinline__ void di_setmaxnreg_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+static __device__ __forceinline__ void di_setmaxnreg_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 /* Named barriers (ids 1..15; 0 is __syncthreads) between warp roles of a CTA: `count` threads (a

@@ -52,6 +52,31 @@ static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint
     }
 }
 
+/* fp64 m8n8k4: every lane's a and b through the warp, then c + the four products by fma in k order */
+static inline void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    double A[32], B[32];
+    for (unsigned src = 0; src < 32; src++) {
+        uint64_t u;
+        memcpy(&u, &a, 8);
+        u = emu::exchange(u, src);
+        memcpy(&A[src], &u, 8);
+        memcpy(&u, &b, 8);
+        u = emu::exchange(u, src);
+        memcpy(&B[src], &u, 8);
+    }
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    double out[2];
+    for (int i = 0; i < 2; i++) {
+        const int col = 2 * tq + i;
+        double s = c[i];
+        for (int k = 0; k < 4; k++) s = fma(A[4 * g + k], B[4 * col + k], s); /* A[g][k], B[k][col] */
+        out[i] = s;
+    }
+    d[0] = out[0];
+    d[1] = out[1];
+}
+
 /* bf16 m16n8k16: exact products summed in double with c, rounded once */
 static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
     const unsigned lane = emu::flat_tid() & 31;
@@ -167,6 +192,46 @@ static inline void di_wgmma_f16_m64n64k16(float (&d)[32], uint64_t desc_a, uint6
             d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + s) : (float)s;
         }
 }
+static inline uint64_t di_wgmma_desc_add(uint64_t desc, uint32_t bytes) { return desc + bytes; }
+/* MN-major descriptors carry their LBO in bits 48.. of the host address (x86-64 user addresses
+ * stay below 2^47) */
+static inline uint64_t di_wgmma_desc_sw128_mn(const void *smem, uint32_t lbo) {
+    return (uint64_t)(uintptr_t)smem | (uint64_t)(lbo >> 4) << 48;
+}
+/* bf16 (row, k) of a K-major operand, and (k, n) of an MN-major one, in the 128-byte swizzle */
+static inline double emu_bf16_kmajor(uint64_t desc, int row, int k) {
+    uintptr_t addr = (uintptr_t)desc + (uintptr_t)(row >> 3) * 1024 + (uintptr_t)(row & 7) * 128 + (uintptr_t)(2 * k);
+    addr ^= ((addr >> 7) & 7u) << 4;
+    return (double)__uint_as_float((uint32_t)*(const uint16_t *)addr << 16);
+}
+static inline double emu_bf16_mnmajor(uint64_t desc, int k, int n) {
+    const uintptr_t base = (uintptr_t)(desc & ((1ull << 48) - 1)), lbo = (uintptr_t)(desc >> 48) << 4;
+    uintptr_t addr = base + (uintptr_t)(n >> 6) * lbo + (uintptr_t)(k >> 3) * 1024 + (uintptr_t)(k & 7) * 128 +
+                     (uintptr_t)(2 * (n & 63));
+    addr ^= ((addr >> 7) & 7u) << 4;
+    return (double)__uint_as_float((uint32_t)*(const uint16_t *)addr << 16);
+}
+/* both operands in shared memory: d[4i + r] of this thread, N / 8 column groups */
+template <int N, bool MN_B>
+static inline void emu_wgmma_ss_bf16_k16(float *d, uint64_t desc_a, uint64_t desc_b, bool acc) {
+    const unsigned t = emu::flat_tid(), lane = t & 31, warp_in_group = (t >> 5) & 3;
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    for (int i = 0; i < N / 8; i++)
+        for (int r = 0; r < 4; r++) {
+            const int row = 16 * (int)warp_in_group + g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
+            double sum = 0.0;
+            for (int k = 0; k < 16; k++)
+                sum += emu_bf16_kmajor(desc_a, row, k) *
+                       (MN_B ? emu_bf16_mnmajor(desc_b, k, col) : emu_bf16_kmajor(desc_b, col, k));
+            d[4 * i + r] = acc ? (float)((double)d[4 * i + r] + sum) : (float)sum;
+        }
+}
+static inline void di_wgmma_bf16_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int acc) {
+    emu_wgmma_ss_bf16_k16<32, false>(d, desc_a, desc_b, acc != 0);
+}
+static inline void di_wgmma_bf16_m64n128k16_tb(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    emu_wgmma_ss_bf16_k16<128, true>(d, desc_a, desc_b, true);
+}
 /* A from registers: this warp's 16 rows of A from its lanes' fragments (bf16), B from shared
  * memory; always accumulating */
 template <int N>
@@ -199,6 +264,10 @@ static inline void di_wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a
 static inline void di_wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
     emu_wgmma_rs_k16<128>(d, a, desc_b);
 }
+template <int N>
+static inline void di_setmaxnreg_dec(void) {}
+template <int N>
+static inline void di_setmaxnreg_inc(void) {}
 /* named barriers: the block's emulated ones (cuda_emu.h) */
 static inline void di_bar_sync(int id, int count) { emu::named_barrier_arrive(id, count, true); }
 static inline void di_bar_arrive(int id, int count) { emu::named_barrier_arrive(id, count, false); }

@@ -1,0 +1,384 @@
+/* Sparse attention on wgmma for the V4.1 shape (64 heads a group, head dim 512; model-spec §2.0
+ * sparse_attn): the default CUDA path where it applies. cuda_attention_mma.cu keeps the mma.sync
+ * kernel for other shapes (the tiny fixture's) and cuda_attention.cu the CPU-exact one.
+ *
+ * The heads share one KV row per entry (MQA), so one CTA takes all 64 heads of a row: each KV row
+ * is staged once for 64 heads (the mma.sync kernel stages it once per 16 or 32), and both
+ * products run as warpgroup MMAs with M = 64 heads. A cluster of n_split CTAs per (row, group of
+ * 64 heads); rank c takes the runs [c split_runs, (c + 1) split_runs) of 64 entries (AW_SPLIT_RUNS,
+ * fixed, so the split never depends on the batch) and the ranks merge through distributed shared
+ * memory in rank order, as the mma.sync kernel does.
+ *
+ * Roles (one CTA of three warpgroups a multiprocessor):
+ *   producer (warpgroup 2) stages the group's q rows once, then each run into one of two KV tiles:
+ *            the run's live entries first, in list order (where a row's NULLs sit then changes no
+ *            sum: a chunked prefill moves them), each fp32 value rounded to bf16 (the KV and q
+ *            values are on the bf16 grid, so exact) into 64-dim slices in the 128-byte swizzle;
+ *            rows past the live ones are zeros. Thread pt converts dims 4 pt .. 4 pt + 3 of every
+ *            row, AW_BATCH rows in flight. A tile goes full / empty through mbarriers.
+ *   consumers (warpgroups 0, 1): warpgroup w computes the logits of its 32 entries of the run for
+ *            all 64 heads (m64n32k16 over the 512 dims, both operands in shared memory), scaled,
+ *            -inf past the live entries. The two exchange their row maxima through shared memory
+ *            (an mbarrier as the barrier of the 256 threads): m_new = max(m, max_0, max_1),
+ *            a = exp(m - m_new), p = exp(logit - m_new). Each keeps its own share of the
+ *            denominator, den_w = den_w a + sum of its p (a thread's 8 values in order, then
+ *            lanes xor 1, 2), and writes bf16(p) into the run's P tile (64 heads x 64 entries).
+ *            Then acc = acc a + bf16(P) V over the whole run, warpgroup w for dims
+ *            [256 w, 256 w + 256) (two m64n128k16 chains, V MN-major from the same KV tile): the
+ *            accumulator, 128 fp32 a thread, stays in registers across the runs.
+ * Merge: den = den_0 + den_1 per rank; over the ranks in order M = max m_c, w_c = exp(m_c - M),
+ * den = sum den_c w_c + exp(sink - M), out = bf16(sum acc_c w_c / den). A rank whose runs hold no
+ * entry adds exact zeros, so a list that only grows by NULL runs gives the same bits; a row with
+ * no entry gives 0. The CPU emulator has no clusters: there one rank takes every run.
+ *
+ * Against the CPU this differs only in summation order (the tensor core's fp32 sums, the
+ * denominator's tree, the merge), within the bound test_cuda_ops checks for the mma.sync kernel;
+ * each head's result depends on its row alone, so it is batch invariant.
+ *
+ * Shared memory: q tile 64 KiB, two KV tiles 128 KiB, P tile 8 KiB, ~4 KiB of lists, maxima and
+ * mbarriers. After the runs the KV tiles hold the rank's acc [64][512] fp32 for the merge and the
+ * P tile the merge weights. */
+#include "backend/cuda/cuda_cluster.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_wgmma.cuh"
+
+#define AW_HEADS 64            /* heads of a CTA: wgmma's M */
+#define AW_DIM 512             /* the head dimension this kernel takes */
+#define AW_RUN 64              /* list entries a run */
+#define AW_THREADS 384         /* consumer warpgroups 0 and 1, then the producer */
+#define AW_SLICE 8192          /* bytes of one 64-dim slice of a 64-row tile (bf16, 128-byte swizzle) */
+#define AW_TILE (8 * AW_SLICE) /* a 64 x 512 bf16 tile */
+#define AW_BATCH 32            /* float4 loads a producer thread has in flight */
+/* runs a cluster rank takes (more only past AW_MAX_SPLIT ranks): V4.1's lists of 128 + 512 entries
+ * make two equal ranks. (H200, a 4,096-token prefill: 4 runs a rank 842 ms, 8 runs 824.) */
+#define AW_SPLIT_RUNS 5
+#define AW_MAX_SPLIT 8         /* ranks of a cluster (the portable cluster size) */
+#define AW_MAX_ROWS 65535      /* grid.y */
+/* registers a thread (setmaxnreg): the accumulators alone are 128 a consumer. The warpgroups
+ * trade within the CTA's allocation, 168 a thread at __launch_bounds__(384, 1); a consumer's
+ * setmaxnreg.inc beyond what the producer gave back would wait forever. */
+#define AW_PRODUCER_REGS 152
+#define AW_CONSUMER_REGS 176
+
+static_assert(128 * AW_PRODUCER_REGS + 256 * AW_CONSUMER_REGS <= AW_THREADS * 168, "register trade exceeds the CTA's");
+
+/* byte offsets in the (1024-aligned) dynamic shared memory */
+enum {
+    AW_Q = 0,                       /* [8 slices][64 heads][128 B] */
+    AW_KV = AW_Q + AW_TILE,         /* [2][8 slices][64 entries][128 B]; after the runs [64][512] fp32 acc */
+    AW_P = AW_KV + 2 * AW_TILE,     /* [64 heads][128 B] bf16(p); after the runs the merge weights */
+    AW_ROWS = AW_P + 8192,          /* [4 producer warps][64] const float *: a warp's staged rows */
+    AW_RED = AW_ROWS + 4 * 64 * 8,  /* [2 run parities][2 consumers][64] fp32 row maxima */
+    AW_MS = AW_RED + 2 * 2 * 64 * 4, /* [64] fp32 running max (after the runs: the rank's) */
+    AW_DEN = AW_MS + 64 * 4,        /* [2 consumers][64] fp32 denominators, then [64] their sum */
+    AW_LIVE = AW_DEN + 3 * 64 * 4,  /* [2] int: live entries of the run in each KV tile */
+    AW_BARS = AW_LIVE + 16,         /* mbarriers: q full, full[2], empty[2], the consumers' exchange */
+    AW_SMEM = AW_BARS + 6 * 8 + 1024 /* + alignment slack */
+};
+enum { BAR_Q = 0, BAR_FULL = 1, BAR_EMPTY = 3, BAR_X = 5 };
+
+/* tile [64 rows][512 dims] bf16 (swizzled slices) <- rows[0 .. n_live) (the rest zeros); thread pt
+ * (0..127) of the producer converts dims 4 pt .. 4 pt + 3 of every row */
+static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_live, int pt) {
+    uint8_t *col = tile + (pt >> 4) * AW_SLICE + (pt & 1) * 8;
+    const int chunk = (pt & 15) >> 1;
+    for (int r0 = 0; r0 < AW_RUN; r0 += AW_BATCH) {
+        float4 v[AW_BATCH];
+#pragma unroll
+        for (int u = 0; u < AW_BATCH; u++) v[u] = di_dev_load_row4(r0 + u < n_live ? rows[r0 + u] : nullptr, 4 * pt);
+#pragma unroll
+        for (int u = 0; u < AW_BATCH; u++) {
+            const int r = r0 + u;
+            *(uint2 *)(col + r * 128 + ((chunk ^ (r & 7)) << 4)) =
+                make_uint2(di_bf16x2_rn(v[u].x, v[u].y), di_bf16x2_rn(v[u].z, v[u].w));
+        }
+    }
+}
+
+/* the 256 consumer threads meet (the mbarrier's phase `phase`) */
+static __device__ __forceinline__ void aw_consumers_meet(uint64_t *bar, int phase) {
+    di_mbar_arrive(bar);
+    di_mbar_wait(bar, phase & 1);
+}
+
+/* out [rows, H, 512] bf16 values. grid (H / 64 x n_split, rows), clusters of (n_split, 1, 1). */
+__global__ void __launch_bounds__(AW_THREADS, 1)
+attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_rows, int n_idx, int n_split,
+               int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out) {
+    extern __shared__ int4 aw_smem4[];
+    uint8_t *const sm = di_smem_align1024(reinterpret_cast<uint8_t *>(aw_smem4));
+    uint8_t *const q_t = sm + AW_Q, *const kv_t = sm + AW_KV, *const p_t = sm + AW_P;
+    const float **const rows_s = reinterpret_cast<const float **>(sm + AW_ROWS);
+    float *const red_s = reinterpret_cast<float *>(sm + AW_RED), *const m_s = reinterpret_cast<float *>(sm + AW_MS);
+    float *const den_s = reinterpret_cast<float *>(sm + AW_DEN);
+    int *const live_s = reinterpret_cast<int *>(sm + AW_LIVE);
+    uint64_t *const bars = reinterpret_cast<uint64_t *>(sm + AW_BARS);
+
+    const int64_t r = blockIdx.y;
+    const int rank = blockIdx.x % n_split, h0 = blockIdx.x / n_split * AW_HEADS;
+    const int t = threadIdx.x, wg = t / 128, lane = t % 32;
+    const int n_runs = (n_idx + AW_RUN - 1) / AW_RUN, run0 = rank * split_runs;
+    const int n_my = (run0 + split_runs < n_runs ? run0 + split_runs : n_runs) - run0; /* may be <= 0 */
+    if (t == 0) {
+        di_mbar_init(&bars[BAR_Q], 128);
+        di_mbar_init(&bars[BAR_FULL], 128);
+        di_mbar_init(&bars[BAR_FULL + 1], 128);
+        di_mbar_init(&bars[BAR_EMPTY], 256);
+        di_mbar_init(&bars[BAR_EMPTY + 1], 256);
+        di_mbar_init(&bars[BAR_X], 256);
+    }
+    __syncthreads();
+
+    /* consumer state (warpgroup c = wg): head rows hr0 = 16 w + g and hr1 = hr0 + 8 of its warp w */
+
+    if (wg == 2) { /* producer */
+        di_setmaxnreg_dec<AW_PRODUCER_REGS>();
+        const int pt = t - 256;
+        const float **rows_w = rows_s + (pt >> 5) * 64; /* this warp's own copy of the list */
+        for (int i = lane; i < AW_HEADS; i += 32) rows_w[i] = q + (r * n_heads + h0 + i) * AW_DIM;
+        __syncwarp();
+        aw_stage(q_t, rows_w, AW_HEADS, pt);
+        di_fence_proxy_async();
+        di_mbar_arrive(&bars[BAR_Q]);
+        for (int j = 0; j < n_my; j++) {
+            const int b = j & 1, r0 = (run0 + j) * AW_RUN, cnt = n_idx - r0 < AW_RUN ? n_idx - r0 : AW_RUN;
+            if (j >= 2) di_mbar_wait(&bars[BAR_EMPTY + b], ((j >> 1) - 1) & 1);
+            __syncwarp(); /* every lane is done with the previous list */
+            const float *const *lr = kv_rows + r * n_idx + r0;
+            const float *e0 = lane < cnt ? lr[lane] : nullptr, *e1 = lane + 32 < cnt ? lr[lane + 32] : nullptr;
+            const unsigned b0 = __ballot_sync(0xffffffffu, e0 != nullptr), b1 = __ballot_sync(0xffffffffu, e1 != nullptr);
+            const unsigned below = (1u << lane) - 1u;
+            const int n0 = __popc(b0), live = n0 + __popc(b1);
+            if (e0) rows_w[__popc(b0 & below)] = e0;
+            if (e1) rows_w[n0 + __popc(b1 & below)] = e1;
+            __syncwarp();
+            if (pt == 0) live_s[b] = live;
+            aw_stage(kv_t + b * AW_TILE, rows_w, live, pt); /* an empty run: zeros, no loads */
+            di_fence_proxy_async();
+            di_mbar_arrive(&bars[BAR_FULL + b]);
+        }
+    } else { /* consumers */
+        di_setmaxnreg_inc<AW_CONSUMER_REGS>();
+        /* warpgroup c: head rows hr0 = 16 w + g and hr1 = hr0 + 8 of its warp w */
+        const int c = wg, g = lane >> 2, tq = lane & 3, hr0 = 16 * ((t % 128) >> 5) + g, hr1 = hr0 + 8;
+        float acc[2][64]; /* [dims 256 c + 128 h ..][the wgmma D layout] */
+        float m0 = -1e30f, m1 = -1e30f, den0 = 0.0f, den1 = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 64; i++) acc[h][i] = 0.0f;
+        int xphase = 0;
+        di_mbar_wait(&bars[BAR_Q], 0);
+        for (int j = 0; j < n_my; j++) {
+            const int b = j & 1;
+            di_mbar_wait(&bars[BAR_FULL + b], (j >> 1) & 1);
+            const int live = live_s[b];
+            { /* a run without live entries adds nothing: its logits are -inf, its rows zeros */
+                const uint8_t *kv = kv_t + b * AW_TILE;
+                float s[16]; /* s[4i + 0/1]: head hr0, entries 32 c + 8 i + 2 tq, +1; s[4i + 2/3]: head hr1 */
+                const uint64_t dq = di_wgmma_desc_sw128(q_t), dk = di_wgmma_desc_sw128(kv + 32 * c * 128);
+                di_wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < AW_DIM / 16; kk++) {
+                    const uint32_t off = (kk >> 2) * AW_SLICE + (kk & 3) * 32;
+                    di_wgmma_bf16_m64n32k16(s, di_wgmma_desc_add(dq, off), di_wgmma_desc_add(dk, off), kk > 0);
+                }
+                di_wgmma_commit();
+                di_wgmma_wait<0>();
+                di_wgmma_pin(s);
+                float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const bool ok = 32 * c + 8 * i + 2 * tq + e < live;
+                        s[4 * i + e] = ok ? s[4 * i + e] * scale : -INFINITY;
+                        s[4 * i + 2 + e] = ok ? s[4 * i + 2 + e] * scale : -INFINITY;
+                        mx0 = fmaxf(mx0, s[4 * i + e]);
+                        mx1 = fmaxf(mx1, s[4 * i + 2 + e]);
+                    }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                float *red = red_s + (j & 1) * 128; /* [2 consumers][64]: by run parity, so a fast
+                                                     * warpgroup's next write never meets a slow one's read */
+                if (tq == 0) {
+                    red[c * 64 + hr0] = mx0;
+                    red[c * 64 + hr1] = mx1;
+                }
+                aw_consumers_meet(&bars[BAR_X], xphase++);
+                const float mn0 = fmaxf(m0, fmaxf(red[hr0], red[64 + hr0]));
+                const float mn1 = fmaxf(m1, fmaxf(red[hr1], red[64 + hr1]));
+                const float a0 = di_dev_expf(m0 - mn0), a1 = di_dev_expf(m1 - mn1);
+                float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float p[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float lg = s[4 * i + e], mn = e < 2 ? mn0 : mn1;
+                        p[e] = lg == -INFINITY ? 0.0f : di_dev_expf(lg - mn);
+                    }
+                    ps0 += p[0];
+                    ps0 += p[1];
+                    ps1 += p[2];
+                    ps1 += p[3];
+                    /* P row h: entries 32 c + 8 i + 2 tq, +1 at bytes 64 c + 16 i + 4 tq (chunk 4 c + i) */
+                    const int chunk = ((4 * c + i) ^ (hr0 & 7)) << 4; /* hr1 & 7 == hr0 & 7 */
+                    *(uint32_t *)(p_t + hr0 * 128 + chunk + 4 * tq) = di_bf16x2_rn(p[0], p[1]);
+                    *(uint32_t *)(p_t + hr1 * 128 + chunk + 4 * tq) = di_bf16x2_rn(p[2], p[3]);
+                }
+                ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
+                ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
+                ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
+                ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
+                den0 = den0 * a0 + ps0;
+                den1 = den1 * a1 + ps1;
+                m0 = mn0;
+                m1 = mn1;
+                di_fence_proxy_async(); /* P, written by threads, is read by wgmma */
+                aw_consumers_meet(&bars[BAR_X], xphase++);
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int i = 0; i < 16; i++) {
+                        acc[h][4 * i] *= a0;
+                        acc[h][4 * i + 1] *= a0;
+                        acc[h][4 * i + 2] *= a1;
+                        acc[h][4 * i + 3] *= a1;
+                    }
+                const uint64_t dp = di_wgmma_desc_sw128(p_t), dv = di_wgmma_desc_sw128_mn(kv + 4 * c * AW_SLICE, AW_SLICE);
+                di_wgmma_fence();
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int kk = 0; kk < AW_RUN / 16; kk++)
+                        di_wgmma_bf16_m64n128k16_tb(acc[h], di_wgmma_desc_add(dp, kk * 32),
+                                                    di_wgmma_desc_add(dv, 2 * h * AW_SLICE + kk * 2048));
+                di_wgmma_commit();
+                di_wgmma_wait<0>();
+                di_wgmma_pin(acc[0]);
+                di_wgmma_pin(acc[1]);
+            }
+            di_mbar_arrive(&bars[BAR_EMPTY + b]);
+        }
+        /* the KV tiles become this rank's acc [64][512] fp32 once both consumers' last PV is done
+         * (the producer finished with them before the last run was full) */
+        aw_consumers_meet(&bars[BAR_X], xphase++);
+        float *const part = reinterpret_cast<float *>(kv_t);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const int col = 256 * c + 128 * h + 8 * i + 2 * tq;
+                *(float2 *)(part + hr0 * AW_DIM + col) = float2{acc[h][4 * i], acc[h][4 * i + 1]};
+                *(float2 *)(part + hr1 * AW_DIM + col) = float2{acc[h][4 * i + 2], acc[h][4 * i + 3]};
+            }
+        if (tq == 0) {
+            if (c == 0) {
+                m_s[hr0] = m0;
+                m_s[hr1] = m1;
+            }
+            den_s[c * 64 + hr0] = den0;
+            den_s[c * 64 + hr1] = den1;
+        }
+    }
+
+    /* merge; the P tile holds the weights */
+    __syncthreads();
+    float *const part_s = reinterpret_cast<float *>(kv_t);
+    float *const wt_s = reinterpret_cast<float *>(p_t), *const dfin_s = wt_s + AW_HEADS * AW_MAX_SPLIT;
+    if (t < AW_HEADS) den_s[128 + t] = den_s[t] + den_s[64 + t];
+    di_cluster_sync(); /* every rank's m_s, sums and part_s are final */
+    if (t < AW_HEADS) {
+        float mx = -1e30f;
+        for (int k = 0; k < n_split; k++) mx = fmaxf(mx, *di_cluster_rank_smem(&m_s[t], k));
+        float den = 0.0f;
+        for (int k = 0; k < n_split; k++) {
+            const float wk = di_dev_expf(*di_cluster_rank_smem(&m_s[t], k) - mx);
+            wt_s[t * AW_MAX_SPLIT + k] = wk;
+            den += *di_cluster_rank_smem(&den_s[128 + t], k) * wk;
+        }
+        dfin_s[t] = den + di_dev_expf(sink[h0 + t] - mx);
+    }
+    __syncthreads();
+    const float4 *parts[AW_MAX_SPLIT]; /* each rank's acc, mapped once */
+#pragma unroll
+    for (int k = 0; k < AW_MAX_SPLIT; k++)
+        parts[k] = reinterpret_cast<const float4 *>(di_cluster_rank_smem(part_s, k < n_split ? k : 0));
+    float4 *const out4 = reinterpret_cast<float4 *>(out + (r * n_heads + h0) * AW_DIM);
+    for (int e = rank * AW_THREADS + t; e < AW_HEADS * AW_DIM / 4; e += n_split * AW_THREADS) {
+        const int head = e / (AW_DIM / 4);
+        float4 a = float4{0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < AW_MAX_SPLIT; k++) {
+            if (k >= n_split) break;
+            const float4 p = parts[k][e];
+            const float w = wt_s[head * AW_MAX_SPLIT + k];
+            a.x += p.x * w;
+            a.y += p.y * w;
+            a.z += p.z * w;
+            a.w += p.w * w;
+        }
+        const float den = dfin_s[head];
+        out4[e] = den > 0.0f ? float4{di_dev_bf16_round(a.x / den), di_dev_bf16_round(a.y / den),
+                                      di_dev_bf16_round(a.z / den), di_dev_bf16_round(a.w / den)}
+                             : float4{0.0f, 0.0f, 0.0f, 0.0f};
+    }
+    di_cluster_sync(); /* no rank leaves while another still reads its shared memory */
+}
+
+extern "C" bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim) {
+    return n_heads > 0 && n_heads % AW_HEADS == 0 && dim == AW_DIM;
+}
+
+extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
+                                       int n_idx, const float *sink, float scale, float *out, cudaStream_t s) {
+    if (!di_cuda_sparse_attn_wg_supported(n_heads, dim) || n_idx < 0) {
+        fprintf(stderr, "di_cuda_sparse_attn_wg: %d heads of dim %d (%d entries) not supported\n", n_heads, dim, n_idx);
+        abort();
+    }
+    if (nq <= 0) return;
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AW_SMEM));
+        attr_set = true;
+    }
+    const int n_runs = (n_idx + AW_RUN - 1) / AW_RUN;
+#ifdef DI_CUDA_EMU_H
+    const int split_runs = n_runs > 0 ? n_runs : 1; /* no clusters in the emulator */
+#else
+    int split_runs = AW_SPLIT_RUNS;
+    if (n_runs > AW_SPLIT_RUNS * AW_MAX_SPLIT) split_runs = (n_runs + AW_MAX_SPLIT - 1) / AW_MAX_SPLIT;
+#endif
+    const int n_split = n_runs > 0 ? (n_runs + split_runs - 1) / split_runs : 1;
+    for (int64_t r0 = 0; r0 < nq; r0 += AW_MAX_ROWS) {
+        const int64_t rows = nq - r0 < AW_MAX_ROWS ? nq - r0 : AW_MAX_ROWS;
+        const float *qs = q + r0 * n_heads * dim;
+        const float *const *kvr = kv_rows + r0 * n_idx;
+        float *os = out + r0 * n_heads * dim;
+        const dim3 grid((unsigned)(n_heads / AW_HEADS * n_split), (unsigned)rows);
+#ifdef DI_CUDA_EMU_H
+        attn_wg_kernel<<<grid, AW_THREADS, AW_SMEM, s>>>(qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink, os);
+#else
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(AW_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = AW_SMEM;
+        cfg.stream = s;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)n_split;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_wg_kernel, qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink,
+                                         os));
+#endif
+        DI_CUDA_LAUNCHED();
+    }
+}
