@@ -3,16 +3,17 @@
  *
  * hc_mix_logits: the CPU's double sums (sum of squares and fn . x over the n*d values of a token)
  * are split into chunks of MIX_CHUNK values. One thread block per (chunk, group of MIX_TOKENS
- * tokens) stages the chunk of x and of every fn row in shared memory as doubles, then a thread
- * sums a token's chunk against two fn rows (or against itself, for the sum of squares) in index
- * order; a second kernel adds the chunk sums (a warp per output, fixed order) and applies the CPU's
- * fp32 tail. Each fn
- * value fetched serves MIX_TOKENS tokens (the version with a block per token read all 2 MB of fn
- * once per token: a 512-token prefill moved 1 GB through L2 per call). The chunking depends on n*d
- * alone and a token's sums never on the other tokens, so the result does not depend on T (batch
- * invariant). Each product is exact in double (bf16 x f32 needs 32 bits), so the sums differ from
- * the CPU's single index-order chain only in the last double bits, which reach the fp32 result only
- * within 2^-29 of a rounding boundary.
+ * tokens) stages the chunk of x and of every fn row in shared memory as doubles, then the fp64
+ * tensor cores (mma.m8n8k4: a warp per 8 tokens x 8 fn rows) sum the chunk's products, and four
+ * chains a token its squares; a second kernel adds the chunk sums (a warp per output, fixed
+ * order) and applies the CPU's fp32 tail. (A thread per token and two fn rows, each reading its
+ * three operands from shared memory for two FMAs, was bound by shared memory: 123 us a call at 512
+ * tokens.) Each fn value fetched serves MIX_TOKENS tokens (the version with a block per token read
+ * all 2 MB of fn once per token: a 512-token prefill moved 1 GB through L2 per call). The chunking
+ * depends on n*d alone and a token's sums never on the other tokens, so the result does not depend
+ * on T (batch invariant). Each product is exact in double (bf16 x f32 needs 32 bits), so the sums
+ * differ from the CPU's single index-order chain only in the last double bits, which reach the
+ * fp32 result only within 2^-29 of a rounding boundary.
  * hc_split_sinkhorn: for n*n <= 32 one warp per token, lane r*n+k holding c[r][k]; row and column
  * sums gather the n values through shuffles and add them in the CPU's order, every division is
  * the CPU's, so the result is bit-exact (sigmoid and softmax through di_dev_expf, glibc's expf
@@ -21,30 +22,32 @@
  * hc_pre / hc_post: the CPU's fp32 sums in the CPU's order, bit-exact; hc_pre a thread per output
  * value, hc_post a thread per (token, k) for the token's n outputs there. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define MIX_THREADS 256
 #define MIX_CHUNK 256                /* values of a token's n*d per block */
-#define MIX_STRIDE (MIX_CHUNK + 1)   /* doubles per staged row: 16 rows at one column hit 16 bank pairs */
+#define MIX_STRIDE (MIX_CHUNK + 4)   /* doubles per staged row: 8 rows x 4 columns (an m8n8k4 operand) in 2 wavefronts */
 #define MIX_TOKENS 16                /* tokens per block */
 #define MIX_MAX_SLICE 512            /* tokens per pass: bounds the partial sums' workspace */
 #define HC_MAX_N 8
 
-/* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [nmix][MIX_STRIDE] */
-static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + nmix) * MIX_STRIDE; }
+/* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [nmix rounded up to 8][MIX_STRIDE] */
+static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + ((nmix + 7) & ~7)) * MIX_STRIDE; }
 
-/* dst [rows][MIX_STRIDE] doubles <- src rows (row stride len floats), cl values each (zeros up to
- * MIX_CHUNK). Each thread issues MIX_STAGE_BATCH loads before storing any (a load-store loop would
- * wait out each load: a decode step's call was held by that). */
+/* dst [rows][MIX_STRIDE] doubles <- the first `live` src rows (row stride len floats), cl values
+ * each, zeros past cl and in rows live .. rows - 1 (the tensor-core tiles read them). Each thread
+ * issues MIX_STAGE_BATCH loads before storing any (a load-store loop would wait out each load: a
+ * decode step's call was held by that). */
 #define MIX_STAGE_BATCH 8
-static __device__ void mix_stage(double *dst, const float *src, int64_t len, int rows, int cl) {
+static __device__ void mix_stage(double *dst, const float *src, int64_t len, int rows, int live, int cl) {
     const int total = rows * MIX_CHUNK;
     for (int k0 = threadIdx.x; k0 < total; k0 += MIX_STAGE_BATCH * MIX_THREADS) {
         float v[MIX_STAGE_BATCH];
 #pragma unroll
         for (int u = 0; u < MIX_STAGE_BATCH; u++) {
             const int k = k0 + u * MIX_THREADS, row = k / MIX_CHUNK, i = k % MIX_CHUNK;
-            v[u] = k < total && i < cl ? src[(int64_t)row * len + i] : 0.0f;
+            v[u] = k < total && row < live && i < cl ? src[(int64_t)row * len + i] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < MIX_STAGE_BATCH; u++) {
@@ -55,45 +58,47 @@ static __device__ void mix_stage(double *dst, const float *src, int64_t len, int
 }
 
 /* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
- * grid (n_chunks, token groups of MIX_TOKENS). */
+ * grid (n_chunks, token groups of MIX_TOKENS). The fn . x sums are fp64 tensor-core products
+ * (mma.m8n8k4: a warp per 8 tokens x 8 fn rows, the chunk's 256 values in k steps of 4); the
+ * sums of squares four chains a token (values i = q mod 4), added in q order. */
 __global__ void __launch_bounds__(MIX_THREADS)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part) {
     extern __shared__ double mix_smem[];
     double *xs = mix_smem;                    /* [MIX_TOKENS][MIX_STRIDE] */
-    double *fs = xs + MIX_TOKENS * MIX_STRIDE; /* [nmix][MIX_STRIDE] */
+    double *fs = xs + MIX_TOKENS * MIX_STRIDE; /* [nmix rounded up to 8][MIX_STRIDE] */
     const int c = blockIdx.x;
     const int64_t t0 = (int64_t)blockIdx.y * MIX_TOKENS, i0 = (int64_t)c * MIX_CHUNK;
     const int nt = T - t0 < MIX_TOKENS ? (int)(T - t0) : MIX_TOKENS;
     const int cl = len - i0 < MIX_CHUNK ? (int)(len - i0) : MIX_CHUNK;
-    mix_stage(xs, x + t0 * len + i0, len, nt, cl);
-    mix_stage(fs, fn + i0, len, nmix, cl);
+    const int nmix8 = (nmix + 7) & ~7;
+    mix_stage(xs, x + t0 * len + i0, len, MIX_TOKENS, nt, cl);
+    mix_stage(fs, fn + i0, len, nmix8, nmix, cl);
     __syncthreads();
-    /* task p: token p % MIX_TOKENS with fn rows 2 (p / MIX_TOKENS) and the next one; the last
-     * MIX_TOKENS tasks are the tokens' sums of squares. Each is one chain in index order. */
-    const int npair = (nmix + 1) / 2, n_tasks = MIX_TOKENS * (npair + 1);
-    for (int p = threadIdx.x; p < n_tasks; p += MIX_THREADS) {
-        const int tt = p % MIX_TOKENS, jp = p / MIX_TOKENS;
-        if (tt >= nt) continue;
-        const double *xr = xs + tt * MIX_STRIDE;
-        double *out = part + (t0 + tt) * (nmix + 1) * (int64_t)n_chunks + c;
-        if (jp == npair) { /* sum of squares */
-            double ss = 0.0;
-            for (int i = 0; i < cl; i++) ss = __fma_rn(xr[i], xr[i], ss); /* exact product: = mul + add */
-            out[(int64_t)nmix * n_chunks] = ss;
-            continue;
-        }
-        const int ja = 2 * jp, jb = ja + 1 < nmix ? ja + 1 : ja;
-        const double *fa = fs + ja * MIX_STRIDE, *fb = fs + jb * MIX_STRIDE;
-        double a = 0.0, b = 0.0;
-        for (int i = 0; i < cl; i++) {
-            const double xv = xr[i];
-            a = __fma_rn(fa[i], xv, a); /* the product is exact, so one rounding either way */
-            b = __fma_rn(fb[i], xv, b);
-        }
-        out[(int64_t)ja * n_chunks] = a;
-        if (jb != ja) out[(int64_t)jb * n_chunks] = b;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int n_tiles = (MIX_TOKENS / 8) * (nmix8 / 8);
+    for (int tile = warp; tile < n_tiles; tile += MIX_THREADS / 32) {
+        const int mt = tile % (MIX_TOKENS / 8), ft = tile / (MIX_TOKENS / 8);
+        const double *xa = xs + (8 * mt + g) * MIX_STRIDE + tq, *fb = fs + (8 * ft + g) * MIX_STRIDE + tq;
+        double d[2] = {0.0, 0.0};
+#pragma unroll 8
+        for (int k = 0; k < MIX_CHUNK; k += 4) di_mma_f64_884(d, xa[k], fb[k], d);
+        const int tok = 8 * mt + g, j = 8 * ft + 2 * tq;
+        if (tok < nt)
+            for (int h = 0; h < 2; h++)
+                if (j + h < nmix) part[((t0 + tok) * (nmix + 1) + j + h) * (int64_t)n_chunks + c] = d[h];
     }
+    /* sums of squares: thread p < 4 MIX_TOKENS takes token p / 4, values i = p % 4 (mod 4) */
+    const int p = threadIdx.x;
+    double ss = 0.0;
+    if (p < 4 * MIX_TOKENS) {
+        const double *xr = xs + (p >> 2) * MIX_STRIDE;
+        for (int i = p & 3; i < MIX_CHUNK; i += 4) ss = __fma_rn(xr[i], xr[i], ss); /* exact product */
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (p < 4 * MIX_TOKENS && (p & 3) == 0 && (p >> 2) < nt)
+        part[((t0 + (p >> 2)) * (nmix + 1) + nmix) * (int64_t)n_chunks + c] = ss;
 }
 
 /* mix [T, nmix] from the chunk sums: a warp per output, lane l adding chunks l, l + 32, ... in
