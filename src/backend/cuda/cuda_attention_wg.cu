@@ -37,7 +37,12 @@
  *
  * Shared memory: q tile 64 KiB, two KV tiles 128 KiB, P tile 8 KiB, ~4 KiB of lists, maxima and
  * mbarriers. After the runs the KV tiles hold the rank's acc [64][512] fp32 for the merge and the
- * P tile the merge weights. */
+ * P tile the merge weights.
+ *
+ * Measured (H200, docs/PERFORMANCE.md session 11): the sparse-attention stage of a 4,096-token
+ * prefill 353 -> 121 ms against the mma.sync kernel, 25 -> 10 ms a decode step at B = 256. With
+ * one CTA a row it spreads fewer CTAs over the GPU than the mma.sync kernel below ~16 rows
+ * (di_cuda_sparse_attn_mma then keeps the latter outside batch-invariant mode). */
 #include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
@@ -52,7 +57,8 @@
 #define AW_TILE (8 * AW_SLICE) /* a 64 x 512 bf16 tile */
 #define AW_BATCH 32            /* float4 loads a producer thread has in flight */
 /* runs a cluster rank takes (more only past AW_MAX_SPLIT ranks): V4.1's lists of 128 + 512 entries
- * make two equal ranks. (H200, a 4,096-token prefill: 4 runs a rank 842 ms, 8 runs 824.) */
+ * make two equal ranks. (H200, the bench's 4,096-token prefill: 4 runs a rank 842 ms, 8 runs 824,
+ * 5 runs 781.) */
 #define AW_SPLIT_RUNS 5
 #define AW_MAX_SPLIT 8         /* ranks of a cluster (the portable cluster size) */
 #define AW_MAX_ROWS 65535      /* grid.y */
