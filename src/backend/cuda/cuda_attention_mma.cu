@@ -302,32 +302,12 @@ template <int HT>
 static void am_launch(int n_groups, int n_split, int split_runs, int64_t rows, const float *q, int n_heads, int dim,
                       const float *const *kv_rows, int n_idx, float scale, const float *sink, float *out,
                       cudaStream_t s) {
-    const dim3 grid((unsigned)(n_groups * n_split), (unsigned)rows);
-#ifdef DI_CUDA_EMU_H
-    attn_mma_kernel<HT><<<grid, AM_THREADS, am_smem_bytes<HT>(dim), s>>>(q, n_heads, dim, kv_rows, n_idx, n_split,
-                                                                       split_runs, scale, sink, out);
-#else
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(AM_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = am_smem_bytes<HT>(dim);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)n_split;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_mma_kernel<HT>, q, n_heads, dim, kv_rows, n_idx, n_split, split_runs,
-                                     scale, sink, out));
-#endif
-    DI_CUDA_LAUNCHED();
+    di_cluster_launch(attn_mma_kernel<HT>, dim3((unsigned)(n_groups * n_split), (unsigned)rows), AM_THREADS,
+                      am_smem_bytes<HT>(dim), n_split, s, q, n_heads, dim, kv_rows, n_idx, n_split, split_runs, scale,
+                      sink, out);
 }
 
-/* runs per rank: AM_SPLIT_RUNS whatever the list's length (lists of one model differ only in
- * trailing NULL runs, whose ranks add exact zeros), more only past AM_MAX_SPLIT ranks */
-#define AM_SPLIT_RUNS 2
+#define AM_SPLIT_RUNS 2 /* runs a cluster rank takes (di_cluster_split) */
 
 extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim,
                                         const float *const *kv_rows, int n_idx, const float *sink,
@@ -358,14 +338,8 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         attr_set = true;
     }
-    const int n_runs = (n_idx + AM_RUN - 1) / AM_RUN;
-#ifdef DI_CUDA_EMU_H
-    const int split_runs = n_runs > 0 ? n_runs : 1; /* no clusters in the emulator */
-#else
-    int split_runs = AM_SPLIT_RUNS;
-    if (n_runs > AM_SPLIT_RUNS * AM_MAX_SPLIT) split_runs = (n_runs + AM_MAX_SPLIT - 1) / AM_MAX_SPLIT;
-#endif
-    const int n_split = n_runs > 0 ? (n_runs + split_runs - 1) / split_runs : 1;
+    int split_runs, n_split;
+    di_cluster_split((n_idx + AM_RUN - 1) / AM_RUN, AM_SPLIT_RUNS, AM_MAX_SPLIT, &split_runs, &n_split);
     /* 32 heads a block (KV staged half as often) once the grid fills the GPU twice over */
     int HT = nq * ((n_heads + 31) / 32) * n_split >= 2 * (int64_t)sms ? 2 : 1;
     if (heads_per_block == 16 || heads_per_block == 32) HT = heads_per_block / 16;

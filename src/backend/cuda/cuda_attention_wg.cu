@@ -353,38 +353,14 @@ extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, 
         DI_CUDA_CHECK(cudaFuncSetAttribute(attn_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AW_SMEM));
         attr_set = true;
     }
-    const int n_runs = (n_idx + AW_RUN - 1) / AW_RUN;
-#ifdef DI_CUDA_EMU_H
-    const int split_runs = n_runs > 0 ? n_runs : 1; /* no clusters in the emulator */
-#else
-    int split_runs = AW_SPLIT_RUNS;
-    if (n_runs > AW_SPLIT_RUNS * AW_MAX_SPLIT) split_runs = (n_runs + AW_MAX_SPLIT - 1) / AW_MAX_SPLIT;
-#endif
-    const int n_split = n_runs > 0 ? (n_runs + split_runs - 1) / split_runs : 1;
+    int split_runs, n_split;
+    di_cluster_split((n_idx + AW_RUN - 1) / AW_RUN, AW_SPLIT_RUNS, AW_MAX_SPLIT, &split_runs, &n_split);
     for (int64_t r0 = 0; r0 < nq; r0 += AW_MAX_ROWS) {
         const int64_t rows = nq - r0 < AW_MAX_ROWS ? nq - r0 : AW_MAX_ROWS;
         const float *qs = q + r0 * n_heads * dim;
         const float *const *kvr = kv_rows + r0 * n_idx;
         float *os = out + r0 * n_heads * dim;
-        const dim3 grid((unsigned)(n_heads / AW_HEADS * n_split), (unsigned)rows);
-#ifdef DI_CUDA_EMU_H
-        attn_wg_kernel<<<grid, AW_THREADS, AW_SMEM, s>>>(qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink, os);
-#else
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(AW_THREADS, 1, 1);
-        cfg.dynamicSmemBytes = AW_SMEM;
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)n_split;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_wg_kernel, qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink,
-                                         os));
-#endif
-        DI_CUDA_LAUNCHED();
+        di_cluster_launch(attn_wg_kernel, dim3((unsigned)(n_heads / AW_HEADS * n_split), (unsigned)rows), AW_THREADS,
+                          (size_t)AW_SMEM, n_split, s, qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink, os);
     }
 }

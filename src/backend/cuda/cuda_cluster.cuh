@@ -1,6 +1,6 @@
 /* Thread-block clusters (sm_90) for the attention kernels, whose ranks split one row's runs and
- * merge through distributed shared memory (internal header): the cluster barrier and a pointer to
- * the same shared variable in another rank. The CPU emulator (tools/cuda/emu) runs one CTA at a
+ * merge through distributed shared memory (internal header): the cluster barrier, a pointer to
+ * the same shared variable in another rank, the run split and the cluster launch. The CPU emulator (tools/cuda/emu) runs one CTA at a
  * time and has no clusters, so its launchers never split (a cluster of one): there the barrier is
  * the block's and every rank is this one. */
 #ifndef DI_CUDA_CLUSTER_CUH
@@ -20,5 +20,43 @@ static __device__ __forceinline__ T *di_cluster_rank_smem(T *p, int rank) {
     return cooperative_groups::this_cluster().map_shared_rank(p, rank);
 }
 #endif
+
+/* The run split of a row's list: `want` runs a rank whatever the list's length (lists of one model
+ * differ only in trailing NULL runs, whose ranks add exact zeros, so the split never depends on
+ * the batch), more only past max_split ranks; the emulator's one rank takes every run. */
+static inline void di_cluster_split(int n_runs, int want, int max_split, int *split_runs, int *n_split) {
+#ifdef DI_CUDA_EMU_H
+    (void)want, (void)max_split;
+    *split_runs = n_runs > 0 ? n_runs : 1;
+#else
+    *split_runs = n_runs > want * max_split ? (n_runs + max_split - 1) / max_split : want;
+#endif
+    *n_split = n_runs > 0 ? (n_runs + *split_runs - 1) / *split_runs : 1;
+}
+
+/* kernel<<<grid, threads, smem, s>>>(args...) in clusters of (n_split, 1, 1) */
+template <class... P, class... A>
+static void di_cluster_launch(void (*kernel)(P...), dim3 grid, int threads, size_t smem, int n_split, cudaStream_t s,
+                              A... args) {
+#ifdef DI_CUDA_EMU_H
+    (void)n_split;
+    emu::launch(kernel, grid, dim3(threads), smem, s)(args...);
+#else
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)n_split;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+#endif
+    DI_CUDA_LAUNCHED();
+}
 
 #endif
