@@ -137,15 +137,8 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
     for (int run = rank * split_runs; run < run_end; run++) {
         const int r0 = run * AM_RUN, cnt = n_idx - r0 < AM_RUN ? n_idx - r0 : AM_RUN;
         __syncthreads(); /* the previous run's PV is done with kv_s, p_s and row_s */
-        if (t < 32) { /* live entries to the front, in list order: where a list has its NULLs (they
-                       * move with a prefill's chunking) then changes no sum */
-            const float *const *lr = kv_rows + r * n_idx + r0;
-            const float *e0 = t < cnt ? lr[t] : nullptr, *e1 = t + 32 < cnt ? lr[t + 32] : nullptr;
-            const unsigned b0 = __ballot_sync(0xffffffffu, e0 != nullptr), b1 = __ballot_sync(0xffffffffu, e1 != nullptr);
-            const unsigned below = (1u << t) - 1u;
-            const int n0 = __popc(b0), live = n0 + __popc(b1);
-            if (e0) row_s[__popc(b0 & below)] = e0;
-            if (e1) row_s[n0 + __popc(b1 & below)] = e1;
+        if (t < 32) { /* live entries to the front, in list order */
+            const int live = di_dev_pack_live_run(kv_rows + r * n_idx + r0, cnt, t, row_s);
             if (t >= live) row_s[t] = nullptr;
             if (t + 32 >= live) row_s[t + 32] = nullptr;
             if (t == 0) live_s = live;
@@ -272,17 +265,7 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
             }
         }
     di_cluster_sync(); /* every rank's m_s, den_s and part_s are final */
-    if (t < hb) {
-        float mx = -1e30f;
-        for (int c = 0; c < n_split; c++) mx = fmaxf(mx, *di_cluster_rank_smem(&m_s[t], c));
-        float den = 0.0f;
-        for (int c = 0; c < n_split; c++) {
-            const float wc = di_dev_expf(*di_cluster_rank_smem(&m_s[t], c) - mx);
-            wt_s[t * AM_MAX_SPLIT + c] = wc;
-            den += *di_cluster_rank_smem(&den_s[t], c) * wc;
-        }
-        dfin_s[t] = den + di_dev_expf(sink[h0 + t] - mx);
-    }
+    if (t < hb) dfin_s[t] = di_cluster_merge_weights(&m_s[t], &den_s[t], n_split, sink[h0 + t], wt_s + t * AM_MAX_SPLIT);
     __syncthreads();
     for (int e = rank * AM_THREADS + t; e < hb * dim; e += n_split * AM_THREADS) {
         const int head = e / dim;

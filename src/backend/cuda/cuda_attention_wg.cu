@@ -152,13 +152,7 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
             const int b = j & 1, r0 = (run0 + j) * AW_RUN, cnt = n_idx - r0 < AW_RUN ? n_idx - r0 : AW_RUN;
             if (j >= 2) di_mbar_wait(&bars[BAR_EMPTY + b], ((j >> 1) - 1) & 1);
             __syncwarp(); /* every lane is done with the previous list */
-            const float *const *lr = kv_rows + r * n_idx + r0;
-            const float *e0 = lane < cnt ? lr[lane] : nullptr, *e1 = lane + 32 < cnt ? lr[lane + 32] : nullptr;
-            const unsigned b0 = __ballot_sync(0xffffffffu, e0 != nullptr), b1 = __ballot_sync(0xffffffffu, e1 != nullptr);
-            const unsigned below = (1u << lane) - 1u;
-            const int n0 = __popc(b0), live = n0 + __popc(b1);
-            if (e0) rows_w[__popc(b0 & below)] = e0;
-            if (e1) rows_w[n0 + __popc(b1 & below)] = e1;
+            const int live = di_dev_pack_live_run(kv_rows + r * n_idx + r0, cnt, lane, rows_w);
             __syncwarp();
             if (pt == 0) live_s[b] = live;
             aw_stage(kv_t + b * AW_TILE, rows_w, live, pt); /* an empty run: zeros, no loads */
@@ -299,17 +293,8 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
     float *const wt_s = reinterpret_cast<float *>(p_t), *const dfin_s = wt_s + AW_HEADS * AW_MAX_SPLIT;
     if (t < AW_HEADS) den_s[128 + t] = den_s[t] + den_s[64 + t];
     di_cluster_sync(); /* every rank's m_s, sums and part_s are final */
-    if (t < AW_HEADS) {
-        float mx = -1e30f;
-        for (int k = 0; k < n_split; k++) mx = fmaxf(mx, *di_cluster_rank_smem(&m_s[t], k));
-        float den = 0.0f;
-        for (int k = 0; k < n_split; k++) {
-            const float wk = di_dev_expf(*di_cluster_rank_smem(&m_s[t], k) - mx);
-            wt_s[t * AW_MAX_SPLIT + k] = wk;
-            den += *di_cluster_rank_smem(&den_s[128 + t], k) * wk;
-        }
-        dfin_s[t] = den + di_dev_expf(sink[h0 + t] - mx);
-    }
+    if (t < AW_HEADS)
+        dfin_s[t] = di_cluster_merge_weights(&m_s[t], &den_s[128 + t], n_split, sink[h0 + t], wt_s + t * AW_MAX_SPLIT);
     __syncthreads();
     const float4 *parts[AW_MAX_SPLIT]; /* each rank's acc, mapped once */
 #pragma unroll

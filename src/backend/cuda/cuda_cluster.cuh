@@ -21,6 +21,22 @@ static __device__ __forceinline__ T *di_cluster_rank_smem(T *p, int rank) {
 }
 #endif
 
+/* The merge of one head's online-softmax states over the cluster's ranks, in rank order: M = max
+ * m_c, w[c] = exp(m_c - M); returns sum den_c w[c] + exp(sink - M), the final denominator. m and
+ * den point at this rank's copies (every rank keeps them at the same offsets). */
+static __device__ __forceinline__ float di_cluster_merge_weights(float *m, float *den, int n_split, float sink,
+                                                                 float *w) {
+    float mx = -1e30f;
+    for (int c = 0; c < n_split; c++) mx = fmaxf(mx, *di_cluster_rank_smem(m, c));
+    float d = 0.0f;
+    for (int c = 0; c < n_split; c++) {
+        const float wc = di_dev_expf(*di_cluster_rank_smem(m, c) - mx);
+        w[c] = wc;
+        d += *di_cluster_rank_smem(den, c) * wc;
+    }
+    return d + di_dev_expf(sink - mx);
+}
+
 /* The run split of a row's list: `want` runs a rank whatever the list's length (lists of one model
  * differ only in trailing NULL runs, whose ranks add exact zeros, so the split never depends on
  * the batch), more only past max_split ranks; the emulator's one rank takes every run. */

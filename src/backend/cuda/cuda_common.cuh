@@ -72,6 +72,20 @@ static __device__ __forceinline__ float4 di_dev_load_row4(const float *row, int 
     return float4{row[c], row[c + 1], row[c + 2], row[c + 3]};
 }
 
+/* A run of up to 64 list entries (cnt of them at lr; NULL = no entry) with its live entries moved
+ * to rows[0 .. live), in list order, by one warp (every lane calls); returns live. Where a list
+ * has its NULLs (they move with a prefill's chunking) then changes no sum of the attention
+ * kernels. rows[live ..] are left as they were. */
+static __device__ __forceinline__ int di_dev_pack_live_run(const float *const *lr, int cnt, int lane, const float **rows) {
+    const float *e0 = lane < cnt ? lr[lane] : nullptr, *e1 = lane + 32 < cnt ? lr[lane + 32] : nullptr;
+    const unsigned b0 = __ballot_sync(0xffffffffu, e0 != nullptr), b1 = __ballot_sync(0xffffffffu, e1 != nullptr);
+    const unsigned below = (1u << lane) - 1u;
+    const int n0 = __popc(b0);
+    if (e0) rows[__popc(b0 & below)] = e0;
+    if (e1) rows[n0 + __popc(b1 & below)] = e1;
+    return n0 + __popc(b1);
+}
+
 static __device__ __forceinline__ float di_dev_clampf(float x, float lo, float hi) {
     return x < lo ? lo : (x > hi ? hi : x);
 }
