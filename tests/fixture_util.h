@@ -3,45 +3,45 @@
 #ifndef DI_TEST_FIXTURE_UTIL_H
 #define DI_TEST_FIXTURE_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/numerics.h"
+#include "base/settings.h"
 #include "forward/device.h"
 #include "model/safetensors.h"
 
-/* The backend the model tests run on: DEEPINFER_ACCELERATOR=nvidia (or DI_TEST_BACKEND=cuda)
- * selects the GPU, as on device runs (tools/cuda/device_run.sh); the CPU otherwise, so CI runs
- * them on the reference. DEEPINFER_BATCH_INVARIANT=1 as for the CLI. Tests read the environment
- * directly: the settings registry is the CLI's. */
+/* The settings the model tests honour, read once through the registry, as the CLI reads them:
+ * DEEPINFER_ACCELERATOR=nvidia selects the GPU (device runs: tools/cuda/device_model_run.sh; CI
+ * runs the tests on the CPU reference), DEEPINFER_BATCH_INVARIANT, DEEPINFER_GPU_EXACT,
+ * DEEPINFER_GPU_WGMMA and DEEPINFER_ENFORCE_EAGER as for the CLI. A malformed value stops the test
+ * with the registry's message. DI_TEST_BACKEND=cuda|cpu, for tests only, overrides the backend. */
+static inline const di_settings *test_settings(void) {
+    static di_settings s;
+    static bool read;
+    if (!read) {
+        di_err err = {0};
+        if (di_settings_init(&s, &err)) {
+            fprintf(stderr, "test settings: %s\n", err.msg);
+            exit(2);
+        }
+        read = true;
+    }
+    return &s;
+}
 static inline const char *test_backend(void) {
-    const char *t = getenv("DI_TEST_BACKEND"), *a = getenv("DEEPINFER_ACCELERATOR");
+    const char *t = getenv("DI_TEST_BACKEND");
     if (t && *t) return t;
-    if (a && !strcmp(a, "nvidia")) return "cuda";
-    return "cpu";
+    return !strcmp(test_settings()->accelerator, "nvidia") ? "cuda" : "cpu";
 }
-static inline bool test_batch_invariant(void) {
-    const char *b = getenv("DEEPINFER_BATCH_INVARIANT");
-    return b && !strcmp(b, "1");
-}
-static inline bool test_gpu_exact(void) {
-    const char *b = getenv("DEEPINFER_GPU_EXACT");
-    return b && !strcmp(b, "1");
-}
-static inline bool test_gpu_wgmma(void) { /* on unless set off, as the setting */
-    const char *b = getenv("DEEPINFER_GPU_WGMMA");
-    return !b || !(!strcmp(b, "0") || !strcmp(b, "false") || !strcmp(b, "off") || !strcmp(b, "no"));
-}
-static inline bool test_enforce_eager(void) {
-    const char *b = getenv("DEEPINFER_ENFORCE_EAGER");
-    return b && !strcmp(b, "1");
-}
+static inline bool test_enforce_eager(void) { return test_settings()->enforce_eager; }
 static inline di_status test_use_backend(di_model *m, di_err *err) {
+    const di_settings *s = test_settings();
     return di_model_select_backend(m, test_backend(),
-                                   (test_batch_invariant() ? DI_BACKEND_BATCH_INVARIANT : 0) |
-                                       (test_gpu_exact() ? DI_BACKEND_EXACT : 0) |
-                                       (test_enforce_eager() ? DI_BACKEND_EAGER : 0) |
-                                       (test_gpu_wgmma() ? DI_BACKEND_WGMMA : 0),
+                                   (s->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) |
+                                       (s->gpu_exact ? DI_BACKEND_EXACT : 0) | (s->enforce_eager ? DI_BACKEND_EAGER : 0) |
+                                       (s->gpu_wgmma ? DI_BACKEND_WGMMA : 0),
                                    err);
 }
 
