@@ -137,8 +137,6 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
     }
     __syncthreads();
 
-    /* consumer state (warpgroup c = wg): head rows hr0 = 16 w + g and hr1 = hr0 + 8 of its warp w */
-
     if (wg == 2) { /* producer */
         di_setmaxnreg_dec<AW_PRODUCER_REGS>();
         const int pt = t - 256;
@@ -175,94 +173,93 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
             const int b = j & 1;
             di_mbar_wait(&bars[BAR_FULL + b], (j >> 1) & 1);
             const int live = live_s[b];
-            { /* a run without live entries adds nothing: its logits are -inf, its rows zeros */
-                const uint8_t *kv = kv_t + b * AW_TILE;
-                float s[16]; /* s[4i + 0/1]: head hr0, entries 32 c + 8 i + 2 tq, +1; s[4i + 2/3]: head hr1 */
-                const uint64_t dq = di_wgmma_desc_sw128(q_t), dk = di_wgmma_desc_sw128(kv + 32 * c * 128);
-                di_wgmma_fence();
+            /* a run without live entries adds nothing: its logits are -inf, its rows zeros */
+            const uint8_t *kv = kv_t + b * AW_TILE;
+            float s[16]; /* s[4i + 0/1]: head hr0, entries 32 c + 8 i + 2 tq, +1; s[4i + 2/3]: head hr1 */
+            const uint64_t dq = di_wgmma_desc_sw128(q_t), dk = di_wgmma_desc_sw128(kv + 32 * c * 128);
+            di_wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < AW_DIM / 16; kk++) {
-                    const uint32_t off = (kk >> 2) * AW_SLICE + (kk & 3) * 32;
-                    di_wgmma_bf16_m64n32k16(s, di_wgmma_desc_add(dq, off), di_wgmma_desc_add(dk, off), kk > 0);
-                }
-                di_wgmma_commit();
-                di_wgmma_wait<0>();
-                di_wgmma_pin(s);
-                float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const bool ok = 32 * c + 8 * i + 2 * tq + e < live;
-                        s[4 * i + e] = ok ? s[4 * i + e] * scale : -INFINITY;
-                        s[4 * i + 2 + e] = ok ? s[4 * i + 2 + e] * scale : -INFINITY;
-                        mx0 = fmaxf(mx0, s[4 * i + e]);
-                        mx1 = fmaxf(mx1, s[4 * i + 2 + e]);
-                    }
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-                float *red = red_s + (j & 1) * 128; /* [2 consumers][64]: by run parity, so a fast
-                                                     * warpgroup's next write never meets a slow one's read */
-                if (tq == 0) {
-                    red[c * 64 + hr0] = mx0;
-                    red[c * 64 + hr1] = mx1;
-                }
-                aw_consumers_meet(&bars[BAR_X], xphase++);
-                const float mn0 = fmaxf(m0, fmaxf(red[hr0], red[64 + hr0]));
-                const float mn1 = fmaxf(m1, fmaxf(red[hr1], red[64 + hr1]));
-                const float a0 = di_dev_expf(m0 - mn0), a1 = di_dev_expf(m1 - mn1);
-                float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float p[4];
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float lg = s[4 * i + e], mn = e < 2 ? mn0 : mn1;
-                        p[e] = lg == -INFINITY ? 0.0f : di_dev_expf(lg - mn);
-                    }
-                    ps0 += p[0];
-                    ps0 += p[1];
-                    ps1 += p[2];
-                    ps1 += p[3];
-                    /* P row h: entries 32 c + 8 i + 2 tq, +1 at bytes 64 c + 16 i + 4 tq (chunk 4 c + i) */
-                    const int chunk = ((4 * c + i) ^ (hr0 & 7)) << 4; /* hr1 & 7 == hr0 & 7 */
-                    *(uint32_t *)(p_t + hr0 * 128 + chunk + 4 * tq) = di_bf16x2_rn(p[0], p[1]);
-                    *(uint32_t *)(p_t + hr1 * 128 + chunk + 4 * tq) = di_bf16x2_rn(p[2], p[3]);
-                }
-                ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
-                ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
-                ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
-                ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
-                den0 = den0 * a0 + ps0;
-                den1 = den1 * a1 + ps1;
-                m0 = mn0;
-                m1 = mn1;
-                di_fence_proxy_async(); /* P, written by threads, is read by wgmma */
-                aw_consumers_meet(&bars[BAR_X], xphase++);
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int i = 0; i < 16; i++) {
-                        acc[h][4 * i] *= a0;
-                        acc[h][4 * i + 1] *= a0;
-                        acc[h][4 * i + 2] *= a1;
-                        acc[h][4 * i + 3] *= a1;
-                    }
-                const uint64_t dp = di_wgmma_desc_sw128(p_t), dv = di_wgmma_desc_sw128_mn(kv + 4 * c * AW_SLICE, AW_SLICE);
-                di_wgmma_fence();
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int kk = 0; kk < AW_RUN / 16; kk++)
-                        di_wgmma_bf16_m64n128k16_tb(acc[h], di_wgmma_desc_add(dp, kk * 32),
-                                                    di_wgmma_desc_add(dv, 2 * h * AW_SLICE + kk * 2048));
-                di_wgmma_commit();
-                di_wgmma_wait<0>();
-                di_wgmma_pin(acc[0]);
-                di_wgmma_pin(acc[1]);
+            for (int kk = 0; kk < AW_DIM / 16; kk++) {
+                const uint32_t off = (kk >> 2) * AW_SLICE + (kk & 3) * 32;
+                di_wgmma_bf16_m64n32k16(s, di_wgmma_desc_add(dq, off), di_wgmma_desc_add(dk, off), kk > 0);
             }
+            di_wgmma_commit();
+            di_wgmma_wait<0>();
+            di_wgmma_pin(s);
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const bool ok = 32 * c + 8 * i + 2 * tq + e < live;
+                    s[4 * i + e] = ok ? s[4 * i + e] * scale : -INFINITY;
+                    s[4 * i + 2 + e] = ok ? s[4 * i + 2 + e] * scale : -INFINITY;
+                    mx0 = fmaxf(mx0, s[4 * i + e]);
+                    mx1 = fmaxf(mx1, s[4 * i + 2 + e]);
+                }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            float *red = red_s + (j & 1) * 128; /* [2 consumers][64]: by run parity, so a fast
+                                                 * warpgroup's next write never meets a slow one's read */
+            if (tq == 0) {
+                red[c * 64 + hr0] = mx0;
+                red[c * 64 + hr1] = mx1;
+            }
+            aw_consumers_meet(&bars[BAR_X], xphase++);
+            const float mn0 = fmaxf(m0, fmaxf(red[hr0], red[64 + hr0]));
+            const float mn1 = fmaxf(m1, fmaxf(red[hr1], red[64 + hr1]));
+            const float a0 = di_dev_expf(m0 - mn0), a1 = di_dev_expf(m1 - mn1);
+            float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float p[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float lg = s[4 * i + e], mn = e < 2 ? mn0 : mn1;
+                    p[e] = lg == -INFINITY ? 0.0f : di_dev_expf(lg - mn);
+                }
+                ps0 += p[0];
+                ps0 += p[1];
+                ps1 += p[2];
+                ps1 += p[3];
+                /* P row h: entries 32 c + 8 i + 2 tq, +1 at bytes 64 c + 16 i + 4 tq (chunk 4 c + i) */
+                const int chunk = ((4 * c + i) ^ (hr0 & 7)) << 4; /* hr1 & 7 == hr0 & 7 */
+                *(uint32_t *)(p_t + hr0 * 128 + chunk + 4 * tq) = di_bf16x2_rn(p[0], p[1]);
+                *(uint32_t *)(p_t + hr1 * 128 + chunk + 4 * tq) = di_bf16x2_rn(p[2], p[3]);
+            }
+            ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
+            ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
+            ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
+            ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
+            den0 = den0 * a0 + ps0;
+            den1 = den1 * a1 + ps1;
+            m0 = mn0;
+            m1 = mn1;
+            di_fence_proxy_async(); /* P, written by threads, is read by wgmma */
+            aw_consumers_meet(&bars[BAR_X], xphase++);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    acc[h][4 * i] *= a0;
+                    acc[h][4 * i + 1] *= a0;
+                    acc[h][4 * i + 2] *= a1;
+                    acc[h][4 * i + 3] *= a1;
+                }
+            const uint64_t dp = di_wgmma_desc_sw128(p_t), dv = di_wgmma_desc_sw128_mn(kv + 4 * c * AW_SLICE, AW_SLICE);
+            di_wgmma_fence();
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int kk = 0; kk < AW_RUN / 16; kk++)
+                    di_wgmma_bf16_m64n128k16_tb(acc[h], di_wgmma_desc_add(dp, kk * 32),
+                                                di_wgmma_desc_add(dv, 2 * h * AW_SLICE + kk * 2048));
+            di_wgmma_commit();
+            di_wgmma_wait<0>();
+            di_wgmma_pin(acc[0]);
+            di_wgmma_pin(acc[1]);
             di_mbar_arrive(&bars[BAR_EMPTY + b]);
         }
         /* the KV tiles become this rank's acc [64][512] fp32 once both consumers' last PV is done
