@@ -564,9 +564,9 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
             attn_mma_bound(q + r * H * dim, H, dim, hrows + r * n_idx, n_idx, sink, scale, ref + r * H * dim,
                            bound + r * H * dim);
         g_bound = bound;
-        const int max_hpb = di_cuda_sparse_attn_wg_supported(H, dim) ? 64 : 32;
-        for (int hpb = max_hpb; hpb >= 16; hpb -= 16) {
-            if (hpb == 48) continue;
+        const int hpbs[] = {64, 32, 16}; /* 32 after 64: got ends with 32's bits, for 16v32 below */
+        for (int hpb : hpbs) {
+            if (hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
             di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, 0);
             dev_download(hpb == 16 ? got16 : got, dout, 4 * nq * H * dim);
@@ -805,47 +805,26 @@ static void run_quick(void) {
     test_topk(2, 3000, 512, 20, 5);
 }
 
-int main(int argc, char **argv) {
-    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("SKIPPED: no CUDA device\n");
-        return 0;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    if (!di_cuda_ctx_init(&g_ctx)) {
-        printf("SKIPPED: no CUDA device\n");
-        return 0;
-    }
+/* the mHC cases alone (small and real shapes): --mhc */
+static void run_mhc(void) {
+    test_mhc(2, 4, 256);
+    test_mhc(3, 6, 64);
+    test_mhc(37, 4, 300);
+    test_mhc(4, 4, 5120);
+    test_mhc(5, 8, 96); /* nmix 80: ten fn tiles */
+}
 
-    if (argc > 1 && !strcmp(argv[1], "--mhc")) { /* the mHC cases alone (small and real shapes) */
-        test_mhc(2, 4, 256);
-        test_mhc(3, 6, 64);
-        test_mhc(37, 4, 300);
-        test_mhc(4, 4, 5120);
-        test_mhc(5, 8, 96); /* nmix 80: ten fn tiles */
-        di_cuda_ctx_free(&g_ctx);
-        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
-    if (argc > 1 && !strcmp(argv[1], "--attn")) { /* the attention cases of the real shape alone */
-        test_attention(1, 64, 512, 128 + 512, 4096, 5);
-        test_attention(3, 64, 512, 100, 300, 30);
-        test_attention(2, 64, 512, 128 + 512, 4096, 5, 3);
-        test_attention(2, 128, 512, 128 + 512, 4096, 5, -1, 0, true);
-        test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20, 64);
-        di_cuda_ctx_free(&g_ctx);
-        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
-    if (quick) {
-        run_quick();
-        di_cuda_ctx_free(&g_ctx);
-        printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
+/* the attention cases of the real shape alone (the wgmma kernel's): --attn */
+static void run_attn(void) {
+    test_attention(1, 64, 512, 128 + 512, 4096, 5);
+    test_attention(3, 64, 512, 100, 300, 30);
+    test_attention(2, 64, 512, 128 + 512, 4096, 5, 3);
+    test_attention(2, 128, 512, 128 + 512, 4096, 5, -1, 0, true);
+    test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20, 64);
+}
+
+/* every case at the real shapes */
+static void run_full(void) {
     test_act_quant(5120 * 4, 32, 1.0f);
     test_act_quant_e4m3(3072 * 160, 0, 1.0f); /* a 512-token prefill's expert inputs */
     test_act_quant_e4m3(4099, 1, 1e-6f);
@@ -919,7 +898,27 @@ int main(int argc, char **argv) {
     test_topk(3, 2048, 512, 0, 0);
     test_topk(2, 300, 512, 7, 20);
     test_topk(2, 100000, 1024, 1000, 1);
+}
 
+int main(int argc, char **argv) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    if (!di_cuda_ctx_init(&g_ctx)) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "--mhc")) run_mhc();
+    else if (!strcmp(mode, "--attn")) run_attn();
+    else if (!strcmp(mode, "--quick")) run_quick();
+    else run_full();
     di_cuda_ctx_free(&g_ctx);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
     return g_fail ? 1 : 0;

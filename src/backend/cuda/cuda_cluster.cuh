@@ -1,8 +1,9 @@
 /* Thread-block clusters (sm_90) for the attention kernels, whose ranks split one row's runs and
  * merge through distributed shared memory (internal header): the cluster barrier, a pointer to
- * the same shared variable in another rank, the run split and the cluster launch. The CPU emulator (tools/cuda/emu) runs one CTA at a
- * time and has no clusters, so its launchers never split (a cluster of one): there the barrier is
- * the block's and every rank is this one. */
+ * the same shared variable in another rank, the merge weights, the run split and the cluster
+ * launch. The CPU emulator (tools/cuda/emu) runs one CTA at a time and has no clusters, so its
+ * launchers never split (a cluster of one): there the barrier is the block's and every rank is
+ * this one. */
 #ifndef DI_CUDA_CLUSTER_CUH
 #define DI_CUDA_CLUSTER_CUH
 

@@ -27,13 +27,15 @@
 
 #define MIX_THREADS 256
 #define MIX_CHUNK 256                /* values of a token's n*d per block */
-#define MIX_STRIDE (MIX_CHUNK + 4)   /* doubles per staged row: 8 rows x 4 columns (an m8n8k4 operand) in 2 wavefronts */
+#define MIX_STRIDE (MIX_CHUNK + 4)   /* doubles per staged row: an m8n8k4 operand in 2 wavefronts */
 #define MIX_TOKENS 16                /* tokens per block */
 #define MIX_MAX_SLICE 512            /* tokens per pass: bounds the partial sums' workspace */
 #define HC_MAX_N 8
 
-/* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [nmix rounded up to 8][MIX_STRIDE] */
-static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + ((nmix + 7) & ~7)) * MIX_STRIDE; }
+/* fn rows staged: nmix rounded up to whole m8n8k4 tiles (the rows past nmix are zeros) */
+static __host__ __device__ int mix_fn_rows(int nmix) { return (nmix + 7) & ~7; }
+/* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [mix_fn_rows(nmix)][MIX_STRIDE] */
+static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + mix_fn_rows(nmix)) * MIX_STRIDE; }
 
 /* dst [rows][MIX_STRIDE] doubles <- the first `live` src rows (row stride len floats), cl values
  * each, zeros past cl and in rows live .. rows - 1 (the tensor-core tiles read them). Each thread
@@ -66,12 +68,12 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
                    int n_chunks, double *__restrict__ part) {
     extern __shared__ double mix_smem[];
     double *xs = mix_smem;                    /* [MIX_TOKENS][MIX_STRIDE] */
-    double *fs = xs + MIX_TOKENS * MIX_STRIDE; /* [nmix rounded up to 8][MIX_STRIDE] */
+    double *fs = xs + MIX_TOKENS * MIX_STRIDE; /* [mix_fn_rows(nmix)][MIX_STRIDE] */
     const int c = blockIdx.x;
     const int64_t t0 = (int64_t)blockIdx.y * MIX_TOKENS, i0 = (int64_t)c * MIX_CHUNK;
     const int nt = T - t0 < MIX_TOKENS ? (int)(T - t0) : MIX_TOKENS;
     const int cl = len - i0 < MIX_CHUNK ? (int)(len - i0) : MIX_CHUNK;
-    const int nmix8 = (nmix + 7) & ~7;
+    const int nmix8 = mix_fn_rows(nmix);
     mix_stage(xs, x + t0 * len + i0, len, MIX_TOKENS, nt, cl);
     mix_stage(fs, fn + i0, len, nmix8, nmix, cl);
     __syncthreads();

@@ -30,9 +30,6 @@ static __device__ __forceinline__ void di_mma_e4m3_16832(float d[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
 }
 
-/* d = A(16x16 bf16) * B(16x8 bf16) + c, fp32 accumulation; fragments as for k32 with 2-byte
- * elements: a0 row g, k 2t..2t+1 | a1 row g+8 | a2 row g, k 8+2t.. | a3 row g+8, k 8+2t..;
- * b0 col g, k 2t..2t+1 | b1 col g, k 8+2t.. */
 /* fp64 m8n8k4: d = A (8x4) B (4x8) + c. Lane 4g + t holds a = A[g][t], b = B[t][g] and
  * d[0 / 1] = D[g][2t / 2t + 1] */
 static __device__ __forceinline__ void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {
@@ -41,6 +38,9 @@ static __device__ __forceinline__ void di_mma_f64_884(double d[2], double a, dou
                  : "d"(a), "d"(b), "d"(c[0]), "d"(c[1]));
 }
 
+/* d = A(16x16 bf16) * B(16x8 bf16) + c, fp32 accumulation; fragments as for k32 with 2-byte
+ * elements: a0 row g, k 2t..2t+1 | a1 row g+8 | a2 row g, k 8+2t.. | a3 row g+8, k 8+2t..;
+ * b0 col g, k 2t..2t+1 | b1 col g, k 8+2t.. */
 static __device__ __forceinline__ void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2],
                                                          const float c[4]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

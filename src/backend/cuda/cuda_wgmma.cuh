@@ -1,8 +1,8 @@
 /* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
  * m64n64k16 f16, m64n32k16 bf16 and m64n64k32 e4m3 with both operands in shared memory (128-byte
  * swizzle), m64n128k16 bf16 with B MN-major, and m64n64k16 / m64n128k16 bf16 with A from
- * registers, -> fp32; its fences, the shared-memory
- * descriptor, and the barriers between warp roles (named barriers, mbarriers).
+ * registers, -> fp32; its fences, the shared-memory descriptors, setmaxnreg, and the barriers
+ * between warp roles (named barriers, mbarriers).
  *
  * A (64 x K) and B (K x 64), K-major: row m of A / column n of B is 32 contiguous bytes (16 f16 or
  * 32 e4m3 values: one instruction's K) of row m / n of a [rows][128-byte] tile whose 16-byte chunk

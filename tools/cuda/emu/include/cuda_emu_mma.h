@@ -244,17 +244,12 @@ static inline void emu_wgmma_rs_k16(float *d, const uint32_t a[4], uint64_t desc
         const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
         return (double)__uint_as_float(((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu) << 16);
     };
-    auto B = [&](int col, int k) -> double {
-        uintptr_t addr = (uintptr_t)desc_b + (uintptr_t)(col >> 3) * 1024 + (uintptr_t)(col & 7) * 128 + (uintptr_t)(2 * k);
-        addr ^= ((addr >> 7) & 7u) << 4;
-        return (double)__uint_as_float((uint32_t)*(const uint16_t *)addr << 16);
-    };
     const int g = (int)lane >> 2, tq = (int)lane & 3;
     for (int i = 0; i < N / 8; i++)
         for (int r = 0; r < 4; r++) {
             const int row = g + 8 * (r >> 1), col = 8 * i + 2 * tq + (r & 1);
             double s = 0.0;
-            for (int k = 0; k < 16; k++) s += A(row, k) * B(col, k);
+            for (int k = 0; k < 16; k++) s += A(row, k) * emu_bf16_kmajor(desc_b, col, k);
             d[4 * i + r] = (float)((double)d[4 * i + r] + s);
         }
 }
