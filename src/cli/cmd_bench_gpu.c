@@ -463,7 +463,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     }
                     m->device_graphs = graphs;
                 }
-                if (n_t == steps && ci == 0 && (B == 1 || B == 64 || B == 256)) { /* where the time goes */
+                if (n_t == steps && ci == 0 && (B == 1 || B == 64 || B == 128 || B == 256)) { /* where the time goes */
                     char what[64];
                     snprintf(what, sizeof what, "decode B = %d at context %lld", B, (long long)ctx);
                     profile_call(m, st, B, 1, logits, what);

@@ -801,9 +801,9 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
 }
 
 /* ---- the wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
- * G groups (each empty or of more than 16 rows) against one-group calls of each group and through
+ * G groups (each empty or of more than 8 rows) against one-group calls of each group and through
  * the active list; G == 0: one matrix of rows[0] rows against two calls on its two halves (both
- * past 16 rows, 64- and 128-token tiles where the halves and the whole differ). Its sums against
+ * past 16 rows; 32-, 64- and 128-token tiles where the halves and the whole differ). Its sums against
  * the CPU: test_cuda_ops "linear_* wgmma". ---- */
 static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
@@ -944,19 +944,15 @@ static void test_e8m0_decode(void) {
  * the CPU's DI_LIN_BF16 (a double sum rounded once). The tensor core sums each block of 32
  * products (exact: bf16 x e4m3) in fp32 with about 14 bits kept relative to the largest addend
  * (DeepSeek-V3 report, §3.3.2): an output is off by at most 2^-9 * sum_k |x_k w_k| plus one bf16
- * ulp of the final rounding. Then: each row alone equals the row in the m-row call, bit for bit. */
-static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
-    lin_case c = lin_make(DI_DT_F8_E4M3, rank * G, 0, rank, K, false);
+ * ulp of the final rounding; the wgmma kernel (ctx->wgmma, past 16 rows) sums the exact products
+ * over K in fp32, well inside that. Then: each row alone equals the row in the m-row call, bit for
+ * bit. */
+static void check_bf16w8(const char *name, const lin_case &c, const float *x, const float *got, int64_t m, int64_t K,
+                         int64_t rank, int G) {
     const int64_t lda = K * G, ldy = rank * G;
-    float *x = (float *)malloc(4 * m * lda), *ref = (float *)malloc(4 * m * ldy), *got = (float *)malloc(4 * m * ldy);
-    float *og = (float *)malloc(4 * m * K), *rg = (float *)malloc(4 * m * rank), *one = (float *)malloc(4 * m * ldy);
-    fill_moderate(x, m * lda, 1.0f);
-    for (int64_t i = 0; i < m * lda; i++) x[i] = di_bf16_round(x[i]); /* attention outputs are bf16 */
+    float *og = (float *)malloc(4 * m * K), *rg = (float *)malloc(4 * m * rank);
     int64_t nbad = 0, ndiff = 0;
     double worst = 0.0;
-    float *dx = (float *)dev_upload(x, 4 * m * lda), *dy = (float *)dev_poisoned(4 * m * ldy);
-    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
-    dev_download(got, dy, 4 * m * ldy);
     for (int g = 0; g < G; g++) {
         di_weight wg = c.w;
         wg.row0 = (int64_t)g * rank;
@@ -965,7 +961,6 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
         for (int64_t r = 0; r < m; r++)
             for (int64_t n = 0; n < rank; n++) {
                 const float h = rg[r * rank + n], d = got[r * ldy + g * rank + n];
-                ref[r * ldy + g * rank + n] = h;
                 double sabs = 0.0;
                 for (int64_t k = 0; k < K; k++) {
                     const int64_t wr = g * rank + n;
@@ -980,10 +975,29 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
             }
     }
     printf("%s  %-20s M=%lld K=%lld rank=%lld G=%d  differing %lld / %lld  worst %.3f of the bound\n",
-           nbad ? "FAIL" : "PASS", "linear_bf16w8", (long long)m, (long long)K, (long long)rank, G, (long long)ndiff,
+           nbad ? "FAIL" : "PASS", name, (long long)m, (long long)K, (long long)rank, G, (long long)ndiff,
            (long long)(m * ldy), worst);
     if (nbad) g_fail++;
     else g_pass++;
+    free(og), free(rg);
+}
+static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
+    lin_case c = lin_make(DI_DT_F8_E4M3, rank * G, 0, rank, K, false);
+    const int64_t lda = K * G, ldy = rank * G;
+    float *x = (float *)malloc(4 * m * lda), *got = (float *)malloc(4 * m * ldy), *one = (float *)malloc(4 * m * ldy);
+    fill_moderate(x, m * lda, 1.0f);
+    for (int64_t i = 0; i < m * lda; i++) x[i] = di_bf16_round(x[i]); /* attention outputs are bf16 */
+    float *dx = (float *)dev_upload(x, 4 * m * lda), *dy = (float *)dev_poisoned(4 * m * ldy);
+    g_cx.wgmma = true;
+    if (di_cuda_wgmma_taken(&g_cx, false, K, m)) {
+        di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+        dev_download(got, dy, 4 * m * ldy);
+        check_bf16w8("linear_bf16w8 wgmma", c, x, got, m, K, rank, G);
+    }
+    g_cx.wgmma = false;
+    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+    dev_download(got, dy, 4 * m * ldy);
+    check_bf16w8("linear_bf16w8", c, x, got, m, K, rank, G);
     /* rows alone = the m-row call (groups never split K) */
     for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy);
     dev_download(one, dy, 4 * m * ldy);
@@ -1001,7 +1015,7 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
     compare("linear_bf16w8 twin", shape, got, one, m * ldy, "twin");
     cudaFree(dx), cudaFree(dy);
     lin_free(&c);
-    free(x), free(ref), free(got), free(og), free(rg), free(one);
+    free(x), free(got), free(one);
 }
 
 /* ---- bf16 x BF16 tensor-core linear (plain modes): against the CPU's exactly rounded double sums,
@@ -1143,12 +1157,16 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
 }
 
 /* the wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
- * an empty group, groups of 17-130 rows (partial and several token tiles; 64- and 128-token
- * tiles), more stages than slots; the FP4 dequantisation on every input. Alone with --wgmma (a
- * short run under the CPU emulator, compute-sanitizer). */
+ * an empty group, groups of 9-130 rows (partial and several token tiles; 32-, 64- and 128-token
+ * tiles), more stages than slots, wo_a's bf16 x FP8 slices; the FP4 dequantisation on every
+ * input. Alone with --wgmma (a short run under the CPU emulator, compute-sanitizer). */
 static void run_wgmma_quick(void) {
-    const int r100[] = {100}, pre_rows[] = {70, 0, 17, 130, 40};
+    const int r100[] = {100}, r40[] = {40}, pre_rows[] = {70, 0, 17, 130, 40}, dec_rows[] = {9, 0, 31, 12, 40, 16};
     test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 512, 96, r40, 0);  /* halves of 20 rows on 32-token tiles */
+    test_wgmma_grouping(DI_DT_I8, 512, 200, dec_rows, 6); /* 32-token tiles (mean 18), a group past one */
+    test_linear_bf16w8(20, 256, 32, 3);  /* wo_a's block-diagonal slices (partial weight tiles) */
+    test_linear_bf16w8(40, 1024, 32, 1); /* one slice: K splits */
     test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
     test_wgmma_grouping(DI_DT_I8, 1024, 96, pre_rows, 5); /* 16 stages: every slot reused */
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);

@@ -94,9 +94,10 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b);
 
 /* With ctx->wgmma (DEEPINFER_GPU_WGMMA, default on), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
- * past the decode sizes (more than 16 rows a group, K % 128 == 0, FP4 K <= 5120) run on the wgmma
- * kernel (cuda_linear_wgmma.cu): bf16-dequantised operands summed over K in fp32 -- within the
- * CPU's bound (test_cuda_ops "linear_* wgmma"), not the mma.sync kernel's bits. */
+ * and di_cuda_linear_bf16w8's past the decode twin's sizes (more than 16 rows of one matrix, 8 a
+ * group; K % 128 == 0, FP4 K <= 5120) run on the wgmma kernel (cuda_linear_wgmma.cu):
+ * bf16-dequantised operands summed over K in fp32 -- within the CPU's bound (test_cuda_ops
+ * "linear_* wgmma", test_cuda_fwd_ops "linear_bf16w8 wgmma"), not the mma.sync kernel's bits. */
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
@@ -120,8 +121,10 @@ void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *ws
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
  * lda, bf16-exact values) @ W_g^T), W_g = rows w->row0 + g*rows_per_group .. of the FP8 weight.
- * Rows never interact (batch invariant). _supported: FP8 with scales, K % 32 == 0, row0 % 32 == 0, and
- * with several groups rows_per_group % 32 == 0 (each group starts on a scale block). */
+ * Rows never interact; without ctx->wgmma (batch-invariant mode) the bits do not depend on the
+ * row count either (past 16 rows ctx->wgmma takes the wgmma kernel's fp32 sums). _supported: FP8
+ * with scales, K % 32 == 0, row0 % 32 == 0, and with several groups rows_per_group % 32 == 0 (each
+ * group starts on a scale block). */
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda);
 void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
                            const float *x, int64_t lda, int64_t m, float *y, int64_t ldy);

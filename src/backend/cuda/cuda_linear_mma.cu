@@ -27,8 +27,9 @@
  * of a layer): grid.z = group, each with its own rows (row_off, on the device) and weights. Three
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
  * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage). With
- * di_cuda_ctx.wgmma (the default) the FP8 / FP4 calls past 16 rows go to cuda_linear_wgmma.cu
- * (bf16-dequantised operands summed over K in the tensor core: not these bits).
+ * di_cuda_ctx.wgmma (the default) the FP8 / FP4 calls past the twin's rows (16 of one matrix, 8 a
+ * group) go to cuda_linear_wgmma.cu (bf16-dequantised operands summed over K in the tensor core:
+ * not these bits).
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
@@ -390,7 +391,9 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
 }
 
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group) {
-    return ctx->wgmma && !ctx->exact && rows_per_group > 16 && di_wg_gemm_fits(fp4, K);
+    /* past the twin's rows (a single matrix's <= 16 never get here); groups of 9-16 rows (B = 128 of
+     * EP-8) stream their weights faster here than through the 16-row tiles */
+    return ctx->wgmma && !ctx->exact && rows_per_group > DI_GEMV_MAX_GROUP_ROWS && di_wg_gemm_fits(fp4, K);
 }
 
 bool di_cuda_linear_mma_supported(const di_weight *w) {
@@ -431,8 +434,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
                            n_groups, per_group, ksplit, split_blocks, part, rows};
         if (wg) {
-            di_wg_gemm(fp4, (const uint16_t *)xq, max_rows, per_group, N, K, wd, ws, y[m], a.grp, n_groups, rows, ksplit,
-                       split_blocks, part, s);
+            di_wg_gemm(fp4, (const uint16_t *)xq, K, max_rows, per_group, N, K, wd, ws, y[m], N, a.grp, n_groups, rows,
+                       ksplit, split_blocks, part, s);
             reduce_splits(a, s);
         } else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);
@@ -480,6 +483,12 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     di_cuda_f32_to_bf16(x, n_in, xb, s);
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
+    if (di_cuda_wgmma_taken(ctx, false, K, m)) { /* past the twin's rows: the FP8 wgmma kernel on the bf16 values */
+        di_wg_gemm(false, xb, lda, m, m, rows_per_group, K, wd, ws, y, ldy, a.grp, n_groups, m, ksplit, split_blocks,
+                   part, s);
+        reduce_splits(a, s);
+        return;
+    }
     run_cfg<MM_A16>(a, s);
 }
 

@@ -34,14 +34,15 @@ static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int
 
 /* The quantised GEMM on wgmma (cuda_linear_wgmma.cu): y = bf16(sum over K of the dequantised
  * products, fp32 accumulation in the tensor core) -- the reference's sum to fp32 rounding, not the
- * mma.sync kernel's bits. xb [rows][K] bf16 act_quant values (di_cuda_act_quant_bf16); groups
- * through grp.row_off / grp.active (no block-diagonal slices), rows_per_group picks the tile;
- * ksplit > 1: fp32 partial sums of split_blocks K blocks each into part[ks] (row stride N),
+ * mma.sync kernel's bits. xb [rows][lda] bf16 values: act_quant's (di_cuda_act_quant_bf16) or
+ * bf16 activations (wo_a; lda % 8 == 0); y [rows][ldy]. Groups through grp.row_off / grp.active,
+ * or block-diagonal slices (row_off NULL, several groups); rows_per_group picks the tile;
+ * ksplit > 1: fp32 partial sums of split_blocks K blocks each into part[ks] (row stride ldy),
  * unrounded. _fits: the K it takes (K % 128 == 0; the weight scales of a split fit the CTA's
  * cache). */
 bool di_wg_gemm_fits(bool fp4, int64_t K);
-void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t max_rows, int64_t rows_per_group, int64_t N, int64_t K,
-                const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, int n_groups, int64_t rows,
-                int ksplit, int split_blocks, float *part, cudaStream_t s);
+void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t rows_per_group, int64_t N,
+                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
+                int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s);
 
 #endif

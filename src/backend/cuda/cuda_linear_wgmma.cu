@@ -1,8 +1,8 @@
 /* The quantised linears (FP8 e4m3 weights with 32x32 e8m0 scales, packed FP4 e2m1 weights with
  * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
  * row counts. The default (DEEPINFER_GPU_WGMMA, on -> di_cuda_ctx.wgmma; cuda_linear_mma.cu hands
- * it the FP8 / FP4 calls past 16 rows a group, outside batch-invariant and exact modes): 2.2x the
- * mma.sync tiles at 512 rows an expert (docs/PERFORMANCE.md, sessions 8-9). The slots pass between
+ * it the FP8 / FP4 calls past the decode twin's rows, outside batch-invariant and exact modes): 2.2x
+ * the mma.sync tiles at 512 rows an expert (docs/PERFORMANCE.md, sessions 8-9). The slots pass between
  * the roles through mbarriers: with named barriers (bar.arrive / bar.sync) racecheck reported every
  * refill as a race, as it does for any arrive / sync handshake over shared memory
  * (tools/cuda/probe_racecheck.cu, docs/CUDA.md session 10).
@@ -93,7 +93,10 @@ void di_cuda_act_quant_bf16(const float *x, int64_t n_blocks, uint16_t *xb, cuda
     DI_CUDA_LAUNCHED();
 }
 
-/* the k16 wgmma of a consumer, A from registers: N = 64 or 128 tokens */
+/* the k16 wgmma of a consumer, A from registers: N = 32, 64 or 128 tokens */
+static __device__ __forceinline__ void wg_mma(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+    di_wgmma_bf16_rs_m64n32k16(d, a, b);
+}
 static __device__ __forceinline__ void wg_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
     di_wgmma_bf16_rs_m64n64k16(d, a, b);
 }
@@ -101,12 +104,12 @@ static __device__ __forceinline__ void wg_mma(float (&d)[64], const uint32_t (&a
     di_wgmma_bf16_rs_m64n128k16(d, a, b);
 }
 
-/* xb: [rows][K] bf16 (act_quant_bf16_kernel's); y [rows][N] (or part[ks]) */
+/* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]) */
 template <bool FP4, int BT>
 __global__ void __launch_bounds__(WG_THREADS, 1)
-wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K, const uint8_t *__restrict__ wdata,
-               const uint8_t *__restrict__ wscale, float *__restrict__ y, mm_groups grp, int ksplit, int split_blocks,
-               float *__restrict__ part, int64_t part_stride) {
+wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
+               const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
+               mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride) {
     typedef wg_layout<FP4, BT> L;
     constexpr int NI = BT / 8, RB = L::RB; /* n8 column groups of a consumer's D; raw bytes a row */
     extern __shared__ int4 wg_smem4[];
@@ -122,8 +125,13 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
     if (grp.row_off) {
         int r0;
         if (!mm_group_select(grp, gz, m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
-        xb += (int64_t)r0 * K;
-        y += (int64_t)r0 * N;
+        xb += (int64_t)r0 * lda;
+        y += (int64_t)r0 * ldy;
+    } else if (gz) { /* block-diagonal slice (wo_a; FP8 weights: w_row_off is a multiple of 32) */
+        xb += gz * grp.a_col_off;
+        wdata += gz * grp.w_row_off * wrow;
+        wscale += gz * (FP4 ? grp.w_row_off : grp.w_row_off / 32) * nb;
+        y += gz * grp.y_col_off;
     }
     const int tid = threadIdx.x, wg = tid >> 7;
     if (tid == 0)
@@ -147,7 +155,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
          * rows wr + 128 / RCH i (chunk wc); zero-filled past M and N */
         constexpr int RCH = RB / 16; /* 16-byte chunks per weight row and stage */
         const int xr = p >> 3, xc = p & 7, wr = p / RCH, wc = p % RCH;
-        const uint16_t *xsrc = xb + (m0 + xr) * K + 8 * xc + 32 * blk0;
+        const uint16_t *xsrc = xb + (m0 + xr) * lda + 8 * xc + 32 * blk0;
         const uint8_t *wsrc = wdata + (n0 + wr) * wrow + (RB / 2) * blk0 + 16 * wc;
         auto load = [&](int st) {
             uint8_t *x16 = smem + (st % WG_SLOTS) * L::SLOT, *w = x16 + L::X16;
@@ -155,7 +163,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
             for (int i = 0; i < BT / 16; i++) { /* 16 tokens a pass of 128 threads */
                 const int r = xr + 16 * i;
                 const bool ok = m0 + r < M;
-                di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * K + 64 * st : xb, ok);
+                di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * lda + 64 * st : xb, ok);
             }
 #pragma unroll
             for (int i = 0; i < RCH; i++) {
@@ -261,15 +269,15 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t M, int64_t N, int64_t K,
             for (int r = 0; r < 2; r++) {
                 const int64_t n = n0 + ra + 8 * r;
                 const float v = d[4 * i + 2 * r + h];
-                if (n < N) y[tok * N + n] = round ? di_dev_bf16_round(v) : v;
+                if (n < N) y[tok * ldy + n] = round ? di_dev_bf16_round(v) : v;
             }
         }
 }
 
 template <bool FP4, int BT>
-static void wg_launch(const uint16_t *xb, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
-                      const uint8_t *wscale, float *y, const mm_groups &grp, unsigned slots, int64_t rows, int ksplit,
-                      int split_blocks, float *part, cudaStream_t s) {
+static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
+                      const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
+                      int ksplit, int split_blocks, float *part, cudaStream_t s) {
     typedef wg_layout<FP4, BT> L;
     static bool attr_set;
     if (!attr_set) {
@@ -277,8 +285,8 @@ static void wg_launch(const uint16_t *xb, int64_t max_rows, int64_t N, int64_t K
         attr_set = true;
     }
     const dim3 grid((unsigned)((N + WG_BW - 1) / WG_BW), (unsigned)((max_rows + BT - 1) / BT), slots * (unsigned)ksplit);
-    wg_gemm_kernel<FP4, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, max_rows, N, K, wdata, wscale, y, grp, ksplit,
-                                                            split_blocks, part, rows * N);
+    wg_gemm_kernel<FP4, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp,
+                                                            ksplit, split_blocks, part, rows * ldy);
     DI_CUDA_LAUNCHED();
 }
 
@@ -286,16 +294,26 @@ bool di_wg_gemm_fits(bool fp4, int64_t K) {
     return K % 128 == 0 && K / 32 <= (fp4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8);
 }
 
-void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t max_rows, int64_t rows_per_group, int64_t N, int64_t K,
-                const uint8_t *wdata, const uint8_t *wscale, float *y, const mm_groups &grp, int n_groups, int64_t rows,
-                int ksplit, int split_blocks, float *part, cudaStream_t s) {
+void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t rows_per_group, int64_t N,
+                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
+                int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s) {
     /* with an active list only min(groups, rows) slots can have rows */
     const unsigned slots = (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
-    if (rows_per_group <= 64) { /* 64 tokens a CTA, else 128 */
-        if (fp4) wg_launch<true, 64>(xb, max_rows, N, K, wdata, wscale, y, grp, slots, rows, ksplit, split_blocks, part, s);
-        else wg_launch<false, 64>(xb, max_rows, N, K, wdata, wscale, y, grp, slots, rows, ksplit, split_blocks, part, s);
+    /* 32 tokens a CTA, 64, else 128. A group's rows scatter about their mean (routing), and a group
+     * past one tile streams its weights once more per tile: 32-token tiles only while the mean
+     * leaves that room (16 rows an expert at B = 128 of EP-8, not the 32 of B = 256) */
+    const int bt = rows_per_group <= (grp.row_off ? 20 : 32) ? 32 : rows_per_group <= 64 ? 64 : 128;
+#define WG_LAUNCH(F, T) \
+    wg_launch<F, T>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s)
+    if (bt == 32) {
+        if (fp4) WG_LAUNCH(true, 32);
+        else WG_LAUNCH(false, 32);
+    } else if (bt == 64) {
+        if (fp4) WG_LAUNCH(true, 64);
+        else WG_LAUNCH(false, 64);
     } else {
-        if (fp4) wg_launch<true, 128>(xb, max_rows, N, K, wdata, wscale, y, grp, slots, rows, ksplit, split_blocks, part, s);
-        else wg_launch<false, 128>(xb, max_rows, N, K, wdata, wscale, y, grp, slots, rows, ksplit, split_blocks, part, s);
+        if (fp4) WG_LAUNCH(true, 128);
+        else WG_LAUNCH(false, 128);
     }
+#undef WG_LAUNCH
 }

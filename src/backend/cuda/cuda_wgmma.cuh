@@ -1,6 +1,6 @@
 /* Warpgroup-level tensor-core primitives for sm_90a (internal header): wgmma.mma_async
  * m64n64k16 f16, m64n32k16 bf16 and m64n64k32 e4m3 with both operands in shared memory (128-byte
- * swizzle), m64n128k16 bf16 with B MN-major, and m64n64k16 / m64n128k16 bf16 with A from
+ * swizzle), m64n128k16 bf16 with B MN-major, and m64n32k16 / m64n64k16 / m64n128k16 bf16 with A from
  * registers, -> fp32; its fences, the shared-memory descriptors, setmaxnreg, and the barriers
  * between warp roles (named barriers, mbarriers).
  *
@@ -124,12 +124,19 @@ static __device__ __forceinline__ void di_wgmma_bf16_m64n128k16_tb(float (&d)[64
                  : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-/* d += A (64x16 bf16) * B (16xN bf16), N = 64 or 128, A from registers, B K-major in shared
+/* d += A (64x16 bf16) * B (16xN bf16), N = 32, 64 or 128, A from registers, B K-major in shared
  * memory (a descriptor as above): a[4] is this thread's share of the 64x16 A tile, the
  * mma.m16n8k16 A fragment of its warp's 16 rows (warp w of the group: rows 16w..; lane 4g + t:
  * a0 = row g, k 2t and 2t + 1 (low half first), a1 = row g + 8, a2 = row g, k 2t + 8, 2t + 9, a3 =
  * row g + 8, k 2t + 8, 2t + 9). Always accumulates. The registers must not change until the
  * wgmma retired. */
+static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " DI_WGMMA_REGS16
+                 "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : DI_WGMMA_OUT16(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
 static __device__ __forceinline__ void di_wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " DI_WGMMA_REGS32

@@ -253,6 +253,9 @@ static inline void emu_wgmma_rs_k16(float *d, const uint32_t a[4], uint64_t desc
             d[4 * i + r] = (float)((double)d[4 * i + r] + s);
         }
 }
+static inline void di_wgmma_bf16_rs_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+    emu_wgmma_rs_k16<32>(d, a, desc_b);
+}
 static inline void di_wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
     emu_wgmma_rs_k16<64>(d, a, desc_b);
 }
