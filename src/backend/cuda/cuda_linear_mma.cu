@@ -47,12 +47,13 @@ enum { MM_FP8, MM_FP4, MM_A16, MM_W16 };
 
 /* act_quant(x, 32) as e4m3 codes: 8 lanes per 32-value block of x [n_blocks * 32], 4 values a lane
  * (a warp per block, one value a lane, moved 0.7 TB/s at a 512-token prefill's expert inputs) */
-__global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blocks, uint8_t *__restrict__ q,
+__global__ void act_quant_e4m3_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
+                                      int64_t row_blocks, int64_t n_blocks, uint8_t *__restrict__ q,
                                       float *__restrict__ s) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps (n_blocks * 8 lanes, rounded up) */
     const bool live = blk < n_blocks;
-    const float4 v = di_dev_load_row4(live ? x + 4 * i : nullptr, 0); /* zeros past the end */
+    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0); /* zeros past the end */
     float sc;
     const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
     if (!live) return;
@@ -60,11 +61,12 @@ __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blo
     if ((i & 7) == 0) s[blk] = sc;
 }
 
-void di_cuda_act_quant_e4m3(const float *x, int64_t n_blocks, uint8_t *q, float *scale, cudaStream_t s) {
+void di_cuda_act_quant_e4m3(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks, uint8_t *q,
+                            float *scale, cudaStream_t s) {
     if (n_blocks <= 0) return;
     const int64_t threads = 256;
-    act_quant_e4m3_kernel<<<(unsigned)((n_blocks * 8 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, n_blocks, q,
-                                                                                                          scale);
+    act_quant_e4m3_kernel<<<(unsigned)((n_blocks * 8 + threads - 1) / threads), (unsigned)threads, 0, s>>>(
+        x, rows, row_blocks, n_blocks, q, scale);
     DI_CUDA_LAUNCHED();
 }
 
@@ -390,6 +392,22 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
     else launch<MODE, 128, 128, 2, 4, 3, 4>(a, s);
 }
 
+/* The wgmma kernel's single-matrix calls drop the weight shape's K split (mm_ksplit) once the
+ * unsplit grid fills the GPU twice over (prefill sizes): the split is there so that decode-sized
+ * calls fill the card with the same bits at every batch, but the wgmma kernel's bits depend on
+ * its path anyway (batch-invariant mode never takes it), and at 4,096 rows the partial sums'
+ * traffic and the reduce launch bought nothing. Returns the split to use. */
+static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_blocks) {
+    static int sms;
+    if (!sms) {
+        int dev;
+        DI_CUDA_CHECK(cudaGetDevice(&dev));
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    if (ksplit == 1 || (N + 127) / 128 * ((rows + 127) / 128) < 2 * (int64_t)sms) return ksplit;
+    return mm_ksplit(N, K, false, split_blocks); /* 1, the whole K */
+}
+
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group) {
     /* past the twin's rows (a single matrix's <= 16 never get here); groups of 9-16 rows (B = 128 of
      * EP-8) stream their weights faster here than through the 16-row tiles */
@@ -400,29 +418,30 @@ bool di_cuda_linear_mma_supported(const di_weight *w) {
     return w->cols % 32 == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
 }
 
-/* x [rows, K] (all groups' rows) quantised once, then the GEMM of every group, for each of n_mats
- * weight sets (same shape) into y[m] */
+/* x [rows, K] (all groups' rows; or through the row list x_rows) quantised once, then the GEMM of
+ * every group, for each of n_mats weight sets (same shape) into y[m] */
 static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats, const uint8_t *const *wdata,
                             const uint8_t *const *wscale, const uint8_t *const *const *wdata_g,
                             const uint8_t *const *const *wscale_g, const int *row_off, const int *active, int n_groups,
-                            int64_t rows, int64_t max_rows, const float *x, float *const *y) {
+                            int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *const *y) {
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
     const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
     const int64_t per_group = avg < max_rows ? avg : max_rows;
     int split_blocks;
-    const int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
+    int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
     const bool fp4 = shape->dtype == DI_DT_I8;
     const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
     const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes */
+    if (wg) ksplit = wg_ksplit(N, max_rows, K, ksplit, &split_blocks);
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : 1) + 255) & ~(size_t)255;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
                              N, &part); /* [rows, K] e4m3 codes, or (wgmma) their values as bf16 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
-    if (wg) di_cuda_act_quant_bf16(x, rows * nb, (uint16_t *)xq, s);
-    else di_cuda_act_quant_e4m3(x, rows * nb, xq, xsc, s);
+    if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
+    else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
@@ -446,16 +465,17 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y) {
     linear_mma_sets(ctx, shape, 1, wdata ? &wdata : NULL, wscale ? &wscale : NULL, wdata_g ? &wdata_g : NULL,
-                    wscale_g ? &wscale_g : NULL, row_off, active, n_groups, rows, max_rows, x, &y);
+                    wscale_g ? &wscale_g : NULL, row_off, active, n_groups, rows, max_rows, x, NULL, &y);
 }
 
 void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
                              const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
-                             int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b) {
+                             int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *y_a,
+                             float *y_b) {
     const uint8_t *const *wd[2] = {wdata_a, wdata_b}, *const *ws[2] = {wscale_a, wscale_b};
     float *const y[2] = {y_a, y_b};
-    linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, y);
+    linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, x_rows, y);
 }
 
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda) {
@@ -472,18 +492,20 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
-    const int ksplit = mm_ksplit(rows_per_group, K, n_groups == 1, &split_blocks);
+    int ksplit = mm_ksplit(rows_per_group, K, n_groups == 1, &split_blocks);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
         di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks);
         return;
     }
+    const bool wg = di_cuda_wgmma_taken(ctx, false, K, m); /* past the twin's rows */
+    if (wg) ksplit = wg_ksplit(rows_per_group * n_groups, m, K, ksplit, &split_blocks);
     float *part;
     uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, ldy, &part); /* [m, lda] */
     di_cuda_f32_to_bf16(x, n_in, xb, s);
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
-    if (di_cuda_wgmma_taken(ctx, false, K, m)) { /* past the twin's rows: the FP8 wgmma kernel on the bf16 values */
+    if (wg) { /* the FP8 wgmma kernel on the bf16 values */
         di_wg_gemm(false, xb, lda, m, m, rows_per_group, K, wd, ws, y, ldy, a.grp, n_groups, m, ksplit, split_blocks,
                    part, s);
         reduce_splits(a, s);

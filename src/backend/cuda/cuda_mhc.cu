@@ -257,42 +257,101 @@ extern "C" void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, 
     DI_CUDA_LAUNCHED();
 }
 
+/* V consecutive k a thread (V = 4 where d % 4 == 0 and the rows are 16-byte aligned: one vector
+ * access where there were four, and the index arithmetic once for four outputs), each output the
+ * same expression in the same order as with V = 1. idx / dv in 32 bits where it fits. */
+template <int V>
+struct hc_vec;
+template <>
+struct hc_vec<1> {
+    static __device__ __forceinline__ void load(const float *p, float (&v)[1]) { v[0] = *p; }
+    static __device__ __forceinline__ void store(float *p, const float (&v)[1]) { *p = v[0]; }
+};
+template <>
+struct hc_vec<4> {
+    static __device__ __forceinline__ void load(const float *p, float (&v)[4]) {
+        const float4 q = *reinterpret_cast<const float4 *>(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
+    static __device__ __forceinline__ void store(float *p, const float (&v)[4]) {
+        *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+/* (token, first k) of vector idx of the [T][d / V] grid */
+static __device__ __forceinline__ void hc_split(int64_t idx, int64_t dv, bool small, int64_t *tok, int64_t *kv) {
+    *tok = small ? (int64_t)((uint32_t)idx / (uint32_t)dv) : idx / dv;
+    *kv = idx - *tok * dv;
+}
+
+template <int V>
 __global__ void hc_pre_kernel(const float *__restrict__ x, int64_t T, int n, int64_t d,
                               const float *__restrict__ p, float *__restrict__ out) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= T * d) return;
-    const int64_t tok = idx / d, k = idx % d;
-    const float *xt = x + tok * n * d, *pt = p + tok * n;
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += pt[i] * xt[i * d + k];
-    out[idx] = di_dev_bf16_round(s);
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
+    if (idx >= T * dv) return;
+    int64_t tok, kv;
+    hc_split(idx, dv, T * dv <= 0x7fffffff, &tok, &kv);
+    const int64_t k = kv * V;
+    const float *xt = x + tok * n * d + k, *pt = p + tok * n;
+    float s[V], xv[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) s[v] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        hc_vec<V>::load(xt + i * d, xv);
+#pragma unroll
+        for (int v = 0; v < V; v++) s[v] += pt[i] * xv[v];
+    }
+#pragma unroll
+    for (int v = 0; v < V; v++) s[v] = di_dev_bf16_round(s[v]);
+    hc_vec<V>::store(out + tok * d + k, s);
+}
+
+/* the vector width for rows of d floats at these bases */
+static int hc_width(int64_t d, const void *a, const void *b, const void *c) {
+    return d % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0 ? 4 : 1;
 }
 
 extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p, float *out,
                                cudaStream_t s) {
     if (T * d <= 0) return;
-    hc_pre_kernel<<<(unsigned)((T * d + 255) / 256), 256, 0, s>>>(x, T, n, d, p, out);
+    if (hc_width(d, x, out, out) == 4)
+        hc_pre_kernel<4><<<(unsigned)((T * d / 4 + 255) / 256), 256, 0, s>>>(x, T, n, d, p, out);
+    else
+        hc_pre_kernel<1><<<(unsigned)((T * d + 255) / 256), 256, 0, s>>>(x, T, n, d, p, out);
     DI_CUDA_LAUNCHED();
 }
 
-/* thread per (token, k): the token's n residual values at k loaded once for its n outputs */
+/* thread per (token, V values of k): the token's n residual values there loaded once for its n
+ * outputs */
+template <int V>
 __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restrict__ r, int64_t T, int n,
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
                                float *__restrict__ out) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= T * d) return;
-    const int64_t k = idx % d, tok = idx / d;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
+    if (idx >= T * dv) return;
+    int64_t tok, kv;
+    hc_split(idx, dv, T * dv <= 0x7fffffff, &tok, &kv);
+    const int64_t k = kv * V;
     const float *rt = r + tok * n * d + k, *ct = comb + tok * n * n;
-    float rv[HC_MAX_N];
+    float rv[HC_MAX_N][V], yv[V];
 #pragma unroll
-    for (int i = 0; i < HC_MAX_N; i++) rv[i] = i < n ? rt[i * d] : 0.0f;
-    const float yv = y[tok * d + k];
+    for (int i = 0; i < HC_MAX_N; i++)
+        if (i < n) hc_vec<V>::load(rt + i * d, rv[i]);
+    hc_vec<V>::load(y + tok * d + k, yv);
     for (int j = 0; j < n; j++) {
-        float s = 0.0f;
+        float s[V], o[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) s[v] = 0.0f;
 #pragma unroll
         for (int i = 0; i < HC_MAX_N; i++)
-            if (i < n) s += ct[i * n + j] * rv[i];
-        out[(tok * n + j) * d + k] = di_dev_bf16_round(post[tok * n + j] * yv + s);
+            if (i < n) {
+                const float c = ct[i * n + j];
+#pragma unroll
+                for (int v = 0; v < V; v++) s[v] += c * rv[i][v];
+            }
+        const float pj = post[tok * n + j];
+#pragma unroll
+        for (int v = 0; v < V; v++) o[v] = di_dev_bf16_round(pj * yv[v] + s[v]);
+        hc_vec<V>::store(out + (tok * n + j) * d + k, o);
     }
 }
 
@@ -304,6 +363,9 @@ extern "C" void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n
         fprintf(stderr, "di_cuda_hc_post: %d hyper-connection copies (1..%d supported)\n", n, HC_MAX_N);
         abort();
     }
-    hc_post_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
+    if (hc_width(d, y, r, out) == 4)
+        hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
+    else
+        hc_post_kernel<1><<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
     DI_CUDA_LAUNCHED();
 }
