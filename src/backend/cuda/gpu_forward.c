@@ -370,7 +370,9 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
         gpu_debug(&f, "block_in", l, X, (int64_t)R * n * D);
         block(&f, l, X, pre);
         gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
-        if ((l + 1) % GPU_GRAPH_PIECE_LAYERS == 0 && l + 1 < m->n_layers) gpu_graph_cut(&f, g->ev_start);
+        /* the first piece ends after layer 0, so the device starts sooner; then every
+         * GPU_GRAPH_PIECE_LAYERS layers */
+        if ((l == 0 || (l + 1) % GPU_GRAPH_PIECE_LAYERS == 0) && l + 1 < m->n_layers) gpu_graph_cut(&f, g->ev_start);
     }
     if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
     gpu_stage(&f, ST_HEAD);

@@ -5,9 +5,10 @@
  * therefore runs with its stream in capture mode: the host code of the call runs exactly as in
  * eager mode (it plans the lists, fills the pinned staging, advances the sequences' host state),
  * but its launches and copies are recorded and launched as graphs, whose kernels the device runs
- * back to back. The call is cut into pieces of GPU_GRAPH_PIECE_LAYERS layers (gpu_graph_cut): a
- * piece is launched as soon as it is captured, so the host captures the next piece while the
- * device runs this one, and the device waits only for the first piece's capture.
+ * back to back. The call is cut into pieces (gpu_graph_cut): the call's set-up, the embedding and
+ * layer 0, then GPU_GRAPH_PIECE_LAYERS layers each; a piece is launched as soon as it is captured,
+ * so the host captures the next piece while the device runs this one, and the device waits only
+ * for the first piece's capture (kept short: one layer).
  *
  * Executable graphs are kept per piece and topology (GPU_GRAPH_SLOTS of them, keyed by piece
  * index, node count and node types: they change with which stages ran, e.g. whether a compressor
