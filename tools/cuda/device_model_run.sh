@@ -10,7 +10,9 @@
 #      fixture again with DEEPINFER_ENFORCE_EAGER=1,
 #   4. compute-sanitizer memcheck and racecheck on a fixture run,
 #   5. `deepinfer bench` (the whole-model EP-8 rank proxy) and a generate demo on the bundled model.
-# Logs land in $OUT; the summary is the end of stdout. Stages past a time budget are skipped.
+# Logs land in $OUT, packed into $OUT/logs.tar.gz at the end (the device tool returns 8 files;
+# KEEP_LOGS=1 leaves them loose); the summary is the end of stdout. Stages past a time budget are
+# skipped.
 #     bash tools/cuda/device_model_run.sh [--quick] [--only STAGES]   (STAGES: e.g. "build,parity,fixture";
 #     all: parity,fixture,sanitize,memcheck,bench,bench_bi,demo; BENCH_ARGS passes options to the bench;
 #     "mmasync", only when named: the model tests and the bench with DEEPINFER_GPU_WGMMA=0;
@@ -175,5 +177,10 @@ if want demo; then
     run demo 120 $B/deepinfer generate --backend cuda -p "The capital of France is" --max-tokens 24 --temperature 0 \
         --demo-model-dir /tmp/di-demo
     tail -5 "$OUT/demo.log"
+fi
+# the device tool brings back at most 8 files: the stages' logs travel as one archive
+# (tar xzf logs.tar.gz) unless KEEP_LOGS=1 leaves them as they are
+if [ "${KEEP_LOGS:-0}" != 1 ] && ls "$OUT"/*.log >/dev/null 2>&1; then
+    (cd "$OUT" && tar czf logs.tar.gz ./*.log machine.txt 2>/dev/null && rm -f ./*.log machine.txt)
 fi
 log "done"

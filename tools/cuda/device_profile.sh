@@ -10,6 +10,10 @@
 #         bash tools/cuda/device_profile.sh [TAG]
 # NCU_DETAIL="ncu flags" instead runs ncu's own report (e.g. "--section WarpStateStats -k regex:gemv
 # --launch-skip 40 --launch-count 2") over the same range into $OUT/detail-TAG.txt, no table.
+# -k matches the function name without template arguments; one instantiation by its mangled name:
+# "--kernel-name-base mangled -k regex:ILb1ELi64E" is wg_gemm_kernel<true, 64> (a demangled regex
+# with "<" matched nothing in session 12). For stall samples per SASS instruction ncu documents
+# "--section SourceCounters --page source --print-source sass" (not yet tried here).
 # Output: $OUT/profile-TAG.txt (the table, also on stdout) and $OUT/profile-TAG.csv.gz (ncu's rows).
 set -u
 cd "$(dirname "$0")/../.."
