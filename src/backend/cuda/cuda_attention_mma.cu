@@ -65,8 +65,6 @@ static size_t am_smem_bytes(int dim) {
     return 2 * (hg + AM_RUN) * am_row_stride(dim) + 4 * hg * AM_S_STRIDE + 2 * hg * AM_P_STRIDE;
 }
 
-static __device__ __forceinline__ uint32_t am_bf16_bits(float f) { return __float_as_uint(di_dev_bf16_round(f)) >> 16; }
-
 /* dst [n_rows][stride] bf16 <- rows[0..n_rows) (NULL: zeros), dim fp32 values each (dim % 4 == 0).
  * Each thread issues AM_STAGE_BATCH float4 loads before storing any; consecutive threads take
  * consecutive float4s of a row (coalesced). */
@@ -84,8 +82,8 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
             const int x = x0 + u * AM_THREADS;
             if (x >= total) break;
             uint2 packed;
-            packed.x = am_bf16_bits(v[u].x) | am_bf16_bits(v[u].y) << 16;
-            packed.y = am_bf16_bits(v[u].z) | am_bf16_bits(v[u].w) << 16;
+            packed.x = di_dev_bf16_bits(v[u].x) | di_dev_bf16_bits(v[u].y) << 16;
+            packed.y = di_dev_bf16_bits(v[u].z) | di_dev_bf16_bits(v[u].w) << 16;
             *(uint2 *)(dst + x / n4 * stride + x % n4 * 4) = packed;
         }
     }
@@ -204,7 +202,7 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
                 const float p1 = l[e + 1] == -INFINITY ? 0.0f : di_dev_expf(l[e + 1] - m_new);
                 ps += p0;
                 ps += p1;
-                pb[e / 2] = am_bf16_bits(p0) | am_bf16_bits(p1) << 16;
+                pb[e / 2] = di_dev_bf16_bits(p0) | di_dev_bf16_bits(p1) << 16;
             }
             *(uint4 *)(p_s + hh * AM_P_STRIDE + 8 * part) = uint4{pb[0], pb[1], pb[2], pb[3]};
             ps += __shfl_xor_sync(0xffffffffu, ps, 1);
@@ -310,21 +308,17 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         return;
     }
     static bool attr_set;
-    static int sms;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)am_smem_bytes<1>(AM_MAX_DIM)));
         DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)am_smem_bytes<2>(AM_MAX_DIM)));
-        int dev;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         attr_set = true;
     }
     int split_runs, n_split;
     di_cluster_split((n_idx + AM_RUN - 1) / AM_RUN, AM_SPLIT_RUNS, AM_MAX_SPLIT, &split_runs, &n_split);
     /* 32 heads a block (KV staged half as often) once the grid fills the GPU twice over */
-    int HT = nq * ((n_heads + 31) / 32) * n_split >= 2 * (int64_t)sms ? 2 : 1;
+    int HT = nq * ((n_heads + 31) / 32) * n_split >= 2 * (int64_t)di_cuda_sm_count() ? 2 : 1;
     if (heads_per_block == 16 || heads_per_block == 32) HT = heads_per_block / 16;
     for (int64_t r0 = 0; r0 < nq; r0 += AM_MAX_ROWS) {
         const int64_t rows = nq - r0 < AM_MAX_ROWS ? nq - r0 : AM_MAX_ROWS;

@@ -34,6 +34,17 @@
 /* Checks the launch just made (configuration errors surface here, faults at the next sync). */
 #define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
 
+/* the current device's multiprocessor count, asked once (launch heuristics that fill the GPU) */
+static inline int di_cuda_sm_count(void) {
+    static int sms;
+    if (!sms) {
+        int dev;
+        DI_CUDA_CHECK(cudaGetDevice(&dev));
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
+
 /* ---- bf16 (round to nearest even, NaN kept), as di_f32_to_bf16 ---- */
 static __device__ __forceinline__ float di_dev_bf16_round(float f) {
     uint32_t u = __float_as_uint(f);
@@ -41,6 +52,8 @@ static __device__ __forceinline__ float di_dev_bf16_round(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return __uint_as_float(u & 0xffff0000u);
 }
+/* the same rounding as the 16 bits of a bf16 */
+static __device__ __forceinline__ uint32_t di_dev_bf16_bits(float f) { return __float_as_uint(di_dev_bf16_round(f)) >> 16; }
 static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
     return __uint_as_float((uint32_t)*p << 16);
 }

@@ -396,13 +396,7 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
  * its path anyway (batch-invariant mode never takes it), and at 4,096 rows the partial sums'
  * traffic and the reduce launch bought nothing. Returns the split to use. */
 static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_blocks) {
-    static int sms;
-    if (!sms) {
-        int dev;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    if (ksplit == 1 || (N + 127) / 128 * ((rows + 127) / 128) < 2 * (int64_t)sms) return ksplit;
+    if (ksplit == 1 || (N + 127) / 128 * ((rows + 127) / 128) < 2 * (int64_t)di_cuda_sm_count()) return ksplit;
     return mm_ksplit(N, K, false, split_blocks); /* 1, the whole K */
 }
 

@@ -76,22 +76,21 @@ extern "C" void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes) {
     return ctx->scratch;
 }
 
-static __device__ __forceinline__ uint32_t bf16_bits(float v) { return __float_as_uint(di_dev_bf16_round(v)) >> 16; }
 /* V values a thread: four (one 16-byte load, one 8-byte store) where x and out are aligned for
  * them, the last n % 4 by the thread past the vectors; else one */
 template <int V>
 __global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ out) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (V == 1) {
-        if (i < n) out[i] = (uint16_t)bf16_bits(x[i]);
+        if (i < n) out[i] = (uint16_t)di_dev_bf16_bits(x[i]);
         return;
     }
     const int64_t nv = n / 4;
     if (i < nv) {
         const float4 v = reinterpret_cast<const float4 *>(x)[i];
-        reinterpret_cast<uint2 *>(out)[i] = make_uint2(bf16_bits(v.x) | bf16_bits(v.y) << 16, bf16_bits(v.z) | bf16_bits(v.w) << 16);
+        reinterpret_cast<uint2 *>(out)[i] = make_uint2(di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16, di_dev_bf16_bits(v.z) | di_dev_bf16_bits(v.w) << 16);
     } else if (i == nv) {
-        for (int64_t j = 4 * nv; j < n; j++) out[j] = (uint16_t)bf16_bits(x[j]);
+        for (int64_t j = 4 * nv; j < n; j++) out[j] = (uint16_t)di_dev_bf16_bits(x[j]);
     }
 }
 __global__ void bf16_to_f32_kernel(const uint16_t *__restrict__ x, int64_t n, float *__restrict__ out) {

@@ -173,15 +173,11 @@ static void launch_mt(const di_weight *w, const float *x, int64_t m, float *y, c
     /* device queries once per instantiation (they cost more than a small launch); the occupancy
      * for the last K seen (the same few K values recur every layer) */
     static bool attr_set;
-    static int sms;
     static int64_t occ_k = -1;
     static int per_sm = 1;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(linear_quant_kernel<FP4, MT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, LQ_SMEM_MAX));
-        int dev;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         attr_set = true;
     }
     if (occ_k != K) {
@@ -192,7 +188,7 @@ static void launch_mt(const di_weight *w, const float *x, int64_t m, float *y, c
     /* m: rows of the largest group (all rows for one matrix) */
     const int64_t tiles_m = (m + MT - 1) / MT;
     int64_t gx = (N + LQ_WARPS - 1) / LQ_WARPS,
-            cap = (int64_t)sms * (per_sm > 0 ? per_sm : 1) * 2 / (tiles_m * n_groups);
+            cap = (int64_t)di_cuda_sm_count() * (per_sm > 0 ? per_sm : 1) * 2 / (tiles_m * n_groups);
     if (cap < 1) cap = 1;
     if (gx > cap) gx = cap;
     dim3 grid((unsigned)gx, (unsigned)tiles_m, (unsigned)n_groups);

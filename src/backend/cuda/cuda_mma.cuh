@@ -214,7 +214,7 @@ static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi
  * bf16x2, lo in the low half: one cvt on the device */
 static __device__ __forceinline__ uint32_t di_bf16x2_rn(float lo, float hi) {
 #ifdef DI_CUDA_EMU_H
-    return __float_as_uint(di_dev_bf16_round(lo)) >> 16 | (__float_as_uint(di_dev_bf16_round(hi)) & 0xffff0000u);
+    return di_dev_bf16_bits(lo) | di_dev_bf16_bits(hi) << 16;
 #else
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
