@@ -7,8 +7,9 @@
  * lengths, then decode steps of all three sequences, of a subset, and one where a sequence brings a
  * chunk of several rows, each fed the graph model's greedy token. Every call's logits are compared
  * bit for bit, the sequences' token counts must agree, and the graph model's statistics must show
- * every call captured and, over the last steady decode steps, every graph piece run by updating a
- * kept graph.
+ * every call captured, over the last steady decode steps every graph piece run by updating a kept
+ * graph, and no memory nodes in any graph (the first call's temporaries overflow the empty arena
+ * into spill chunks).
  *
  * Needs the CUDA backend and a GPU (tools/cuda/device_model_run.sh runs it); elsewhere it prints
  * SKIPPED. */
@@ -112,10 +113,11 @@ int main(void) {
     be->graph_stats(g.m, &gs);
     be->graph_stats(e.m, &es);
     printf("graphs: %lld calls captured; graph pieces: %lld updated in place, %lld instantiated, %lld updates refused "
-           "(capture %.2f ms, update %.2f ms, instantiate %.2f ms per call); eager model: %lld captured\n",
+           "(capture %.2f ms, update %.2f ms, instantiate %.2f ms per call); %lld spill chunks, %lld memory nodes; "
+           "eager model: %lld captured\n",
            (long long)gs.captured, (long long)gs.updated, (long long)gs.instantiated, (long long)gs.rejected,
-           gs.capture_s * 1e3 / calls,
-           gs.update_s * 1e3 / calls, gs.instantiate_s * 1e3 / calls, (long long)es.captured);
+           gs.capture_s * 1e3 / calls, gs.update_s * 1e3 / calls, gs.instantiate_s * 1e3 / calls,
+           (long long)gs.spill_chunks, (long long)gs.memory_nodes, (long long)es.captured);
     CHECKF(gs.captured == calls, "%lld of %d calls captured", (long long)gs.captured, calls);
     /* every call runs as one or more pieces; once the sequences' shapes settle, decode steps reuse
      * the kept graphs (new topologies -- the first decode, compressor parities, the subset, the
@@ -130,6 +132,10 @@ int main(void) {
     /* kept graphs are keyed by topology (node types, kernels, copy directions): no update is tried
      * that the driver refuses (each would be an API error under compute-sanitizer) */
     CHECKF(gs.rejected == 0, "%lld graph updates refused", (long long)gs.rejected);
+    /* the first call at a size overflows the arena while capturing: its temporaries come from
+     * spill chunks, never from the stream-ordered pool (no memory nodes in any graph) */
+    CHECKF(gs.spill_chunks > 0, "no call spilled past the arena (the first one should: the arena starts empty)");
+    CHECKF(gs.memory_nodes == 0, "%lld memory nodes in captured graphs", (long long)gs.memory_nodes);
     CHECKF(es.captured == 0, "the eager model captured %lld calls", (long long)es.captured);
     printf("%d calls, graph and eager logits %s\n", calls, differing ? "DIFFER" : "bit-identical");
     for (int i = 0; i < N_SEQ; i++) {

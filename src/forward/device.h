@@ -20,6 +20,8 @@
 typedef struct di_graph_stats {
     int64_t captured, updated, instantiated, rejected;
     double capture_s, update_s, instantiate_s;
+    int64_t memory_nodes;  /* allocation / free nodes found in captured graphs (none are wanted) */
+    int64_t spill_chunks;  /* device memory taken while capturing because the arena was full */
 } di_graph_stats;
 
 typedef struct di_device_backend {

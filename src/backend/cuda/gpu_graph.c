@@ -17,10 +17,11 @@
  * are rebuilt from the host code each call, what runs is always what eager mode would launch:
  * results are bit-identical.
  *
- * A captured call is reusable only if it made no allocation node and needed no extra pinned
- * memory: while capturing, temporaries of every size come from the arena and copies go through
- * pinned staging; a call that overflowed either (the first at a new size; both grow for the next
- * call) is instantiated, launched once and dropped. A copy node cannot be updated to memory of
+ * A captured call is reusable only if it needed no spill chunk and no extra pinned memory: while
+ * capturing, temporaries of every size come from the arena and copies go through pinned staging;
+ * a call that overflowed either (the first at a new size; both grow for the next call) took plain
+ * allocations freed after it (never graph memory nodes: gpu_spill in gpu_internal.h) and is
+ * instantiated, launched once and dropped. A copy node cannot be updated to memory of
  * another allocation once its own is freed, so growing staging or the arena drops every kept
  * graph, and no copy node touches sequence state (which comes and goes): the driver refuses no
  * update (test_device_graphs checks it; each refusal would be an API error under
@@ -65,7 +66,7 @@ bool gpu_graph_begin(gpu_fwd *f) {
  * kept graphs of the same key: a copy that changes direction, or a kernel that changes function,
  * may be refused (cudaErrorGraphExecUpdateFailure), and a refused update is an API error to tools
  * like compute-sanitizer. */
-static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes) {
+static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes, int64_t *memory_nodes) {
     GPU_CK(cudaGraphGetNodes(graph, NULL, n_nodes));
     cudaGraphNode_t *nodes = di_xmalloc(sizeof(cudaGraphNode_t) * (*n_nodes ? *n_nodes : 1));
     size_t n = *n_nodes;
@@ -83,6 +84,8 @@ static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes) {
             struct cudaMemcpy3DParms cp;
             GPU_CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
             v ^= (uint64_t)cp.kind << 8;
+        } else if (t == cudaGraphNodeTypeMemAlloc || t == cudaGraphNodeTypeMemFree) {
+            ++*memory_nodes;
         }
         h = (h ^ v) * 0x100000001b3ull;
     }
@@ -137,7 +140,7 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     if (f->graph_piece == 0) gs->stats.captured++;
     gs->stats.capture_s += t1 - f->capture_t0;
     size_t n_nodes = 0;
-    const uint64_t sig = graph_signature(graph, &n_nodes);
+    const uint64_t sig = graph_signature(graph, &n_nodes, &gs->stats.memory_nodes);
     cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes, sig) : NULL;
     const double t2 = now_s();
     if (exec) {
@@ -187,6 +190,9 @@ void gpu_graphs_free(gpu_model *g) {
     gpu_graphs_drop(g);
     for (int i = 0; i < gs->n_extra; i++) cudaFreeHost(gs->extra_pinned[i]);
     free(gs->extra_pinned);
+    for (int i = 0; i < gs->spill.n; i++) cudaFree(gs->spill.chunk[i]);
+    free(gs->spill.chunk);
+    free(gs->spill.bytes);
     memset(gs, 0, sizeof *gs);
 }
 

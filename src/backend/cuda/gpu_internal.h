@@ -34,14 +34,30 @@ typedef struct gpu_layer_consts {
  *   while capturing a graph into a pinned piece of its own (gpu_pinned_extra);
  * - a device arena for the temporaries (a decode step makes hundreds; each stream-ordered
  *   allocation costs microseconds of host time); larger or overflowing ones use the pool, except
- *   while capturing, when the arena takes every size it can. */
+ *   while capturing, when the arena takes every size it can and what overflows it comes from
+ *   spill chunks (gpu_spill). */
 typedef struct gpu_bump {
     uint8_t *base;
     size_t cap, used, want;
 } gpu_bump;
 
+/* Device memory for the temporaries a capture could not fit into the arena: chunks of plain
+ * cudaMalloc'ed memory (allowed while a relaxed capture records), bump-allocated and freed at the
+ * next reset. Not the stream-ordered pool: cudaMallocAsync while capturing records allocation and
+ * free nodes, the graph then maps memory of its own and reuses addresses between its nodes, and
+ * compute-sanitizer memcheck attributes accesses to those addresses to the wrong allocation
+ * (invalid writes reported in a kernel writing a live buffer: the MoE row lists' memcheck failure
+ * of session 12, clean eagerly and with the arena large enough). */
+typedef struct gpu_spill {
+    uint8_t **chunk;           /* [n] */
+    size_t *bytes;             /* [n] */
+    int n, cap;
+    size_t used;               /* of the newest chunk */
+} gpu_spill;
+
 /* Executable CUDA graphs kept for reuse (gpu_graph.c), per piece and topology, and the pinned
- * pieces a capture had to allocate because staging was full (freed at the next reset). */
+ * pieces and device spill chunks a capture had to allocate because staging or the arena was full
+ * (freed at the next reset). */
 enum { GPU_GRAPH_SLOTS = 64, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 4 };
 typedef struct gpu_graphs {
     struct {
@@ -54,6 +70,7 @@ typedef struct gpu_graphs {
     uint64_t tick;
     void **extra_pinned;
     int n_extra, cap_extra;
+    gpu_spill spill;
     di_graph_stats stats;
 } gpu_graphs;
 
@@ -111,7 +128,7 @@ struct gpu_fwd {
     int64_t cand_nb;
     float *d_main_hidden;      /* [R, n_targets * D] */
     /* CUDA graph capture of this call (gpu_graph.c): on while the stream records; reusable while
-     * nothing made an allocation node or needed an extra pinned piece */
+     * nothing needed a spill chunk or an extra pinned piece (both are freed after the call) */
     bool capturing, graph_reusable;
     int graph_piece;           /* pieces launched so far in this call */
     double capture_t0;
@@ -135,7 +152,7 @@ static inline int gpu_resident_experts(const di_model *m, const di_ffn_weights *
 }
 
 /* ---- memory (gpu_backend.c) ---- */
-void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* device temporaries: arena, else the pool */
+void *gpu_alloc(const gpu_fwd *f, size_t bytes);      /* device temporaries: arena, else spill / the pool */
 void gpu_free(const gpu_fwd *f, void *p);
 void *gpu_upload(const gpu_fwd *f, const void *host, size_t bytes); /* new device copy, never syncs */
 void gpu_bumps_reset(gpu_fwd *f);                     /* start of a forward call */
