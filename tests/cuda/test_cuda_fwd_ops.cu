@@ -557,12 +557,21 @@ static void test_moe_combine(int64_t R, int K, int64_t D) {
     float *deo = (float *)dev_upload(eo, 4 * R * K * D), *dsh = (float *)dev_upload(sh, 4 * R * D);
     int32_t *dord = (int32_t *)dev_upload(order, 4 * R * K);
     float *dout = (float *)dev_poisoned(4 * R * D);
-    di_cuda_moe_combine(deo, dord, dsh, R, K, D, dout, 0);
+    /* the slots' rows through a list: slot i's row stored at (i * 7) % (R K) (R K prime to 7) */
+    std::vector<const float *> rows((size_t)(R * K));
+    float *dperm = (float *)dev_poisoned(4 * R * K * D);
+    for (int64_t i = 0; i < R * K; i++) {
+        const int64_t at = i * 7 % (R * K);
+        cudaMemcpy(dperm + at * D, deo + i * D, 4 * D, cudaMemcpyDeviceToDevice);
+        rows[i] = dperm + at * D;
+    }
+    const float **drows = (const float **)dev_upload(rows.data(), sizeof(float *) * R * K);
+    di_cuda_moe_combine(drows, dord, dsh, R, K, D, dout, 0);
     dev_download(got, dout, 4 * R * D);
     char shape[64];
     snprintf(shape, sizeof shape, "R=%lld K=%d D=%lld", (long long)R, K, (long long)D);
     compare("moe_combine", shape, got, ref, R * D, "exact");
-    cudaFree(deo), cudaFree(dsh), cudaFree(dord), cudaFree(dout);
+    cudaFree(deo), cudaFree(dsh), cudaFree(dord), cudaFree(dout), cudaFree(dperm), cudaFree((void *)drows);
     free(eo), free(sh), free(ref), free(got), free(order);
 }
 
@@ -733,13 +742,29 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
         float *yb2 = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
         di_cuda_linear_quant_grouped(&g_cx, &shape, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows, x, yb1);
         di_cuda_linear_quant_grouped_pair(&g_cx, &shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows, x,
-                                          yp, yb2);
+                                          NULL, yp, yb2);
         dev_download(a, yp, sizeof(float) * (size_t)M * N);
         compare("linear_quant_grouped.pair_a", shp, a, b, (int64_t)M * N, "exact");
         float *c1 = host_poisoned((int64_t)M * N);
         dev_download(a, yb2, sizeof(float) * (size_t)M * N);
         dev_download(c1, yb1, sizeof(float) * (size_t)M * N);
         compare("linear_quant_grouped.pair_b", shp, a, c1, (int64_t)M * N, "exact");
+        if (!exact && M > 0) { /* x's rows through a list (the MoE's gather): row i stored at M - 1 - i */
+            float *xp = (float *)dev_poisoned(sizeof(float) * (size_t)M * K);
+            std::vector<const float *> xr(M);
+            for (int i = 0; i < M; i++) {
+                cudaMemcpy(xp + (size_t)(M - 1 - i) * K, x + (size_t)i * K, sizeof(float) * K, cudaMemcpyDeviceToDevice);
+                xr[i] = xp + (size_t)(M - 1 - i) * K;
+            }
+            const float **d_xr = (const float **)dev_upload(xr.data(), sizeof(void *) * M);
+            di_cuda_linear_quant_grouped_pair(&g_cx, &shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M,
+                                              max_rows, NULL, d_xr, yp, yb2);
+            dev_download(a, yp, sizeof(float) * (size_t)M * N);
+            compare("linear_quant_grouped.pair_rows_a", shp, a, b, (int64_t)M * N, "exact");
+            dev_download(a, yb2, sizeof(float) * (size_t)M * N);
+            compare("linear_quant_grouped.pair_rows_b", shp, a, c1, (int64_t)M * N, "exact");
+            cudaFree(xp), cudaFree((void *)d_xr);
+        }
         free(c1);
         cudaFree((void *)d_rwd), cudaFree((void *)d_rws), cudaFree(yb1), cudaFree(yb2), cudaFree(yp);
     }
@@ -1121,18 +1146,16 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
         std::vector<int> fill(off.begin(), off.end() - 1);
         for (int64_t i = 0; i < n; i++) want_src[fill[ex[i]]++] = i;
     }
-    float *x = (float *)dev_poisoned(4 * R * D), *xg = (float *)dev_poisoned(4 * n * D), *yg = (float *)dev_poisoned(4 * n * D),
-          *eo = (float *)dev_poisoned(4 * n * D), *wts = (float *)dev_poisoned(4 * n);
+    float *x = (float *)dev_poisoned(4 * R * D), *yg = (float *)dev_poisoned(4 * n * D), *wts = (float *)dev_poisoned(4 * n);
     int *doff = (int *)dev_poisoned(4 * (G + 1)), *dact = (int *)dev_poisoned(4 * G);
-    void **lists = (void **)dev_poisoned(sizeof(void *) * 4 * n);
-    di_cuda_moe_group(dex, dwt, R, K, G, x, xg, yg, eo, D, doff, dact, (const float **)lists, (float **)lists + n,
-                      (const float **)lists + 2 * n, (float **)lists + 3 * n, wts, 0);
-    std::vector<void *> hl(4 * n);
+    void **lists = (void **)dev_poisoned(sizeof(void *) * 2 * n); /* x_rows, slot_rows */
+    di_cuda_moe_group(dex, dwt, R, K, G, x, yg, D, doff, dact, (const float **)lists, (const float **)lists + n, wts, 0);
+    std::vector<void *> hl(2 * n);
     std::vector<float> hw(n);
     std::vector<int> gact(G);
     dev_download(goff.data(), doff, 4 * (G + 1));
     dev_download(gact.data(), dact, 4 * G);
-    dev_download(hl.data(), lists, sizeof(void *) * 4 * n);
+    dev_download(hl.data(), lists, sizeof(void *) * 2 * n);
     dev_download(hw.data(), wts, 4 * n);
     int64_t bad_g = 0;
     for (int e = 0; e <= G; e++) bad_g += goff[e] != off[e];
@@ -1143,16 +1166,15 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
     for (int j = n_act; j < G; j++) bad_g += gact[j] != -1;
     for (int64_t p = 0; p < n; p++) {
         const int64_t a = want_src[p], r = a / K;
-        bad_g += hl[p] != (void *)(x + r * D) || hl[n + p] != (void *)(xg + p * D) || hl[2 * n + p] != (void *)(yg + p * D) ||
-                 hl[3 * n + p] != (void *)(eo + a * D) || memcmp(&hw[p], &gwt[a], 4) != 0;
+        bad_g += hl[p] != (void *)(x + r * D) || hl[n + a] != (void *)(yg + p * D) || memcmp(&hw[p], &gwt[a], 4) != 0;
     }
     printf("%s  %-20s R=%lld E=%d K=%d  offsets/lists differing %lld\n", bad_g ? "FAIL" : "PASS", "moe_group",
            (long long)R, G, K, (long long)bad_g);
     if (bad_g) g_fail++;
     else g_pass++;
-    cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(xg), cudaFree(yg);
+    cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(yg);
     cudaFree(dact);
-    cudaFree(eo), cudaFree(wts), cudaFree(doff), cudaFree(lists);
+    cudaFree(wts), cudaFree(doff), cudaFree(lists);
     free(logits), free(bias);
 }
 
@@ -1336,11 +1358,14 @@ int main(int argc, char **argv) {
         test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false);
         test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);
     }
-    else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping and combine alone, one prefill-sized */
+    else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping and combine alone, one prefill-sized;
+                                                         grouped GEMMs of x's rows through a list */
         test_moe_route(5, 16, 4, 0);
         test_moe_route(37, 40, 6, 12);
         test_moe_route(1000, 384, 6, 48);
         test_moe_combine(3, 6, 300);
+        const int g_rows[] = {3, 0, 9, 1};
+        test_linear_grouped(DI_DT_I8, 256, 40, g_rows, 4);
     }
     else run_full(!medium);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);

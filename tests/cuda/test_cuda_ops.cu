@@ -174,7 +174,7 @@ static void test_act_quant_e4m3(int64_t n_blocks, int offset, float scale) {
     for (int64_t i = 0; i < n; i++) ref[i] += 0.0f; /* -0 -> +0: the codes carry no negative zero */
     float *d = (float *)dev_upload(x, 4 * (n + offset)), *ds = (float *)dev_poisoned(4 * n_blocks);
     uint8_t *dq = (uint8_t *)dev_poisoned(n);
-    di_cuda_act_quant_e4m3(d + offset, n_blocks, dq, ds, 0);
+    di_cuda_act_quant_e4m3(d + offset, NULL, 0, n_blocks, dq, ds, 0);
     dev_download(codes, dq, n);
     dev_download(gs, ds, 4 * n_blocks);
     for (int64_t i = 0; i < n; i++) got[i] = di_e4m3_to_f32(codes[i]);
@@ -184,7 +184,7 @@ static void test_act_quant_e4m3(int64_t n_blocks, int offset, float scale) {
     compare("act_quant_e4m3 scales", shape, gs, rs, 1, n_blocks, CRIT_EXACT);
     /* the wgmma GEMM's operand: the values themselves as bf16 */
     uint16_t *h = (uint16_t *)malloc(2 * n), *dh = (uint16_t *)dev_poisoned(2 * n);
-    di_cuda_act_quant_bf16(d + offset, n_blocks, dh, 0);
+    di_cuda_act_quant_bf16(d + offset, NULL, 0, n_blocks, dh, 0);
     dev_download(h, dh, 2 * n);
     for (int64_t i = 0; i < n; i++) {
         const uint32_t bits = (uint32_t)h[i] << 16;
@@ -192,6 +192,34 @@ static void test_act_quant_e4m3(int64_t n_blocks, int offset, float scale) {
         ref[i] *= rs[i / 32]; /* code value x power-of-two scale: exact */
     }
     compare("act_quant_bf16 values", shape, got, ref, 1, n, CRIT_EXACT);
+    /* the same through a row list (the MoE's gather into expert order): rows of 2 blocks, listed in
+     * reverse order, give the contiguous results' rows in reverse order, bit for bit */
+    if (n_blocks % 2 == 0) {
+        const int64_t R = n_blocks / 2;
+        const float **rl = (const float **)malloc(sizeof(float *) * R);
+        for (int64_t r = 0; r < R; r++) rl[r] = d + offset + (R - 1 - r) * 64;
+        const float **drl = (const float **)dev_upload(rl, sizeof(float *) * R);
+        uint8_t *dq2 = (uint8_t *)dev_poisoned(n), *codes2 = (uint8_t *)malloc(n);
+        float *ds2 = (float *)dev_poisoned(4 * n_blocks), *gs2 = (float *)malloc(4 * n_blocks);
+        uint16_t *dh2 = (uint16_t *)dev_poisoned(2 * n), *h2 = (uint16_t *)malloc(2 * n);
+        di_cuda_act_quant_e4m3(NULL, drl, 2, n_blocks, dq2, ds2, 0);
+        di_cuda_act_quant_bf16(NULL, drl, 2, n_blocks, dh2, 0);
+        dev_download(codes2, dq2, n);
+        dev_download(gs2, ds2, 4 * n_blocks);
+        dev_download(h2, dh2, 2 * n);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t j = (R - 1 - i / 64) * 64 + i % 64; /* the same value's place in the first results */
+            bad += codes2[i] != codes[j] || h2[i] != h[j];
+        }
+        for (int64_t b = 0; b < n_blocks; b++) bad += memcmp(&gs2[b], &gs[(R - 1 - b / 2) * 2 + b % 2], 4) != 0;
+        printf("%s  %-20s %s  rows through a list: %lld of %lld codes, values and scales differ\n",
+               bad ? "FAIL" : "PASS", "act_quant rows", shape, (long long)bad, (long long)(2 * n + n_blocks));
+        if (bad) g_fail++;
+        else g_pass++;
+        cudaFree((void *)drl), cudaFree(dq2), cudaFree(ds2), cudaFree(dh2);
+        free(rl), free(codes2), free(gs2), free(h2);
+    }
     cudaFree(d), cudaFree(ds), cudaFree(dq), cudaFree(dh);
     free(x), free(ref), free(got), free(rs), free(gs), free(codes), free(h);
 }

@@ -84,6 +84,15 @@ static __device__ __forceinline__ float4 di_dev_load_row4(const float *row, int 
     if (((uintptr_t)row & 15) == 0) return *(const float4 *)(row + c);
     return float4{row[c], row[c + 1], row[c + 2], row[c + 3]};
 }
+/* act_quant's lane i (8 lanes a 32-value block, 4 values a lane): its values in x [n_blocks * 32]
+ * (x + 4 i), or, with a row list, in row i / (8 row_blocks) of rows (rows of row_blocks blocks
+ * each, anywhere: the MoE's gather of token rows into expert order) */
+static __device__ __forceinline__ const float *di_dev_act_lane(const float *x, const float *const *rows,
+                                                               int64_t row_blocks, int64_t i) {
+    if (!rows) return x + 4 * i;
+    const int64_t per_row = 8 * row_blocks;
+    return rows[i / per_row] + 4 * (i % per_row);
+}
 
 /* A run of up to 64 list entries (cnt of them at lr; NULL = no entry) with its live entries moved
  * to rows[0 .. live), in list order, by one warp (every lane calls); returns live. Where a list

@@ -146,8 +146,8 @@ moe_count_kernel(const int32_t *__restrict__ expert, int64_t n, int E, int *__re
 /* block e: expert e's assignments to positions row_off[e] .. row_off[e + 1] */
 __global__ void __launch_bounds__(PLACE_THREADS)
 moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ weight, int64_t n, int K,
-                 const float *x, float *xg, float *yg, float *eo, int64_t D, const int *__restrict__ row_off,
-                 const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *__restrict__ wts) {
+                 const float *x, const float *yg, int64_t D, const int *__restrict__ row_off, const float **x_rows,
+                 const float **slot_rows, float *__restrict__ wts) {
     constexpr int NW = PLACE_THREADS / 32;
     __shared__ int warp_n[NW];
     const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -167,11 +167,8 @@ moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
         const unsigned m = __ballot_sync(0xffffffffu, hit);
         if (hit) {
             const int p = pos + __popc(m & ((1u << lane) - 1u));
-            const int64_t r = i / K;
-            gsrc[p] = x + r * D;
-            gdst[p] = xg + (int64_t)p * D;
-            ssrc[p] = yg + (int64_t)p * D;
-            sdst[p] = eo + i * D;
+            x_rows[p] = x + i / K * D;
+            slot_rows[i] = yg + (int64_t)p * D;
             wts[p] = weight[i];
         }
         pos += __popc(m);
@@ -179,9 +176,8 @@ moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
 }
 
 extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
-                                  const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off,
-                                  int *active, const float **gsrc, float **gdst, const float **ssrc, float **sdst,
-                                  float *wts, cudaStream_t s) {
+                                  const float *x, const float *yg, int64_t D, int *row_off, int *active,
+                                  const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s) {
     if (E > GROUP_THREADS) {
         fprintf(stderr, "di_cuda_moe_group: %d experts exceed %d\n", E, GROUP_THREADS);
         abort();
@@ -189,8 +185,8 @@ extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, in
     moe_count_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, R * K, E, row_off, active);
     DI_CUDA_LAUNCHED();
     if (R * K <= 0 || E <= 0) return;
-    moe_place_kernel<<<(unsigned)E, PLACE_THREADS, 0, s>>>(expert, weight, R * K, K, x, xg, yg, eo, D, row_off, gsrc,
-                                                           gdst, ssrc, sdst, wts);
+    moe_place_kernel<<<(unsigned)E, PLACE_THREADS, 0, s>>>(expert, weight, R * K, K, x, yg, D, row_off, x_rows,
+                                                           slot_rows, wts);
     DI_CUDA_LAUNCHED();
 }
 
@@ -214,23 +210,23 @@ extern "C" void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_
     DI_CUDA_LAUNCHED();
 }
 
-/* out [R, D] = bf16(sum_j eo[r, order[r, j], :] in j order + shared[r, :]), fp32 */
+/* out [R, D] = bf16(sum_j slot_rows[r K + order[r, j]][:] in j order + shared[r, :]), fp32 */
 __global__ void __launch_bounds__(EW_THREADS)
-moe_combine_kernel(const float *__restrict__ eo, const int32_t *__restrict__ order,
+moe_combine_kernel(const float *const *__restrict__ slot_rows, const int32_t *__restrict__ order,
                    const float *__restrict__ shared, int64_t R, int K, int64_t D, float *__restrict__ out) {
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < R * D; i += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t r = i / D, k = i % D;
         float acc = 0.0f;
-        for (int j = 0; j < K; j++) acc += eo[(r * K + order[r * K + j]) * D + k];
+        for (int j = 0; j < K; j++) acc += slot_rows[r * K + order[r * K + j]][k];
         acc += shared[i];
         out[i] = di_dev_bf16_round(acc);
     }
 }
 
-extern "C" void di_cuda_moe_combine(const float *eo, const int32_t *order, const float *shared, int64_t R,
-                                    int K, int64_t D, float *out, cudaStream_t s) {
+extern "C" void di_cuda_moe_combine(const float *const *slot_rows, const int32_t *order, const float *shared,
+                                    int64_t R, int K, int64_t D, float *out, cudaStream_t s) {
     if (R <= 0 || D <= 0) return;
-    moe_combine_kernel<<<ew_blocks(R * D), EW_THREADS, 0, s>>>(eo, order, shared, R, K, D, out);
+    moe_combine_kernel<<<ew_blocks(R * D), EW_THREADS, 0, s>>>(slot_rows, order, shared, R, K, D, out);
     DI_CUDA_LAUNCHED();
 }
 

@@ -64,21 +64,26 @@ void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, cons
                                   const uint8_t *const *wscale, const int *row_off, const int *active,
                                   int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 /* The same for two weight sets over one x (the experts' w1 and w3), x quantised once: the bits of
- * two di_cuda_linear_quant_grouped calls. */
+ * two di_cuda_linear_quant_grouped calls. x_rows (or NULL): x's rows through a device list [rows]
+ * instead (x unused), which only the tensor-core path takes (not exact mode: an error there). */
 void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
                                        const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
                                        const uint8_t *const *wscale_b, const int *row_off, const int *active,
-                                       int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y_a,
-                                       float *y_b);
+                                       int n_groups, int64_t rows, int64_t max_rows, const float *x,
+                                       const float *const *x_rows, float *y_a, float *y_b);
 
 /* ---- tensor-core linears (cuda_linear_mma.cu): run on ctx's stream, converted activations in
  * ctx's scratch (di_cuda_scratch) ---- */
 /* act_quant(x, 32) of x [n_blocks * 32] as e4m3 codes q [n_blocks * 32] and power-of-two scales
- * [n_blocks]: the CPU's di_cpu_act_quant_block, bit for bit (the GEMMs' first step) */
-void di_cuda_act_quant_e4m3(const float *x, int64_t n_blocks, uint8_t *q, float *scale, cudaStream_t s);
+ * [n_blocks]: the CPU's di_cpu_act_quant_block, bit for bit (the GEMMs' first step). rows (or
+ * NULL): x's rows through a device list instead, rows[r] the r-th row of row_blocks blocks (x
+ * unused): the MoE's gather into expert order, done while quantising. */
+void di_cuda_act_quant_e4m3(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks, uint8_t *q,
+                            float *scale, cudaStream_t s);
 /* The values the act_quant leaves (codes times scales: the CPU's di_cpu_act_quant_block) as bf16
- * xb [n_blocks * 32], exact (the wgmma GEMM's operand; cuda_linear_wgmma.cu) */
-void di_cuda_act_quant_bf16(const float *x, int64_t n_blocks, uint16_t *xb, cudaStream_t s);
+ * xb [n_blocks * 32], exact (the wgmma GEMM's operand; cuda_linear_wgmma.cu); rows as above */
+void di_cuda_act_quant_bf16(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks, uint16_t *xb,
+                            cudaStream_t s);
 /* true when the tensor-core kernel takes this weight (K % 32 == 0, FP8 or FP4, whole matrix) */
 bool di_cuda_linear_mma_supported(const di_weight *w);
 /* One matrix (wdata, wscale; row_off NULL, n_groups 1) or groups (wdata_g, wscale_g, row_off device
@@ -87,11 +92,13 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 /* Two grouped weight sets of one shape over the same x (the experts' w1 and w3): x quantised once;
- * y_a, y_b the bits of two di_cuda_linear_mma calls. */
+ * y_a, y_b the bits of two di_cuda_linear_mma calls. x_rows (or NULL): x's rows through a device
+ * list [rows] (x unused; di_cuda_act_quant_e4m3's rows). */
 void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
                              const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
-                             int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b);
+                             int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *y_a,
+                             float *y_b);
 
 /* With ctx->wgmma (DEEPINFER_GPU_WGMMA, default on), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
  * and di_cuda_linear_bf16w8's past the decode twin's sizes (more than 16 rows of one matrix, 8 a
@@ -183,20 +190,22 @@ void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E,
                        int resident, int32_t *expert, float *weight, int32_t *order, cudaStream_t s);
 /* Groups the R*K assignments per expert (E <= 1024; rows ascending within an expert): row_off
  * [E + 1]; active [E] (or NULL) the experts that got rows in ascending order, then -1; per
- * position p: gsrc/gdst the gather of x rows into xg [R*K, D], ssrc/sdst the scatter of yg rows
- * into eo [R, K, D], wts [R*K] the slot weights. All device arrays. */
+ * position p in expert order: x_rows[p] the token's row of x [R, D] (the grouped GEMMs read it
+ * through this list: no gathered copy) and wts[p] the slot weight; per assignment i = r K + j:
+ * slot_rows[i] = yg + p D, its expert output's row (di_cuda_moe_combine reads it there: no
+ * scatter). All device arrays. */
 void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
-                       const float *x, float *xg, float *yg, float *eo, int64_t D, int *row_off, int *active,
-                       const float **gsrc, float **gdst, const float **ssrc, float **sdst, float *wts,
-                       cudaStream_t s);
+                       const float *x, const float *yg, int64_t D, int *row_off, int *active,
+                       const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s);
 /* SwiGLU (moe.c expert_ffn): h[r, i] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]),
  * silu(v) = v / (1 + expf(-v)) (glibc expf twin); g, u, h [n, inter]; wt [n] or NULL. h may
  * alias g. */
 void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_t inter, float limit,
                     const float *wt, float *h, cudaStream_t s);
-/* out [R, D] = bf16(sum_j eo[r, order[r, j], :] (j ascending, fp32) + shared[r, :]);
- * eo [R, K, D], order [R, K] slot indices (the caller sorts them by expert id) (moe.c). */
-void di_cuda_moe_combine(const float *eo, const int32_t *order, const float *shared, int64_t R,
+/* out [R, D] = bf16(sum_j slot_rows[r K + order[r, j]][:] (j ascending, fp32) + shared[r, :]);
+ * slot_rows [R*K] device list of the slots' expert-output rows (D floats each), order [R, K] slot
+ * indices (the caller sorts them by expert id) (moe.c). */
+void di_cuda_moe_combine(const float *const *slot_rows, const int32_t *order, const float *shared, int64_t R,
                          int K, int64_t D, float *out, cudaStream_t s);
 /* e [R, ncols * hd] = bf16(e4m3(table[rows[r, c], d]) * e8m0(scale[rows[r, c], d / 32]))
  * (engram.c); table [T, hd] e4m3 bytes, scale [T, hd / 32] e8m0 bytes, rows [R, ncols] int64 */

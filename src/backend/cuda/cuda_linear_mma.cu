@@ -47,12 +47,13 @@ enum { MM_FP8, MM_FP4, MM_A16, MM_W16 };
 
 /* act_quant(x, 32) as e4m3 codes: 8 lanes per 32-value block of x [n_blocks * 32], 4 values a lane
  * (a warp per block, one value a lane, moved 0.7 TB/s at a 512-token prefill's expert inputs) */
-__global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blocks, uint8_t *__restrict__ q,
+__global__ void act_quant_e4m3_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
+                                      int64_t row_blocks, int64_t n_blocks, uint8_t *__restrict__ q,
                                       float *__restrict__ s) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps (n_blocks * 8 lanes, rounded up) */
     const bool live = blk < n_blocks;
-    const float4 v = di_dev_load_row4(live ? x + 4 * i : nullptr, 0); /* zeros past the end */
+    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0); /* zeros past the end */
     float sc;
     const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
     if (!live) return;
@@ -60,11 +61,12 @@ __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, int64_t n_blo
     if ((i & 7) == 0) s[blk] = sc;
 }
 
-void di_cuda_act_quant_e4m3(const float *x, int64_t n_blocks, uint8_t *q, float *scale, cudaStream_t s) {
+void di_cuda_act_quant_e4m3(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks, uint8_t *q,
+                            float *scale, cudaStream_t s) {
     if (n_blocks <= 0) return;
     const int64_t threads = 256;
-    act_quant_e4m3_kernel<<<(unsigned)((n_blocks * 8 + threads - 1) / threads), (unsigned)threads, 0, s>>>(x, n_blocks, q,
-                                                                                                          scale);
+    act_quant_e4m3_kernel<<<(unsigned)((n_blocks * 8 + threads - 1) / threads), (unsigned)threads, 0, s>>>(
+        x, rows, row_blocks, n_blocks, q, scale);
     DI_CUDA_LAUNCHED();
 }
 
@@ -410,12 +412,12 @@ bool di_cuda_linear_mma_supported(const di_weight *w) {
     return w->cols % 32 == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
 }
 
-/* x [rows, K] (all groups' rows) quantised once, then the GEMM of every group, for each of n_mats
- * weight sets (same shape) into y[m] */
+/* x [rows, K] (all groups' rows; or through the row list x_rows) quantised once, then the GEMM of
+ * every group, for each of n_mats weight sets (same shape) into y[m] */
 static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats, const uint8_t *const *wdata,
                             const uint8_t *const *wscale, const uint8_t *const *const *wdata_g,
                             const uint8_t *const *const *wscale_g, const int *row_off, const int *active, int n_groups,
-                            int64_t rows, int64_t max_rows, const float *x, float *const *y) {
+                            int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *const *y) {
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
@@ -432,8 +434,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
                              N, &part); /* [rows, K] e4m3 codes, or (wgmma) their values as bf16 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
-    if (wg) di_cuda_act_quant_bf16(x, rows * nb, (uint16_t *)xq, s);
-    else di_cuda_act_quant_e4m3(x, rows * nb, xq, xsc, s);
+    if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
+    else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
@@ -457,16 +459,17 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                         const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y) {
     linear_mma_sets(ctx, shape, 1, wdata ? &wdata : NULL, wscale ? &wscale : NULL, wdata_g ? &wdata_g : NULL,
-                    wscale_g ? &wscale_g : NULL, row_off, active, n_groups, rows, max_rows, x, &y);
+                    wscale_g ? &wscale_g : NULL, row_off, active, n_groups, rows, max_rows, x, NULL, &y);
 }
 
 void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
                              const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
-                             int64_t rows, int64_t max_rows, const float *x, float *y_a, float *y_b) {
+                             int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *y_a,
+                             float *y_b) {
     const uint8_t *const *wd[2] = {wdata_a, wdata_b}, *const *ws[2] = {wscale_a, wscale_b};
     float *const y[2] = {y_a, y_b};
-    linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, y);
+    linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, x_rows, y);
 }
 
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda) {

@@ -255,11 +255,16 @@ extern "C" void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_wei
                                                   const uint8_t *const *wdata_a, const uint8_t *const *wscale_a,
                                                   const uint8_t *const *wdata_b, const uint8_t *const *wscale_b,
                                                   const int *row_off, const int *active, int n_groups, int64_t rows,
-                                                  int64_t max_rows, const float *x, float *y_a, float *y_b) {
+                                                  int64_t max_rows, const float *x, const float *const *x_rows,
+                                                  float *y_a, float *y_b) {
     if (!ctx->exact && di_cuda_linear_mma_supported(shape)) {
         di_cuda_linear_mma_pair(ctx, shape, wdata_a, wscale_a, wdata_b, wscale_b, row_off, active, n_groups, rows, max_rows,
-                                x, y_a, y_b);
+                                x, x_rows, y_a, y_b);
         return;
+    }
+    if (x_rows) {
+        fprintf(stderr, "di_cuda_linear_quant_grouped_pair: gathered rows need the tensor-core path\n");
+        abort();
     }
     di_cuda_linear_quant_grouped(ctx, shape, wdata_a, wscale_a, row_off, active, n_groups, rows, max_rows, x, y_a);
     di_cuda_linear_quant_grouped(ctx, shape, wdata_b, wscale_b, row_off, active, n_groups, rows, max_rows, x, y_b);

@@ -70,11 +70,12 @@ struct wg_layout {
 
 /* act_quant(x, 32) as bf16 values: each code times its block's scale, exact (the values the CPU's
  * act_quant leaves); 8 lanes a block, 4 values a lane (act_quant_e4m3_kernel's quantisation) */
-__global__ void act_quant_bf16_kernel(const float *__restrict__ x, int64_t n_blocks, uint2 *__restrict__ xb) {
+__global__ void act_quant_bf16_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
+                                      int64_t row_blocks, int64_t n_blocks, uint2 *__restrict__ xb) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
     const bool live = blk < n_blocks;
-    const float4 v = di_dev_load_row4(live ? x + 4 * i : nullptr, 0);
+    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0);
     float sc;
     const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
     if (!live) return;
@@ -85,11 +86,12 @@ __global__ void act_quant_bf16_kernel(const float *__restrict__ x, int64_t n_blo
     xb[i] = make_uint2(di_bf16x2_of_exact(q[0] * sc, q[1] * sc), di_bf16x2_of_exact(q[2] * sc, q[3] * sc));
 }
 
-void di_cuda_act_quant_bf16(const float *x, int64_t n_blocks, uint16_t *xb, cudaStream_t s) {
+void di_cuda_act_quant_bf16(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks, uint16_t *xb,
+                            cudaStream_t s) {
     if (n_blocks <= 0) return;
     const int64_t threads = 256;
     act_quant_bf16_kernel<<<(unsigned)((n_blocks * 8 + threads - 1) / threads), (unsigned)threads, 0, s>>>(
-        x, n_blocks, reinterpret_cast<uint2 *>(xb));
+        x, rows, row_blocks, n_blocks, reinterpret_cast<uint2 *>(xb));
     DI_CUDA_LAUNCHED();
 }
 

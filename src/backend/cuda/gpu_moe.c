@@ -1,13 +1,14 @@
 /* Mixture of experts and Engram on the GPU: the twins of src/forward/moe.c and engram.c.
  *
  * MoE, default: routing (moe_route kernel, the CPU's arithmetic with CUDA's log1pf) and grouping on
- * the device, no host round trip. Exact mode and debug runs: the router's logits are downloaded
- * and routed on the host by the CPU's own function (forward/host_steps.h), so expert choices never
- * differ between backends;
- * rows are grouped per expert on the host and gathered; one grouped launch per matrix (w1, w3,
- * w2) runs every expert that got rows (block-scaled GEMMs, each row's arithmetic that of a
- * single-matrix call); results are scattered to their (row, slot) outputs; the combine kernel adds the
- * slots in ascending expert id, then the shared expert, and rounds once, as the CPU does. An
+ * the device, no host round trip; the grouped GEMMs read the tokens' rows through a list in
+ * expert order (quantised as they are gathered) and the combine reads each slot's expert output
+ * through another, so no rows are copied. Exact mode and debug runs: the router's logits are
+ * downloaded and routed on the host by the CPU's own function (forward/host_steps.h), so expert
+ * choices never differ between backends, and rows are grouped per expert on the host and gathered.
+ * One grouped launch per matrix (w1, w3, w2) runs every expert that got rows (block-scaled GEMMs,
+ * each row's arithmetic that of a single-matrix call); the combine kernel adds the slots in
+ * ascending expert id, then the shared expert, and rounds once, as the CPU does. An
  * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
  * routing; the bench routes only to resident experts.
  *
@@ -34,8 +35,8 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
     gpu_free(f, u);
 }
 
-static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float *eo, const int32_t *d_order,
-                     float *out);
+static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
+                     const int32_t *d_order, float *out);
 
 /* The default path: routing and grouping on the device, so the forward call never waits for the
  * GPU here. Groups are the resident experts (weight pointers uploaded once, gpu_layer_consts);
@@ -56,17 +57,14 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     float *d_weight = gpu_alloc(f, sizeof(float) * (size_t)n);     /* [R, K] */
     di_cuda_moe_route(d_logits, f->g->hc[L->id].gate_bias, R, fw->n_experts, K, (float)m->cfg.routed_scaling_factor,
                       m->proxy.resident_experts, d_expert, d_weight, d_order, f->s);
-    float *eo = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R, K, D] bf16 */
-    float *xg = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R*K, D] gathered rows */
-    float *yg = gpu_alloc(f, sizeof(float) * (size_t)n * D);      /* [R*K, D] */
-    int *d_off = gpu_alloc(f, sizeof(int) * ((size_t)E + 1));      /* [E + 1] */
-    int *d_active = gpu_alloc(f, sizeof(int) * (size_t)E);         /* [E] experts with rows, then -1 */
-    void **lists = gpu_alloc(f, sizeof(void *) * 4 * (size_t)n);   /* [4][R*K] gather src/dst, scatter src/dst */
-    float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);        /* [R*K] */
-    di_cuda_moe_group(d_expert, d_weight, R, K, E, x, xg, yg, eo, D, d_off, d_active, (const float **)lists,
-                      (float **)lists + n, (const float **)lists + 2 * n, (float **)lists + 3 * n, d_wts, f->s);
+    float *yg = gpu_alloc(f, sizeof(float) * (size_t)n * D);              /* [R*K, D] in expert order */
+    int *d_off = gpu_alloc(f, sizeof(int) * ((size_t)E + 1));              /* [E + 1] */
+    int *d_active = gpu_alloc(f, sizeof(int) * (size_t)E);                 /* [E] experts with rows, then -1 */
+    const float **x_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);     /* [R*K] expert order -> row of x */
+    const float **slot_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);  /* [R, K] slot -> row of yg */
+    float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);                /* [R*K] */
+    di_cuda_moe_group(d_expert, d_weight, R, K, E, x, yg, D, d_off, d_active, x_rows, slot_rows, d_wts, f->s);
     gpu_stage(f, ST_MOE_EXPERTS);
-    di_cuda_copy_rows((float *const *)lists + n, (const float *const *)lists, n, D, f->s);
     const uint8_t *const *d_wp = f->g->hc[L->id].expert_ptrs; /* [6][E] */
     const di_weight *shape1 = NULL, *shape2 = NULL;
     for (int e = 0; e < E && !shape1; e++)
@@ -75,37 +73,35 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
-    /* w1 and w3 over the same rows: quantised once */
+    /* w1 and w3 over the same rows (x's, in expert order through x_rows): quantised once */
     di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R,
-                                      xg, g, u);
+                                      NULL, x_rows, g, u);
     di_cuda_swiglu(g, u, n, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
-    di_cuda_copy_rows((float *const *)lists + 3 * n, (const float *const *)lists + 2 * n, n, D, f->s);
-    moe_tail(f, fw, x, eo, d_order, out);
+    moe_tail(f, fw, x, slot_rows, d_order, out);
     gpu_free(f, g);
     gpu_free(f, u);
     gpu_free(f, d_logits);
     gpu_free(f, d_expert);
     gpu_free(f, d_order);
     gpu_free(f, d_weight);
-    gpu_free(f, eo);
-    gpu_free(f, xg);
     gpu_free(f, yg);
     gpu_free(f, d_off);
     gpu_free(f, d_active);
-    gpu_free(f, lists);
+    gpu_free(f, x_rows);
+    gpu_free(f, slot_rows);
     gpu_free(f, d_wts);
 }
 
 /* shared expert, then the combine of the routed slots (ascending expert id) and the shared output */
-static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float *eo, const int32_t *d_order,
-                     float *out) {
+static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
+                     const int32_t *d_order, float *out) {
     const int R = f->R, K = fw->top_k;
     const int64_t D = f->m->cfg.hidden_size;
     gpu_stage(f, ST_MOE_SHARED);
     float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
     expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
-    di_cuda_moe_combine(eo, d_order, shared, R, K, D, out, f->s);
+    di_cuda_moe_combine(slot_rows, d_order, shared, R, K, D, out, f->s);
     gpu_stage(f, ST_OTHER);
     gpu_free(f, shared);
 }
@@ -163,21 +159,18 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     for (int e = 0; e < E; e++) count[e + 1] += count[e];
     int *fill = di_xmalloc(sizeof(int) * (size_t)E);
     memcpy(fill, count, sizeof(int) * (size_t)E);
-    float *eo = gpu_alloc(f, sizeof(float) * (size_t)R * K * D);  /* [R, K, D] bf16 */
     float *xg = gpu_alloc(f, sizeof(float) * (size_t)R * K * D);  /* [R*K, D] gathered rows */
     float *yg = gpu_alloc(f, sizeof(float) * (size_t)R * K * D);  /* [R*K, D] */
     const float **src = di_xmalloc(sizeof(float *) * (size_t)R * K);
     float **gdst = di_xmalloc(sizeof(float *) * (size_t)R * K);
-    float **sdst = di_xmalloc(sizeof(float *) * (size_t)R * K);
-    const float **ssrc = di_xmalloc(sizeof(float *) * (size_t)R * K);
+    const float **slots = di_xmalloc(sizeof(float *) * (size_t)R * K); /* [R, K] slot -> row of yg */
     float *wts = di_xmalloc(sizeof(float) * (size_t)R * K);
     for (int r = 0; r < R; r++) /* rows ascending within each expert, as the CPU gathers them */
         for (int j = 0; j < K; j++) {
             const int i = fill[expert[(size_t)r * K + j]]++;
             src[i] = x + (size_t)r * D;
             gdst[i] = xg + (size_t)i * D;
-            ssrc[i] = yg + (size_t)i * D;
-            sdst[i] = eo + ((size_t)r * K + j) * D;
+            slots[(size_t)r * K + j] = yg + (size_t)i * D;
             wts[i] = weight[(size_t)r * K + j];
         }
     gpu_stage(f, ST_MOE_EXPERTS);
@@ -209,7 +202,7 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
         float *g = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter); /* [R*K, inter] */
         float *u = gpu_alloc(f, sizeof(float) * (size_t)R * K * inter);
         di_cuda_linear_quant_grouped_pair(f->cx, w1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, NULL, n_act, rows,
-                                          max_rows, xg, g, u);
+                                          max_rows, xg, NULL, g, u);
         di_cuda_swiglu(g, u, (int64_t)R * K, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
         di_cuda_linear_quant_grouped(f->cx, w2, d_wp + 4 * E, d_wp + 5 * E, d_off, NULL, n_act, rows, max_rows, g, yg);
         gpu_free(f, g);
@@ -219,18 +212,17 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     }
     free(wp);
     free(off);
-    gpu_copy_rows(f, sdst, ssrc, (int64_t)R * K, D);
     int32_t *d_order = gpu_upload(f, order, sizeof(int32_t) * (size_t)R * K);
-    moe_tail(f, fw, x, eo, d_order, out);
+    const float **d_slots = gpu_upload(f, slots, sizeof(float *) * (size_t)R * K);
+    moe_tail(f, fw, x, d_slots, d_order, out);
     gpu_free(f, d_order);
+    gpu_free(f, (void *)d_slots);
     gpu_free(f, d_wts);
-    gpu_free(f, eo);
     gpu_free(f, xg);
     gpu_free(f, yg);
     free(src);
     free(gdst);
-    free(sdst);
-    free(ssrc);
+    free(slots);
     free(wts);
     free(count);
     free(fill);
