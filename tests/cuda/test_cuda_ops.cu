@@ -854,10 +854,11 @@ static void run_quick(void) {
     test_attention(2, 16, 64, 100, 50, 10, -1, 0, true);    /* KV rows not 16-byte aligned */
     test_attention_mma_invariance(2, 24, 64, 150, 300, 30);
     test_mhc(2, 4, 256);
-    test_mhc(1, 4, 640);  /* 5 chunks, the last one partial */
+    test_mhc(1, 4, 650);  /* 11 chunks of the mix sums, the last one partial */
     test_mhc(3, 6, 64);   /* n * n > 32: the one-thread Sinkhorn */
-    test_mhc(37, 4, 300); /* three token groups of the mix sums, the last partial */
+    test_mhc(37, 4, 300); /* a token group of the mix sums partly empty (warps 4..7 with no token) */
     test_mhc(3, 4, 130);  /* d % 4 != 0: pre / post a value a thread */
+    test_mhc(70, 3, 65);  /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
 }
@@ -870,6 +871,7 @@ static void run_mhc(void) {
     test_mhc(4, 4, 5120);
     test_mhc(5, 8, 96); /* nmix 80: ten fn tiles */
     test_mhc(3, 4, 130); /* d % 4 != 0: pre / post a value a thread */
+    test_mhc(70, 3, 65); /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
 }
 
 /* the attention cases of the real shape alone (the wgmma kernel's): --attn */
@@ -945,9 +947,10 @@ static void run_full(void) {
 
     test_mhc(4, 4, 5120);
     test_mhc(64, 4, 512);
-    test_mhc(600, 4, 512); /* two slices of the mix sums' workspace */
-    test_mhc(1, 4, 5120);   /* a decode step: 40 chunks of the split sums */
-    test_mhc(600, 4, 300);  /* two token slices, a partial last chunk */
+    test_mhc(1100, 4, 512); /* two slices of the mix sums' workspace */
+    test_mhc(1, 4, 5120);   /* a decode step: 80 chunks of the split sums */
+    test_mhc(1100, 4, 300); /* two token slices, a partial last chunk */
+    test_mhc(70, 3, 65);    /* n d % 4 != 0: x read a value at a time; pre / post too */
     test_mhc(5, 6, 160);    /* n * n > 32: the one-thread Sinkhorn */
 
     test_index_score(4, 2048, 32, 128);

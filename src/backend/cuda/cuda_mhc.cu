@@ -2,16 +2,16 @@
  * src/backend/cpu/cpu_mhc.c, batched over T tokens.
  *
  * hc_mix_logits: the CPU's double sums (sum of squares and fn . x over the n*d values of a token)
- * are split into chunks of MIX_CHUNK values. One thread block per (chunk, group of MIX_TOKENS
- * tokens) stages the chunk of x and of every fn row in shared memory as doubles, then the fp64
- * tensor cores (mma.m8n8k4: a warp per 8 tokens x 8 fn rows) sum the chunk's products, and four
- * chains a token its squares; a second kernel adds the chunk sums (a warp per output, fixed
- * order) and applies the CPU's fp32 tail. (A thread per token and two fn rows, each reading its
- * three operands from shared memory for two FMAs, was bound by shared memory: 123 us a call at 512
- * tokens.) Each fn value fetched serves MIX_TOKENS tokens (the version with a block per token read
- * all 2 MB of fn once per token: a 512-token prefill moved 1 GB through L2 per call). The chunking
- * depends on n*d alone and a token's sums never on the other tokens, so the result does not depend
- * on T (batch invariant). Each product is exact in double (bf16 x f32 needs 32 bits), so the sums
+ * are split into chunks of mix_chunk values (256; 128 for n >= 5). One thread block per (chunk,
+ * group of MIX_TOKENS tokens) stages the chunk of every fn row in shared memory as doubles, then
+ * each warp streams its 8 tokens' x from global memory and the fp64 tensor cores (mma.m8n8k4, a
+ * chain per 8 fn rows) sum the chunk's products, a chain a lane its squares; a second kernel adds
+ * the chunk sums (a warp per output, fixed order) and applies the CPU's fp32 tail. (Earlier forms:
+ * a thread per token and two fn rows, bound by shared memory, 123 us a call at 512 tokens; x staged
+ * as doubles too, 16 tokens and 256 values a block, 82 us: its blocks waited on their staging and a
+ * warp's 64 dependent mmas.) Each fn value fetched serves MIX_TOKENS tokens. The chunking depends
+ * on n*d alone and a token's sums never on the other tokens, so the result does not depend on T
+ * (batch invariant). Each product is exact in double (bf16 x f32 needs 32 bits), so the sums
  * differ from the CPU's single index-order chain only in the last double bits, which reach the
  * fp32 result only within 2^-29 of a rounding boundary.
  * hc_split_sinkhorn: for n*n <= 32 one warp per token, lane r*n+k holding c[r][k]; row and column
@@ -26,81 +26,110 @@
 #include "backend/cuda/cuda_ops.h"
 
 #define MIX_THREADS 256
-#define MIX_CHUNK 256                /* values of a token's n*d per block */
-#define MIX_STRIDE (MIX_CHUNK + 4)   /* doubles per staged row: an m8n8k4 operand in 2 wavefronts */
-#define MIX_TOKENS 16                /* tokens per block */
-#define MIX_MAX_SLICE 512            /* tokens per pass: bounds the partial sums' workspace */
+#define MIX_WARPS (MIX_THREADS / 32)
+#define MIX_TOKENS (8 * MIX_WARPS)   /* tokens per block: a warp per 8 (one m8n8k4 row tile) */
+#define MIX_MAX_SLICE 1024           /* tokens per pass: bounds the partial sums' workspace */
 #define HC_MAX_N 8
 
 /* fn rows staged: nmix rounded up to whole m8n8k4 tiles (the rows past nmix are zeros) */
 static __host__ __device__ int mix_fn_rows(int nmix) { return (nmix + 7) & ~7; }
-/* doubles of shared memory: x [MIX_TOKENS][MIX_STRIDE], fn [mix_fn_rows(nmix)][MIX_STRIDE] */
-static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)(MIX_TOKENS + mix_fn_rows(nmix)) * MIX_STRIDE; }
+/* values of a token's n*d per block: 256, or 128 for more than 24 fn rows (n >= 5), so that a
+ * block's fn chunk as doubles stays under 85 KB. (512 halved the blocks of a decode step and
+ * doubled their mma chains: B = 1 lost 0.5 ms a step; 256 gives the decode step 80 blocks.) */
+static __host__ __device__ int mix_chunk(int nmix) { return mix_fn_rows(nmix) <= 24 ? 256 : 128; }
+/* doubles per staged fn row: chunk + 2, so that the 16-byte loads of a quarter warp (rows g, g + 1
+ * at 4 t..) fall on distinct banks */
+static __host__ __device__ int mix_stride(int nmix) { return mix_chunk(nmix) + 2; }
+static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_rows(nmix) * mix_stride(nmix); }
 
-/* dst [rows][MIX_STRIDE] doubles <- the first `live` src rows (row stride len floats), cl values
- * each, zeros past cl and in rows live .. rows - 1 (the tensor-core tiles read them). Each thread
- * issues MIX_STAGE_BATCH loads before storing any (a load-store loop would wait out each load: a
- * decode step's call was held by that). */
+/* fs [rows][stride] doubles <- fn's rows (stride len floats) from i0, cl values each, zeros past cl
+ * and in rows nmix .. rows - 1 (the tensor-core tiles read them). Each thread issues
+ * MIX_STAGE_BATCH loads before storing any (a load-store loop waits out each load). */
 #define MIX_STAGE_BATCH 8
-static __device__ void mix_stage(double *dst, const float *src, int64_t len, int rows, int live, int cl) {
-    const int total = rows * MIX_CHUNK;
+static __device__ void mix_stage_fn(double *fs, int stride, const float *fn, int64_t len, int rows, int nmix, int chunk,
+                                    int cl) {
+    const int total = rows * chunk;
     for (int k0 = threadIdx.x; k0 < total; k0 += MIX_STAGE_BATCH * MIX_THREADS) {
         float v[MIX_STAGE_BATCH];
 #pragma unroll
         for (int u = 0; u < MIX_STAGE_BATCH; u++) {
-            const int k = k0 + u * MIX_THREADS, row = k / MIX_CHUNK, i = k % MIX_CHUNK;
-            v[u] = k < total && row < live && i < cl ? src[(int64_t)row * len + i] : 0.0f;
+            const int k = k0 + u * MIX_THREADS, row = k / chunk, i = k % chunk;
+            v[u] = k < total && row < nmix && i < cl ? fn[(int64_t)row * len + i] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < MIX_STAGE_BATCH; u++) {
             const int k = k0 + u * MIX_THREADS;
-            if (k < total) dst[k / MIX_CHUNK * MIX_STRIDE + k % MIX_CHUNK] = (double)v[u];
+            if (k < total) fs[k / chunk * stride + k % chunk] = (double)v[u];
         }
     }
 }
 
 /* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
- * grid (n_chunks, token groups of MIX_TOKENS). The fn . x sums are fp64 tensor-core products
- * (mma.m8n8k4: a warp per 8 tokens x 8 fn rows, the chunk's 256 values in k steps of 4); the
- * sums of squares four chains a token (values i = q mod 4), added in q order. */
-__global__ void __launch_bounds__(MIX_THREADS)
+ * grid (n_chunks, token groups of MIX_TOKENS). The block stages its chunk of every fn row once as
+ * doubles; each warp then streams its 8 tokens' x straight from global memory, 16 values a step
+ * (lane 4g + t: token g, values 4t .. 4t + 3 of the step, one 16-byte load where x's rows allow),
+ * and sums on the fp64 tensor cores: in sub-step u the m8n8k4 tile's k index t stands for value
+ * 4t + u of the step, for x and fn alike, so the four sub-steps cover the 16 values once (NFT
+ * tiles of 8 fn rows, a chain each). The sums of squares: one chain a lane over its values, the
+ * four lanes of a token added by shuffles. Each product is exact in double; the order of the
+ * additions is fixed by the chunking alone, never by T. */
+template <int NFT, bool V4>
+__global__ void __launch_bounds__(MIX_THREADS, 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part) {
     extern __shared__ double mix_smem[];
-    double *xs = mix_smem;                    /* [MIX_TOKENS][MIX_STRIDE] */
-    double *fs = xs + MIX_TOKENS * MIX_STRIDE; /* [mix_fn_rows(nmix)][MIX_STRIDE] */
+    double *fs = mix_smem; /* [NFT * 8][mix_stride] */
+    const int chunk = mix_chunk(nmix), stride = mix_stride(nmix);
     const int c = blockIdx.x;
-    const int64_t t0 = (int64_t)blockIdx.y * MIX_TOKENS, i0 = (int64_t)c * MIX_CHUNK;
-    const int nt = T - t0 < MIX_TOKENS ? (int)(T - t0) : MIX_TOKENS;
-    const int cl = len - i0 < MIX_CHUNK ? (int)(len - i0) : MIX_CHUNK;
-    const int nmix8 = mix_fn_rows(nmix);
-    mix_stage(xs, x + t0 * len + i0, len, MIX_TOKENS, nt, cl);
-    mix_stage(fs, fn + i0, len, nmix8, nmix, cl);
+    const int64_t i0 = (int64_t)c * chunk;
+    const int cl = len - i0 < chunk ? (int)(len - i0) : chunk;
+    mix_stage_fn(fs, stride, fn + i0, len, NFT * 8, nmix, chunk, cl);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int n_tiles = (MIX_TOKENS / 8) * (nmix8 / 8);
-    for (int tile = warp; tile < n_tiles; tile += MIX_THREADS / 32) {
-        const int mt = tile % (MIX_TOKENS / 8), ft = tile / (MIX_TOKENS / 8);
-        const double *xa = xs + (8 * mt + g) * MIX_STRIDE + tq, *fb = fs + (8 * ft + g) * MIX_STRIDE + tq;
-        double d[2] = {0.0, 0.0};
-#pragma unroll 8
-        for (int k = 0; k < MIX_CHUNK; k += 4) di_mma_f64_884(d, xa[k], fb[k], d);
-        const int tok = 8 * mt + g, j = 8 * ft + 2 * tq;
-        if (tok < nt)
-            for (int h = 0; h < 2; h++)
-                if (j + h < nmix) part[((t0 + tok) * (nmix + 1) + j + h) * (int64_t)n_chunks + c] = d[h];
-    }
-    /* sums of squares: thread p < 4 MIX_TOKENS takes token p / 4, values i = p % 4 (mod 4) */
-    const int p = threadIdx.x;
-    double ss = 0.0;
-    if (p < 4 * MIX_TOKENS) {
-        const double *xr = xs + (p >> 2) * MIX_STRIDE;
-        for (int i = p & 3; i < MIX_CHUNK; i += 4) ss = __fma_rn(xr[i], xr[i], ss); /* exact product */
+    const int64_t tok = (int64_t)blockIdx.y * MIX_TOKENS + 8 * warp + g; /* this lane's token */
+    const int64_t t8 = (int64_t)blockIdx.y * MIX_TOKENS + 8 * warp;      /* the warp's first */
+    if (t8 >= T) return;                                                  /* whole warps */
+    const bool live = tok < T;
+    const float *xr = x + (live ? tok : 0) * len + i0;
+    double d[NFT][2], ss = 0.0;
+#pragma unroll
+    for (int nt = 0; nt < NFT; nt++) d[nt][0] = d[nt][1] = 0.0;
+#pragma unroll 2
+    for (int k0 = 0; k0 < cl; k0 += 16) {
+        const int k = k0 + 4 * tq; /* this lane's four values */
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (V4) { /* len % 4 == 0 and x 16-byte aligned: cl % 4 == 0 too */
+            if (live && k < cl) v = *reinterpret_cast<const float4 *>(xr + k);
+        } else if (live) {
+            v.x = k < cl ? xr[k] : 0.0f;
+            v.y = k + 1 < cl ? xr[k + 1] : 0.0f;
+            v.z = k + 2 < cl ? xr[k + 2] : 0.0f;
+            v.w = k + 3 < cl ? xr[k + 3] : 0.0f;
+        }
+        const double xa[4] = {(double)v.x, (double)v.y, (double)v.z, (double)v.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) ss = __fma_rn(xa[u], xa[u], ss); /* exact product */
+#pragma unroll
+        for (int nt = 0; nt < NFT; nt++) {
+            const double2 *fb = reinterpret_cast<const double2 *>(fs + (8 * nt + g) * stride + k);
+            const double2 b01 = fb[0], b23 = fb[1]; /* fn row 8 nt + g, values k .. k + 3 */
+            di_mma_f64_884(d[nt], xa[0], b01.x, d[nt]);
+            di_mma_f64_884(d[nt], xa[1], b01.y, d[nt]);
+            di_mma_f64_884(d[nt], xa[2], b23.x, d[nt]);
+            di_mma_f64_884(d[nt], xa[3], b23.y, d[nt]);
+        }
     }
     ss += __shfl_xor_sync(0xffffffffu, ss, 1);
     ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-    if (p < 4 * MIX_TOKENS && (p & 3) == 0 && (p >> 2) < nt)
-        part[((t0 + (p >> 2)) * (nmix + 1) + nmix) * (int64_t)n_chunks + c] = ss;
+    if (!live) return;
+    double *pt = part + tok * (nmix + 1) * (int64_t)n_chunks + c;
+#pragma unroll
+    for (int nt = 0; nt < NFT; nt++)
+        for (int h = 0; h < 2; h++) {
+            const int j = 8 * nt + 2 * tq + h;
+            if (j < nmix) pt[(int64_t)j * n_chunks] = d[nt][h];
+        }
+    if (tq == 0) pt[(int64_t)nmix * n_chunks] = ss;
 }
 
 /* mix [T, nmix] from the chunk sums: a warp per output, lane l adding chunks l, l + 32, ... in
@@ -127,11 +156,41 @@ __global__ void hc_mix_finish_kernel(const double *__restrict__ part, int64_t T,
     mix[idx] = (float)acc * inv;
 }
 
-static int64_t mix_chunks(int n, int64_t d) { return ((int64_t)n * d + MIX_CHUNK - 1) / MIX_CHUNK; }
+static int64_t mix_chunks(int n, int64_t d) {
+    const int chunk = mix_chunk(n * (n + 2));
+    return ((int64_t)n * d + chunk - 1) / chunk;
+}
 
 extern "C" size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d) {
     const int64_t slice = T < MIX_MAX_SLICE ? T : MIX_MAX_SLICE;
     return sizeof(double) * (size_t)(slice * (n * (n + 2) + 1) * mix_chunks(n, d));
+}
+
+template <int NFT, bool V4>
+static void mix_part_launch(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix,
+                            int n_chunks, double *part, cudaStream_t s) {
+    static bool attr_set;
+    const size_t smem = mix_smem_bytes(nmix);
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_part_kernel<NFT, V4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+        attr_set = true;
+    }
+    hc_mix_part_kernel<NFT, V4><<<grid, MIX_THREADS, smem, s>>>(x, rows, len, fn, nmix, n_chunks, part);
+    DI_CUDA_LAUNCHED();
+}
+template <bool V4>
+static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix, int n_chunks,
+                     double *part, cudaStream_t s) {
+    switch (mix_fn_rows(nmix) / 8) { /* n = 1..8: nmix 3, 8, 15, 24, 35, 48, 63, 80 */
+    case 1: mix_part_launch<1, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    case 2: mix_part_launch<2, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    case 3: mix_part_launch<3, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    case 5: mix_part_launch<5, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    case 6: mix_part_launch<6, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    case 8: mix_part_launch<8, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    default: mix_part_launch<10, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    }
 }
 
 extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn,
@@ -146,18 +205,12 @@ extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t 
     const bool own_ws = ws == nullptr;
     if (own_ws) DI_CUDA_CHECK(cudaMallocAsync(&ws, di_cuda_hc_mix_ws_bytes(T, n, d), s));
     double *part = (double *)ws;
-    static bool attr_set;
-    if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_part_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)mix_smem_bytes(HC_MAX_N * (HC_MAX_N + 2))));
-        attr_set = true;
-    }
+    const bool v4 = len % 4 == 0 && (uintptr_t)x % 16 == 0;
     for (int64_t t0 = 0; t0 < T; t0 += MIX_MAX_SLICE) {
         const int64_t rows = T - t0 < MIX_MAX_SLICE ? T - t0 : MIX_MAX_SLICE;
         const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
-        hc_mix_part_kernel<<<grid, MIX_THREADS, mix_smem_bytes(nmix), s>>>(x + t0 * len, rows, len, fn, nmix,
-                                                                          (int)n_chunks, part);
-        DI_CUDA_LAUNCHED();
+        if (v4) mix_part<true>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
+        else mix_part<false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
         const int64_t outs = rows * nmix;
         hc_mix_finish_kernel<<<(unsigned)((outs * 32 + 127) / 128), 128, 0, s>>>(part, rows, nmix, (int)n_chunks, len, eps,
                                                                            mix + t0 * nmix);
