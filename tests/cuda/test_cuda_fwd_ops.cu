@@ -36,39 +36,13 @@ extern "C" {
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        cudaError_t e_ = (call);                                                                    \
-        if (e_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                                \
-        }                                                                                           \
-    } while (0)
+#define CUDA_TEST_SEED 0x2545f4914f6cdd1dull
+#include "cuda_test_util.cuh"
 
 static int g_pass, g_fail;
 static di_cuda_ctx g_cx; /* stream and scratch of the tensor-core linears; .exact selects the exact kernels */
 
-/* ---- random inputs (splitmix64) ---- */
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * 0x1p-24); } /* [0, 1) */
-static float rnd_normalish(void) { return (rnd_unit() + rnd_unit() + rnd_unit() - 1.5f) * 2.0f; }
-/* bf16-exact, wide range: mostly O(scale), some tiny, some large, some exact zeros */
-static void fill_wide(float *x, int64_t n, float scale) {
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t r = rnd_u64() & 1023;
-        float v = rnd_normalish() * scale;
-        if (r < 4) v = 0.0f;
-        else if (r < 12) v *= 300.0f;
-        else if (r < 20) v *= 1e-3f;
-        x[i] = di_bf16_round(v);
-    }
-}
+/* ---- random inputs beyond cuda_test_util.cuh's ---- */
 /* bf16-exact, moderate range: +-(1 + j/128) 2^e * scale, e in [-4, 3], some exact zeros */
 static float rnd_moderate(float scale) {
     const uint64_t r = rnd_u64();
@@ -86,23 +60,6 @@ static uint8_t rnd_e4m3(void) {
     }
 }
 
-/* ---- device buffers ---- */
-static void *dev_upload(const void *h, size_t bytes) {
-    void *d;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
-    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-static void *dev_poisoned(size_t bytes) { /* 0xff bytes: NaN floats */
-    void *d;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
-    CK(cudaMemset(d, 0xff, bytes));
-    return d;
-}
-static void dev_download(void *h, const void *d, size_t bytes) {
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-}
 static float *host_poisoned(int64_t n) {
     float *p = (float *)malloc(4 * (size_t)(n ? n : 1));
     memset(p, 0xff, 4 * (size_t)n);
@@ -1339,14 +1296,7 @@ static void run_full(bool head) {
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     const bool medium = argc > 1 && !strcmp(argv[1], "--medium");
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("SKIPPED: no CUDA device\n");
-        return 0;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    if (!cuda_test_device()) return 0;
     if (!di_cuda_ctx_init(&g_cx)) {
         printf("FAIL: no CUDA context\n");
         return 1;

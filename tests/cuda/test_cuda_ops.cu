@@ -32,59 +32,11 @@ extern "C" {
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
+#define CUDA_TEST_SEED 0x9e3779b97f4a7c15ull
+#include "cuda_test_util.cuh"
 
 static int g_pass, g_fail;
 static di_cuda_ctx g_ctx;
-
-/* ---- random inputs (splitmix64) ---- */
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * 0x1p-24); } /* [0, 1) */
-static float rnd_normalish(void) { return (rnd_unit() + rnd_unit() + rnd_unit() - 1.5f) * 2.0f; }
-/* bf16-exact activations: mostly O(1), some tiny and some large, some exact zeros */
-static void fill_act(float *x, int64_t n, float scale) {
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t r = rnd_u64() & 1023;
-        float v = rnd_normalish() * scale;
-        if (r < 4) v = 0.0f;
-        else if (r < 12) v *= 300.0f;
-        else if (r < 20) v *= 1e-3f;
-        x[i] = di_bf16_round(v);
-    }
-}
-/* ---- device buffers ---- */
-static void *dev_upload(const void *h, size_t bytes) {
-    void *d;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
-    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    CK(cudaDeviceSynchronize()); /* the context's stream must not overtake the copy */
-    return d;
-}
-static void *dev_poisoned_with(size_t bytes, int byte) {
-    void *d;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
-    CK(cudaMemset(d, byte, bytes));
-    CK(cudaDeviceSynchronize());
-    return d;
-}
-static void *dev_poisoned(size_t bytes) { return dev_poisoned_with(bytes, 0xff); } /* NaN floats */
-static void dev_download(void *h, const void *d, size_t bytes) {
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-}
 
 /* ---- comparison ---- */
 enum crit { CRIT_EXACT, CRIT_BF16_ULP, CRIT_F32_ULP, CRIT_BOUND };
@@ -167,7 +119,7 @@ static void test_act_quant_e4m3(int64_t n_blocks, int offset, float scale) {
     float *x = (float *)malloc(4 * (n + offset)), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
     float *rs = (float *)malloc(4 * n_blocks), *gs = (float *)malloc(4 * n_blocks);
     uint8_t *codes = (uint8_t *)malloc(n);
-    fill_act(x + offset, n, scale);
+    fill_wide(x + offset, n, scale);
     for (int64_t b = 0; b < n_blocks; b += 7) memset(x + offset + 32 * b, 0, 4 * 32);
     for (int64_t b = 3; b < n_blocks; b += 11) x[offset + 32 * b + 5] = 3.0e4f * scale;
     for (int64_t b = 0; b < n_blocks; b++) di_cpu_act_quant_block(x + offset + 32 * b, 32, ref + 32 * b, rs + b);
@@ -230,7 +182,7 @@ static void test_act_quant_e4m3(int64_t n_blocks, int offset, float scale) {
 static void test_f32_to_bf16(int64_t n, int offset) {
     float *x = (float *)malloc(4 * (n + offset)), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
     uint16_t *h = (uint16_t *)malloc(2 * (n + offset));
-    fill_act(x + offset, n, 1.0f);
+    fill_wide(x + offset, n, 1.0f);
     const float special[] = {0x1.0080p0f, 0x1.0180p0f, 0x1p-130f, -0x1.fffffep127f, INFINITY, -INFINITY, -0.0f};
     for (int64_t i = 0; i < n && i < 7; i++) x[offset + i * (n / 7)] = special[i];
     float *d = (float *)dev_upload(x, 4 * (n + offset));
@@ -251,7 +203,7 @@ static void test_f32_to_bf16(int64_t n, int offset) {
 
 static void test_act_quant(int64_t n, int block, float scale) {
     float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
-    fill_act(x, n, scale);
+    fill_wide(x, n, scale);
     memcpy(ref, x, 4 * n);
     di_cpu_act_quant_inplace(ref, n, block);
     float *d = (float *)dev_upload(x, 4 * n);
@@ -266,7 +218,7 @@ static void test_act_quant(int64_t n, int block, float scale) {
 
 static void test_fp4_quant(int64_t n, int block, di_fp4_scale kind, float scale) {
     float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
-    fill_act(x, n, scale);
+    fill_wide(x, n, scale);
     memcpy(ref, x, 4 * n);
     di_cpu_fp4_quant_inplace(ref, n, block, kind);
     float *d = (float *)dev_upload(x, 4 * n);
@@ -320,7 +272,7 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
         for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(118 + rnd_u64() % 12);
     }
     float *x = (float *)malloc(4 * m * K), *ref = (float *)malloc(4 * m * N), *got = (float *)malloc(4 * m * N);
-    fill_act(x, m * K, 1.0f);
+    fill_wide(x, m * K, 1.0f);
     w.data = wd;
     w.scale = ws;
     di_cpu_linear(&w, x, m, ref, mode);
@@ -414,7 +366,7 @@ static void test_linear_batch_invariance(const char *name, di_dtype dt, di_linea
         for (int64_t i = 0; i < N * K; i++) ((uint16_t *)wd)[i] = di_f32_to_bf16(rnd_normalish() * 0.05f);
     for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(118 + rnd_u64() % 12);
     float *x = (float *)malloc(4 * m * K), *all = (float *)malloc(4 * m * N), *one = (float *)malloc(4 * m * N);
-    fill_act(x, m * K, 1.0f);
+    fill_wide(x, m * K, 1.0f);
     di_weight w = {dt, dev_upload(wd, wbytes), sbytes ? (const uint8_t *)dev_upload(ws, sbytes) : NULL, N, K};
     float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
     di_cuda_linear(&g_ctx, &w, dx, m, dy, mode);
@@ -465,7 +417,7 @@ static void test_expf_twin(void) {
 static void test_rmsnorm(int64_t m, int64_t d) {
     float *x = (float *)malloc(4 * m * d), *ref = (float *)malloc(4 * m * d), *got = (float *)malloc(4 * m * d);
     uint16_t *w = (uint16_t *)malloc(2 * d);
-    fill_act(x, m * d, 2.0f);
+    fill_wide(x, m * d, 2.0f);
     for (int64_t i = 0; i < d; i++) w[i] = di_f32_to_bf16(0.5f + rnd_unit());
     di_cpu_rmsnorm(x, w, m, d, 1e-20f, ref);
     float *dx = (float *)dev_upload(x, 4 * m * d), *dy = (float *)dev_poisoned(4 * m * d);
@@ -483,7 +435,7 @@ static void test_rope(int64_t rows, int64_t n_vec, int64_t stride, int64_t offse
     const int64_t n = rows * n_vec * stride, half = rot / 2;
     float *x = (float *)malloc(4 * n), *ref = (float *)malloc(4 * n), *got = (float *)malloc(4 * n);
     float *cs = (float *)malloc(4 * rows * half), *sn = (float *)malloc(4 * rows * half);
-    fill_act(x, n, 1.0f);
+    fill_wide(x, n, 1.0f);
     for (int64_t i = 0; i < rows * half; i++) {
         float th = rnd_unit() * 6.2831853f;
         cs[i] = cosf(th);
@@ -567,8 +519,8 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
     float *sink = (float *)malloc(4 * H), *ref = (float *)malloc(4 * nq * H * dim),
           *got = (float *)malloc(4 * nq * H * dim);
-    fill_act(q, nq * H * dim, 0.5f);
-    fill_act(kv, (int64_t)pool * dim, 0.5f);
+    fill_wide(q, nq * H * dim, 0.5f);
+    fill_wide(kv, (int64_t)pool * dim, 0.5f);
     for (int h = 0; h < H; h++) sink[h] = rnd_normalish() * 2.0f;
     int *idx = (int *)malloc(sizeof(int) * nq * n_idx);
     for (int64_t i = 0; i < nq * n_idx; i++)
@@ -644,8 +596,8 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
     const int n_runs = (n_idx + 63) / 64, n_ext = (n_runs + 3) * 64;
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
     float *sink = (float *)malloc(4 * H);
-    fill_act(q, nq * H * dim, 0.5f);
-    fill_act(kv, (int64_t)pool * dim, 0.5f);
+    fill_wide(q, nq * H * dim, 0.5f);
+    fill_wide(kv, (int64_t)pool * dim, 0.5f);
     for (int h = 0; h < H; h++) sink[h] = rnd_normalish() * 2.0f;
     float *dkv = (float *)dev_upload(kv, 4 * (size_t)pool * dim), *dq = (float *)dev_upload(q, 4 * nq * H * dim),
           *dsink = (float *)dev_upload(sink, 4 * H), *dout = (float *)dev_poisoned(4 * nq * H * dim);
@@ -688,7 +640,7 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
 static void test_mhc(int64_t T, int n, int64_t d) {
     const int nm = n * (n + 2);
     float *x = (float *)malloc(4 * T * n * d), *fn = (float *)malloc(4 * (size_t)nm * n * d);
-    fill_act(x, T * n * d, 1.0f);
+    fill_wide(x, T * n * d, 1.0f);
     for (int64_t i = 0; i < (int64_t)nm * n * d; i++) fn[i] = rnd_normalish() * 0.02f;
     float *mix_ref = (float *)malloc(4 * T * nm), *mix_got = (float *)malloc(4 * T * nm);
     for (int64_t t = 0; t < T; t++) di_cpu_hc_mix_logits(x + t * n * d, n, d, fn, 1e-6f, mix_ref + t * nm);
@@ -730,7 +682,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
 
     float *y = (float *)malloc(4 * T * d), *post_out_r = (float *)malloc(4 * T * n * d),
           *post_out_g = (float *)malloc(4 * T * n * d);
-    fill_act(y, T * d, 1.0f);
+    fill_wide(y, T * d, 1.0f);
     for (int64_t t = 0; t < T; t++)
         di_cpu_hc_post(y + t * d, x + t * n * d, n, d, post_r + t * n, comb_r + t * n * n, post_out_r + t * n * d);
     float *dy = (float *)dev_upload(y, 4 * T * d), *dpostr = (float *)dev_upload(post_r, 4 * T * n),
@@ -765,9 +717,9 @@ static void ref_index_scores(const float *qi, const float *w, const float *keys,
 static void test_index_score(int64_t R, int64_t P, int nh, int idim) {
     float *qi = (float *)malloc(4 * R * nh * idim), *w = (float *)malloc(4 * R * nh);
     float *keys = (float *)malloc(4 * P * idim), *ref = (float *)malloc(4 * R * P), *got = (float *)malloc(4 * R * P);
-    fill_act(qi, R * nh * idim, 1.0f);
+    fill_wide(qi, R * nh * idim, 1.0f);
     di_cpu_fp4_quant_inplace(qi, R * nh * idim, 32, DI_FP4_SCALE_UE8M0);
-    fill_act(keys, P * idim, 1.0f);
+    fill_wide(keys, P * idim, 1.0f);
     di_cpu_fp4_quant_inplace(keys, P * idim, 32, DI_FP4_SCALE_UE8M0);
     for (int64_t i = 0; i < R * nh; i++) w[i] = di_bf16_round(rnd_normalish() * (1.0f / 64.0f));
     int64_t *vis = (int64_t *)malloc(sizeof(int64_t) * R);
@@ -962,14 +914,7 @@ static void run_full(void) {
 }
 
 int main(int argc, char **argv) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("SKIPPED: no CUDA device\n");
-        return 0;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    if (!cuda_test_device()) return 0;
     if (!di_cuda_ctx_init(&g_ctx)) {
         printf("SKIPPED: no CUDA device\n");
         return 0;

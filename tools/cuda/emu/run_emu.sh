@@ -23,7 +23,7 @@ python3 tools/cuda/emu/translate.py "tests/cuda/$T.cu" "$B/tests/$T.cpp"
 srcs+=("$B/tests/$T.cpp" tools/cuda/emu/emu_runtime.cpp)
 J=${EMU_JOBS:-$(nproc)}
 throttle() { while [ "$(jobs -rp | wc -l)" -ge "$J" ]; do wait -n; done; }
-CXXFLAGS="-std=c++20 -O2 -pthread -Itools/cuda/emu/include -Isrc -Iinclude -D_GNU_SOURCE -w"
+CXXFLAGS="-std=c++20 -O2 -pthread -Itools/cuda/emu/include -Isrc -Iinclude -Itests/cuda -D_GNU_SOURCE -w"
 objs=()
 for f in "${srcs[@]}"; do
     o="$B/$(basename "$f" .cpp).o"

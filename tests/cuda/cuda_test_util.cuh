@@ -1,0 +1,88 @@
+/* What the CUDA parity tests (test_cuda_ops.cu, test_cuda_fwd_ops.cu) share: the CUDA-call check,
+ * the random inputs (splitmix64, a seed per test: #define CUDA_TEST_SEED before including, so a
+ * test's inputs stay what they were), device buffers (uploads and NaN-poisoned outputs, each
+ * synchronised so that the context's stream never overtakes them) and the device line a test
+ * prints first. */
+#ifndef DI_CUDA_TEST_UTIL_CUH
+#define DI_CUDA_TEST_UTIL_CUH
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "base/numerics.h"
+}
+
+#ifndef CUDA_TEST_SEED
+#error "define CUDA_TEST_SEED before including cuda_test_util.cuh"
+#endif
+
+#define CK(call)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+/* ---- random inputs (splitmix64) ---- */
+static uint64_t g_rng = CUDA_TEST_SEED;
+static uint64_t rnd_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * 0x1p-24); } /* [0, 1) */
+static float rnd_normalish(void) { return (rnd_unit() + rnd_unit() + rnd_unit() - 1.5f) * 2.0f; }
+/* bf16-exact activations of wide range: mostly O(scale), some tiny, some large, some exact zeros */
+static void fill_wide(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rnd_u64() & 1023;
+        float v = rnd_normalish() * scale;
+        if (r < 4) v = 0.0f;
+        else if (r < 12) v *= 300.0f;
+        else if (r < 20) v *= 1e-3f;
+        x[i] = di_bf16_round(v);
+    }
+}
+
+/* ---- device buffers ---- */
+static void *dev_upload(const void *h, size_t bytes) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* the context's stream must not overtake the copy */
+    return d;
+}
+static void *dev_poisoned_with(size_t bytes, int byte) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    CK(cudaMemset(d, byte, bytes));
+    CK(cudaDeviceSynchronize());
+    return d;
+}
+static void *dev_poisoned(size_t bytes) { return dev_poisoned_with(bytes, 0xff); } /* NaN floats */
+static void dev_download(void *h, const void *d, size_t bytes) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* Prints the device line; false, after "SKIPPED: no CUDA device", where there is none. */
+static bool cuda_test_device(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return false;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    return true;
+}
+
+#endif
