@@ -169,8 +169,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         for (int64_t i = threadIdx.x; i < rows * (K / 2); i += blockDim.x) {
             const int64_t r = i / (K / 2), c = i % (K / 2);
             const float2 v = *reinterpret_cast<const float2 *>(x + (m0 + r) * a.lda + 2 * c);
-            *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) =
-                __float_as_uint(di_dev_bf16_round(v.x)) >> 16 | (__float_as_uint(di_dev_bf16_round(v.y)) & 0xffff0000u);
+            *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) = di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16;
         }
     } else { /* the act_quant'ed rows m0 .. m0 + rows: codes 16 bytes a thread, then the scales (transposed) */
         for (int64_t i = threadIdx.x; i < rows * (K / 16); i += blockDim.x) {
