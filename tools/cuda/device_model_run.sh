@@ -180,7 +180,12 @@ if want demo; then
 fi
 # the device tool brings back at most 8 files: the stages' logs travel as one archive
 # (tar xzf logs.tar.gz) unless KEEP_LOGS=1 leaves them as they are
+# (logs-2.tar.gz, ... when an earlier stage of the same call packed its own: device_profile.sh
+# builds through this script after its caller's logs are packed)
 if [ "${KEEP_LOGS:-0}" != 1 ] && ls "$OUT"/*.log >/dev/null 2>&1; then
-    (cd "$OUT" && tar czf logs.tar.gz ./*.log machine.txt 2>/dev/null && rm -f ./*.log machine.txt)
+    A=logs.tar.gz
+    n=2
+    while [ -e "$OUT/$A" ]; do A=logs-$n.tar.gz; n=$((n + 1)); done
+    (cd "$OUT" && tar czf "$A" ./*.log machine.txt 2>/dev/null && rm -f ./*.log machine.txt)
 fi
 log "done"
