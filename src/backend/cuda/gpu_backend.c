@@ -58,32 +58,30 @@ static size_t bump_growth(const gpu_bump *b, size_t first) {
     return cap;
 }
 
+/* p lies in b's buffer */
+static bool bump_holds(const gpu_bump *b, const void *p) {
+    return (const uint8_t *)p >= b->base && (const uint8_t *)p < b->base + b->cap;
+}
+
 enum { SPILL_CHUNK = 16 << 20 };
 /* `need` bytes of the newest spill chunk, or of a new one (the arena was full while capturing) */
 static void *spill_take(gpu_fwd *f, size_t need) {
-    gpu_spill *sp = &((gpu_model *)f->g)->graphs.spill;
-    if (!sp->n || sp->used + need > sp->bytes[sp->n - 1]) {
+    gpu_graphs *gr = &((gpu_model *)f->g)->graphs;
+    gpu_spill *sp = &gr->spill;
+    void *p = sp->n ? bump_take(&sp->chunk[sp->n - 1], need) : NULL;
+    if (!p) {
         if (sp->n == sp->cap) {
             sp->cap = sp->cap ? 2 * sp->cap : 8;
-            sp->chunk = di_xrealloc(sp->chunk, sizeof(uint8_t *) * (size_t)sp->cap);
-            sp->bytes = di_xrealloc(sp->bytes, sizeof(size_t) * (size_t)sp->cap);
+            sp->chunk = di_xrealloc(sp->chunk, sizeof(gpu_bump) * (size_t)sp->cap);
         }
-        const size_t bytes = need > SPILL_CHUNK ? need : SPILL_CHUNK;
-        GPU_CK(cudaMalloc((void **)&sp->chunk[sp->n], bytes));
-        sp->bytes[sp->n++] = bytes;
-        sp->used = 0;
-        ((gpu_model *)f->g)->graphs.stats.spill_chunks++;
+        gpu_bump *c = &sp->chunk[sp->n++];
+        *c = (gpu_bump){.cap = need > SPILL_CHUNK ? need : SPILL_CHUNK};
+        GPU_CK(cudaMalloc((void **)&c->base, c->cap));
+        gr->stats.spill_chunks++;
+        p = bump_take(c, need);
     }
-    void *p = sp->chunk[sp->n - 1] + sp->used;
-    sp->used += need;
     f->graph_reusable = false; /* its memory is freed after this call */
     return p;
-}
-static bool in_spill(const gpu_fwd *f, const void *p) {
-    const gpu_spill *sp = &((const gpu_model *)f->g)->graphs.spill;
-    for (int i = 0; i < sp->n; i++)
-        if ((const uint8_t *)p >= sp->chunk[i] && (const uint8_t *)p < sp->chunk[i] + sp->bytes[i]) return true;
-    return false;
 }
 
 /* While capturing, every size comes from the arena, then from spill chunks: a pool allocation
@@ -96,9 +94,10 @@ void *gpu_alloc(const gpu_fwd *f, size_t bytes) {
     return p;
 }
 void gpu_free(const gpu_fwd *f, void *p) {
-    const gpu_bump *a = f->arena;
-    if (!p || ((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->cap)) return; /* arena: freed at reset */
-    if (in_spill(f, p)) return;                                                   /* so are spill chunks */
+    if (!p || bump_holds(f->arena, p)) return; /* arena and spill chunks: freed at reset */
+    const gpu_spill *sp = &((const gpu_model *)f->g)->graphs.spill;
+    for (int i = 0; i < sp->n; i++)
+        if (bump_holds(&sp->chunk[i], p)) return;
     GPU_CK(cudaFreeAsync(p, f->s));
 }
 /* pinned host memory for one transfer of this call: staging, or while capturing (the graph copies
@@ -135,7 +134,7 @@ void gpu_bumps_reset(gpu_fwd *f) {
         GPU_CK(cudaStreamSynchronize(f->s)); /* the last call is done */
     for (int i = 0; i < gr->n_extra; i++) GPU_CK(cudaFreeHost(gr->extra_pinned[i]));
     gr->n_extra = 0;
-    for (int i = 0; i < gr->spill.n; i++) GPU_CK(cudaFree(gr->spill.chunk[i]));
+    for (int i = 0; i < gr->spill.n; i++) GPU_CK(cudaFree(gr->spill.chunk[i].base));
     gr->spill.n = 0;
     di_cuda_ctx_release_retired(f->cx);
     const size_t st_cap = bump_growth(st, (size_t)1 << 20), a_cap = bump_growth(a, (size_t)16 << 20);

@@ -190,9 +190,8 @@ void gpu_graphs_free(gpu_model *g) {
     gpu_graphs_drop(g);
     for (int i = 0; i < gs->n_extra; i++) cudaFreeHost(gs->extra_pinned[i]);
     free(gs->extra_pinned);
-    for (int i = 0; i < gs->spill.n; i++) cudaFree(gs->spill.chunk[i]);
+    for (int i = 0; i < gs->spill.n; i++) cudaFree(gs->spill.chunk[i].base);
     free(gs->spill.chunk);
-    free(gs->spill.bytes);
     memset(gs, 0, sizeof *gs);
 }
 

@@ -49,10 +49,8 @@ typedef struct gpu_bump {
  * (invalid writes reported in a kernel writing a live buffer: the MoE row lists' memcheck failure
  * of session 12, clean eagerly and with the arena large enough). */
 typedef struct gpu_spill {
-    uint8_t **chunk;           /* [n] */
-    size_t *bytes;             /* [n] */
+    gpu_bump *chunk;           /* [n], each cudaMalloc'ed; pieces come from the newest */
     int n, cap;
-    size_t used;               /* of the newest chunk */
 } gpu_spill;
 
 /* Executable CUDA graphs kept for reuse (gpu_graph.c), per piece and topology, and the pinned
