@@ -1214,6 +1214,11 @@ static void run_quick(void) {
     test_gemv_twin(DI_DT_I8, 256, 96, few_rows, 6);
     test_gemv_twin(DI_DT_I8, 384, 40, one_big, 10);    /* a 17-row group: three 8-row tiles */
     test_gemv_twin(DI_DT_F8_E4M3, 256, 40, decode_rows, 8);
+    /* groups take one K split: whole steps and a remainder (the buffer refilled in part, then a
+     * short step; 16 / 8 blocks a step) */
+    const int one_two[] = {1, 2};
+    test_gemv_twin(DI_DT_I8, 768, 40, one_two, 2);
+    test_gemv_twin(DI_DT_F8_E4M3, 640, 24, one_two, 2);
     run_wgmma_quick();
 }
 

@@ -18,24 +18,29 @@
  * global memory into fragment registers (lane 4g + t loads rows n0 + g and n0 + 8 + g, bytes 4t..
  * and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 one of the two 4-byte words
  * holding its halfwords, the other from its neighbour lane by a shuffle when used, merged by one
- * byte permute and widened to e4m3), GV_STEP K blocks per step with the next step's loads in
- * flight. The block first copies its activation rows into
- * shared memory (the e4m3 codes and scales of the tiled path's act_quant launch, which runs once
- * per call: quantising in every block cost more than the weights' streaming; rows padded by 16
- * bytes so a warp's fragment loads hit 32 banks; scales transposed so a lane's two tokens are one
- * 8-byte load; A16: converts them to bf16, two k16 bf16 mmas per block and the weight scale
- * alone, as the tiled kernel) while the first weights load. MT tokens per block: one n8 tile per 8.
- * A block holds tiles_per_block feature tiles x ksplit splits, one warp each; splits meet in shared
- * memory. Needs K % 128 == 0 (scale rows read 4 blocks per load). */
+ * byte permute and widened to e4m3), through one buffer of GV_STEP K blocks whose slots are
+ * refilled with the block a step ahead as soon as they are used. The block first copies its
+ * activation rows into shared memory (the e4m3 codes and scales of the tiled path's act_quant
+ * launch, which runs once per call: quantising in every block cost more than the weights'
+ * streaming; scales transposed so a lane's two tokens are one 8-byte load; A16: converts them to
+ * bf16, two k16 bf16 mmas per block and the weight scale alone, as the tiled kernel) while the
+ * first weights load. sm_90 has no e4m3 mma: ptxas turns each into two f16 mmas over f16-widened
+ * operands, so the kernel issues those itself (di_mma_e4m3_16832_f16, the same bits) and, for
+ * FP4 blocks of 8 rows, stages the activations already widened to f16 -- each B fragment is then
+ * two 8-byte shared loads instead of two loads and four conversions per block and token tile
+ * (gv_x16). Rows are padded so a warp's fragment loads of its 8 rows hit all 32 banks. MT tokens
+ * per block: one n8 tile per 8. A block holds tiles_per_block feature tiles x ksplit splits, one
+ * warp each; splits meet in shared memory. Needs K % 128 == 0 (scale rows read 4 blocks per load). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
 
 #include <type_traits>
 
-/* K blocks of 32 per step of a warp (the next step's loads are in flight during one): 8, and 16 for
- * FP4, whose rows are half as long (one word a row and block, as A16 takes two: lane pairs share
- * their loads, below) */
+/* K blocks of 32 per step of a warp = the slots of its load buffer = how far its loads run ahead
+ * (each slot is reloaded with the block a step ahead once used): 8, and 16 for FP4, whose rows are
+ * half as long (one word a row and block, as A16 takes two: lane pairs share their loads, below).
+ * 16 / 32 ran slower on the H200 (FP4 twin 40.5 us a launch against 31.7, FP8 23.8 against 21.8) */
 #define GV_STEP_OF(mode) ((mode) == GV_FP4 ? 16 : 8)
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
@@ -69,13 +74,26 @@ struct gv_step {
                                                           block (FP8, A16); features g, g + 8 (FP4) */
 };
 
+/* FP4 blocks of 8 activation rows stage them as f16 (the e4m3 values widened once, exactly), so
+ * the mma's B fragments are plain shared-memory loads: the FP4 twin is bound by its instruction
+ * count. FP8 keeps the e4m3 codes (staged as f16 its twin ran 2% slower on the H200: 21.8 against
+ * 21.3 us a launch of the (80, 1, 1) grid at B = 1), as do blocks of 16 rows (K = 8,192 would not
+ * fit twice) */
+static constexpr __host__ __device__ bool gv_x16(int mode, int mt) { return mode == GV_FP4 && mt == 8; }
+/* bytes of a staged row: padded by 16 (32 for f16) so that a warp's fragment loads of its 8 rows
+ * hit all 32 banks */
+static constexpr __host__ __device__ int64_t gv_xrow_bytes(int mode, int mt, int64_t K) {
+    return mode == GV_A16 ? 2 * K + 16 : gv_x16(mode, mt) ? 2 * K + 32 : K + 16;
+}
+
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
+    constexpr bool X16 = gv_x16(MODE, MT); /* activations staged as f16 */
     constexpr int GV_STEP = GV_STEP_OF(MODE);
     constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
-    const int64_t K = a.K, N = a.N, nb = K / 32, xrow = (A16 ? 2 * K : K) + 16;
+    const int64_t K = a.K, N = a.N, nb = K / 32, xrow = gv_xrow_bytes(MODE, MT, K);
     const int xrows = a.xrows;
     int64_t M = a.M;
     const float *x = a.x;
@@ -105,9 +123,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     }
     int rows = M - m0 < MT ? (int)(M - m0) : MT;
     rows = rows < xrows ? rows : xrows; /* xrows >= every block's rows (the launcher's bound) */
-    uint8_t *xq = reinterpret_cast<uint8_t *>(gv_smem); /* [xrows][xrow] e4m3 codes or bf16 of rows m0.. */
-    float *xs = reinterpret_cast<float *>(xq + xrows * xrow); /* [nb][xrows] their scales (not A16) */
-    float *part = xs + (A16 ? 0 : xrows * nb);                /* [ksplit][tiles_per_block][MT][16] */
+    uint8_t *xq = reinterpret_cast<uint8_t *>(gv_smem); /* [xrows][xrow] rows m0..: f16, e4m3 codes or (A16) bf16 */
+    float *xs = reinterpret_cast<float *>(xq + xrows * xrow); /* [nb][MT] their scales (not A16) */
+    float *part = xs + (A16 ? 0 : MT * nb);                   /* [ksplit][tiles_per_block][MT][16] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile_local = warp / a.ksplit, ks = warp % a.ksplit;
@@ -116,15 +134,15 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const int64_t blk1 = blk0 + a.split_blocks < nb ? blk0 + a.split_blocks : nb;
     const bool busy = n0 < N && blk0 < nb; /* uniform over the warp */
 
-    /* this lane's weight rows n0 + 8h + g (zeros past N) and scale rows */
+    /* this lane's weight rows n0 + 8h + g and scale rows; a row past N reads row N - 1 instead (its
+     * products land only in outputs that are never stored), so full steps load without conditions */
     const int64_t wrow_bytes = FP4 ? K / 2 : K;
     const uint8_t *wrow[2], *srow[2];
-    bool wok[2];
     for (int h = 0; h < 2; h++) {
-        wok[h] = n0 + 8 * h + g < N;
-        wrow[h] = wdata + (wok[h] ? n0 + 8 * h + g : 0) * wrow_bytes;
+        const int64_t n = n0 + 8 * h + g < N ? n0 + 8 * h + g : N - 1;
+        wrow[h] = wdata + n * wrow_bytes;
         /* FP8 / A16: srow[0] = the tile's 32-row block; FP4: features g, g + 8 */
-        srow[h] = FP4 ? wscale + (wok[h] ? n0 + 8 * h + g : 0) * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
+        srow[h] = FP4 ? wscale + n * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
     }
     /* FP4 / A16: a lane needs halfword t & 1 of the words at 4(t >> 1) and 8 + 4(t >> 1) (and at 16 +
      * those, A16); lanes t and t ^ 1 need the other halves of the same words, so the even lane loads
@@ -133,37 +151,45 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const uint32_t pair_sel = (t & 1) ? 0x3276u : 0x5410u;
     auto pair_merge = [&](uint32_t mine) { return __byte_perm(mine, __shfl_xor_sync(0xffffffffu, mine, 1), pair_sel); };
 
-    auto word = [](const uint8_t *p, bool ok) { return ok ? *reinterpret_cast<const uint32_t *>(p) : 0u; };
-    auto load = [&](gv_step<MODE> &st, int64_t b) {
+    /* the lane's word pointers, at block blk0 and then a step ahead of the blocks in use: wp[h] its
+     * bytes of weight row h (FP4: the pair's word of bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte
+     * block; A16: the pair's words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block;
+     * FP8: bytes 4t.. and 16+4t..), sp[i] scale row i's byte (4 blocks a word) */
+    constexpr int BLOCK_BYTES = FP4 ? 16 : 32;
+    const uint8_t *wp[2], *sp[2];
+    for (int h = 0; h < 2; h++) {
+        wp[h] = wrow[h] + BLOCK_BYTES * blk0 + (A16 || FP4 ? 8 * (t & 1) + 4 * (t >> 1) : 4 * t);
+        sp[h] = srow[h] + blk0;
+    }
+    auto word = [](const uint8_t *p) { return __ldg(reinterpret_cast<const uint32_t *>(p)); };
+    /* slot j of st <- block j of wp; the scale slots q <- blocks 4q.. of sp */
+    auto load_block = [&](gv_step<MODE> &st, int j) {
 #pragma unroll
-        for (int j = 0; j < GV_STEP; j++) {
-            const bool ok = b + j < blk1;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const bool okh = ok && wok[h];
-                if (FP4) { /* the pair's words of bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte block */
-                    st.w[h][j][0] = word(wrow[h] + 16 * (b + j) + 8 * (t & 1) + 4 * (t >> 1), okh);
-                } else if (A16) { /* the pair's words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block */
-                    const uint8_t *p = wrow[h] + 32 * (b + j) + 8 * (t & 1) + 4 * (t >> 1);
-                    st.w[h][j][0] = word(p, okh);
-                    st.w[h][j][1] = word(p + 16, okh);
-                } else { /* bytes 4t.. and 16+4t.. */
-                    const uint8_t *p = wrow[h] + 32 * (b + j) + 4 * t;
-                    st.w[h][j][0] = word(p, okh);
-                    st.w[h][j][1] = word(p + 16, okh);
-                }
-            }
-        }
-#pragma unroll
-        for (int q = 0; q < GV_STEP / 4; q++) {
-            const bool ok = b + 4 * q < blk1; /* blk1 and b are multiples of 4 */
-#pragma unroll
-            for (int i = 0; i < (FP4 ? 2 : 1); i++) st.sc[i][q] = word(srow[i] + b + 4 * q, ok && (FP4 ? wok[i] : n0 < N));
+        for (int h = 0; h < 2; h++) {
+            st.w[h][j][0] = word(wp[h] + BLOCK_BYTES * j);
+            if (!FP4) st.w[h][j][1] = word(wp[h] + BLOCK_BYTES * j + 16);
         }
     };
+    auto load_scales = [&](gv_step<MODE> &st, int q) {
+#pragma unroll
+        for (int i = 0; i < (FP4 ? 2 : 1); i++) st.sc[i][q] = word(sp[i] + 4 * q);
+    };
+    auto advance = [&]() {
+        for (int h = 0; h < 2; h++) wp[h] += BLOCK_BYTES * GV_STEP, sp[h] += GV_STEP;
+    };
 
-    gv_step<MODE> cur, nxt;
-    if (busy) load(cur, blk0); /* in flight while the activations are staged */
+    /* one buffer of GV_STEP blocks: each slot is refilled with the block a step ahead as soon as it
+     * is used, so the loads stay a step ahead with a single buffer of registers */
+    gv_step<MODE> st;
+    if (busy) { /* in flight while the activations are staged */
+        const int64_t n = blk1 - blk0;
+#pragma unroll
+        for (int j = 0; j < GV_STEP; j++) {
+            if (j < n) load_block(st, j);
+            if (j % 4 == 0 && j < n) load_scales(st, j / 4); /* blk1 and blk0 are multiples of 4 */
+        }
+        advance();
+    }
 
     if (A16) { /* rows m0 .. m0 + rows as bf16 (di_cuda_f32_to_bf16's rounding), two values a thread */
         for (int64_t i = threadIdx.x; i < rows * (K / 2); i += blockDim.x) {
@@ -171,13 +197,28 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             const float2 v = *reinterpret_cast<const float2 *>(x + (m0 + r) * a.lda + 2 * c);
             *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) = di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16;
         }
-    } else { /* the act_quant'ed rows m0 .. m0 + rows: codes 16 bytes a thread, then the scales (transposed) */
+    } else { /* the act_quant'ed rows m0 .. m0 + rows: 16 codes a thread (X16: widened to f16, exact),
+              * then the scales (transposed) */
         for (int64_t i = threadIdx.x; i < rows * (K / 16); i += blockDim.x) {
             const int64_t r = i / (K / 16), c = i % (K / 16);
-            *reinterpret_cast<uint4 *>(xq + r * xrow + 16 * c) =
-                *reinterpret_cast<const uint4 *>(xqg + (m0 + r) * K + 16 * c);
+            const uint4 q = *reinterpret_cast<const uint4 *>(xqg + (m0 + r) * K + 16 * c);
+            if (X16) {
+                const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+                uint32_t h[8];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    h[2 * u] = di_e4m3x2_to_f16x2((uint16_t)qw[u]);
+                    h[2 * u + 1] = di_e4m3x2_to_f16x2((uint16_t)(qw[u] >> 16));
+                }
+                uint4 *dst = reinterpret_cast<uint4 *>(xq + r * xrow + 32 * c);
+                dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+                dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+            } else {
+                *reinterpret_cast<uint4 *>(xq + r * xrow + 16 * c) = q;
+            }
         }
-        for (int64_t i = threadIdx.x; i < rows * nb; i += blockDim.x) xs[(i % nb) * xrows + i / nb] = xsg[m0 * nb + i];
+        for (int64_t i = threadIdx.x; i < MT * nb; i += blockDim.x) /* zeros past the block's rows */
+            xs[(i % nb) * MT + i / nb] = i / nb < rows ? xsg[m0 * nb + i] : 0.0f;
     }
     __syncthreads();
 
@@ -188,91 +229,111 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     for (int th = 0; th < TH; th++)
 #pragma unroll
         for (int r = 0; r < 4; r++) acc[th][r] = 0.0f;
-    /* byte 4t of token row 8 th + g: the e4m3 quad k 4t.. or (A16) the bf16 pair k 2t, 2t+1 */
+    /* token row 8 th + g (past the block's rows: its last row, whose products only reach outputs that
+     * are never stored) at k 4t: the f16 quad (X16), the e4m3 quad, or (A16) the bf16 pair k 2t, 2t+1;
+     * and the scale pair of tokens 8 th + 2t, + 1 */
     const uint8_t *xa[TH];
-    bool xok[TH], sok[TH][2];
+    const float *xsa[TH];
 #pragma unroll
     for (int th = 0; th < TH; th++) {
-        xok[th] = 8 * th + g < rows;
-        xa[th] = xq + (xok[th] ? 8 * th + g : 0) * xrow + 4 * t;
-        sok[th][0] = 8 * th + 2 * t < rows;
-        sok[th][1] = 8 * th + 2 * t + 1 < rows;
+        const int r = 8 * th + g < rows ? 8 * th + g : rows - 1;
+        xa[th] = xq + r * xrow + (X16 ? 8 : 4) * t;
+        xsa[th] = xs + 8 * th + 2 * t;
     }
 
-    /* one step of GV_STEP blocks from b; `full` (a compile-time flag) when all are in the split:
-     * no branch inside, so the step is one stretch of code (splits are whole steps but for the
-     * remainder of the last one) */
+    /* one step of GV_STEP blocks from b (in the buffer's slots 0..), refilling each slot with block
+     * b + GV_STEP + j while those are in the split; `full` (compile-time) when all GV_STEP blocks
+     * are in the split: no branch inside, so the step is one stretch of code (splits are whole steps
+     * but for the remainder of the last one, which refills nothing) */
     auto step = [&](int64_t b, auto full) {
+        const int64_t refill = decltype(full)::value ? blk1 - b - GV_STEP : 0; /* blocks to load ahead */
 #pragma unroll
         for (int j = 0; j < GV_STEP; j++) {
             const int64_t bj = b + j;
             if (!decltype(full)::value && bj >= blk1) break; /* uniform */
-            /* A: the weights, 16 features x 32 k (a0 row g k 4t.., a1 row g + 8, a2 row g k 16 + 4t..,
-             * a3 row g + 8; A16 the same per k16 half hh, as bf16) */
-            uint32_t wf[A16 ? 8 : 4];
             float sb0, sb1; /* scales of features g, g + 8 */
-            if (FP4) {
-                const uint32_t w0 = pair_merge(cur.w[0][j][0]), w1 = pair_merge(cur.w[1][j][0]);
-                wf[0] = di_e2m1x4_to_e4m3x4(w0 & 0xffffu);
-                wf[1] = di_e2m1x4_to_e4m3x4(w1 & 0xffffu);
-                wf[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
-                wf[3] = di_e2m1x4_to_e4m3x4(w1 >> 16);
-                sb0 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
-                sb1 = di_dev_e8m0((uint8_t)(cur.sc[1][j / 4] >> (8 * (j % 4))));
-            } else if (A16) {
+            uint32_t wf[8];  /* A16: the weights as bf16 (per k16 half hh: a0 row g k 2t.., a1 row g + 8,
+                              * a2 row g k 8 + 2t.., a3 row g + 8); else wf[0..3] = a_lo, wf[4..7] = a_hi:
+                              * the e4m3 quads of A (a0 row g k 4t.., a1 row g + 8, a2 row g k 16 + 4t..,
+                              * a3 row g + 8) widened to f16, the low pair (k 4t, 4t + 1) for the first f16
+                              * mma, the high pair for the second */
+            if (A16) {
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const uint32_t w0 = pair_merge(cur.w[0][j][hh]), w1 = pair_merge(cur.w[1][j][hh]);
+                    const uint32_t w0 = pair_merge(st.w[0][j][hh]), w1 = pair_merge(st.w[1][j][hh]);
                     wf[4 * hh + 0] = di_e4m3x2_to_bf16x2((uint16_t)w0);
                     wf[4 * hh + 1] = di_e4m3x2_to_bf16x2((uint16_t)w1);
                     wf[4 * hh + 2] = di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16));
                     wf[4 * hh + 3] = di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16));
                 }
-                sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                sb0 = sb1 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
             } else {
-                wf[0] = cur.w[0][j][0];
-                wf[1] = cur.w[1][j][0];
-                wf[2] = cur.w[0][j][1];
-                wf[3] = cur.w[1][j][1];
-                sb0 = sb1 = di_dev_e8m0((uint8_t)(cur.sc[0][j / 4] >> (8 * (j % 4))));
+                uint32_t wq[4];
+                if (FP4) {
+                    const uint32_t w0 = pair_merge(st.w[0][j][0]), w1 = pair_merge(st.w[1][j][0]);
+                    wq[0] = di_e2m1x4_to_e4m3x4(w0);
+                    wq[1] = di_e2m1x4_to_e4m3x4(w1);
+                    wq[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
+                    wq[3] = di_e2m1x4_to_e4m3x4(w1 >> 16);
+                    sb0 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
+                    sb1 = di_dev_e8m0((uint8_t)(st.sc[1][j / 4] >> (8 * (j % 4))));
+                } else {
+                    wq[0] = st.w[0][j][0];
+                    wq[1] = st.w[1][j][0];
+                    wq[2] = st.w[0][j][1];
+                    wq[3] = st.w[1][j][1];
+                    sb0 = sb1 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
             }
+            /* slot j is free: the block a step ahead (its scale word once its 4 blocks are used) */
+            if (j < refill) load_block(st, j);
+            if (j % 4 == 3 && j - 3 < refill) load_scales(st, j / 4);
 #pragma unroll
             for (int th = 0; th < TH; th++) {
-                /* B: the activations, 32 k x 8 tokens (b0 token g k 4t.., b1 k 16 + 4t..; A16 per k16 half) */
-                uint32_t xf[A16 ? 4 : 2];
-#pragma unroll
-                for (int hh = 0; hh < (A16 ? 2 : 1); hh++) {
-                    const int64_t o = (A16 ? 64 * bj + 32 * hh : 32 * bj);
-                    xf[2 * hh + 0] = word(xa[th] + o, xok[th]);
-                    xf[2 * hh + 1] = word(xa[th] + o + 16, xok[th]);
-                }
-                float sa0 = 1.0f, sa1 = 1.0f; /* tokens 8 th + 2t, + 1 (xrows is even: the pair is staged) */
-                if (!A16) {
-                    const float2 s2 = sok[th][0] ? *reinterpret_cast<const float2 *>(xs + bj * xrows + 8 * th + 2 * t)
-                                                 : make_float2(0.0f, 0.0f);
-                    sa0 = s2.x;
-                    sa1 = sok[th][1] ? s2.y : 0.0f;
-                }
                 float d[4];
-                if (A16) { /* the block sum of 32 products: two k16 bf16 mmas */
+                if (A16) { /* B: the activations, per k16 half: b0 token g k 2t.., b1 k 8 + 2t.. */
+                    uint32_t xf[4];
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const uint8_t *p = xa[th] + 64 * bj + 32 * hh;
+                        xf[2 * hh + 0] = *reinterpret_cast<const uint32_t *>(p);
+                        xf[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(p + 16);
+                    }
+                    /* the block sum of 32 products: two k16 bf16 mmas */
                     const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     di_mma_bf16_16816(d, wf, xf, z);
                     di_mma_bf16_16816(d, wf + 4, xf + 2, d);
-                } else {
-                    di_mma_e4m3_16832(d, wf, xf);
+#pragma unroll
+                    for (int r = 0; r < 4; r++) acc[th][r] = __fmaf_rn(d[r], sb0, acc[th][r]);
+                    continue;
                 }
-                acc[th][0] = __fmaf_rn(d[0], sa0 * sb0, acc[th][0]);
-                acc[th][1] = __fmaf_rn(d[1], sa1 * sb0, acc[th][1]);
-                acc[th][2] = __fmaf_rn(d[2], sa0 * sb1, acc[th][2]);
-                acc[th][3] = __fmaf_rn(d[3], sa1 * sb1, acc[th][3]);
+                /* B: the activations, 32 k x 8 tokens: b0 token g k 4t.., b1 k 16 + 4t.., as f16 pairs */
+                uint32_t b_lo[2], b_hi[2];
+                if (X16) { /* 8 bytes each: the quad's low pair, then its high pair */
+                    const uint2 q0 = *reinterpret_cast<const uint2 *>(xa[th] + 64 * bj);
+                    const uint2 q1 = *reinterpret_cast<const uint2 *>(xa[th] + 64 * bj + 32);
+                    b_lo[0] = q0.x, b_hi[0] = q0.y, b_lo[1] = q1.x, b_hi[1] = q1.y;
+                } else {
+                    const uint32_t q0 = *reinterpret_cast<const uint32_t *>(xa[th] + 32 * bj);
+                    const uint32_t q1 = *reinterpret_cast<const uint32_t *>(xa[th] + 32 * bj + 16);
+                    di_e4m3x4_to_f16x4(q0, &b_lo[0], &b_hi[0]);
+                    di_e4m3x4_to_f16x4(q1, &b_lo[1], &b_hi[1]);
+                }
+                const float2 s2 = *reinterpret_cast<const float2 *>(xsa[th] + bj * MT); /* tokens 8 th + 2t, + 1 */
+                di_mma_e4m3_16832_f16(d, wf, wf + 4, b_lo, b_hi);
+                acc[th][0] = __fmaf_rn(d[0], s2.x * sb0, acc[th][0]);
+                acc[th][1] = __fmaf_rn(d[1], s2.y * sb0, acc[th][1]);
+                acc[th][2] = __fmaf_rn(d[2], s2.x * sb1, acc[th][2]);
+                acc[th][3] = __fmaf_rn(d[3], s2.y * sb1, acc[th][3]);
             }
         }
+        advance();
     };
     for (int64_t b = blk0; busy && b < blk1; b += GV_STEP) {
-        if (b + GV_STEP < blk1) load(nxt, b + GV_STEP);
         if (b + GV_STEP <= blk1) step(b, std::true_type());
         else step(b, std::false_type());
-        cur = nxt;
     }
 
     /* outputs: features n0 + g (+ 8) x tokens 8 th + 2t (+ 1) */
@@ -305,10 +366,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     }
 }
 
-/* shared memory of a block: xrows staged activation rows (codes or bf16, their scales) and the
+/* shared memory of a block: xrows staged activation rows (f16, codes or bf16; their scales) and the
  * K splits' partial sums */
-static size_t gv_smem_bytes(bool a16, int mt, int xrows, int64_t K, int ksplit, int tiles_per_block) {
-    return (size_t)xrows * (size_t)((a16 ? 2 * K : K) + 16) + (a16 ? 0 : sizeof(float) * (size_t)xrows * (size_t)(K / 32)) +
+static size_t gv_smem_bytes(int mode, int mt, int xrows, int64_t K, int ksplit, int tiles_per_block) {
+    return (size_t)xrows * (size_t)gv_xrow_bytes(mode, mt, K) +
+           (mode == GV_A16 ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
            sizeof(float) * (size_t)ksplit * tiles_per_block * mt * GV_TILE;
 }
 
@@ -318,7 +380,8 @@ static int gv_mt(int64_t rows_per_group) { return rows_per_group <= 8 ? 8 : 16; 
 bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit) {
     const int mt = gv_mt(rows_per_group);
     return rows_per_group <= (grouped ? DI_GEMV_MAX_GROUP_ROWS : DI_GEMV_MAX_ROWS) && K % 128 == 0 && ksplit <= GV_WARPS &&
-           gv_smem_bytes(bf16_act, mt, mt, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
+           /* FP4's f16 rows: the larger of the two quantised layouts */
+           gv_smem_bytes(bf16_act ? GV_A16 : GV_FP4, mt, mt, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
 }
 
 template <int MODE, int MT>
@@ -333,7 +396,7 @@ static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
     const dim3 grid((unsigned)((tiles + a.tiles_per_block - 1) / a.tiles_per_block), (unsigned)((max_rows + MT - 1) / MT),
                     (unsigned)slots);
     a.xrows = max_rows < MT ? (int)(max_rows + 1) / 2 * 2 : MT;
-    const size_t smem = gv_smem_bytes(MODE == GV_A16, MT, a.xrows, a.K, a.ksplit, a.tiles_per_block);
+    const size_t smem = gv_smem_bytes(MODE, MT, a.xrows, a.K, a.ksplit, a.tiles_per_block);
     gemv_bs_kernel<MODE, MT><<<grid, (unsigned)(a.tiles_per_block * a.ksplit * 32), smem, s>>>(a);
     DI_CUDA_LAUNCHED();
 }

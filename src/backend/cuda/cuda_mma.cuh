@@ -1,6 +1,7 @@
 /* Warp-level tensor-core and async-copy primitives for sm_90 kernels (internal header): FP8 e4m3
- * mma.sync m16n8k32 with fp32 accumulation, cp.async 16/4-byte copies into shared memory with
- * zero fill, and the e2m1 -> e4m3 widening of packed FP4 weights.
+ * mma.sync m16n8k32 with fp32 accumulation (and the same sum as two f16 m16n8k16 mmas), cp.async
+ * 16/4-byte copies into shared memory with zero fill, and the e2m1 -> e4m3 widening of packed FP4
+ * weights.
  *
  * Fragment layout of mma.m16n8k32 with 8-bit inputs (PTX ISA "Matrix Fragments for mma.m16n8k32"),
  * lane = 4 g + t:
@@ -50,6 +51,16 @@ static __device__ __forceinline__ void di_mma_bf16_16816(float d[4], const uint3
                    "f"(c[3]));
 }
 
+/* f16 m16n8k16 (fp32 accumulation): the bf16 fragment layout */
+static __device__ __forceinline__ void di_mma_f16_16816(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                                        const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+
 /* ldmatrix: four 8x8 matrices of 16-bit elements from shared memory; lanes 8m..8m+7 give the row
  * addresses (16 bytes each, 16-byte aligned) of matrix m. Plain: lane 4g + t receives row g,
  * elements 2t, 2t+1 of each matrix in r[m] (the A / B fragment layout of mma.m16n8k16 when the
@@ -75,6 +86,14 @@ static __device__ __forceinline__ uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
     uint32_t h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
     return h2;
+}
+
+/* four e4m3 codes (lowest k in the lowest byte) -> the same values as f16 pairs: lo = bytes 0, 1,
+ * hi = bytes 2, 3 (one conversion each, reading the halves in place) */
+static __device__ __forceinline__ void di_e4m3x4_to_f16x4(uint32_t v, uint32_t *lo, uint32_t *hi) {
+    asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;}\n"
+        : "=r"(*lo), "=r"(*hi)
+        : "r"(v));
 }
 
 /* the same two values as fp32, through f16: exact */
@@ -110,6 +129,23 @@ static __device__ __forceinline__ void di_cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 #endif
+
+/* The block sum of di_mma_e4m3_16832 from f16 operands, as sm_90 computes that instruction (it has
+ * no e4m3 mma: ptxas widens the operands to f16 and issues two m16n8k16 mmas, the first over the
+ * k % 4 < 2 halves with zero accumulator, the second over the others accumulating, then adds the
+ * zero accumulator input): lo / hi are the fragments' low / high 16-bit halves widened to f16 --
+ * A lo[r] = a[r]'s k 4t, 4t + 1 (or 16 + those), hi[r] its k 4t + 2, 4t + 3; B the same of b0, b1.
+ * Same bits as di_mma_e4m3_16832 on the same values (test_cuda_fwd_ops compares the kernels built
+ * on each); what a caller gains is the freedom to keep operands as f16 (activations staged once,
+ * weights widened straight to f16) instead of widening them for every mma. */
+static __device__ __forceinline__ void di_mma_e4m3_16832_f16(float d[4], const uint32_t a_lo[4], const uint32_t a_hi[4],
+                                                             const uint32_t b_lo[2], const uint32_t b_hi[2]) {
+    const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    di_mma_f16_16816(d, a_lo, b_lo, z);
+    di_mma_f16_16816(d, a_hi, b_hi, d);
+#pragma unroll
+    for (int i = 0; i < 4; i++) d[i] += 0.0f; /* the instruction's zero accumulator input: -0 -> +0 */
+}
 
 /* e4m3 code of a value already on the e4m3 grid (|q| <= 448) */
 static __device__ __forceinline__ uint8_t di_e4m3_code(float q) {
@@ -153,8 +189,9 @@ static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float 
 #endif
 }
 
-/* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> four e4m3 bytes of the same
- * values (every e2m1 value is an e4m3 value): magnitudes through a byte-permute table; signs
+/* Four packed e2m1 codes (bits 0..15, lowest k in the lowest nibble; higher bits are ignored) ->
+ * four e4m3 bytes of the same values (every e2m1 value is an e4m3 value): magnitudes through a
+ * byte-permute table; signs
  * through a second permute that uses each nibble's sign bit as prmt's sign-replicate flag (bytes
  * of 0x7f come out 0x7f for a positive code, 0x00 for a negative one; + 1 leaves bit 7 clear
  * exactly for the negative ones). Five instructions for four values. */
@@ -173,7 +210,7 @@ static __device__ __forceinline__ uint32_t di_e2m1x4_to_e4m3x4(uint32_t nib16) {
 #else
     uint32_t mag, pos;
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(mag) : "r"(lut_lo), "r"(lut_hi), "r"(sel));
-    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16 & 0xffffu));
+    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16)); /* reads bits 0..15 alone */
     return (~(pos + 0x01010101u) & 0x80808080u) | mag;
 #endif
 }

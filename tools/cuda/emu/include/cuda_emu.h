@@ -250,6 +250,9 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
 static inline float __int2float_rn(int v) { return (float)v; }
+/* the read-only data cache's load: a plain load */
+template <class T>
+static inline T __ldg(const T *p) { return *p; }
 /* prmt's default mode with selectors 0..7 (the sign-replicate flag is not emulated) */
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long v = (unsigned long long)x | (unsigned long long)y << 32;

@@ -4,7 +4,7 @@
  * checked). Arithmetic model (the device's internal accumulation may differ in the last bits): an
  * e4m3 block sum is the exact sum of the products with k % 4 < 2 rounded to fp32, plus the exact
  * sum of the others, rounded again -- the two f16 HMMAs sm_90 runs for it, and what an f16
- * wgmma pair in that k order computes (probe_mma_numerics.cu); a bf16 mma or a k16 wgmma is its
+ * wgmma pair in that k order computes (probe_mma_numerics.cu); a bf16 or f16 mma or a k16 wgmma is its
  * exact sum with c rounded once. */
 #ifndef DI_CUDA_EMU_MMA_H
 #define DI_CUDA_EMU_MMA_H
@@ -102,6 +102,31 @@ static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint
     for (int i = 0; i < 4; i++) d[i] = out[i];
 }
 
+/* f16 m16n8k16: exact products summed in double with c, rounded once (the bf16 model) */
+static inline double emu_f16_value(uint32_t h);
+static inline void di_mma_f16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    uint32_t all[32][6];
+    emu_gather_fragments(a, b, all);
+    auto A = [&](int row, int k) {
+        const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
+        return emu_f16_value((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu);
+    };
+    auto B = [&](int k, int col) {
+        const int reg = 4 + (k >> 3), tt = (k & 7) >> 1;
+        return emu_f16_value((all[4 * col + tt][reg] >> (16 * (k & 1))) & 0xffffu);
+    };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
+        double s = c[i];
+        for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
+        out[i] = (float)s;
+    }
+    for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
 /* ldmatrix .x4 (plain or .trans): every lane publishes its row address; lane 4g + t then reads
  * row g, elements 2t, 2t+1 (plain) or rows 2t, 2t+1, element g (trans) of matrix m */
 static inline void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
@@ -143,6 +168,11 @@ static inline uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
     const double vl = (lo & 0x7f) ? emu_e4m3_value(lo) : ((lo & 0x80) ? -0.0 : 0.0);
     const double vh = (hi & 0x7f) ? emu_e4m3_value(hi) : ((hi & 0x80) ? -0.0 : 0.0);
     return emu_f16_bits(vl) | emu_f16_bits(vh) << 16;
+}
+
+static inline void di_e4m3x4_to_f16x4(uint32_t v, uint32_t *lo, uint32_t *hi) {
+    *lo = di_e4m3x2_to_f16x2((uint16_t)v);
+    *hi = di_e4m3x2_to_f16x2((uint16_t)(v >> 16));
 }
 
 static inline void di_e4m3x2_to_f32x2(uint16_t v, float *lo, float *hi) {
