@@ -349,8 +349,37 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
     }
 }
 
+di_status di_bench_parse_batches(const char *spec, int *out, int *n, di_err *err) {
+    static const int defaults[] = {1, 8, 32, 64, 128, 256};
+    *n = 0;
+    if (!*spec || !strcmp(spec, "0")) {
+        for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) out[(*n)++] = defaults[i];
+        return DI_OK;
+    }
+    bool seen[DI_BENCH_MAX_BATCH + 1] = {false};
+    for (const char *p = spec;;) {
+        long v = 0;
+        const char *digits = p;
+        while (*p >= '0' && *p <= '9' && v <= DI_BENCH_MAX_BATCH) v = 10 * v + (*p++ - '0');
+        if (p == digits || v < 1 || v > DI_BENCH_MAX_BATCH || (*p && *p != ','))
+            return di_errf(err, DI_EINVAL, "--bench-batch: expected batch sizes 1..%d separated by commas, got '%s'",
+                           DI_BENCH_MAX_BATCH, spec);
+        seen[v] = true;
+        if (!*p) break;
+        p++; /* the comma */
+    }
+    for (int b = 1; b <= DI_BENCH_MAX_BATCH; b++)
+        if (seen[b]) out[(*n)++] = b;
+    return DI_OK;
+}
+
 int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     di_err err = {0};
+    int Bs[DI_BENCH_MAX_BATCH], n_B = 0; /* decode batch sizes, ascending: checked before any work */
+    if (di_bench_parse_batches(s->bench_batch, Bs, &n_B, &err)) {
+        fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+        return 1;
+    }
     const int ep = s->ep_ranks > 0 ? (int)s->ep_ranks : 8;
     const bool quick = s->quick;
     char cfg_path[4096];
@@ -407,9 +436,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
     /* page-locked, as the engine's: the device writes the logits there, no host copy after */
-    float *logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * 256);
+    float *logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * DI_BENCH_MAX_BATCH);
     const int64_t ctxs[] = {4096, 32768, 131072};
-    const int Bs[] = {1, 8, 32, 64, 128, 256};
     const int steps = quick ? 2 : 4;
     const double budget_s = quick ? 20.0 : 60.0; /* per row: larger B at this context are skipped after */
     const double deadline = now_s() + (quick ? 240.0 : 1500.0); /* the whole table */
@@ -418,10 +446,9 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             bench_prefill(m, &cl, logits, budget_s, deadline, s->bench_max_prefill);
         if (ctxs[ci] > s->bench_max_context) continue;
         bool slow = false;
-        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+        for (int bi = 0; bi < n_B; bi++) {
             const int B = Bs[bi];
             const int64_t ctx = ctxs[ci];
-            if (s->bench_batch > 0 && B != s->bench_batch) continue;
             if (slow || now_s() > deadline) {
                 printf("| decode | %d | %lld | skipped: %s |||||||\n", B, (long long)ctx,
                        slow ? "the previous batch size was too slow" : "benchmark time budget spent");
