@@ -77,19 +77,20 @@ static inline void di_mma_f64_884(double d[2], double a, double b, const double 
     d[1] = out[1];
 }
 
-/* bf16 m16n8k16: exact products summed in double with c, rounded once */
-static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+/* m16n8k16 with 16-bit inputs, `value` decoding one (bf16 or f16): exact products summed in double
+ * with c, rounded once */
+template <class Decode>
+static inline void emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], Decode value) {
     const unsigned lane = emu::flat_tid() & 31;
     uint32_t all[32][6];
     emu_gather_fragments(a, b, all);
-    auto bf = [](uint32_t bits16) { return (double)__uint_as_float(bits16 << 16); };
     auto A = [&](int row, int k) { /* a0 row g k 2t.. | a1 row g+8 | a2 row g k 8+2t.. | a3 */
         const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
-        return bf((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu);
+        return value((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu);
     };
     auto B = [&](int k, int col) {
         const int reg = 4 + (k >> 3), tt = (k & 7) >> 1;
-        return bf((all[4 * col + tt][reg] >> (16 * (k & 1))) & 0xffffu);
+        return value((all[4 * col + tt][reg] >> (16 * (k & 1))) & 0xffffu);
     };
     const int g = (int)lane >> 2, tq = (int)lane & 3;
     float out[4];
@@ -102,29 +103,13 @@ static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint
     for (int i = 0; i < 4; i++) d[i] = out[i];
 }
 
-/* f16 m16n8k16: exact products summed in double with c, rounded once (the bf16 model) */
+static inline void di_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    emu_mma_16816(d, a, b, c, [](uint32_t bits16) { return (double)__uint_as_float(bits16 << 16); });
+}
+
 static inline double emu_f16_value(uint32_t h);
 static inline void di_mma_f16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
-    const unsigned lane = emu::flat_tid() & 31;
-    uint32_t all[32][6];
-    emu_gather_fragments(a, b, all);
-    auto A = [&](int row, int k) {
-        const int g = row & 7, reg = (row >> 3) + 2 * (k >> 3), tt = (k & 7) >> 1;
-        return emu_f16_value((all[4 * g + tt][reg] >> (16 * (k & 1))) & 0xffffu);
-    };
-    auto B = [&](int k, int col) {
-        const int reg = 4 + (k >> 3), tt = (k & 7) >> 1;
-        return emu_f16_value((all[4 * col + tt][reg] >> (16 * (k & 1))) & 0xffffu);
-    };
-    const int g = (int)lane >> 2, tq = (int)lane & 3;
-    float out[4];
-    for (int i = 0; i < 4; i++) {
-        const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
-        double s = c[i];
-        for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
-        out[i] = (float)s;
-    }
-    for (int i = 0; i < 4; i++) d[i] = out[i];
+    emu_mma_16816(d, a, b, c, [](uint32_t bits16) { return emu_f16_value(bits16); });
 }
 
 /* ldmatrix .x4 (plain or .trans): every lane publishes its row address; lane 4g + t then reads
