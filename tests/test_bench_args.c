@@ -1,37 +1,26 @@
 /* `deepinfer bench --bench-batch`: the list of decode batch sizes is parsed before the GPU
  * benchmark does any work (a typo must not cost a device run): defaults, lists in any order with
  * repeats, and every malformed form refused with an error naming the flag. */
-#include <stdio.h>
-#include <string.h>
+#include <stdbool.h>
 
 #include "cli/commands.h"
-
-static int g_fail, g_pass;
+#include "test_harness.h"
 
 static void expect_list(const char *spec, const int *want, int n_want) {
     int got[DI_BENCH_MAX_BATCH], n = -1;
     di_err err = {0};
     const di_status st = di_bench_parse_batches(spec, got, &n, &err);
-    bool ok = st == DI_OK && n == n_want;
-    for (int i = 0; ok && i < n; i++) ok = got[i] == want[i];
-    if (ok) {
-        g_pass++;
-        return;
-    }
-    g_fail++;
-    printf("FAIL  '%s': status %d, %d sizes (%s)\n", spec, (int)st, n, err.msg);
+    bool same = st == DI_OK && n == n_want;
+    for (int i = 0; same && i < n; i++) same = got[i] == want[i];
+    CHECKF(same, "'%s': status %d, %d sizes (%s)", spec, (int)st, n, err.msg);
 }
 
 static void expect_error(const char *spec) {
     int got[DI_BENCH_MAX_BATCH], n = 0;
     di_err err = {0};
-    if (di_bench_parse_batches(spec, got, &n, &err) == DI_EINVAL && strstr(err.msg, "--bench-batch") &&
-        strstr(err.msg, spec)) {
-        g_pass++;
-        return;
-    }
-    g_fail++;
-    printf("FAIL  '%s' was not refused with a clear error (%s)\n", spec, err.msg);
+    const di_status st = di_bench_parse_batches(spec, got, &n, &err);
+    CHECKF(st == DI_EINVAL && strstr(err.msg, "--bench-batch") && strstr(err.msg, spec),
+           "'%s' was not refused with a clear error (%s)", spec, err.msg);
 }
 
 int main(void) {
@@ -46,6 +35,5 @@ int main(void) {
     const char *bad[] = {"1,64,", ",1", "1,,8", "x", "1,x", "8 ,1", " 8", "-1", "0,8", "257", "1,300",
                          "99999999999999999999", "1.5", "0x10"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_error(bad[i]);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return TEST_SUMMARY();
 }
