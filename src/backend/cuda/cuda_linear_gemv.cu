@@ -206,10 +206,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
                 const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
                 uint32_t h[8];
 #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    h[2 * u] = di_e4m3x2_to_f16x2((uint16_t)qw[u]);
-                    h[2 * u + 1] = di_e4m3x2_to_f16x2((uint16_t)(qw[u] >> 16));
-                }
+                for (int u = 0; u < 4; u++) di_e4m3x4_to_f16x4(qw[u], &h[2 * u], &h[2 * u + 1]);
                 uint4 *dst = reinterpret_cast<uint4 *>(xq + r * xrow + 32 * c);
                 dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
                 dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
