@@ -221,10 +221,14 @@ extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t 
 
 static __device__ __forceinline__ float dev_sigmoidf(float x) { return 1.0f / (1.0f + di_dev_expf(-x)); }
 
-/* one warp per token (n*n <= 32): lane r*n+k holds c[r][k]; 4 tokens per block */
+/* one warp per token (n*n <= 32): lane r*n+k holds c[r][k]; 4 tokens per block. NC: n known at
+ * compile time (the model's 4: the shuffles of a sum issue together and only the adds form a
+ * chain -- same values, same order: 9.3 -> 6.4 us a launch at B = 1), or 0 for n_any */
+template <int NC>
 __global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
-                                        const float *__restrict__ base, int64_t T, int n, int iters, float eps,
+                                        const float *__restrict__ base, int64_t T, int n_any, int iters, float eps,
                                         float *pre_all, float *post_all, float *comb_all) {
+    const int n = NC ? NC : n_any;
     const int64_t tok = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (tok >= T) return; /* whole warps leave together */
     const int lane = threadIdx.x & 31, nn = n * n;
@@ -300,9 +304,12 @@ extern "C" void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, 
                                           int64_t T, int n, int iters, float eps, float *pre,
                                           float *post, float *comb, cudaStream_t s) {
     if (T <= 0) return;
-    if (n * n <= 32) {
-        hc_sinkhorn_warp_kernel<<<(unsigned)((T + 3) / 4), 128, 0, s>>>(mix, scale, base, T, n, iters, eps, pre,
-                                                                         post, comb);
+    if (n == 4) {
+        hc_sinkhorn_warp_kernel<4><<<(unsigned)((T + 3) / 4), 128, 0, s>>>(mix, scale, base, T, n, iters, eps, pre,
+                                                                            post, comb);
+    } else if (n * n <= 32) {
+        hc_sinkhorn_warp_kernel<0><<<(unsigned)((T + 3) / 4), 128, 0, s>>>(mix, scale, base, T, n, iters, eps, pre,
+                                                                            post, comb);
     } else {
         hc_split_sinkhorn_kernel<<<(unsigned)((T + 63) / 64), 64, 0, s>>>(mix, scale, base, T, n, iters, eps, pre,
                                                                          post, comb);
