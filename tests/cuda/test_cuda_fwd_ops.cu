@@ -1055,11 +1055,14 @@ static int64_t ulp_dist32(float a, float b) {
  * the relative error, plus its rounding), the sum by as much relatively, the quotient and scaling
  * add 2 roundings: within 8 fp32 ulps. The groups: counts and rows ascending within each expert, as
  * the host builds them ---- */
-static void test_moe_route(int64_t R, int E, int K, int resident) {
+/* ties: logits on a grid of 0.5 and no bias, so equal biased scores are common (the lower expert
+ * wins on both sides) */
+static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = false) {
     const int64_t n = R * K, D = 8;
     float *logits = (float *)malloc(4 * R * E), *bias = (float *)malloc(4 * E);
-    for (int64_t i = 0; i < R * E; i++) logits[i] = rnd_normalish() * 4.0f;
-    for (int e = 0; e < E; e++) bias[e] = rnd_normalish() * 0.1f;
+    for (int64_t i = 0; i < R * E; i++)
+        logits[i] = ties ? rintf(rnd_normalish() * 4.0f) * 0.5f : rnd_normalish() * 4.0f;
+    for (int e = 0; e < E; e++) bias[e] = ties ? 0.0f : rnd_normalish() * 0.1f;
     std::vector<int32_t> ex(n), ord(n), gex(n), gord(n);
     std::vector<float> wt(n), gwt(n);
     for (int64_t r = 0; r < R; r++) {
@@ -1087,10 +1090,10 @@ static void test_moe_route(int64_t R, int E, int K, int resident) {
         bad_w += ulp_dist32(gwt[i], wt[i]) > 8;
         max_ulp = ulp_dist32(gwt[i], wt[i]) > max_ulp ? ulp_dist32(gwt[i], wt[i]) : max_ulp;
     }
-    printf("%s  %-20s R=%lld E=%d K=%d resident=%d  experts/order differing %lld, weights beyond 8 ulps %lld / %lld "
+    printf("%s  %-20s R=%lld E=%d K=%d resident=%d%s  experts/order differing %lld, weights beyond 8 ulps %lld / %lld "
            "(max %lld ulps)\n",
-           bad_ex || bad_w ? "FAIL" : "PASS", "moe_route", (long long)R, E, K, resident, (long long)bad_ex,
-           (long long)bad_w, (long long)n, (long long)max_ulp);
+           bad_ex || bad_w ? "FAIL" : "PASS", "moe_route", (long long)R, E, K, resident, ties ? " ties" : "",
+           (long long)bad_ex, (long long)bad_w, (long long)n, (long long)max_ulp);
     if (bad_ex || bad_w) g_fail++;
     else g_pass++;
     /* grouping, from the CPU's experts */
@@ -1156,6 +1159,8 @@ static void run_wgmma_quick(void) {
 static void run_quick(void) {
     test_moe_route(5, 16, 4, 0);
     test_moe_route(37, 40, 6, 12);
+    test_moe_route(9, 384, 6, 0, true);
+    test_moe_route(3, 500, 8, 0, true); /* E not a multiple of 32 */
     test_linear_w16(3, 96, 40, false); /* K = 3 blocks: a partial last stage, unaligned scale rows */
     test_linear_w16(18, 256, 72, true);
     test_linear_bf16w8(2, 96, 32, 2);
@@ -1317,6 +1322,7 @@ int main(int argc, char **argv) {
                                                          grouped GEMMs of x's rows through a list */
         test_moe_route(5, 16, 4, 0);
         test_moe_route(37, 40, 6, 12);
+        test_moe_route(9, 384, 6, 0, true);
         test_moe_route(1000, 384, 6, 48);
         test_moe_combine(3, 6, 300);
         const int g_rows[] = {3, 0, 9, 1};

@@ -24,38 +24,57 @@ static unsigned ew_blocks(int64_t n) {
 
 /* ---- routing on the device (no host round trip; the default mode) ---- */
 /* warp per row: the arithmetic of di_moe_route_row (forward/moe.c) with CUDA's log1pf (glibc's may
- * differ in the last bit, which can swap two experts whose biased scores tie to that bit) */
+ * differ in the last bit, which can swap two experts whose biased scores tie to that bit). Lane l
+ * holds experts l, l + 32, ... in registers (ROUTE_PER of them): their logits and biases load
+ * together and each of the K picks scans registers, not shared memory (17.1 -> 11.0 us a launch
+ * at B = 1, docs/PERFORMANCE.md session 15); the scores stay in shared memory for lane 0's tail */
+#define ROUTE_PER (DI_MOE_ROUTE_MAX_E / 32)
 __global__ void __launch_bounds__(EW_THREADS)
 moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int64_t R, int E, int K,
                  float scale, int resident, int32_t *__restrict__ expert, float *__restrict__ weight,
                  int32_t *__restrict__ order) {
-    __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E], biased_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
+    __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
     if (r >= R) return; /* whole warps */
-    float *sc = score_s[warp], *bi = biased_s[warp];
-    for (int e = lane; e < E; e += 32) {
-        const float z = logits[r * E + e];
-        const float sp = z > 20.0f ? z : log1pf(di_dev_expf(z));
-        sc[e] = sqrtf(sp);
-        bi[e] = sc[e] + bias[e];
+    float *sc = score_s[warp];
+    float bi[ROUTE_PER]; /* biased scores of experts lane + 32 i; -inf past E and once taken */
+    {
+        float z[ROUTE_PER], bz[ROUTE_PER];
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER; i++) {
+            const int e = lane + 32 * i;
+            z[i] = e < E ? logits[r * E + e] : 0.0f;
+            bz[i] = e < E ? bias[e] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER; i++) {
+            const int e = lane + 32 * i;
+            const float sp = z[i] > 20.0f ? z[i] : log1pf(di_dev_expf(z[i]));
+            const float s = sqrtf(sp);
+            if (e < E) sc[e] = s;
+            bi[i] = e < E ? s + bz[i] : -INFINITY;
+        }
     }
     __syncwarp();
     int chosen[DI_MOE_ROUTE_MAX_K];
     for (int j = 0; j < K; j++) { /* the highest biased score not taken; the lower expert on ties */
         float bv = -INFINITY;
         int be = -1;
-        for (int e = lane; e < E; e += 32)
-            if (bi[e] != -INFINITY && (be < 0 || bi[e] > bv)) bv = bi[e], be = e;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER; i++) /* ascending expert: a later equal score never wins */
+            if (bi[i] != -INFINITY && (be < 0 || bi[i] > bv)) bv = bi[i], be = lane + 32 * i;
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oe = __shfl_xor_sync(0xffffffffu, be, o);
             if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
         }
         chosen[j] = be;
-        __syncwarp();
-        if (lane == 0) bi[be] = -INFINITY; /* taken */
-        __syncwarp();
+        if ((be & 31) == lane) { /* taken: the owner lane drops it */
+#pragma unroll
+            for (int i = 0; i < ROUTE_PER; i++)
+                if (i == be >> 5) bi[i] = -INFINITY;
+        }
     }
     if (lane != 0) return;
     float sum = 0.0f, wv[DI_MOE_ROUTE_MAX_K];
