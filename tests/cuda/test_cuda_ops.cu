@@ -796,6 +796,9 @@ static void run_quick(void) {
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
     test_linear_batch_invariance("batch_inv fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 9, 256, 64);
     test_rmsnorm(3, 512);
+    test_rmsnorm(2, 1280); /* the q norm's rows: 5 values a thread in registers */
+    test_rmsnorm(3, 300);  /* rows past the first 256 values partly filled */
+    test_rmsnorm(2, 5120); /* past 2,048: the two-pass form */
     test_rope(2, 4, 128, 64, 64, false);
     test_attention(2, 8, 512, 130, 200, 10);
     test_attention(1, 64, 512, 128 + 512, 4096, 5);         /* the real shape, decode batch 1 */

@@ -14,6 +14,16 @@
 
 #define NORM_THREADS 256
 
+/* values a thread keeps in registers: rows up to NORM_THREADS * NORM_PER = 2,048 values (32, for
+ * the model's 5,120-value rows, took 118 registers and ran slower: 6.3 -> 10.6 us a launch at
+ * B = 1, a 4,096-token prefill +10 ms; docs/PERFORMANCE.md session 15) */
+#define NORM_PER 8
+
+/* PER > 0: the row's values (d <= NORM_THREADS * PER) and weights are loaded once, all at the
+ * start, and kept in registers for the output (the q / kv / index norms of a decode step: ~3.8 ->
+ * 3.4 us a launch at B = 1); PER == 0: any d, read twice. Same sums either way: thread i adds
+ * values i, i + NORM_THREADS, ... in that order */
+template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
                float *__restrict__ y) {
@@ -21,7 +31,20 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
     const float *xr = x + (int64_t)blockIdx.x * d;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
+    float xv[PER ? PER : 1], wv[PER ? PER : 1];
+    if (PER) {
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
+            xv[j] = i < d ? xr[i] : 0.0f;
+            wv[j] = i < d ? di_dev_bf16_load(w + i) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < PER; j++)
+            if (threadIdx.x + (int64_t)j * NORM_THREADS < d) ss += (double)xv[j] * xv[j];
+    } else {
+        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
+    }
     /* fixed tree: butterflies within each warp, then warp 0 over the warps' sums */
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) warp_sum[warp] = ss;
@@ -35,14 +58,25 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
     const float mean = (float)(warp_sum[0] / (double)d);
     const float inv = 1.0f / sqrtf(mean + eps);
     float *yr = y + (int64_t)blockIdx.x * d;
-    for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
-        yr[i] = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
+    if (PER) {
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
+            if (i < d) yr[i] = di_dev_bf16_round(wv[j] * (xv[j] * inv));
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
+            yr[i] = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
+    }
 }
 
 extern "C" void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d,
                                 float eps, float *y, cudaStream_t s) {
     if (m <= 0) return;
-    rmsnorm_kernel<<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y);
+    if (d <= NORM_THREADS * NORM_PER)
+        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y);
+    else
+        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y);
     DI_CUDA_LAUNCHED();
 }
 
