@@ -877,7 +877,7 @@ __global__ void e2m1_bf16_kernel(uint32_t e8, uint32_t *out) {
     if (i >= 65536) return;
     const uint32_t sb = __float_as_uint(di_dev_e8m0((uint8_t)e8)) >> 16;
     uint32_t o[2];
-    di_e2m1x4_to_bf16x4(i, o);
+    di_e2m1x4_to_bf16x4(i | (i * 2654435761u) << 16, o); /* bits 16.. must not matter */
     out[2 * i] = di_bf16x2_mul(o[0], sb | sb << 16);
     out[2 * i + 1] = di_bf16x2_mul(o[1], sb | sb << 16);
 }

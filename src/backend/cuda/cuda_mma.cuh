@@ -215,10 +215,10 @@ static __device__ __forceinline__ uint32_t di_e2m1x4_to_e4m3x4(uint32_t nib16) {
 #endif
 }
 
-/* Four packed e2m1 codes (16 bits, lowest k in the lowest nibble) -> their values as two bf16
- * pairs (out[0] = k 0, 1; out[1] = k 2, 3; low half first): the high and low bytes of the bf16
- * magnitudes through two byte-permute tables, the signs as in di_e2m1x4_to_e4m3x4, then two
- * permutes interleave the bytes. Eight instructions for four values. */
+/* Four packed e2m1 codes (bits 0..15, lowest k in the lowest nibble; higher bits are ignored) ->
+ * their values as two bf16 pairs (out[0] = k 0, 1; out[1] = k 2, 3; low half first): the high and
+ * low bytes of the bf16 magnitudes through two byte-permute tables, the signs as in
+ * di_e2m1x4_to_e4m3x4, then two permutes interleave the bytes. Eight instructions for four values. */
 static __device__ __forceinline__ void di_e2m1x4_to_bf16x4(uint32_t nib16, uint32_t out[2]) {
     /* magnitude codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6: bf16 0000 3F00 3F80 3FC0 4000 4040 4080 40C0 */
     const uint32_t hi_lo = 0x3F3F3F00u, hi_hi = 0x40404040u, lo_lo = 0xC0800000u, lo_hi = 0xC0804000u;
@@ -235,7 +235,7 @@ static __device__ __forceinline__ void di_e2m1x4_to_bf16x4(uint32_t nib16, uint3
     uint32_t hb, lb, pos;
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(hb) : "r"(hi_lo), "r"(hi_hi), "r"(sel));
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(lb) : "r"(lo_lo), "r"(lo_hi), "r"(sel));
-    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16 & 0xffffu));
+    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16)); /* selectors: bits 0..15 */
     hb |= ~(pos + 0x01010101u) & 0x80808080u;
 #endif
     out[0] = __byte_perm(lb, hb, 0x5140);
