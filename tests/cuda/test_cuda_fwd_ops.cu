@@ -782,6 +782,52 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
     free(hx), free(a), free(b);
 }
 
+/* ---- two single matrices of one K over the same rows in one twin launch (di_cuda_linear_mma_set:
+ * wq_a and wkv, the shared expert's w1 and w3), each output against its matrix alone on the tiled
+ * kernel, bit for bit; N0 and N1 differ in their K splits, so the launch's blocks differ in warps ---- */
+static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M) {
+    const bool fp4 = dt == DI_DT_I8;
+    const int rows[1] = {M};
+    grp_case c[2] = {grp_make(dt, K, N0, rows, 1), grp_make(dt, K, N1, rows, 1)};
+    float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
+    fill_wide(hx, (int64_t)M * K, 1.0f);
+    float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
+    di_weight w[2];
+    const di_weight *wp[2] = {&w[0], &w[1]};
+    float *ys[2], *yr[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = c[i].shape;
+        w[i].data = c[i].wd[0];
+        w[i].scale = (const uint8_t *)c[i].ws[0];
+        ys[i] = (float *)dev_poisoned(sizeof(float) * (size_t)M * w[i].rows);
+        yr[i] = (float *)dev_poisoned(sizeof(float) * (size_t)M * w[i].rows);
+    }
+    char shp[112];
+    snprintf(shp, sizeof shp, "%s M=%d K=%lld N=%lld+%lld", fp4 ? "fp4" : "fp8", M, (long long)K, (long long)N0,
+             (long long)N1);
+    if (!di_cuda_linear_mma_set(&g_cx, 2, wp, x, M, ys)) {
+        printf("FAIL  gemv_set: %s does not take the one-launch twin\n", shp);
+        g_fail++;
+    }
+    g_cx.tiled_only = true;
+    for (int i = 0; i < 2; i++)
+        di_cuda_linear_mma(&g_cx, &w[i], (const uint8_t *)w[i].data, w[i].scale, NULL, NULL, NULL, NULL, 1, M, M, x,
+                           yr[i]);
+    g_cx.tiled_only = false;
+    for (int i = 0; i < 2; i++) {
+        const int64_t n = (int64_t)M * w[i].rows;
+        float *a = host_poisoned(n), *b = host_poisoned(n);
+        dev_download(a, ys[i], sizeof(float) * (size_t)n);
+        dev_download(b, yr[i], sizeof(float) * (size_t)n);
+        compare(i ? "gemv_set.b" : "gemv_set.a", shp, a, b, n, "twin");
+        free(a), free(b);
+        cudaFree(ys[i]), cudaFree(yr[i]);
+        grp_free(&c[i]);
+    }
+    cudaFree(x);
+    free(hx);
+}
+
 /* ---- the wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
  * G groups (each empty or of more than 8 rows) against one-group calls of each group and through
  * the active list; G == 0: one matrix of rows[0] rows against two calls on its two halves (both
@@ -1224,6 +1270,10 @@ static void run_quick(void) {
     const int one_two[] = {1, 2};
     test_gemv_twin(DI_DT_I8, 768, 40, one_two, 2);
     test_gemv_twin(DI_DT_F8_E4M3, 640, 24, one_two, 2);
+    test_gemv_set(DI_DT_F8_E4M3, 1536, 64, 4096, 1); /* 3 and 2 K splits: 6 and 8 warps a block */
+    test_gemv_set(DI_DT_F8_E4M3, 1024, 40, 200, 3);
+    test_gemv_set(DI_DT_F8_E4M3, 512, 96, 32, 16);  /* 16-row tiles */
+    test_gemv_set(DI_DT_I8, 2048, 48, 96, 2);
     run_wgmma_quick();
 }
 
@@ -1251,6 +1301,8 @@ static void run_full(bool head) {
     test_gemv_twin(DI_DT_F8_E4M3, 8192, 5120, r16, 0);
     test_gemv_twin(DI_DT_F8_E4M3, 5120, 2304, r4, 0);
     test_gemv_twin(DI_DT_F8_E4M3, 5120, 512, r16, 0);
+    test_gemv_set(DI_DT_F8_E4M3, 5120, 1280, 512, 1); /* wq_a and wkv: 7 and 8 K splits */
+    test_gemv_set(DI_DT_F8_E4M3, 5120, 2304, 2304, 4); /* the shared expert's w1 and w3 */
     int e1[48] = {0}, e8[48] = {0};
     for (int i = 0; i < 6; i++) e1[7 * i + 3] = 1, e8[8 * i] = 8;
     test_gemv_twin(DI_DT_I8, 5120, 2304, e1, 48);

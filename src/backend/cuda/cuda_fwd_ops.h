@@ -100,6 +100,13 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *y_a,
                              float *y_b);
 
+/* Single matrices of one K and dtype over the same x (wq_a and wkv; the shared expert's w1 and w3):
+ * at the decode twin's sizes x is quantised once and one twin launch runs all n (<=
+ * DI_GEMV_MAX_MATS), each y[i] the bits of its own di_cuda_linear_mma call. Returns false, having
+ * launched nothing, where that does not apply (other sizes, exact mode, unsupported weights). */
+bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, const float *x, int64_t m,
+                            float *const *y);
+
 /* With ctx->wgmma (DEEPINFER_GPU_WGMMA, default on), di_cuda_linear_mma's FP8 / FP4 (fp4) calls
  * and di_cuda_linear_bf16w8's past the decode twin's sizes (more than 16 rows of one matrix, 8 a
  * group; K % 128 == 0, FP4 K <= 5120) run on the wgmma kernel (cuda_linear_wgmma.cu):
@@ -116,10 +123,21 @@ bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t ro
 #define DI_GEMV_MAX_ROWS 16
 #define DI_GEMV_MAX_GROUP_ROWS 8
 bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit);
-void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t N, int64_t K, const uint8_t *wdata, const uint8_t *wscale,
-                        const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
+/* One matrix of a twin launch: N output features, its weights (one matrix: wdata, wscale; groups:
+ * the device arrays wdata_g, wscale_g), its K split (mm_ksplit's) and output y [rows, N]. A launch
+ * takes up to DI_GEMV_MAX_MATS of them over the same activations (each matrix's bits those of a
+ * launch of its own): w1 and w3, wq_a and wkv fill the card together. */
+#define DI_GEMV_MAX_MATS 2
+typedef struct {
+    int64_t N;
+    const uint8_t *wdata, *wscale;
+    const uint8_t *const *wdata_g, *const *wscale_g;
+    int ksplit, split_blocks;
+    float *y;
+} di_gemv_mat;
+void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
-                        int ksplit, int split_blocks, const uint8_t *xq, const float *xs, float *y);
+                        const uint8_t *xq, const float *xs);
 /* di_cuda_linear_bf16w8's twin: wdata / wscale from the weight's first row (row0) */
 void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *wscale, int64_t rows_per_group,
                          int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,

@@ -30,7 +30,10 @@
  * two 8-byte shared loads instead of two loads and four conversions per block and token tile
  * (gv_x16). Rows are padded so a warp's fragment loads of its 8 rows hit all 32 banks. MT tokens
  * per block: one n8 tile per 8. A block holds tiles_per_block feature tiles x ksplit splits, one
- * warp each; splits meet in shared memory. Needs K % 128 == 0 (scale rows read 4 blocks per load). */
+ * warp each; splits meet in shared memory. Needs K % 128 == 0 (scale rows read 4 blocks per load).
+ * One launch may run two matrices over the same activations (gv_mat: w1 and w3, wq_a and wkv), the
+ * second's blocks after the first's, each with its own K split: alone, each left multiprocessors
+ * idle (w1: 108 blocks of one warp group on 132 multiprocessors at B = 1). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -48,18 +51,29 @@
 
 enum { GV_FP8, GV_FP4, GV_A16 }; /* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a) */
 
+/* one weight matrix (or set of groups) of a launch: a launch runs up to GV_MATS of them over the same
+ * activations (w1 and w3, wq_a and wkv: one launch fills the card where each alone left
+ * multiprocessors idle), matrix 1's blocks after matrix 0's along grid.x */
+#define GV_MATS DI_GEMV_MAX_MATS
+struct gv_mat {
+    const uint8_t *wdata, *wscale;                   /* one matrix */
+    const uint8_t *const *wdata_g, *const *wscale_g; /* groups: [n_groups] device pointers */
+    float *y;                                        /* [rows, ldy] */
+    int64_t N, ldy;
+    int ksplit, split_blocks, tiles_per_block; /* its warps: tiles_per_block x ksplit (<= the block's) */
+    int blocks;                                /* its blocks along grid.x */
+};
+
 struct gv_args {
     const float *x;    /* A16: [rows, lda] fp32 activations (bf16-exact values) */
     const uint8_t *xq; /* FP8 / FP4: [rows, K] their act_quant e4m3 codes (act_quant_e4m3_kernel's) */
     const float *xsg;  /*             [rows, K / 32] and scales */
-    int64_t M, N, K, lda, ldy;
-    const uint8_t *wdata, *wscale;                   /* one matrix */
-    const uint8_t *const *wdata_g, *const *wscale_g; /* groups: [n_groups] device pointers */
-    const int *row_off, *active;                     /* groups: [n_groups + 1], slot -> group or NULL */
+    int64_t M, K, lda;
+    const int *row_off, *active; /* groups: [n_groups + 1], slot -> group or NULL */
     /* row_off NULL and several groups (A16, wo_a): block-diagonal slices of one matrix, group g
      * reading x columns g * K.., weight rows g * N.. and writing y columns g * N.. */
-    float *y; /* [rows, ldy] */
-    int ksplit, split_blocks, tiles_per_block;
+    gv_mat mat[GV_MATS];
+    int n_mats;
     int xrows; /* activation rows staged per block: min(MT, max_rows) rounded up to even */
 };
 
@@ -93,14 +107,22 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr int GV_STEP = GV_STEP_OF(MODE);
     constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
-    const int64_t K = a.K, N = a.N, nb = K / 32, xrow = gv_xrow_bytes(MODE, MT, K);
+    /* this block's matrix (uniform over the block): fields copied out one by one (a dynamic index
+     * into the parameters would copy them to local memory) */
+    const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
+    auto pick = [&](auto v0, auto v1) { return second ? v1 : v0; };
+    const int64_t N = pick(a.mat[0].N, a.mat[1].N), ldy = pick(a.mat[0].ldy, a.mat[1].ldy);
+    const int ksplit = pick(a.mat[0].ksplit, a.mat[1].ksplit), split_blocks = pick(a.mat[0].split_blocks, a.mat[1].split_blocks);
+    const int tiles_per_block = pick(a.mat[0].tiles_per_block, a.mat[1].tiles_per_block);
+    const unsigned bx = blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u);
+    const int64_t K = a.K, nb = K / 32, xrow = gv_xrow_bytes(MODE, MT, K);
     const int xrows = a.xrows;
     int64_t M = a.M;
     const float *x = a.x;
     const uint8_t *xqg = a.xq;
     const float *xsg = a.xsg;
-    float *y = a.y;
-    const uint8_t *wdata = a.wdata, *wscale = a.wscale;
+    float *y = pick(a.mat[0].y, a.mat[1].y);
+    const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
     const int64_t m0 = (int64_t)blockIdx.y * MT;
     if (a.row_off) { /* this block's group (uniform over the block) */
         const int gi = a.active ? a.active[blockIdx.z] : (int)blockIdx.z;
@@ -108,12 +130,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         const int r0 = a.row_off[gi];
         M = a.row_off[gi + 1] - r0;
         if (m0 >= M) return;
-        wdata = a.wdata_g[gi];
-        wscale = a.wscale_g[gi];
+        wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
+        wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
         x += (int64_t)r0 * a.lda;
         xqg += (int64_t)r0 * K;
         xsg += (int64_t)r0 * nb;
-        y += (int64_t)r0 * a.ldy;
+        y += (int64_t)r0 * ldy;
     } else if (blockIdx.z) { /* block-diagonal slice (N % 32 == 0) */
         const int64_t gi = blockIdx.z;
         x += gi * K;
@@ -128,11 +150,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     float *part = xs + (A16 ? 0 : MT * nb);                   /* [ksplit][tiles_per_block][MT][16] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int tile_local = warp / a.ksplit, ks = warp % a.ksplit;
-    const int64_t n0 = ((int64_t)blockIdx.x * a.tiles_per_block + tile_local) * GV_TILE;
-    const int64_t blk0 = (int64_t)ks * a.split_blocks;
-    const int64_t blk1 = blk0 + a.split_blocks < nb ? blk0 + a.split_blocks : nb;
-    const bool busy = n0 < N && blk0 < nb; /* uniform over the warp */
+    const int tile_local = warp / ksplit, ks = warp % ksplit;
+    const bool mine_warp = warp < tiles_per_block * ksplit; /* the block's other matrix may take more warps */
+    const int64_t n0 = ((int64_t)bx * tiles_per_block + tile_local) * GV_TILE;
+    const int64_t blk0 = (int64_t)ks * split_blocks;
+    const int64_t blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
+    const bool busy = mine_warp && n0 < N && blk0 < nb; /* uniform over the warp */
 
     /* this lane's weight rows n0 + 8h + g and scale rows; a row past N reads row N - 1 instead (its
      * products land only in outputs that are never stored), so full steps load without conditions */
@@ -334,32 +357,34 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     }
 
     /* outputs: features n0 + g (+ 8) x tokens 8 th + 2t (+ 1) */
-    if (a.ksplit == 1) {
+    if (ksplit == 1) {
 #pragma unroll
         for (int th = 0; th < TH; th++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int tok = 8 * th + 2 * t + (r & 1);
                 const int64_t c = n0 + 8 * (r >> 1) + g;
-                if (busy && tok < rows && c < N) y[(m0 + tok) * a.ldy + c] = di_dev_bf16_round(acc[th][r]);
+                if (busy && tok < rows && c < N) y[(m0 + tok) * ldy + c] = di_dev_bf16_round(acc[th][r]);
             }
         return;
     }
-    float *mine = part + ((int64_t)ks * a.tiles_per_block + tile_local) * MT * GV_TILE;
+    if (mine_warp) {
+        float *mine = part + ((int64_t)ks * tiles_per_block + tile_local) * MT * GV_TILE;
 #pragma unroll
-    for (int th = 0; th < TH; th++)
+        for (int th = 0; th < TH; th++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) mine[(8 * th + 2 * t + (r & 1)) * GV_TILE + 8 * (r >> 1) + g] = acc[th][r];
+            for (int r = 0; r < 4; r++) mine[(8 * th + 2 * t + (r & 1)) * GV_TILE + 8 * (r >> 1) + g] = acc[th][r];
+    }
     __syncthreads();
     /* the splits' partial sums added in split order, then rounded (mm_reduce_kernel's order) */
-    const int per_split = a.tiles_per_block * MT * GV_TILE;
+    const int per_split = tiles_per_block * MT * GV_TILE;
     for (int i = threadIdx.x; i < per_split; i += blockDim.x) {
         const int tl = i / (MT * GV_TILE), tok = i / GV_TILE % MT, f = i % GV_TILE;
-        const int64_t c = ((int64_t)blockIdx.x * a.tiles_per_block + tl) * GV_TILE + f;
+        const int64_t c = ((int64_t)bx * tiles_per_block + tl) * GV_TILE + f;
         if (tok >= rows || c >= N) continue;
         float v = part[i];
-        for (int k = 1; k < a.ksplit; k++) v += part[k * per_split + i];
-        y[(m0 + tok) * a.ldy + c] = di_dev_bf16_round(v);
+        for (int k = 1; k < ksplit; k++) v += part[k * per_split + i];
+        y[(m0 + tok) * ldy + c] = di_dev_bf16_round(v);
     }
 }
 
@@ -389,12 +414,21 @@ static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
                                            GV_SMEM_MAX));
         attr_set = true;
     }
-    const int64_t tiles = (a.N + GV_TILE - 1) / GV_TILE;
-    const dim3 grid((unsigned)((tiles + a.tiles_per_block - 1) / a.tiles_per_block), (unsigned)((max_rows + MT - 1) / MT),
-                    (unsigned)slots);
     a.xrows = max_rows < MT ? (int)(max_rows + 1) / 2 * 2 : MT;
-    const size_t smem = gv_smem_bytes(MODE, MT, a.xrows, a.K, a.ksplit, a.tiles_per_block);
-    gemv_bs_kernel<MODE, MT><<<grid, (unsigned)(a.tiles_per_block * a.ksplit * 32), smem, s>>>(a);
+    unsigned blocks = 0, warps = 0;
+    size_t smem = 0;
+    for (int i = 0; i < a.n_mats; i++) { /* the block: the largest of the matrices' needs */
+        gv_mat *m = &a.mat[i];
+        const int64_t tiles = (m->N + GV_TILE - 1) / GV_TILE;
+        m->blocks = (int)((tiles + m->tiles_per_block - 1) / m->tiles_per_block);
+        blocks += (unsigned)m->blocks;
+        const unsigned w = (unsigned)(m->tiles_per_block * m->ksplit);
+        warps = w > warps ? w : warps;
+        const size_t b = gv_smem_bytes(MODE, MT, a.xrows, a.K, m->ksplit, m->tiles_per_block);
+        smem = b > smem ? b : smem;
+    }
+    const dim3 grid(blocks, (unsigned)((max_rows + MT - 1) / MT), (unsigned)slots);
+    gemv_bs_kernel<MODE, MT><<<grid, warps * 32, smem, s>>>(a);
     DI_CUDA_LAUNCHED();
 }
 
@@ -404,13 +438,23 @@ static void gv_run(const gv_args &a, int64_t max_rows, int64_t rows_per_group, i
     else gv_launch<MODE, 16>(a, max_rows, slots, s);
 }
 
-void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t N, int64_t K, const uint8_t *wdata, const uint8_t *wscale,
-                        const uint8_t *const *wdata_g, const uint8_t *const *wscale_g, const int *row_off,
+static gv_mat gv_mat_of(const di_gemv_mat &m, int64_t ldy) {
+    return gv_mat{m.wdata, m.wscale, m.wdata_g, m.wscale_g, m.y, m.N, ldy,
+                  m.ksplit, m.split_blocks, gv_tiles_per_block(m.ksplit), 0};
+}
+
+void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
-                        int ksplit, int split_blocks, const uint8_t *xq, const float *xs, float *y) {
-    if (rows <= 0 || max_rows <= 0 || N <= 0) return;
-    const gv_args a = {NULL, xq, xs, max_rows, N, K, K, N, wdata, wscale, wdata_g, wscale_g, row_off, active, y,
-                       ksplit, split_blocks, gv_tiles_per_block(ksplit), 0};
+                        const uint8_t *xq, const float *xs) {
+    if (rows <= 0 || max_rows <= 0 || n_mats <= 0) return;
+    if (n_mats > GV_MATS) { /* a caller's bug */
+        fprintf(stderr, "di_cuda_gemv_quant: %d matrices in one launch (at most %d)\n", n_mats, GV_MATS);
+        abort();
+    }
+    gv_args a = {NULL, xq, xs, max_rows, K, K, row_off, active, {}, 0, 0};
+    for (int i = 0; i < n_mats; i++)
+        if (mats[i].N > 0) a.mat[a.n_mats++] = gv_mat_of(mats[i], mats[i].N);
+    if (!a.n_mats) return;
     /* with an active list only min(groups, rows) slots can have rows */
     const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
     if (fp4) gv_run<GV_FP4>(a, max_rows, rows_per_group, slots, s);
@@ -421,7 +465,7 @@ void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *ws
                          int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,
                          int ksplit, int split_blocks) {
     if (m <= 0 || rows_per_group <= 0) return;
-    const gv_args a = {x, NULL, NULL, m, rows_per_group, K, lda, ldy, wdata, wscale, NULL, NULL, NULL, NULL, y,
-                       ksplit, split_blocks, gv_tiles_per_block(ksplit), 0};
+    const di_gemv_mat one = {rows_per_group, wdata, wscale, NULL, NULL, ksplit, split_blocks, y};
+    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0};
     gv_run<GV_A16>(a, m, m, n_groups, s);
 }

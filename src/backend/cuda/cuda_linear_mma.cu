@@ -436,12 +436,20 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
+    if (twin && n_mats <= DI_GEMV_MAX_MATS) { /* one launch for every set */
+        di_gemv_mat mats[DI_GEMV_MAX_MATS];
+        for (int m = 0; m < n_mats; m++)
+            mats[m] = di_gemv_mat{N, wdata ? wdata[m] : NULL, wscale ? wscale[m] : NULL, wdata_g ? wdata_g[m] : NULL,
+                                  wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
+        di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
+        return;
+    }
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
         if (twin) {
-            di_cuda_gemv_quant(s, fp4, N, K, wd, ws, wdg, wsg, row_off, active, n_groups, rows, max_rows, per_group,
-                               ksplit, split_blocks, xq, xsc, y[m]);
+            const di_gemv_mat one = {N, wd, ws, wdg, wsg, ksplit, split_blocks, y[m]};
+            di_cuda_gemv_quant(s, fp4, K, 1, &one, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
             continue;
         }
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
@@ -470,6 +478,29 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
     const uint8_t *const *wd[2] = {wdata_a, wdata_b}, *const *ws[2] = {wscale_a, wscale_b};
     float *const y[2] = {y_a, y_b};
     linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, x_rows, y);
+}
+
+bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, const float *x, int64_t m,
+                            float *const *y) {
+    if (n < 1 || n > DI_GEMV_MAX_MATS || ctx->tiled_only || ctx->exact || m <= 0) return false;
+    const int64_t K = w[0]->cols, nb = K / 32;
+    di_gemv_mat mats[DI_GEMV_MAX_MATS];
+    for (int i = 0; i < n; i++) {
+        if (w[i]->cols != K || w[i]->dtype != w[0]->dtype || !di_cuda_linear_mma_supported(w[i]) ||
+            ((uintptr_t)w[i]->data & 15) != 0)
+            return false;
+        int split_blocks;
+        const int ksplit = mm_ksplit(w[i]->rows, K, true, &split_blocks); /* each matrix's own */
+        if (!di_cuda_gemv_ok(false, false, K, m, ksplit)) return false;
+        mats[i] = di_gemv_mat{w[i]->rows, (const uint8_t *)w[i]->data, w[i]->scale, NULL, NULL, ksplit, split_blocks, y[i]};
+    }
+    const size_t q_bytes = ((size_t)(m * K) + 255) & ~(size_t)255;
+    float *part;
+    uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(m * nb), 1, m, 0, &part); /* [m, K] e4m3 codes */
+    float *xsc = (float *)(xq + q_bytes);                                                     /* [m, K/32] */
+    di_cuda_act_quant_e4m3(x, NULL, nb, m * nb, xq, xsc, ctx->stream);
+    di_cuda_gemv_quant(ctx->stream, w[0]->dtype == DI_DT_I8, K, n, mats, NULL, NULL, 1, m, m, m, xq, xsc);
+    return true;
 }
 
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda) {

@@ -14,16 +14,19 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, float
     const int R = f->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;
     const float eps = (float)cf->rms_norm_eps;
     const int kind = L->ratio > 0;
-    float *tmp = gpu_alloc(f, sizeof(float) * (size_t)R * (cf->q_lora_rank > Dh ? cf->q_lora_rank : Dh));
-    gpu_linear(f, &L->attn.wq_a, x, R, tmp, DI_LIN_QUANT);
-    di_cuda_rmsnorm(tmp, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, f->s);
+    float *tq = gpu_alloc(f, sizeof(float) * (size_t)R * cf->q_lora_rank); /* [R, q_lora_rank] */
+    float *tkv = gpu_alloc(f, sizeof(float) * (size_t)R * Dh);            /* [R, Dh] */
+    const di_weight *w[2] = {&L->attn.wq_a, &L->attn.wkv};                /* both read x: one launch */
+    float *const t[2] = {tq, tkv};
+    gpu_linear_quant_set(f, 2, w, x, R, t);
+    di_cuda_rmsnorm(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, f->s);
     gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
     gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
-    gpu_linear(f, &L->attn.wkv, x, R, tmp, DI_LIN_QUANT);
-    di_cuda_rmsnorm(tmp, L->attn.kv_norm, R, Dh, eps, kv, f->s);
+    di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
     gpu_rope_rows(f, kind, kv, 1, Dh, Dh - rd, false);
     di_cuda_act_quant_inplace(kv, (int64_t)R * Dh, 32, f->s);
-    gpu_free(f, tmp);
+    gpu_free(f, tq);
+    gpu_free(f, tkv);
 }
 
 /* Writes this call's SWA rows into each sequence's ring (after every row attended). */

@@ -72,6 +72,12 @@ void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m,
     else di_cuda_linear_fixed(w, x, m, y, mode, f->s);
 }
 
+void gpu_linear_quant_set(const gpu_fwd *f, int n, const di_weight *const *w, const float *x, int64_t m,
+                          float *const *y) {
+    if (m <= 0 || di_cuda_linear_mma_set(f->cx, n, w, x, m, y)) return;
+    for (int i = 0; i < n; i++) gpu_linear(f, w[i], x, m, y[i], DI_LIN_QUANT);
+}
+
 void gpu_copy_rows(const gpu_fwd *f, float *const *dst_host, const float *const *src_host, int64_t n,
                    int64_t width) {
     if (n <= 0) return;

@@ -197,6 +197,10 @@ di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err);
  * for large m outside batch-invariant mode */
 void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m, float *y,
                 di_linear_mode mode);
+/* n DI_LIN_QUANT linears of the same x (y[i] [m, w[i]->rows]; the bits of n gpu_linear calls): at
+ * decode sizes x quantised once and one launch for all (di_cuda_linear_mma_set) */
+void gpu_linear_quant_set(const gpu_fwd *f, int n, const di_weight *const *w, const float *x, int64_t m,
+                          float *const *y);
 /* copy rows through host-built pointer lists (uploaded here) */
 void gpu_copy_rows(const gpu_fwd *f, float *const *dst_host, const float *const *src_host,
                    int64_t n, int64_t width);

@@ -27,8 +27,9 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
     const int64_t inter = w1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [n, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
-    gpu_linear(f, w1, x, n, g, DI_LIN_QUANT);
-    gpu_linear(f, w3, x, n, u, DI_LIN_QUANT);
+    const di_weight *w13[2] = {w1, w3}; /* both read x: one launch */
+    float *const gu[2] = {g, u};
+    gpu_linear_quant_set(f, 2, w13, x, n, gu);
     di_cuda_swiglu(g, u, n, inter, (float)f->m->cfg.swiglu_limit, wt, g, f->s);
     gpu_linear(f, w2, g, n, y, DI_LIN_QUANT);
     gpu_free(f, g);
