@@ -14,12 +14,13 @@
  * compares the two kernels bit for bit on the H200). So batch invariance and every test of the
  * tiled kernel carry over.
  *
- * Layout: a warp owns 16 output features of one K split and streams their weight rows straight from
- * global memory into fragment registers (lane 4g + t loads rows n0 + g and n0 + 8 + g, bytes 4t..
- * and 16 + 4t.. of each 32-value block: FP8 two 4-byte loads, FP4 one of the two 4-byte words
- * holding its halfwords, the other from its neighbour lane by a shuffle when used, merged by one
- * byte permute and widened to e4m3), through one buffer of GV_STEP K blocks whose slots are
- * refilled with the block a step ahead as soon as they are used. The block first copies its
+ * Layout: a warp owns 16 output features of one K split. FP8 weights stream through a ring of
+ * chunks in shared memory (cp.async of whole 128-byte lines, one ldmatrix a block: GV_CH below).
+ * FP4 and A16 weights stream straight from global memory into fragment registers (lane 4g + t
+ * loads rows n0 + g and n0 + 8 + g: FP4 one of the two 4-byte words holding its halfwords of a
+ * 16-byte block, the other from its neighbour lane by a shuffle when used, merged by one byte
+ * permute and widened to e4m3), through one buffer of GV_STEP K blocks whose slots are refilled
+ * with the block a step ahead as soon as they are used. The block first copies its
  * activation rows into shared memory (the e4m3 codes and scales of the tiled path's act_quant
  * launch, which runs once per call: quantising in every block cost more than the weights'
  * streaming; scales transposed so a lane's two tokens are one 8-byte load; A16: converts them to
@@ -40,14 +41,24 @@
 
 #include <type_traits>
 
-/* K blocks of 32 per step of a warp = the slots of its load buffer = how far its loads run ahead
- * (each slot is reloaded with the block a step ahead once used): 8, and 16 for FP4, whose rows are
- * half as long (one word a row and block, as A16 takes two: lane pairs share their loads, below).
- * 16 / 32 ran slower on the H200 (FP4 twin 40.5 us a launch against 31.7, FP8 23.8 against 21.8) */
+/* FP4 / A16: K blocks of 32 per step of a warp = the slots of its load buffer = how far its loads
+ * run ahead (each slot is reloaded with the block a step ahead once used): 16 for FP4, whose rows
+ * are half as long (one word a row and block, as A16 takes two: lane pairs share their loads,
+ * below), 8 for A16. 32 / 16 ran slower on the H200 (FP4 twin 40.5 us a launch against 31.7) */
 #define GV_STEP_OF(mode) ((mode) == GV_FP4 ? 16 : 8)
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
-#define GV_SMEM_MAX (200 * 1024)
+#define GV_SMEM_MAX (227 * 1024) /* the opt-in limit of a block on sm_90 */
+
+/* FP8 weights stream through shared memory: each warp copies its 16 rows a chunk of
+ * GV_CH K blocks (128 bytes a row: every 16-byte copy of a quarter warp fills a whole 128-byte line)
+ * with cp.async into a ring of GV_RING(MT) chunks, and ldmatrix reads a block's A fragment in one
+ * instruction. The register ring's 4-byte loads touched 8 lines for 128 bytes each and held the
+ * L1 at 60-90% of its throughput while DRAM ran at 15-40% (ncu, B = 1). */
+#define GV_CH 4
+#define GV_RING(mt) ((mt) == 8 ? 4 : 3) /* 16-row blocks stage twice the activations: one chunk less */
+#define GV_WPITCH 144                   /* bytes a staged row: 128 + 16, so ldmatrix's 8 rows hit all 32 banks */
+#define GV_SLOT (16 * GV_WPITCH + 16)   /* a chunk: 16 rows, then its scale word (4 blocks) */
 
 enum { GV_FP8, GV_FP4, GV_A16 }; /* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a) */
 
@@ -100,10 +111,21 @@ static constexpr __host__ __device__ int64_t gv_xrow_bytes(int mode, int mt, int
     return mode == GV_A16 ? 2 * K + 16 : gv_x16(mode, mt) ? 2 * K + 32 : K + 16;
 }
 
+/* shared memory of a block: xrows staged activation rows (f16, codes or bf16), their scales (not
+ * A16) and the K splits' partial sums [warps][MT][16]; then (FP8) the warps' weight rings, 128-byte
+ * aligned: the ring's offset */
+static __host__ __device__ size_t gv_ring_offset(int mode, int mt, int xrows, int64_t K, int warps) {
+    const size_t b = (size_t)xrows * (size_t)gv_xrow_bytes(mode, mt, K) +
+                     (mode == GV_A16 ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
+                     sizeof(float) * (size_t)warps * mt * GV_TILE;
+    return (b + 127) & ~(size_t)127;
+}
+
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
     constexpr bool X16 = gv_x16(MODE, MT); /* activations staged as f16 */
+    constexpr bool STAGED = MODE == GV_FP8;   /* weights through the shared-memory ring (GV_CH) */
     constexpr int GV_STEP = GV_STEP_OF(MODE);
     constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
@@ -204,7 +226,30 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     /* one buffer of GV_STEP blocks: each slot is refilled with the block a step ahead as soon as it
      * is used, so the loads stay a step ahead with a single buffer of registers */
     gv_step<MODE> st;
-    if (busy) { /* in flight while the activations are staged */
+    /* FP8: the warp's ring of GV_RING(MT) chunks; lane l copies the 16 bytes at column l % 8 of rows
+     * 4i + l / 8 (i = 0..3; a row past N copies row N - 1, as above) and lane 0 the chunk's scale word */
+    constexpr int RING = GV_RING(MT);
+    uint8_t *ring = reinterpret_cast<uint8_t *>(gv_smem) + gv_ring_offset(MODE, MT, xrows, K, blockDim.x / 32) +
+                    warp * RING * GV_SLOT; /* [RING][16 rows][GV_WPITCH] + a scale word each */
+    const uint8_t *csrc[4];
+    for (int i = 0; i < 4; i++) {
+        const int64_t n = n0 + 4 * i + (lane >> 3) < N ? n0 + 4 * i + (lane >> 3) : N - 1;
+        csrc[i] = wdata + n * K + 16 * (lane & 7);
+    }
+    const int n_chunks = STAGED && busy ? (int)((blk1 - blk0) / GV_CH) : 0; /* splits are whole chunks */
+    auto issue_chunk = [&](int c) {
+        const int64_t b = blk0 + (int64_t)c * GV_CH;
+        uint8_t *dst = ring + (c % RING) * GV_SLOT;
+#pragma unroll
+        for (int i = 0; i < 4; i++) di_cp_async16(dst + (4 * i + (lane >> 3)) * GV_WPITCH + 16 * (lane & 7), csrc[i] + 32 * b, true);
+        if (lane == 0) di_cp_async4(dst + 16 * GV_WPITCH, srow[0] + b, true);
+    };
+    if (STAGED) { /* in flight while the activations are staged; every warp commits as many groups */
+        for (int c = 0; c < RING - 1; c++) {
+            if (c < n_chunks) issue_chunk(c);
+            di_cp_async_commit();
+        }
+    } else if (busy) { /* in flight while the activations are staged */
         const int64_t n = blk1 - blk0;
 #pragma unroll
         for (int j = 0; j < GV_STEP; j++) {
@@ -261,6 +306,59 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         xsa[th] = xs + 8 * th + 2 * t;
     }
 
+    /* FP8 / FP4: the block sum of block bj for every token tile (B: the activations, 32 k x 8 tokens:
+     * b0 token g k 4t.., b1 k 16 + 4t.., as f16 pairs) from A's f16 fragment wf (wf[0..3] = a_lo,
+     * wf[4..7] = a_hi: the e4m3 quads a0 row g k 4t.., a1 row g + 8, a2 row g k 16 + 4t.., a3 row
+     * g + 8 widened to f16, the low pair (k 4t, 4t + 1) for the first f16 mma, the high pair for the
+     * second), folded into acc with the scales sb0, sb1 of features g, g + 8 */
+    auto mma_tokens = [&](const uint32_t *wf, float sb0, float sb1, int64_t bj) {
+#pragma unroll
+        for (int th = 0; th < TH; th++) {
+            uint32_t b_lo[2], b_hi[2];
+            if (X16) { /* 8 bytes each: the quad's low pair, then its high pair */
+                const uint2 q0 = *reinterpret_cast<const uint2 *>(xa[th] + 64 * bj);
+                const uint2 q1 = *reinterpret_cast<const uint2 *>(xa[th] + 64 * bj + 32);
+                b_lo[0] = q0.x, b_hi[0] = q0.y, b_lo[1] = q1.x, b_hi[1] = q1.y;
+            } else {
+                const uint32_t q0 = *reinterpret_cast<const uint32_t *>(xa[th] + 32 * bj);
+                const uint32_t q1 = *reinterpret_cast<const uint32_t *>(xa[th] + 32 * bj + 16);
+                di_e4m3x4_to_f16x4(q0, &b_lo[0], &b_hi[0]);
+                di_e4m3x4_to_f16x4(q1, &b_lo[1], &b_hi[1]);
+            }
+            const float2 s2 = *reinterpret_cast<const float2 *>(xsa[th] + bj * MT); /* tokens 8 th + 2t, + 1 */
+            float d[4];
+            di_mma_e4m3_16832_f16(d, wf, wf + 4, b_lo, b_hi);
+            acc[th][0] = __fmaf_rn(d[0], s2.x * sb0, acc[th][0]);
+            acc[th][1] = __fmaf_rn(d[1], s2.y * sb0, acc[th][1]);
+            acc[th][2] = __fmaf_rn(d[2], s2.x * sb1, acc[th][2]);
+            acc[th][3] = __fmaf_rn(d[3], s2.y * sb1, acc[th][3]);
+        }
+    };
+
+    /* FP8: chunk c waits for its copies (the group committed RING - 1 groups ago), then each block's A
+     * fragment is one ldmatrix (matrix m: rows 8(m & 1).., bytes 16(m >> 1).. of the block: lane 4g + t
+     * receives row g's bytes 4t.. -- the register ring's a0..a3); the chunk RING - 1 ahead is issued
+     * into the slot the previous chunk left */
+    for (int c = 0; STAGED && c < n_chunks; c++) {
+        if (c + RING - 1 < n_chunks) issue_chunk(c + RING - 1);
+        di_cp_async_commit();
+        di_cp_async_wait<RING - 1>();
+        __syncwarp(); /* the other lanes' copies visible */
+        const uint8_t *slot = ring + (c % RING) * GV_SLOT;
+        const uint32_t scw = *reinterpret_cast<const uint32_t *>(slot + 16 * GV_WPITCH);
+        const uint8_t *frag = slot + ((lane & 7) + 8 * ((lane >> 3) & 1)) * GV_WPITCH + 16 * (lane >> 4);
+#pragma unroll
+        for (int j = 0; j < GV_CH; j++) {
+            uint32_t wq[4], wf[8];
+            di_ldmatrix_x4(wq, frag + 32 * j);
+#pragma unroll
+            for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
+            const float sb = di_dev_e8m0((uint8_t)(scw >> (8 * j)));
+            mma_tokens(wf, sb, sb, blk0 + (int64_t)c * GV_CH + j);
+        }
+        __syncwarp(); /* every lane done with the slot before it is refilled */
+    }
+
     /* one step of GV_STEP blocks from b (in the buffer's slots 0..), refilling each slot with block
      * b + GV_STEP + j while those are in the split; `full` (compile-time) when all GV_STEP blocks
      * are in the split: no branch inside, so the step is one stretch of code (splits are whole steps
@@ -287,33 +385,27 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
                     wf[4 * hh + 3] = di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16));
                 }
                 sb0 = sb1 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
-            } else {
+            } else { /* FP4 */
                 uint32_t wq[4];
-                if (FP4) {
-                    const uint32_t w0 = pair_merge(st.w[0][j][0]), w1 = pair_merge(st.w[1][j][0]);
-                    wq[0] = di_e2m1x4_to_e4m3x4(w0);
-                    wq[1] = di_e2m1x4_to_e4m3x4(w1);
-                    wq[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
-                    wq[3] = di_e2m1x4_to_e4m3x4(w1 >> 16);
-                    sb0 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
-                    sb1 = di_dev_e8m0((uint8_t)(st.sc[1][j / 4] >> (8 * (j % 4))));
-                } else {
-                    wq[0] = st.w[0][j][0];
-                    wq[1] = st.w[1][j][0];
-                    wq[2] = st.w[0][j][1];
-                    wq[3] = st.w[1][j][1];
-                    sb0 = sb1 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
-                }
+                const uint32_t w0 = pair_merge(st.w[0][j][0]), w1 = pair_merge(st.w[1][j][0]);
+                wq[0] = di_e2m1x4_to_e4m3x4(w0);
+                wq[1] = di_e2m1x4_to_e4m3x4(w1);
+                wq[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
+                wq[3] = di_e2m1x4_to_e4m3x4(w1 >> 16);
+                sb0 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
+                sb1 = di_dev_e8m0((uint8_t)(st.sc[1][j / 4] >> (8 * (j % 4))));
 #pragma unroll
                 for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
             }
             /* slot j is free: the block a step ahead (its scale word once its 4 blocks are used) */
             if (j < refill) load_block(st, j);
             if (j % 4 == 3 && j - 3 < refill) load_scales(st, j / 4);
+            if (!A16) {
+                mma_tokens(wf, sb0, sb1, bj);
+            } else { /* per token tile: B the activations, per k16 half b0 token g k 2t.., b1 k 8 + 2t..;
+                      * the block sum of 32 products in two k16 bf16 mmas */
 #pragma unroll
-            for (int th = 0; th < TH; th++) {
-                float d[4];
-                if (A16) { /* B: the activations, per k16 half: b0 token g k 2t.., b1 k 8 + 2t.. */
+                for (int th = 0; th < TH; th++) {
                     uint32_t xf[4];
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) {
@@ -321,37 +413,18 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
                         xf[2 * hh + 0] = *reinterpret_cast<const uint32_t *>(p);
                         xf[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(p + 16);
                     }
-                    /* the block sum of 32 products: two k16 bf16 mmas */
+                    float d[4];
                     const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     di_mma_bf16_16816(d, wf, xf, z);
                     di_mma_bf16_16816(d, wf + 4, xf + 2, d);
 #pragma unroll
                     for (int r = 0; r < 4; r++) acc[th][r] = __fmaf_rn(d[r], sb0, acc[th][r]);
-                    continue;
                 }
-                /* B: the activations, 32 k x 8 tokens: b0 token g k 4t.., b1 k 16 + 4t.., as f16 pairs */
-                uint32_t b_lo[2], b_hi[2];
-                if (X16) { /* 8 bytes each: the quad's low pair, then its high pair */
-                    const uint2 q0 = *reinterpret_cast<const uint2 *>(xa[th] + 64 * bj);
-                    const uint2 q1 = *reinterpret_cast<const uint2 *>(xa[th] + 64 * bj + 32);
-                    b_lo[0] = q0.x, b_hi[0] = q0.y, b_lo[1] = q1.x, b_hi[1] = q1.y;
-                } else {
-                    const uint32_t q0 = *reinterpret_cast<const uint32_t *>(xa[th] + 32 * bj);
-                    const uint32_t q1 = *reinterpret_cast<const uint32_t *>(xa[th] + 32 * bj + 16);
-                    di_e4m3x4_to_f16x4(q0, &b_lo[0], &b_hi[0]);
-                    di_e4m3x4_to_f16x4(q1, &b_lo[1], &b_hi[1]);
-                }
-                const float2 s2 = *reinterpret_cast<const float2 *>(xsa[th] + bj * MT); /* tokens 8 th + 2t, + 1 */
-                di_mma_e4m3_16832_f16(d, wf, wf + 4, b_lo, b_hi);
-                acc[th][0] = __fmaf_rn(d[0], s2.x * sb0, acc[th][0]);
-                acc[th][1] = __fmaf_rn(d[1], s2.y * sb0, acc[th][1]);
-                acc[th][2] = __fmaf_rn(d[2], s2.x * sb1, acc[th][2]);
-                acc[th][3] = __fmaf_rn(d[3], s2.y * sb1, acc[th][3]);
             }
         }
         advance();
     };
-    for (int64_t b = blk0; busy && b < blk1; b += GV_STEP) {
+    for (int64_t b = blk0; !STAGED && busy && b < blk1; b += GV_STEP) {
         if (b + GV_STEP <= blk1) step(b, std::true_type());
         else step(b, std::false_type());
     }
@@ -388,12 +461,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     }
 }
 
-/* shared memory of a block: xrows staged activation rows (f16, codes or bf16; their scales) and the
- * K splits' partial sums */
-static size_t gv_smem_bytes(int mode, int mt, int xrows, int64_t K, int ksplit, int tiles_per_block) {
-    return (size_t)xrows * (size_t)gv_xrow_bytes(mode, mt, K) +
-           (mode == GV_A16 ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
-           sizeof(float) * (size_t)ksplit * tiles_per_block * mt * GV_TILE;
+/* shared memory of a block of `warps` warps (gv_ring_offset's layout) */
+static size_t gv_smem_bytes(int mode, int mt, int xrows, int64_t K, int warps) {
+    return gv_ring_offset(mode, mt, xrows, K, warps) + (mode == GV_FP8 ? (size_t)warps * GV_RING(mt) * GV_SLOT : 0);
 }
 
 static int gv_tiles_per_block(int ksplit) { return ksplit >= GV_WARPS ? 1 : GV_WARPS / ksplit; }
@@ -402,8 +472,10 @@ static int gv_mt(int64_t rows_per_group) { return rows_per_group <= 8 ? 8 : 16; 
 bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_group, int ksplit) {
     const int mt = gv_mt(rows_per_group);
     return rows_per_group <= (grouped ? DI_GEMV_MAX_GROUP_ROWS : DI_GEMV_MAX_ROWS) && K % 128 == 0 && ksplit <= GV_WARPS &&
-           /* FP4's f16 rows: the larger of the two quantised layouts */
-           gv_smem_bytes(bf16_act ? GV_A16 : GV_FP4, mt, mt, K, ksplit, gv_tiles_per_block(ksplit)) <= GV_SMEM_MAX;
+           /* a block of the most warps (a launch of two matrices); quantised: FP4's f16 rows or FP8's rings */
+           (bf16_act ? gv_smem_bytes(GV_A16, mt, mt, K, GV_WARPS) <= GV_SMEM_MAX
+                     : gv_smem_bytes(GV_FP4, mt, mt, K, GV_WARPS) <= GV_SMEM_MAX &&
+                           gv_smem_bytes(GV_FP8, mt, mt, K, GV_WARPS) <= GV_SMEM_MAX);
 }
 
 template <int MODE, int MT>
@@ -416,17 +488,15 @@ static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
     }
     a.xrows = max_rows < MT ? (int)(max_rows + 1) / 2 * 2 : MT;
     unsigned blocks = 0, warps = 0;
-    size_t smem = 0;
-    for (int i = 0; i < a.n_mats; i++) { /* the block: the largest of the matrices' needs */
+    for (int i = 0; i < a.n_mats; i++) { /* the block: the most warps of the matrices */
         gv_mat *m = &a.mat[i];
         const int64_t tiles = (m->N + GV_TILE - 1) / GV_TILE;
         m->blocks = (int)((tiles + m->tiles_per_block - 1) / m->tiles_per_block);
         blocks += (unsigned)m->blocks;
         const unsigned w = (unsigned)(m->tiles_per_block * m->ksplit);
         warps = w > warps ? w : warps;
-        const size_t b = gv_smem_bytes(MODE, MT, a.xrows, a.K, m->ksplit, m->tiles_per_block);
-        smem = b > smem ? b : smem;
     }
+    const size_t smem = gv_smem_bytes(MODE, MT, a.xrows, a.K, (int)warps);
     const dim3 grid(blocks, (unsigned)((max_rows + MT - 1) / MT), (unsigned)slots);
     gemv_bs_kernel<MODE, MT><<<grid, warps * 32, smem, s>>>(a);
     DI_CUDA_LAUNCHED();
