@@ -14,16 +14,15 @@
  * compares the two kernels bit for bit on the H200). So batch invariance and every test of the
  * tiled kernel carry over.
  *
- * Layout: a warp owns 16 output features of one K split. FP8 weights stream through a ring of
- * chunks in shared memory (cp.async of whole 128-byte lines, one ldmatrix a block: GV_CH below).
- * FP4 and A16 weights stream straight from global memory into fragment registers (lane 4g + t
- * loads rows n0 + g and n0 + 8 + g: FP4 one of the two 4-byte words holding its halfwords of a
- * 16-byte block, the other from its neighbour lane by a shuffle when used, merged by one byte
- * permute and widened to e4m3), through one buffer of GV_STEP K blocks whose slots are refilled
- * with the block a step ahead as soon as they are used. The block first copies its
- * activation rows into shared memory (the e4m3 codes and scales of the tiled path's act_quant
- * launch, which runs once per call: quantising in every block cost more than the weights'
- * streaming; scales transposed so a lane's two tokens are one 8-byte load; A16: converts them to
+ * Layout: a warp owns 16 output features of one K split. FP8 (and A16's FP8) weight rows stream
+ * through a ring of chunks in shared memory (cp.async of whole 128-byte row segments; GV_CH below),
+ * from which lane 4g + t reads its fragment of rows g and g + 8 (FP8: one ldmatrix a block; A16: the
+ * two words holding each of its halfword pairs, merged by one byte permute). FP4 rows stream
+ * straight from global memory into fragment registers through a ring of GV_STEP blocks (lane pairs
+ * each load one of the two words both need and exchange them by a shuffle; merged, then widened to
+ * e4m3). The block first copies its activation rows into shared memory (the e4m3 codes and scales
+ * of the tiled path's act_quant launch, which runs once per call: quantising in every block cost
+ * more than the weights' streaming; scales transposed so a lane's two tokens are one 8-byte load; A16: converts them to
  * bf16, two k16 bf16 mmas per block and the weight scale alone, as the tiled kernel) while the
  * first weights load. sm_90 has no e4m3 mma: ptxas turns each into two f16 mmas over f16-widened
  * operands, so the kernel issues those itself (di_mma_e4m3_16832_f16, the same bits) and, for
@@ -41,24 +40,24 @@
 
 #include <type_traits>
 
-/* FP4 / A16: K blocks of 32 per step of a warp = the slots of its load buffer = how far its loads
- * run ahead (each slot is reloaded with the block a step ahead once used): 16 for FP4, whose rows
- * are half as long (one word a row and block, as A16 takes two: lane pairs share their loads,
- * below), 8 for A16. 32 / 16 ran slower on the H200 (FP4 twin 40.5 us a launch against 31.7) */
-#define GV_STEP_OF(mode) ((mode) == GV_FP4 ? 16 : 8)
 #define GV_WARPS 8        /* warps per block (feature tiles x K splits), at most */
 #define GV_TILE 16        /* output features per warp */
 #define GV_SMEM_MAX (227 * 1024) /* the opt-in limit of a block on sm_90 */
 
-/* FP8 weights stream through shared memory: each warp copies its 16 rows a chunk of
- * GV_CH K blocks (128 bytes a row: every 16-byte copy of a quarter warp fills a whole 128-byte line)
- * with cp.async into a ring of GV_RING(MT) chunks, and ldmatrix reads a block's A fragment in one
- * instruction. The register ring's 4-byte loads touched 8 lines for 128 bytes each and held the
- * L1 at 60-90% of its throughput while DRAM ran at 15-40% (ncu, B = 1). */
+/* FP8 / A16: the weights (FP8) stream through shared memory. Each warp copies its 16 rows a chunk of
+ * GV_CH K blocks at a time (128 bytes a row: a quarter warp's 16-byte cp.async fills a whole line)
+ * into a ring of GV_RING(MT) chunks and reads its fragments from there (FP8: one ldmatrix a block).
+ * The register ring that FP4 keeps (4-byte loads straight into fragment registers, a lane pair's
+ * words exchanged by shuffles) touched 8 rows' lines for 128 bytes a load: for FP8 it held the L1
+ * at 60-90% of its throughput while DRAM ran at 15-40% (ncu, B = 1). FP4 through the ring (8-block
+ * chunks) ran as fast at B = 1 and 13-17% slower at B = 8-64, where its f16 activation rows and
+ * the ring left one block a multiprocessor (session 16). */
 #define GV_CH 4
 #define GV_RING(mt) ((mt) == 8 ? 4 : 3) /* 16-row blocks stage twice the activations: one chunk less */
-#define GV_WPITCH 144                   /* bytes a staged row: 128 + 16, so ldmatrix's 8 rows hit all 32 banks */
-#define GV_SLOT (16 * GV_WPITCH + 16)   /* a chunk: 16 rows, then its scale word (4 blocks) */
+#define GV_PITCH 144                    /* bytes of a staged row: 128 + 16, so 8 rows' fragment loads hit all 32 banks */
+#define GV_SLOT (16 * GV_PITCH + 16)    /* a chunk in the ring: its 16 rows, then its scale word (4 blocks) */
+#define GV_STEP 16 /* FP4: K blocks a step of the register ring (its slots: how far its loads run ahead);
+                    * 32 ran slower on the H200 (40.5 us a launch against 31.7) */
 
 enum { GV_FP8, GV_FP4, GV_A16 }; /* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a) */
 
@@ -88,15 +87,11 @@ struct gv_args {
     int xrows; /* activation rows staged per block: min(MT, max_rows) rounded up to even */
 };
 
-/* weight words per row half and block: FP8 the fragment's two words; FP4 the word of its lane
- * pair's two that this lane loads, A16 two such words (merged with the partner's and widened at
- * use: merging at load time made every step wait for its loads before the previous step's work) */
-template <int MODE>
-struct gv_step {
-    static constexpr int GV_STEP = GV_STEP_OF(MODE);
-    uint32_t w[2][GV_STEP][MODE == GV_FP4 ? 1 : 2];
-    uint32_t sc[MODE == GV_FP4 ? 2 : 1][GV_STEP / 4]; /* scale bytes, 4 blocks a word: the tile's 32-row
-                                                          block (FP8, A16); features g, g + 8 (FP4) */
+/* FP4: the register ring's weight words (a lane pair's two words of rows g, g + 8 per block: this
+ * lane's one, merged with the partner's at use) and scale words (4 blocks each) of features g, g + 8 */
+struct gv_fp4_step {
+    uint32_t w[2][GV_STEP];
+    uint32_t sc[2][GV_STEP / 4];
 };
 
 /* FP4 blocks of 8 activation rows stage them as f16 (the e4m3 values widened once, exactly), so
@@ -112,7 +107,7 @@ static constexpr __host__ __device__ int64_t gv_xrow_bytes(int mode, int mt, int
 }
 
 /* shared memory of a block: xrows staged activation rows (f16, codes or bf16), their scales (not
- * A16) and the K splits' partial sums [warps][MT][16]; then (FP8) the warps' weight rings, 128-byte
+ * A16) and the K splits' partial sums [warps][MT][16]; then the warps' weight rings, 128-byte
  * aligned: the ring's offset */
 static __host__ __device__ size_t gv_ring_offset(int mode, int mt, int xrows, int64_t K, int warps) {
     const size_t b = (size_t)xrows * (size_t)gv_xrow_bytes(mode, mt, K) +
@@ -125,8 +120,6 @@ template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
     constexpr bool X16 = gv_x16(MODE, MT); /* activations staged as f16 */
-    constexpr bool STAGED = MODE == GV_FP8;   /* weights through the shared-memory ring (GV_CH) */
-    constexpr int GV_STEP = GV_STEP_OF(MODE);
     constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
     /* this block's matrix (uniform over the block): fields copied out one by one (a dynamic index
@@ -179,77 +172,65 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const int64_t blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
     const bool busy = mine_warp && n0 < N && blk0 < nb; /* uniform over the warp */
 
-    /* this lane's weight rows n0 + 8h + g and scale rows; a row past N reads row N - 1 instead (its
-     * products land only in outputs that are never stored), so full steps load without conditions */
-    const int64_t wrow_bytes = FP4 ? K / 2 : K;
-    const uint8_t *wrow[2], *srow[2];
-    for (int h = 0; h < 2; h++) {
-        const int64_t n = n0 + 8 * h + g < N ? n0 + 8 * h + g : N - 1;
-        wrow[h] = wdata + n * wrow_bytes;
-        /* FP8 / A16: srow[0] = the tile's 32-row block; FP4: features g, g + 8 */
-        srow[h] = FP4 ? wscale + n * nb : wscale + (n0 < N ? n0 / 32 : 0) * nb;
-    }
-    /* FP4 / A16: a lane needs halfword t & 1 of the words at 4(t >> 1) and 8 + 4(t >> 1) (and at 16 +
-     * those, A16); lanes t and t ^ 1 need the other halves of the same words, so the even lane loads
-     * the first word, the odd one the second, and one shuffle gives each the other: pair_sel merges
-     * (mine, partner's) into (first word's, second word's) halfword t & 1 */
-    const uint32_t pair_sel = (t & 1) ? 0x3276u : 0x5410u;
-    auto pair_merge = [&](uint32_t mine) { return __byte_perm(mine, __shfl_xor_sync(0xffffffffu, mine, 1), pair_sel); };
-
-    /* the lane's word pointers, at block blk0 and then a step ahead of the blocks in use: wp[h] its
-     * bytes of weight row h (FP4: the pair's word of bytes 2t, 2t+1 and 8+2t, 9+2t of the 16-byte
-     * block; A16: the pair's words of bytes 2t.., 8+2t.. and 16+2t.., 24+2t.. of the 32-byte block;
-     * FP8: bytes 4t.. and 16+4t..), sp[i] scale row i's byte (4 blocks a word) */
-    constexpr int BLOCK_BYTES = FP4 ? 16 : 32;
-    const uint8_t *wp[2], *sp[2];
-    for (int h = 0; h < 2; h++) {
-        wp[h] = wrow[h] + BLOCK_BYTES * blk0 + (A16 || FP4 ? 8 * (t & 1) + 4 * (t >> 1) : 4 * t);
-        sp[h] = srow[h] + blk0;
-    }
-    auto word = [](const uint8_t *p) { return __ldg(reinterpret_cast<const uint32_t *>(p)); };
-    /* slot j of st <- block j of wp; the scale slots q <- blocks 4q.. of sp */
-    auto load_block = [&](gv_step<MODE> &st, int j) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            st.w[h][j][0] = word(wp[h] + BLOCK_BYTES * j);
-            if (!FP4) st.w[h][j][1] = word(wp[h] + BLOCK_BYTES * j + 16);
-        }
-    };
-    auto load_scales = [&](gv_step<MODE> &st, int q) {
-#pragma unroll
-        for (int i = 0; i < (FP4 ? 2 : 1); i++) st.sc[i][q] = word(sp[i] + 4 * q);
-    };
-    auto advance = [&]() {
-        for (int h = 0; h < 2; h++) wp[h] += BLOCK_BYTES * GV_STEP, sp[h] += GV_STEP;
-    };
-
-    /* one buffer of GV_STEP blocks: each slot is refilled with the block a step ahead as soon as it
-     * is used, so the loads stay a step ahead with a single buffer of registers */
-    gv_step<MODE> st;
-    /* FP8: the warp's ring of GV_RING(MT) chunks; lane l copies the 16 bytes at column l % 8 of rows
-     * 4i + l / 8 (i = 0..3; a row past N copies row N - 1, as above) and lane 0 the chunk's scale word */
+    /* FP8 / A16: the warp's ring of RING chunks, each GV_CH K blocks (128 bytes) of its 16 weight rows
+     * and the tile's 32-row block's scale word: lane l copies 16 bytes at column l % 8 of rows
+     * 4i + l / 8 (a row past N copies row N - 1: its products land only in outputs that are never
+     * stored), lane 0 the scale word */
+    constexpr bool STAGED = !FP4;
     constexpr int RING = GV_RING(MT);
     uint8_t *ring = reinterpret_cast<uint8_t *>(gv_smem) + gv_ring_offset(MODE, MT, xrows, K, blockDim.x / 32) +
-                    warp * RING * GV_SLOT; /* [RING][16 rows][GV_WPITCH] + a scale word each */
+                    warp * RING * GV_SLOT; /* [RING][16 rows][GV_PITCH], then the scale word */
     const uint8_t *csrc[4];
+#pragma unroll
     for (int i = 0; i < 4; i++) {
         const int64_t n = n0 + 4 * i + (lane >> 3) < N ? n0 + 4 * i + (lane >> 3) : N - 1;
         csrc[i] = wdata + n * K + 16 * (lane & 7);
     }
+    const uint8_t *tile_scales = wscale + (n0 < N ? n0 / 32 : 0) * nb;
     const int n_chunks = STAGED && busy ? (int)((blk1 - blk0) / GV_CH) : 0; /* splits are whole chunks */
     auto issue_chunk = [&](int c) {
         const int64_t b = blk0 + (int64_t)c * GV_CH;
         uint8_t *dst = ring + (c % RING) * GV_SLOT;
 #pragma unroll
-        for (int i = 0; i < 4; i++) di_cp_async16(dst + (4 * i + (lane >> 3)) * GV_WPITCH + 16 * (lane & 7), csrc[i] + 32 * b, true);
-        if (lane == 0) di_cp_async4(dst + 16 * GV_WPITCH, srow[0] + b, true);
+        for (int i = 0; i < 4; i++) di_cp_async16(dst + (4 * i + (lane >> 3)) * GV_PITCH + 16 * (lane & 7), csrc[i] + 32 * b, true);
+        if (lane == 0) di_cp_async4(dst + 16 * GV_PITCH, tile_scales + b, true);
     };
+
+    /* FP4: the register ring. Lane 4g + t needs halfword t & 1 of the words at 4(t >> 1) and
+     * 8 + 4(t >> 1) of each 16-byte block of rows g and g + 8 (a row past N reads row N - 1); lanes t
+     * and t ^ 1 need the other halves of the same words, so the even lane loads the first word, the
+     * odd one the second, and one shuffle gives each the other: pair_sel merges (mine, partner's)
+     * into (first word's, second word's) halfword t & 1. wp[h]: the lane's word of row h at block blk0,
+     * then a step ahead of the blocks in use; sp[h]: scale row h (4 blocks a word) */
+    const uint32_t pair_sel = (t & 1) ? 0x3276u : 0x5410u;
+    auto pair_merge = [&](uint32_t mine) { return __byte_perm(mine, __shfl_xor_sync(0xffffffffu, mine, 1), pair_sel); };
+    const uint8_t *wp[2], *sp[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t n = n0 + 8 * h + g < N ? n0 + 8 * h + g : N - 1;
+        wp[h] = wdata + n * (K / 2) + 16 * blk0 + 8 * (t & 1) + 4 * (t >> 1);
+        sp[h] = wscale + n * nb + blk0;
+    }
+    auto word = [](const uint8_t *p) { return __ldg(reinterpret_cast<const uint32_t *>(p)); };
+    /* slot j of st <- block j of wp; the scale slots q <- blocks 4q.. of sp */
+    auto load_block = [&](gv_fp4_step &st, int j) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) st.w[h][j] = word(wp[h] + 16 * j);
+    };
+    auto load_scales = [&](gv_fp4_step &st, int q) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) st.sc[h][q] = word(sp[h] + 4 * q);
+    };
+    auto advance = [&]() {
+        for (int h = 0; h < 2; h++) wp[h] += 16 * GV_STEP, sp[h] += GV_STEP;
+    };
+    gv_fp4_step st; /* each slot is refilled with the block a step ahead as soon as it is used */
+
     if (STAGED) { /* in flight while the activations are staged; every warp commits as many groups */
         for (int c = 0; c < RING - 1; c++) {
             if (c < n_chunks) issue_chunk(c);
             di_cp_async_commit();
         }
-    } else if (busy) { /* in flight while the activations are staged */
+    } else if (busy) {
         const int64_t n = blk1 - blk0;
 #pragma unroll
         for (int j = 0; j < GV_STEP; j++) {
@@ -335,92 +316,96 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         }
     };
 
-    /* FP8: chunk c waits for its copies (the group committed RING - 1 groups ago), then each block's A
-     * fragment is one ldmatrix (matrix m: rows 8(m & 1).., bytes 16(m >> 1).. of the block: lane 4g + t
-     * receives row g's bytes 4t.. -- the register ring's a0..a3); the chunk RING - 1 ahead is issued
-     * into the slot the previous chunk left */
-    for (int c = 0; STAGED && c < n_chunks; c++) {
+    /* A16: the block sum of block bj for every token tile from A's bf16 fragment wf (per k16 half hh:
+     * a0 row g k 2t.., a1 row g + 8, a2 row g k 8 + 2t.., a3 row g + 8): B the activations, per k16
+     * half b0 token g k 2t.., b1 k 8 + 2t..; two k16 bf16 mmas; folded with the weight scale sb */
+    auto mma_tokens_a16 = [&](const uint32_t *wf, float sb, int64_t bj) {
+#pragma unroll
+        for (int th = 0; th < TH; th++) {
+            uint32_t xf[4];
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const uint8_t *p = xa[th] + 64 * bj + 32 * hh;
+                xf[2 * hh + 0] = *reinterpret_cast<const uint32_t *>(p);
+                xf[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(p + 16);
+            }
+            float d[4];
+            const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            di_mma_bf16_16816(d, wf, xf, z);
+            di_mma_bf16_16816(d, wf + 4, xf + 2, d);
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[th][r] = __fmaf_rn(d[r], sb, acc[th][r]);
+        }
+    };
+    /* A16: a lane needs halfword t & 1 of the words at 4(t >> 1) and 8 + 4(t >> 1) of each 16-byte half
+     * of a row's 32-byte block: merged, the low half holds k 2t, 2t + 1 of the half's first 8 values,
+     * the high half those of its second 8 */
+    const uint32_t half_sel = (t & 1) ? 0x7632u : 0x5410u;
+    auto merged = [&](const uint8_t *p) {
+        return __byte_perm(*reinterpret_cast<const uint32_t *>(p + 4 * (t >> 1)),
+                           *reinterpret_cast<const uint32_t *>(p + 8 + 4 * (t >> 1)), half_sel);
+    };
+    /* FP8 / A16: chunk c waits for its copies (the group committed RING - 1 groups ago; __syncwarp
+     * makes the other lanes' copies visible), then its blocks; the chunk RING - 1 ahead goes into the
+     * slot the previous chunk left */
+    for (int c = 0; c < n_chunks; c++) {
         if (c + RING - 1 < n_chunks) issue_chunk(c + RING - 1);
         di_cp_async_commit();
         di_cp_async_wait<RING - 1>();
-        __syncwarp(); /* the other lanes' copies visible */
+        __syncwarp();
         const uint8_t *slot = ring + (c % RING) * GV_SLOT;
-        const uint32_t scw = *reinterpret_cast<const uint32_t *>(slot + 16 * GV_WPITCH);
-        const uint8_t *frag = slot + ((lane & 7) + 8 * ((lane >> 3) & 1)) * GV_WPITCH + 16 * (lane >> 4);
+        const uint32_t scw = *reinterpret_cast<const uint32_t *>(slot + 16 * GV_PITCH);
 #pragma unroll
         for (int j = 0; j < GV_CH; j++) {
-            uint32_t wq[4], wf[8];
-            di_ldmatrix_x4(wq, frag + 32 * j);
-#pragma unroll
-            for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
+            const int64_t bj = blk0 + (int64_t)c * GV_CH + j;
             const float sb = di_dev_e8m0((uint8_t)(scw >> (8 * j)));
-            mma_tokens(wf, sb, sb, blk0 + (int64_t)c * GV_CH + j);
+            uint32_t wf[8];
+            if (A16) { /* rows g, g + 8 of each k16 half, widened to bf16 */
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const uint32_t w0 = merged(slot + g * GV_PITCH + 32 * j + 16 * hh);
+                    const uint32_t w1 = merged(slot + (g + 8) * GV_PITCH + 32 * j + 16 * hh);
+                    wf[4 * hh + 0] = di_e4m3x2_to_bf16x2((uint16_t)w0);
+                    wf[4 * hh + 1] = di_e4m3x2_to_bf16x2((uint16_t)w1);
+                    wf[4 * hh + 2] = di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16));
+                    wf[4 * hh + 3] = di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16));
+                }
+                mma_tokens_a16(wf, sb, bj);
+            } else { /* one ldmatrix (matrix m: rows 8(m & 1).., bytes 16(m >> 1).. of the block): lane
+                      * 4g + t receives row g's bytes 4t.. of each: a0..a3 */
+                uint32_t wq[4];
+                di_ldmatrix_x4(wq, slot + ((lane & 7) + 8 * ((lane >> 3) & 1)) * GV_PITCH + 32 * j + 16 * (lane >> 4));
+#pragma unroll
+                for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
+                mma_tokens(wf, sb, sb, bj);
+            }
         }
         __syncwarp(); /* every lane done with the slot before it is refilled */
     }
 
-    /* one step of GV_STEP blocks from b (in the buffer's slots 0..), refilling each slot with block
-     * b + GV_STEP + j while those are in the split; `full` (compile-time) when all GV_STEP blocks
-     * are in the split: no branch inside, so the step is one stretch of code (splits are whole steps
-     * but for the remainder of the last one, which refills nothing) */
+    /* FP4: one step of GV_STEP blocks from b (in the buffer's slots 0..), refilling each slot with block
+     * b + GV_STEP + j while those are in the split; `full` (compile-time) when all GV_STEP blocks are
+     * in the split: no branch inside, so the step is one stretch of code (splits are whole steps but
+     * for the remainder of the last one, which refills nothing) */
     auto step = [&](int64_t b, auto full) {
         const int64_t refill = decltype(full)::value ? blk1 - b - GV_STEP : 0; /* blocks to load ahead */
 #pragma unroll
         for (int j = 0; j < GV_STEP; j++) {
             const int64_t bj = b + j;
             if (!decltype(full)::value && bj >= blk1) break; /* uniform */
-            float sb0, sb1; /* scales of features g, g + 8 */
-            uint32_t wf[8];  /* A16: the weights as bf16 (per k16 half hh: a0 row g k 2t.., a1 row g + 8,
-                              * a2 row g k 8 + 2t.., a3 row g + 8); else wf[0..3] = a_lo, wf[4..7] = a_hi:
-                              * the e4m3 quads of A (a0 row g k 4t.., a1 row g + 8, a2 row g k 16 + 4t..,
-                              * a3 row g + 8) widened to f16, the low pair (k 4t, 4t + 1) for the first f16
-                              * mma, the high pair for the second */
-            if (A16) {
+            /* rows g, g + 8: k 4t.. and 16 + 4t.. as e4m3 quads, widened to f16 */
+            const uint32_t w0 = pair_merge(st.w[0][j]), w1 = pair_merge(st.w[1][j]);
+            const uint32_t wq[4] = {di_e2m1x4_to_e4m3x4(w0), di_e2m1x4_to_e4m3x4(w1), di_e2m1x4_to_e4m3x4(w0 >> 16),
+                                    di_e2m1x4_to_e4m3x4(w1 >> 16)};
+            const float sb0 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
+            const float sb1 = di_dev_e8m0((uint8_t)(st.sc[1][j / 4] >> (8 * (j % 4))));
+            uint32_t wf[8];
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const uint32_t w0 = pair_merge(st.w[0][j][hh]), w1 = pair_merge(st.w[1][j][hh]);
-                    wf[4 * hh + 0] = di_e4m3x2_to_bf16x2((uint16_t)w0);
-                    wf[4 * hh + 1] = di_e4m3x2_to_bf16x2((uint16_t)w1);
-                    wf[4 * hh + 2] = di_e4m3x2_to_bf16x2((uint16_t)(w0 >> 16));
-                    wf[4 * hh + 3] = di_e4m3x2_to_bf16x2((uint16_t)(w1 >> 16));
-                }
-                sb0 = sb1 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
-            } else { /* FP4 */
-                uint32_t wq[4];
-                const uint32_t w0 = pair_merge(st.w[0][j][0]), w1 = pair_merge(st.w[1][j][0]);
-                wq[0] = di_e2m1x4_to_e4m3x4(w0);
-                wq[1] = di_e2m1x4_to_e4m3x4(w1);
-                wq[2] = di_e2m1x4_to_e4m3x4(w0 >> 16);
-                wq[3] = di_e2m1x4_to_e4m3x4(w1 >> 16);
-                sb0 = di_dev_e8m0((uint8_t)(st.sc[0][j / 4] >> (8 * (j % 4))));
-                sb1 = di_dev_e8m0((uint8_t)(st.sc[1][j / 4] >> (8 * (j % 4))));
-#pragma unroll
-                for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
-            }
+            for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
             /* slot j is free: the block a step ahead (its scale word once its 4 blocks are used) */
             if (j < refill) load_block(st, j);
             if (j % 4 == 3 && j - 3 < refill) load_scales(st, j / 4);
-            if (!A16) {
-                mma_tokens(wf, sb0, sb1, bj);
-            } else { /* per token tile: B the activations, per k16 half b0 token g k 2t.., b1 k 8 + 2t..;
-                      * the block sum of 32 products in two k16 bf16 mmas */
-#pragma unroll
-                for (int th = 0; th < TH; th++) {
-                    uint32_t xf[4];
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const uint8_t *p = xa[th] + 64 * bj + 32 * hh;
-                        xf[2 * hh + 0] = *reinterpret_cast<const uint32_t *>(p);
-                        xf[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(p + 16);
-                    }
-                    float d[4];
-                    const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    di_mma_bf16_16816(d, wf, xf, z);
-                    di_mma_bf16_16816(d, wf + 4, xf + 2, d);
-#pragma unroll
-                    for (int r = 0; r < 4; r++) acc[th][r] = __fmaf_rn(d[r], sb0, acc[th][r]);
-                }
-            }
+            mma_tokens(wf, sb0, sb1, bj);
         }
         advance();
     };
@@ -463,7 +448,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
 
 /* shared memory of a block of `warps` warps (gv_ring_offset's layout) */
 static size_t gv_smem_bytes(int mode, int mt, int xrows, int64_t K, int warps) {
-    return gv_ring_offset(mode, mt, xrows, K, warps) + (mode == GV_FP8 ? (size_t)warps * GV_RING(mt) * GV_SLOT : 0);
+    return gv_ring_offset(mode, mt, xrows, K, warps) + (mode == GV_FP4 ? 0 : (size_t)warps * GV_RING(mt) * GV_SLOT);
 }
 
 static int gv_tiles_per_block(int ksplit) { return ksplit >= GV_WARPS ? 1 : GV_WARPS / ksplit; }
