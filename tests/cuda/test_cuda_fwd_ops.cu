@@ -1081,6 +1081,14 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
     char shape[96];
     snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (alone vs batch)", (long long)m, (long long)K, (long long)N);
     compare("linear_w16 batch", shape, one, got, m * N, "batch-inv");
+    /* the decode twin (<= 16 rows, K % 128 == 0) against the tiled kernel, bit for bit */
+    g_cx.tiled_only = true;
+    di_cuda_linear_w16(&g_cx, &c.dw, dx, m, dy, out_bf16);
+    g_cx.tiled_only = false;
+    dev_download(one, dy, 4 * m * N);
+    snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (%s)", (long long)m, (long long)K, (long long)N,
+             di_cuda_w16_twin_taken(&g_cx, &c.dw, m) ? "twin vs tiled" : "tiled both");
+    compare("linear_w16 twin", shape, got, one, m * N, "twin");
     cudaFree(dx), cudaFree(dy);
     lin_free(&c);
     free(x), free(ref), free(got), free(one);
@@ -1209,6 +1217,8 @@ static void run_quick(void) {
     test_moe_route(3, 500, 8, 0, true); /* E not a multiple of 32 */
     test_linear_w16(3, 96, 40, false); /* K = 3 blocks: a partial last stage, unaligned scale rows */
     test_linear_w16(18, 256, 72, true);
+    test_linear_w16(2, 256, 8192, false); /* the decode twin (>= 8192 features, <= 4 rows): one K split */
+    test_linear_w16(3, 1024, 8200, true); /* a partial feature tile */
     test_linear_bf16w8(2, 96, 32, 2);
     test_linear_bf16w8(3, 256, 64, 2);
     test_linear_bf16w8(20, 128, 32, 3);

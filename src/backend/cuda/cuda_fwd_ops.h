@@ -138,6 +138,13 @@ typedef struct {
 void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
                         const uint8_t *xq, const float *xs);
+/* di_cuda_linear_w16 takes its twin (below) for this weight and m rows: large matrices (the head) at
+ * a few rows (cuda_linear_mma.cu W16_TWIN_*) */
+bool di_cuda_w16_twin_taken(const di_cuda_ctx *ctx, const di_weight *w, int64_t m);
+/* di_cuda_linear_w16's twin: BF16 weights [N, K], x [m, K] (bf16-exact fp32 values) -> y [m, N], fp32
+ * or bf16-rounded */
+void di_cuda_gemv_w16(cudaStream_t s, const uint16_t *wdata, int64_t N, int64_t K, const float *x, int64_t m, float *y,
+                      bool out_bf16, int ksplit, int split_blocks);
 /* di_cuda_linear_bf16w8's twin: wdata / wscale from the weight's first row (row0) */
 void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *wscale, int64_t rows_per_group,
                          int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,

@@ -59,7 +59,9 @@
 #define GV_STEP 16 /* FP4: K blocks a step of the register ring (its slots: how far its loads run ahead);
                     * 32 ran slower on the H200 (40.5 us a launch against 31.7) */
 
-enum { GV_FP8, GV_FP4, GV_A16 }; /* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a) */
+/* act_quant'ed x FP8 / FP4 weights; bf16 x FP8 weights (wo_a); bf16 x BF16 weights (router, head) */
+enum { GV_FP8, GV_FP4, GV_A16, GV_W16 };
+static constexpr __host__ __device__ bool gv_bf16_act(int mode) { return mode == GV_A16 || mode == GV_W16; }
 
 /* one weight matrix (or set of groups) of a launch: a launch runs up to GV_MATS of them over the same
  * activations (w1 and w3, wq_a and wkv: one launch fills the card where each alone left
@@ -84,7 +86,8 @@ struct gv_args {
      * reading x columns g * K.., weight rows g * N.. and writing y columns g * N.. */
     gv_mat mat[GV_MATS];
     int n_mats;
-    int xrows; /* activation rows staged per block: min(MT, max_rows) rounded up to even */
+    int xrows;     /* activation rows staged per block: min(MT, max_rows) rounded up to even */
+    bool out_bf16; /* outputs rounded to bf16 (else fp32: W16's plain F32 mode) */
 };
 
 /* FP4: the register ring's weight words (a lane pair's two words of rows g, g + 8 per block: this
@@ -103,7 +106,7 @@ static constexpr __host__ __device__ bool gv_x16(int mode, int mt) { return mode
 /* bytes of a staged row: padded by 16 (32 for f16) so that a warp's fragment loads of its 8 rows
  * hit all 32 banks */
 static constexpr __host__ __device__ int64_t gv_xrow_bytes(int mode, int mt, int64_t K) {
-    return mode == GV_A16 ? 2 * K + 16 : gv_x16(mode, mt) ? 2 * K + 32 : K + 16;
+    return gv_bf16_act(mode) ? 2 * K + 16 : gv_x16(mode, mt) ? 2 * K + 32 : K + 16;
 }
 
 /* shared memory of a block: xrows staged activation rows (f16, codes or bf16), their scales (not
@@ -111,14 +114,15 @@ static constexpr __host__ __device__ int64_t gv_xrow_bytes(int mode, int mt, int
  * aligned: the ring's offset */
 static __host__ __device__ size_t gv_ring_offset(int mode, int mt, int xrows, int64_t K, int warps) {
     const size_t b = (size_t)xrows * (size_t)gv_xrow_bytes(mode, mt, K) +
-                     (mode == GV_A16 ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
+                     (gv_bf16_act(mode) ? 0 : sizeof(float) * (size_t)mt * (size_t)(K / 32)) +
                      sizeof(float) * (size_t)warps * mt * GV_TILE;
     return (b + 127) & ~(size_t)127;
 }
 
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
-    constexpr bool FP4 = MODE == GV_FP4, A16 = MODE == GV_A16;
+    constexpr bool FP4 = MODE == GV_FP4, W16 = MODE == GV_W16;
+    constexpr bool A16 = gv_bf16_act(MODE); /* bf16 activations (A16 and W16) */
     constexpr bool X16 = gv_x16(MODE, MT); /* activations staged as f16 */
     constexpr int TH = MT / 8; /* token halves: n8 mma tiles */
     extern __shared__ int4 gv_smem[];
@@ -177,23 +181,23 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
      * 4i + l / 8 (a row past N copies row N - 1: its products land only in outputs that are never
      * stored), lane 0 the scale word */
     constexpr bool STAGED = !FP4;
-    constexpr int RING = GV_RING(MT);
+    constexpr int RING = GV_RING(MT), CH = W16 ? 2 : GV_CH, BB = W16 ? 64 : 32; /* blocks a chunk, bytes a block */
     uint8_t *ring = reinterpret_cast<uint8_t *>(gv_smem) + gv_ring_offset(MODE, MT, xrows, K, blockDim.x / 32) +
                     warp * RING * GV_SLOT; /* [RING][16 rows][GV_PITCH], then the scale word */
     const uint8_t *csrc[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int64_t n = n0 + 4 * i + (lane >> 3) < N ? n0 + 4 * i + (lane >> 3) : N - 1;
-        csrc[i] = wdata + n * K + 16 * (lane & 7);
+        csrc[i] = wdata + n * (BB / 32) * K + 16 * (lane & 7);
     }
-    const uint8_t *tile_scales = wscale + (n0 < N ? n0 / 32 : 0) * nb;
-    const int n_chunks = STAGED && busy ? (int)((blk1 - blk0) / GV_CH) : 0; /* splits are whole chunks */
+    const uint8_t *tile_scales = W16 ? NULL : wscale + (n0 < N ? n0 / 32 : 0) * nb;
+    const int n_chunks = STAGED && busy ? (int)((blk1 - blk0) / CH) : 0; /* splits are whole chunks */
     auto issue_chunk = [&](int c) {
-        const int64_t b = blk0 + (int64_t)c * GV_CH;
+        const int64_t b = blk0 + (int64_t)c * CH;
         uint8_t *dst = ring + (c % RING) * GV_SLOT;
 #pragma unroll
-        for (int i = 0; i < 4; i++) di_cp_async16(dst + (4 * i + (lane >> 3)) * GV_PITCH + 16 * (lane & 7), csrc[i] + 32 * b, true);
-        if (lane == 0) di_cp_async4(dst + 16 * GV_PITCH, tile_scales + b, true);
+        for (int i = 0; i < 4; i++) di_cp_async16(dst + (4 * i + (lane >> 3)) * GV_PITCH + 16 * (lane & 7), csrc[i] + BB * b, true);
+        if (!W16 && lane == 0) di_cp_async4(dst + 16 * GV_PITCH, tile_scales + b, true);
     };
 
     /* FP4: the register ring. Lane 4g + t needs halfword t & 1 of the words at 4(t >> 1) and
@@ -204,8 +208,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
      * then a step ahead of the blocks in use; sp[h]: scale row h (4 blocks a word) */
     const uint32_t pair_sel = (t & 1) ? 0x3276u : 0x5410u;
     auto pair_merge = [&](uint32_t mine) { return __byte_perm(mine, __shfl_xor_sync(0xffffffffu, mine, 1), pair_sel); };
-    const uint8_t *wp[2], *sp[2];
-    for (int h = 0; h < 2; h++) {
+    const uint8_t *wp[2] = {NULL, NULL}, *sp[2] = {NULL, NULL};
+    for (int h = 0; FP4 && h < 2; h++) {
         const int64_t n = n0 + 8 * h + g < N ? n0 + 8 * h + g : N - 1;
         wp[h] = wdata + n * (K / 2) + 16 * blk0 + 8 * (t & 1) + 4 * (t >> 1);
         sp[h] = wscale + n * nb + blk0;
@@ -354,13 +358,19 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         di_cp_async_wait<RING - 1>();
         __syncwarp();
         const uint8_t *slot = ring + (c % RING) * GV_SLOT;
-        const uint32_t scw = *reinterpret_cast<const uint32_t *>(slot + 16 * GV_PITCH);
+        const uint32_t scw = W16 ? 0 : *reinterpret_cast<const uint32_t *>(slot + 16 * GV_PITCH);
+        /* ldmatrix's row address: matrix m = lane / 8 takes rows 8(m & 1).. at byte 16(m >> 1).. */
+        const uint8_t *lrow = slot + ((lane & 7) + 8 * ((lane >> 3) & 1)) * GV_PITCH + 16 * (lane >> 4);
 #pragma unroll
-        for (int j = 0; j < GV_CH; j++) {
-            const int64_t bj = blk0 + (int64_t)c * GV_CH + j;
-            const float sb = di_dev_e8m0((uint8_t)(scw >> (8 * j)));
+        for (int j = 0; j < CH; j++) {
+            const int64_t bj = blk0 + (int64_t)c * CH + j;
+            const float sb = W16 ? 1.0f : di_dev_e8m0((uint8_t)(scw >> (8 * j)));
             uint32_t wf[8];
-            if (A16) { /* rows g, g + 8 of each k16 half, widened to bf16 */
+            if (W16) { /* bf16 rows: one ldmatrix a k16 half gives its a0..a3 */
+                di_ldmatrix_x4(wf, lrow + 64 * j);
+                di_ldmatrix_x4(wf + 4, lrow + 64 * j + 32);
+                mma_tokens_a16(wf, sb, bj);
+            } else if (A16) { /* rows g, g + 8 of each k16 half, widened to bf16 */
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const uint32_t w0 = merged(slot + g * GV_PITCH + 32 * j + 16 * hh);
@@ -374,7 +384,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             } else { /* one ldmatrix (matrix m: rows 8(m & 1).., bytes 16(m >> 1).. of the block): lane
                       * 4g + t receives row g's bytes 4t.. of each: a0..a3 */
                 uint32_t wq[4];
-                di_ldmatrix_x4(wq, slot + ((lane & 7) + 8 * ((lane >> 3) & 1)) * GV_PITCH + 32 * j + 16 * (lane >> 4));
+                di_ldmatrix_x4(wq, lrow + 32 * j);
 #pragma unroll
                 for (int r = 0; r < 4; r++) di_e4m3x4_to_f16x4(wq[r], &wf[r], &wf[4 + r]);
                 mma_tokens(wf, sb, sb, bj);
@@ -422,7 +432,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             for (int r = 0; r < 4; r++) {
                 const int tok = 8 * th + 2 * t + (r & 1);
                 const int64_t c = n0 + 8 * (r >> 1) + g;
-                if (busy && tok < rows && c < N) y[(m0 + tok) * ldy + c] = di_dev_bf16_round(acc[th][r]);
+                if (busy && tok < rows && c < N) y[(m0 + tok) * ldy + c] = a.out_bf16 ? di_dev_bf16_round(acc[th][r]) : acc[th][r];
             }
         return;
     }
@@ -442,7 +452,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         if (tok >= rows || c >= N) continue;
         float v = part[i];
         for (int k = 1; k < ksplit; k++) v += part[k * per_split + i];
-        y[(m0 + tok) * ldy + c] = di_dev_bf16_round(v);
+        y[(m0 + tok) * ldy + c] = a.out_bf16 ? di_dev_bf16_round(v) : v;
     }
 }
 
@@ -506,7 +516,7 @@ void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const d
         fprintf(stderr, "di_cuda_gemv_quant: %d matrices in one launch (at most %d)\n", n_mats, GV_MATS);
         abort();
     }
-    gv_args a = {NULL, xq, xs, max_rows, K, K, row_off, active, {}, 0, 0};
+    gv_args a = {NULL, xq, xs, max_rows, K, K, row_off, active, {}, 0, 0, true};
     for (int i = 0; i < n_mats; i++)
         if (mats[i].N > 0) a.mat[a.n_mats++] = gv_mat_of(mats[i], mats[i].N);
     if (!a.n_mats) return;
@@ -521,6 +531,14 @@ void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *ws
                          int ksplit, int split_blocks) {
     if (m <= 0 || rows_per_group <= 0) return;
     const di_gemv_mat one = {rows_per_group, wdata, wscale, NULL, NULL, ksplit, split_blocks, y};
-    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0};
+    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0, true};
     gv_run<GV_A16>(a, m, m, n_groups, s);
+}
+
+void di_cuda_gemv_w16(cudaStream_t s, const uint16_t *wdata, int64_t N, int64_t K, const float *x, int64_t m, float *y,
+                      bool out_bf16, int ksplit, int split_blocks) {
+    if (m <= 0 || N <= 0) return;
+    const di_gemv_mat one = {N, reinterpret_cast<const uint8_t *>(wdata), NULL, NULL, NULL, ksplit, split_blocks, y};
+    gv_args a = {x, NULL, NULL, m, K, K, NULL, NULL, {gv_mat_of(one, N)}, 1, 0, out_bf16};
+    gv_run<GV_W16>(a, m, m, 1, s);
 }
