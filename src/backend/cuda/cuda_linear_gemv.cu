@@ -1,5 +1,6 @@
 /* Decode-sized linear layers on tensor cores: the twin of cuda_linear_mma.cu's FP8 / FP4
- * (DI_LIN_QUANT) GEMM and of its bf16 x FP8 one (A16, wo_a) for at most DI_GEMV_MAX_ROWS activation
+ * (DI_LIN_QUANT) GEMM, of its bf16 x FP8 one (A16, wo_a) and of its bf16 x BF16 one (W16: the head,
+ * di_cuda_w16_twin_taken; no scales, a unit one in the fold) for at most DI_GEMV_MAX_ROWS activation
  * rows of one matrix or DI_GEMV_MAX_GROUP_ROWS per group (di_cuda_gemv_ok), where the tiled kernel
  * streams weights at 10-22% of the HBM rate (a single 16-row tile per block, weights staged through
  * shared memory, one act_quant or bf16 conversion launch and one split-K reduce launch around it).
@@ -14,10 +15,11 @@
  * compares the two kernels bit for bit on the H200). So batch invariance and every test of the
  * tiled kernel carry over.
  *
- * Layout: a warp owns 16 output features of one K split. FP8 (and A16's FP8) weight rows stream
+ * Layout: a warp owns 16 output features of one K split. FP8 (A16's too) and BF16 weight rows stream
  * through a ring of chunks in shared memory (cp.async of whole 128-byte row segments; GV_CH below),
- * from which lane 4g + t reads its fragment of rows g and g + 8 (FP8: one ldmatrix a block; A16: the
- * two words holding each of its halfword pairs, merged by one byte permute). FP4 rows stream
+ * from which lane 4g + t reads its fragment of rows g and g + 8 (FP8: one ldmatrix a block; W16: one
+ * a k16 half; A16: the two words holding each of its halfword pairs, merged by one byte permute).
+ * FP4 rows stream
  * straight from global memory into fragment registers through a ring of GV_STEP blocks (lane pairs
  * each load one of the two words both need and exchange them by a shuffle; merged, then widened to
  * e4m3). The block first copies its activation rows into shared memory (the e4m3 codes and scales
@@ -44,8 +46,9 @@
 #define GV_TILE 16        /* output features per warp */
 #define GV_SMEM_MAX (227 * 1024) /* the opt-in limit of a block on sm_90 */
 
-/* FP8 / A16: the weights (FP8) stream through shared memory. Each warp copies its 16 rows a chunk of
- * GV_CH K blocks at a time (128 bytes a row: a quarter warp's 16-byte cp.async fills a whole line)
+/* FP8 / A16 / W16: the weights stream through shared memory. Each warp copies its 16 rows a chunk of
+ * 128 bytes a row at a time (GV_CH FP8 K blocks, 2 BF16 ones: a quarter warp's 16-byte cp.async fills
+ * a whole line)
  * into a ring of GV_RING(MT) chunks and reads its fragments from there (FP8: one ldmatrix a block).
  * The register ring that FP4 keeps (4-byte loads straight into fragment registers, a lane pair's
  * words exchanged by shuffles) touched 8 rows' lines for 128 bytes a load: for FP8 it held the L1
