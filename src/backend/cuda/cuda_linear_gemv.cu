@@ -19,13 +19,13 @@
  * through a ring of chunks in shared memory (cp.async of whole 128-byte row segments; GV_CH below),
  * from which lane 4g + t reads its fragment of rows g and g + 8 (FP8: one ldmatrix a block; W16: one
  * a k16 half; A16: the two words holding each of its halfword pairs, merged by one byte permute).
- * FP4 rows stream
- * straight from global memory into fragment registers through a ring of GV_STEP blocks (lane pairs
- * each load one of the two words both need and exchange them by a shuffle; merged, then widened to
- * e4m3). The block first copies its activation rows into shared memory (the e4m3 codes and scales
- * of the tiled path's act_quant launch, which runs once per call: quantising in every block cost
- * more than the weights' streaming; scales transposed so a lane's two tokens are one 8-byte load; A16: converts them to
- * bf16, two k16 bf16 mmas per block and the weight scale alone, as the tiled kernel) while the
+ * FP4 rows stream straight from global memory into fragment registers through a ring of GV_STEP
+ * blocks (lane pairs each load one of the two words both need and exchange them by a shuffle;
+ * merged, then widened to e4m3). The block first copies its activation rows into shared memory (the
+ * e4m3 codes and scales of the tiled path's act_quant launch, which runs once per call: quantising
+ * in every block cost more than the weights' streaming; scales transposed so a lane's two tokens
+ * are one 8-byte load; A16 / W16: converts them to bf16, two k16 bf16 mmas per block and the weight
+ * scale alone, as the tiled kernel) while the
  * first weights load. sm_90 has no e4m3 mma: ptxas turns each into two f16 mmas over f16-widened
  * operands, so the kernel issues those itself (di_mma_e4m3_16832_f16, the same bits) and, for
  * FP4 blocks of 8 rows, stages the activations already widened to f16 -- each B fragment is then
@@ -47,9 +47,9 @@
 #define GV_SMEM_MAX (227 * 1024) /* the opt-in limit of a block on sm_90 */
 
 /* FP8 / A16 / W16: the weights stream through shared memory. Each warp copies its 16 rows a chunk of
- * 128 bytes a row at a time (GV_CH FP8 K blocks, 2 BF16 ones: a quarter warp's 16-byte cp.async fills
- * a whole line)
- * into a ring of GV_RING(MT) chunks and reads its fragments from there (FP8: one ldmatrix a block).
+ * 128 bytes a row at a time (GV_CH FP8 K blocks, 2 BF16 ones: a quarter warp's 16-byte cp.async
+ * fills a whole line) into a ring of GV_RING(MT) chunks and reads its fragments from there (FP8:
+ * one ldmatrix a block).
  * The register ring that FP4 keeps (4-byte loads straight into fragment registers, a lane pair's
  * words exchanged by shuffles) touched 8 rows' lines for 128 bytes a load: for FP8 it held the L1
  * at 60-90% of its throughput while DRAM ran at 15-40% (ncu, B = 1). FP4 through the ring (8-block
@@ -179,10 +179,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const int64_t blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
     const bool busy = mine_warp && n0 < N && blk0 < nb; /* uniform over the warp */
 
-    /* FP8 / A16: the warp's ring of RING chunks, each GV_CH K blocks (128 bytes) of its 16 weight rows
-     * and the tile's 32-row block's scale word: lane l copies 16 bytes at column l % 8 of rows
-     * 4i + l / 8 (a row past N copies row N - 1: its products land only in outputs that are never
-     * stored), lane 0 the scale word */
+    /* FP8 / A16 / W16: the warp's ring of RING chunks, each CH K blocks (128 bytes) of its 16 weight
+     * rows and (not W16) the tile's 32-row block's scale word: lane l copies 16 bytes at column l % 8
+     * of rows 4i + l / 8 (a row past N copies row N - 1: its products land only in outputs that are
+     * never stored), lane 0 the scale word */
     constexpr bool STAGED = !FP4;
     constexpr int RING = GV_RING(MT), CH = W16 ? 2 : GV_CH, BB = W16 ? 64 : 32; /* blocks a chunk, bytes a block */
     uint8_t *ring = reinterpret_cast<uint8_t *>(gv_smem) + gv_ring_offset(MODE, MT, xrows, K, blockDim.x / 32) +
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         return __byte_perm(*reinterpret_cast<const uint32_t *>(p + 4 * (t >> 1)),
                            *reinterpret_cast<const uint32_t *>(p + 8 + 4 * (t >> 1)), half_sel);
     };
-    /* FP8 / A16: chunk c waits for its copies (the group committed RING - 1 groups ago; __syncwarp
+    /* FP8 / A16 / W16: chunk c waits for its copies (the group committed RING - 1 groups ago; __syncwarp
      * makes the other lanes' copies visible), then its blocks; the chunk RING - 1 ahead goes into the
      * slot the previous chunk left */
     for (int c = 0; c < n_chunks; c++) {
