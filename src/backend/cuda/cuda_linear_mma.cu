@@ -413,7 +413,8 @@ bool di_cuda_linear_mma_supported(const di_weight *w) {
 }
 
 /* x [rows, K] (all groups' rows; or through the row list x_rows) quantised once, then the GEMM of
- * every group, for each of n_mats weight sets (same shape) into y[m] */
+ * every group, for each of n_mats (<= DI_GEMV_MAX_MATS) weight sets (same shape) into y[m]: at
+ * decode sizes one twin launch for all of them */
 static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats, const uint8_t *const *wdata,
                             const uint8_t *const *wscale, const uint8_t *const *const *wdata_g,
                             const uint8_t *const *const *wscale_g, const int *row_off, const int *active, int n_groups,
@@ -436,7 +437,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
-    if (twin && n_mats <= DI_GEMV_MAX_MATS) { /* one launch for every set */
+    if (twin) {
         di_gemv_mat mats[DI_GEMV_MAX_MATS];
         for (int m = 0; m < n_mats; m++)
             mats[m] = di_gemv_mat{N, wdata ? wdata[m] : NULL, wscale ? wscale[m] : NULL, wdata_g ? wdata_g[m] : NULL,
@@ -447,11 +448,6 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
-        if (twin) {
-            const di_gemv_mat one = {N, wd, ws, wdg, wsg, ksplit, split_blocks, y[m]};
-            di_cuda_gemv_quant(s, fp4, K, 1, &one, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
-            continue;
-        }
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
                            n_groups, per_group, ksplit, split_blocks, part, rows};
         if (wg) {
