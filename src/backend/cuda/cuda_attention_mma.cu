@@ -3,8 +3,10 @@
  * cuda_attention.cu keeps the CPU-exact kernels, which DEEPINFER_GPU_EXACT=1 selects.
  *
  * A cluster of n_split CTAs per (row, group of 16 HT heads), 8 warps each; rank c takes the runs
- * [2c, 2c + 2) of the row's list (AM_SPLIT_RUNS, fixed, so that the split never depends on the
- * batch). Each rank walks its runs of 64 entries with the reference's online softmax:
+ * [2c, 2c + 2) of the row's list (AM_SPLIT_RUNS, fixed in batch-invariant mode, so that the split
+ * never depends on the batch). Outside it, a grid of a few rows takes one run a rank instead (am_split:
+ * at B = 1 of V4.1, 40 CTAs in clusters of 10 rather than 20 in clusters of 5). Each rank walks its
+ * runs of 64 entries with the reference's online softmax:
  *   compact  the run's live entries to its front, in list order (a row's NULLs sit elsewhere when a
  *            prefill is chunked; the reference's spec lets the order inside a run vary, and packing
  *            makes the sums independent of where the NULLs were);
@@ -50,7 +52,9 @@
 #define AM_P_STRIDE (AM_RUN + 8) /* bf16 per p row: 144 bytes, 16 mod 128 */
 #define AM_STAGE_BATCH 8         /* float4 loads a thread has in flight while staging */
 #define AM_MAX_ROWS 65535        /* grid.y */
-#define AM_MAX_SPLIT 8           /* ranks of a cluster (the portable cluster size) */
+#define AM_MAX_SPLIT 16          /* ranks of a cluster: sm_90's non-portable cluster size (the portable 8 but for
+                                  * the one-run split of a few rows, am_split) */
+#define AM_PORTABLE_SPLIT 8      /* ranks of a cluster otherwise */
 #define AM_WG_MIN_ROWS 16        /* rows x 64-head groups from which the wgmma kernel is faster (H200:
                                   * 43.3 against 42.6 ms a decode step at B = 8, 49.1 against 50.6 at 32) */
 static_assert(AM_MAX_SPLIT * 16 + 16 <= 16 * AM_S_STRIDE, "merge weights fit the logit buffer");
@@ -289,10 +293,59 @@ static void am_launch(int n_groups, int n_split, int split_runs, int64_t rows, c
 }
 
 #define AM_SPLIT_RUNS 2 /* runs a cluster rank takes (di_cluster_split) */
+#define AM_FEW_BLOCKS 16 /* (rows x 16-head groups) at most this: a rank per run, where 2 runs a rank left
+                          * most multiprocessors idle (B = 1 of V4.1: 20 CTAs of 132) */
+
+/* whether clusters of n_split CTAs of attn_mma_kernel can be resident (non-portable sizes > 8; asked of
+ * the largest CTA, 32 heads of dim 512, so that any shape may take the split) */
+static bool am_cluster_fits(int n_split) {
+#ifdef DI_CUDA_EMU_H
+    (void)n_split;
+    return true;
+#else
+    static signed char known[AM_MAX_SPLIT + 1]; /* 0 unknown, 1 fits, -1 not */
+    if (n_split <= AM_PORTABLE_SPLIT) return true;
+    if (n_split > AM_MAX_SPLIT) return false;
+    if (!known[n_split]) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<1>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<2>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)n_split, 1, 1);
+        cfg.blockDim = dim3(AM_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = am_smem_bytes<2>(AM_MAX_DIM);
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)n_split;
+        attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, attn_mma_kernel<2>, &cfg);
+        if (e != cudaSuccess) (void)cudaGetLastError();
+        known[n_split] = e == cudaSuccess && clusters > 0 ? 1 : -1;
+    }
+    return known[n_split] > 0;
+#endif
+}
+
+/* the run split of nq rows' lists of n_idx entries: AM_SPLIT_RUNS runs a rank (portable clusters), or,
+ * unless fixed_split (batch-invariant mode: the split must not depend on the rows), one run a rank
+ * where the grid would otherwise be a few CTAs. Either way a list that only grows by NULL runs keeps
+ * its bits while its runs fit the same rule. */
+static void am_split(int64_t nq, int n_heads, int n_idx, bool fixed_split, int *split_runs, int *n_split) {
+    const int n_runs = (n_idx + AM_RUN - 1) / AM_RUN;
+    if (!fixed_split && nq * ((n_heads + 15) / 16) <= AM_FEW_BLOCKS && n_runs > 1 && n_runs <= AM_MAX_SPLIT &&
+        am_cluster_fits(n_runs)) {
+        di_cluster_split(n_runs, 1, AM_MAX_SPLIT, split_runs, n_split);
+        return;
+    }
+    di_cluster_split(n_runs, AM_SPLIT_RUNS, AM_PORTABLE_SPLIT, split_runs, n_split);
+}
 
 extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim,
                                         const float *const *kv_rows, int n_idx, const float *sink,
-                                        float scale, float *out, int heads_per_block, cudaStream_t s) {
+                                        float scale, float *out, int heads_per_block, bool fixed_split,
+                                        cudaStream_t s) {
     if (!di_cuda_sparse_attn_mma_supported(n_heads, dim) || n_idx < 0) {
         fprintf(stderr, "di_cuda_sparse_attn_mma: %d heads of dim %d (%d entries) not supported\n", n_heads, dim,
                 n_idx);
@@ -316,7 +369,7 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         attr_set = true;
     }
     int split_runs, n_split;
-    di_cluster_split((n_idx + AM_RUN - 1) / AM_RUN, AM_SPLIT_RUNS, AM_MAX_SPLIT, &split_runs, &n_split);
+    am_split(nq, n_heads, n_idx, fixed_split, &split_runs, &n_split);
     /* 32 heads a block (KV staged half as often) once the grid fills the GPU twice over */
     int HT = nq * ((n_heads + 31) / 32) * n_split >= 2 * (int64_t)di_cuda_sm_count() ? 2 : 1;
     if (heads_per_block == 16 || heads_per_block == 32) HT = heads_per_block / 16;

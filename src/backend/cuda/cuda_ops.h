@@ -97,11 +97,13 @@ size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx,
  * heads_per_block: 0 = by shape and grid: the wgmma kernel (below) where it applies and the rows
  * fill the GPU, else the mma.sync kernel with a block shape by grid (not batch invariant across
  * that switch: batch-invariant mode passes 64 where the wgmma kernel applies); 16 or 32 force the
- * mma.sync kernel with that shape (tests: the result is the same), 64 the wgmma kernel. */
+ * mma.sync kernel with that shape (tests: the result is the same), 64 the wgmma kernel.
+ * fixed_split: the mma.sync kernel splits each row's list 2 runs of 64 entries a CTA whatever the
+ * rows (batch-invariant mode); otherwise a few rows take a CTA a run (other bits, more CTAs). */
 bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
                              int n_idx, const float *sink, float scale, float *out, int heads_per_block,
-                             cudaStream_t s);
+                             bool fixed_split, cudaStream_t s);
 /* The wgmma kernel (cuda_attention_wg.cu): 64 heads a CTA, head dim 512 (V4.1's shape): the same
  * operation in another summation order, within the same bound of the CPU; batch invariant. */
 bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim);
