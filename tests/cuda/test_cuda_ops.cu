@@ -698,6 +698,33 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     dev_download(post_out_g, dout, 4 * T * n * d);
     compare("hc_post", shape, post_out_g, post_out_r, T, n * d, CRIT_EXACT);
 
+    /* the fused sublayer input against the separate kernels (on the GPU's own mix): the same bits */
+    if (di_cuda_hc_block_in_supported(T, n, d)) {
+        uint16_t *w = (uint16_t *)malloc(2 * d);
+        for (int64_t i = 0; i < d; i++) w[i] = di_f32_to_bf16(0.5f + rnd_unit());
+        uint16_t *dw = (uint16_t *)dev_upload(w, 2 * d);
+        float *dnorm = (float *)dev_poisoned(4 * T * d), *dy2 = (float *)dev_poisoned(4 * T * d);
+        float *dpre2 = (float *)dev_poisoned(4 * T * n), *dpost2 = (float *)dev_poisoned(4 * T * n),
+              *dcomb2 = (float *)dev_poisoned(4 * T * n * n);
+        void *ws = dev_poisoned(di_cuda_hc_mix_ws_bytes(T, n, d));
+        di_cuda_hc_split_sinkhorn(dmix, dscale, dbase, T, n, 20, 1e-6f, dpre, dpost, dcomb, 0);
+        di_cuda_hc_pre(dx, T, n, d, dprer, dpo, 0);
+        di_cuda_rmsnorm(dpo, dw, T, d, 1e-6f, dnorm, 0);
+        di_cuda_hc_block_in(dx, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2, dcomb2, dy2, ws,
+                            0);
+        float *a = (float *)malloc(4 * T * d), *b = (float *)malloc(4 * T * d);
+        const float *pairs[4][2] = {{dnorm, dy2}, {dpre, dpre2}, {dpost, dpost2}, {dcomb, dcomb2}};
+        const int64_t cols[4] = {d, n, n, (int64_t)n * n};
+        const char *names[4] = {"hc_block_in.y", "hc_block_in.pre", "hc_block_in.post", "hc_block_in.comb"};
+        for (int i = 0; i < 4; i++) {
+            dev_download(a, pairs[i][0], 4 * T * cols[i]);
+            dev_download(b, pairs[i][1], 4 * T * cols[i]);
+            compare(names[i], shape, b, a, T, cols[i], CRIT_EXACT);
+        }
+        cudaFree(dw), cudaFree(dnorm), cudaFree(dy2), cudaFree(dpre2), cudaFree(dpost2), cudaFree(dcomb2), cudaFree(ws);
+        free(w), free(a), free(b);
+    }
+
     cudaFree(dx), cudaFree(dfn), cudaFree(dmix), cudaFree(dmixr), cudaFree(dscale), cudaFree(dbase);
     cudaFree(dpre), cudaFree(dpost), cudaFree(dcomb), cudaFree(dprer), cudaFree(dpo), cudaFree(dy);
     cudaFree(dpostr), cudaFree(dcombr), cudaFree(dout);
@@ -822,6 +849,7 @@ static void run_quick(void) {
     test_mhc(37, 4, 300); /* a token group of the mix sums partly empty (warps 4..7 with no token) */
     test_mhc(3, 4, 130);  /* d % 4 != 0: pre / post a value a thread */
     test_mhc(70, 3, 65);  /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
+    test_mhc(2, 5, 1500); /* the fused sublayer input with n at run time */
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
 }
@@ -835,6 +863,7 @@ static void run_mhc(void) {
     test_mhc(5, 8, 96); /* nmix 80: ten fn tiles */
     test_mhc(3, 4, 130); /* d % 4 != 0: pre / post a value a thread */
     test_mhc(70, 3, 65); /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
+    test_mhc(2, 5, 1500); /* the fused sublayer input with n at run time */
 }
 
 /* the attention cases of the real shape alone (the wgmma kernel's): --attn */
@@ -915,6 +944,7 @@ static void run_full(void) {
     test_mhc(64, 4, 512);
     test_mhc(1100, 4, 512); /* two slices of the mix sums' workspace */
     test_mhc(1, 4, 5120);   /* a decode step: 80 chunks of the split sums */
+    test_mhc(32, 4, 5120);  /* the most tokens of the fused sublayer input */
     test_mhc(1100, 4, 300); /* two token slices, a partial last chunk */
     test_mhc(70, 3, 65);    /* n d % 4 != 0: x read a value at a time; pre / post too */
     test_mhc(5, 6, 160);    /* n * n > 32: the one-thread Sinkhorn */

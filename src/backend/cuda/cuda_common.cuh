@@ -178,6 +178,25 @@ static __device__ __forceinline__ float di_dev_expf(float x) {
     return (float)y;
 }
 
+/* RMSNorm's block sum of the double partial sums of the first `warps` warps (the block's other threads
+ * only pass the barriers), a fixed tree: butterflies within each warp, then warp 0 over the warps'
+ * sums. warp_sum: [warps] shared doubles. Every thread gets the total. */
+static __device__ __forceinline__ double di_dev_norm_block_sum(double ss, double *warp_sum, int warps) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp < warps) {
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) warp_sum[warp] = ss;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        ss = lane < warps ? warp_sum[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) warp_sum[0] = ss;
+    }
+    __syncthreads();
+    return warp_sum[0];
+}
+
 static __device__ __forceinline__ float di_dev_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;

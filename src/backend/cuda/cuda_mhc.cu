@@ -132,16 +132,12 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     if (tq == 0) pt[(int64_t)nmix * n_chunks] = ss;
 }
 
-/* mix [T, nmix] from the chunk sums: a warp per output, lane l adding chunks l, l + 32, ... in
- * order, then a fixed shuffle tree; then the CPU's fp32 tail */
-__global__ void hc_mix_finish_kernel(const double *__restrict__ part, int64_t T, int nmix, int n_chunks, int64_t len,
-                                     float eps, float *__restrict__ mix) {
-    const int64_t idx = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+/* mix value j of a token from its chunk sums pt [nmix + 1][n_chunks], on one warp: lane l adds chunks
+ * l, l + 32, ... in order, then a fixed shuffle tree; then the CPU's fp32 tail. Valid in lane 0. */
+static __device__ __forceinline__ float hc_mix_finish_one(const double *__restrict__ pt, int nmix, int j, int n_chunks,
+                                                          int64_t len, float eps) {
     const int lane = threadIdx.x & 31;
-    if (idx >= T * nmix) return; /* whole warps leave together */
-    const int64_t tok = idx / nmix;
-    const int j = (int)(idx % nmix);
-    const double *pj = part + (tok * (nmix + 1) + j) * n_chunks, *ps = part + (tok * (nmix + 1) + nmix) * n_chunks;
+    const double *pj = pt + (int64_t)j * n_chunks, *ps = pt + (int64_t)nmix * n_chunks;
     double acc = 0.0, ss = 0.0;
     for (int c = lane; c < n_chunks; c += 32) {
         acc += pj[c];
@@ -151,9 +147,19 @@ __global__ void hc_mix_finish_kernel(const double *__restrict__ part, int64_t T,
         acc += __shfl_down_sync(0xffffffffu, acc, o);
         ss += __shfl_down_sync(0xffffffffu, ss, o);
     }
-    if (lane) return;
     const float inv = 1.0f / sqrtf((float)(ss / (double)len) + eps);
-    mix[idx] = (float)acc * inv;
+    return (float)acc * inv;
+}
+
+/* mix [T, nmix] from the chunk sums: a warp per output */
+__global__ void hc_mix_finish_kernel(const double *__restrict__ part, int64_t T, int nmix, int n_chunks, int64_t len,
+                                     float eps, float *__restrict__ mix) {
+    const int64_t idx = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (idx >= T * nmix) return; /* whole warps leave together */
+    const int64_t tok = idx / nmix;
+    const int j = (int)(idx % nmix);
+    const float v = hc_mix_finish_one(part + tok * (nmix + 1) * n_chunks, nmix, j, n_chunks, len, eps);
+    if ((threadIdx.x & 31) == 0) mix[idx] = v;
 }
 
 static int64_t mix_chunks(int n, int64_t d) {
@@ -193,24 +199,36 @@ static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const
     }
 }
 
+/* part [rows, nmix + 1, n_chunks] <- the chunk sums of x's rows t0 .. t0 + rows (one slice) */
+static void mix_part_slice(const float *x, int64_t t0, int64_t rows, int n, int64_t d, const float *fn, double *part,
+                           cudaStream_t s) {
+    const int nmix = n * (n + 2);
+    const int64_t len = (int64_t)n * d, n_chunks = mix_chunks(n, d);
+    const bool v4 = len % 4 == 0 && (uintptr_t)x % 16 == 0;
+    const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
+    if (v4) mix_part<true>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
+    else mix_part<false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
+}
+
+static void hc_check_n(const char *who, int n) {
+    if (n < 1 || n > HC_MAX_N) {
+        fprintf(stderr, "%s: %d hyper-connection copies (1..%d supported)\n", who, n, HC_MAX_N);
+        abort();
+    }
+}
+
 extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn,
                                       float eps, float *mix, void *ws, cudaStream_t s) {
     if (T <= 0) return;
-    if (n < 1 || n > HC_MAX_N) {
-        fprintf(stderr, "di_cuda_hc_mix_logits: %d hyper-connection copies (1..%d supported)\n", n, HC_MAX_N);
-        abort();
-    }
+    hc_check_n("di_cuda_hc_mix_logits", n);
     const int nmix = n * (n + 2);
     const int64_t len = (int64_t)n * d, n_chunks = mix_chunks(n, d);
     const bool own_ws = ws == nullptr;
     if (own_ws) DI_CUDA_CHECK(cudaMallocAsync(&ws, di_cuda_hc_mix_ws_bytes(T, n, d), s));
     double *part = (double *)ws;
-    const bool v4 = len % 4 == 0 && (uintptr_t)x % 16 == 0;
     for (int64_t t0 = 0; t0 < T; t0 += MIX_MAX_SLICE) {
         const int64_t rows = T - t0 < MIX_MAX_SLICE ? T - t0 : MIX_MAX_SLICE;
-        const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
-        if (v4) mix_part<true>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
-        else mix_part<false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
+        mix_part_slice(x, t0, rows, n, d, fn, part, s);
         const int64_t outs = rows * nmix;
         hc_mix_finish_kernel<<<(unsigned)((outs * 32 + 127) / 128), 128, 0, s>>>(part, rows, nmix, (int)n_chunks, len, eps,
                                                                            mix + t0 * nmix);
@@ -221,22 +239,20 @@ extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t 
 
 static __device__ __forceinline__ float dev_sigmoidf(float x) { return 1.0f / (1.0f + di_dev_expf(-x)); }
 
-/* one warp per token (n*n <= 32): lane r*n+k holds c[r][k]; 4 tokens per block. NC: n known at
- * compile time (the model's 4: the shuffles of a sum issue together and only the adds form a
- * chain -- same values, same order: 9.3 -> 6.4 us a launch at B = 1), or 0 for n_any */
+/* The Sinkhorn of one token on one warp (n*n <= 32): lane r*n+k holds c[r][k]; mix is the token's
+ * n(n+2) logits (global or shared memory), pre / post / comb its outputs. NC: n known at compile
+ * time (the model's 4: the shuffles of a sum issue together and only the adds form a chain -- same
+ * values, same order: 9.3 -> 6.4 us a launch at B = 1), or 0 for n_any */
 template <int NC>
-__global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
-                                        const float *__restrict__ base, int64_t T, int n_any, int iters, float eps,
-                                        float *pre_all, float *post_all, float *comb_all) {
+static __device__ __forceinline__ void hc_sinkhorn_warp(const float *mix, const float *__restrict__ scale,
+                                                        const float *__restrict__ base, int n_any, int iters, float eps,
+                                                        float *pre, float *post, float *comb) {
     const int n = NC ? NC : n_any;
-    const int64_t tok = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (tok >= T) return; /* whole warps leave together */
     const int lane = threadIdx.x & 31, nn = n * n;
     const unsigned full = 0xffffffffu;
-    const float *mix = mix_all + tok * n * (n + 2);
     if (lane < n) {
-        pre_all[tok * n + lane] = dev_sigmoidf(mix[lane] * scale[0] + base[lane]) + eps;
-        post_all[tok * n + lane] = 2.0f * dev_sigmoidf(mix[n + lane] * scale[1] + base[n + lane]);
+        pre[lane] = dev_sigmoidf(mix[lane] * scale[0] + base[lane]) + eps;
+        post[lane] = 2.0f * dev_sigmoidf(mix[n + lane] * scale[1] + base[n + lane]);
     }
     const int r = lane / n, k = lane % n;
     const int row0 = (r < n ? r : 0) * n; /* idle lanes (lane >= n*n) read row 0 and column k */
@@ -257,7 +273,19 @@ __global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const
         for (int rr = 0; rr < n; rr++) sc += __shfl_sync(full, v, rr * n + k);
         v /= sc + eps;
     }
-    if (lane < nn) comb_all[tok * nn + lane] = v;
+    if (lane < nn) comb[lane] = v;
+}
+
+/* one warp per token (n*n <= 32), 4 tokens per block */
+template <int NC>
+__global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
+                                        const float *__restrict__ base, int64_t T, int n_any, int iters, float eps,
+                                        float *pre_all, float *post_all, float *comb_all) {
+    const int n = NC ? NC : n_any;
+    const int64_t tok = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (tok >= T) return; /* whole warps leave together */
+    hc_sinkhorn_warp<NC>(mix_all + tok * n * (n + 2), scale, base, n, iters, eps, pre_all + tok * n,
+                         post_all + tok * n, comb_all + tok * n * n);
 }
 
 __global__ void hc_split_sinkhorn_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
@@ -380,6 +408,90 @@ extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, cons
     DI_CUDA_LAUNCHED();
 }
 
+/* ---- a sublayer's mHC input in one launch (after the mix sums' chunk kernel), for a few tokens ----
+ * One block of HB_THREADS per token, in three phases:
+ *   A  warp j < n(n+2): the token's mix logit j from its chunk sums (hc_mix_finish_kernel's sums);
+ *      meanwhile every thread pre-mixes values t, t + HB_THREADS, .. of hc_pre(x, p_in) into shared
+ *      memory (p_in: the pre weights of an earlier mix, so nothing here waits for this one);
+ *   B  threads 0..255 sum the squares of values i, i + 256, .. in that order and add the partial
+ *      sums by rmsnorm_kernel's tree (di_dev_norm_block_sum over its 8 warps);
+ *   C  the last warp runs the Sinkhorn of the mix (-> pre_out, post, comb) while the others write
+ *      y = rmsnorm's expression of each value.
+ * Every value is the separate kernels' expression in their order, so the bits are theirs
+ * (test_cuda_ops compares the two paths). At B = 1 those four launches took ~20 us a sublayer, each
+ * mostly its start and its few blocks' latency; a token a block of 256 threads doing the phases one
+ * after another ran no faster, hence the wide block. Past HB_MAX_TOKENS the separate kernels, which
+ * spread the tokens' work over many more blocks, are faster. */
+#define HB_THREADS 1024
+#define HB_NORM_THREADS 256 /* rmsnorm_kernel's NORM_THREADS: its order of the sum of squares */
+#define HB_MAX_D 5120       /* the pre-mixed row in shared memory */
+#define HB_MAX_TOKENS 32
+
+template <int NC>
+__global__ void __launch_bounds__(HB_THREADS)
+hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const float *__restrict__ p_in,
+                   const uint16_t *__restrict__ w, float norm_eps, const double *__restrict__ part, int n_chunks,
+                   float mix_eps, const float *__restrict__ scale, const float *__restrict__ base, int iters,
+                   float hc_eps, float *pre_out, float *post, float *comb, float *__restrict__ y) {
+    const int n = NC ? NC : n_any, nmix = n * (n + 2);
+    const int64_t tok = blockIdx.x, len = (int64_t)n * d;
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+    __shared__ float row_s[HB_MAX_D]; /* hc_pre's bf16 values */
+    __shared__ float mix_s[48];       /* n(n+2) <= 35 (the warp Sinkhorn: n * n <= 32) */
+    __shared__ double warp_sum[HB_NORM_THREADS / 32];
+    for (int j = warp; j < nmix; j += HB_THREADS / 32) { /* A */
+        const float v = hc_mix_finish_one(part + tok * (nmix + 1) * n_chunks, nmix, j, n_chunks, len, mix_eps);
+        if (lane == 0) mix_s[j] = v;
+    }
+    const float *xt = x + tok * len, *pt = p_in + tok * n;
+    for (int64_t k = t; k < d; k += HB_THREADS) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < (NC ? NC : HC_MAX_N); i++)
+            if (NC || i < n) sum += pt[i] * xt[i * d + k];
+        row_s[k] = di_dev_bf16_round(sum);
+    }
+    __syncthreads();
+    double ss = 0.0; /* B */
+    if (t < HB_NORM_THREADS)
+        for (int64_t k = t; k < d; k += HB_NORM_THREADS) ss += (double)row_s[k] * row_s[k];
+    const float mean = (float)(di_dev_norm_block_sum(ss, warp_sum, HB_NORM_THREADS / 32) / (double)d);
+    if (warp == HB_THREADS / 32 - 1) { /* C */
+        hc_sinkhorn_warp<NC>(mix_s, scale, base, n, iters, hc_eps, pre_out + tok * n, post + tok * n,
+                             comb + tok * n * n);
+        return;
+    }
+    const float inv = 1.0f / sqrtf(mean + norm_eps);
+    float *yr = y + tok * d;
+    for (int64_t k = t; k < d; k += HB_THREADS - 32)
+        yr[k] = di_dev_bf16_round(di_dev_bf16_load(w + k) * (row_s[k] * inv));
+}
+
+extern "C" bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d) {
+    return T <= HB_MAX_TOKENS && n >= 1 && n * n <= 32 && d >= 1 && d <= HB_MAX_D;
+}
+
+extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
+                                    const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
+                                    const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y,
+                                    void *ws, cudaStream_t s) {
+    if (T <= 0) return;
+    if (!di_cuda_hc_block_in_supported(T, n, d)) {
+        fprintf(stderr, "di_cuda_hc_block_in: T = %lld, n = %d, d = %lld not supported\n", (long long)T, n, (long long)d);
+        abort();
+    }
+    const int n_chunks = (int)mix_chunks(n, d);
+    double *part = (double *)ws; /* di_cuda_hc_mix_ws_bytes(T, n, d) */
+    mix_part_slice(x, 0, T, n, d, fn, part, s);
+    if (n == 4)
+        hc_block_in_kernel<4><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, eps, scale,
+                                                                 base, iters, hc_eps, pre_out, post, comb, y);
+    else
+        hc_block_in_kernel<0><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, eps, scale,
+                                                                 base, iters, hc_eps, pre_out, post, comb, y);
+    DI_CUDA_LAUNCHED();
+}
+
 /* thread per (token, V values of k): the token's n residual values there loaded once for its n
  * outputs */
 template <int V>
@@ -419,10 +531,7 @@ extern "C" void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n
                                 const float *post, const float *comb, float *out, cudaStream_t s) {
     const int64_t total = T * d;
     if (total <= 0) return;
-    if (n < 1 || n > HC_MAX_N) {
-        fprintf(stderr, "di_cuda_hc_post: %d hyper-connection copies (1..%d supported)\n", n, HC_MAX_N);
-        abort();
-    }
+    hc_check_n("di_cuda_hc_post", n);
     if (hc_width(d, y, r, out) == 4)
         hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
     else

@@ -29,7 +29,6 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
                float *__restrict__ y) {
     __shared__ double warp_sum[NORM_THREADS / 32];
     const float *xr = x + (int64_t)blockIdx.x * d;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double ss = 0.0;
     float xv[PER ? PER : 1], wv[PER ? PER : 1];
     if (PER) {
@@ -45,17 +44,7 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
     } else {
         for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
     }
-    /* fixed tree: butterflies within each warp, then warp 0 over the warps' sums */
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) warp_sum[warp] = ss;
-    __syncthreads();
-    if (warp == 0) {
-        ss = lane < NORM_THREADS / 32 ? warp_sum[lane] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) warp_sum[0] = ss;
-    }
-    __syncthreads();
-    const float mean = (float)(warp_sum[0] / (double)d);
+    const float mean = (float)(di_dev_norm_block_sum(ss, warp_sum, NORM_THREADS / 32) / (double)d);
     const float inv = 1.0f / sqrtf(mean + eps);
     float *yr = y + (int64_t)blockIdx.x * d;
     if (PER) {

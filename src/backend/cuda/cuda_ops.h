@@ -123,6 +123,15 @@ void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, const float
 /* x [T, n, d]; p [T, n] -> out [T, d] = bf16(sum_i p_i x_i) */
 void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p, float *out,
                     cudaStream_t s);
+/* A sublayer's mHC input, the four steps above in two launches: mix = hc_mix_logits(x, fn, eps);
+ * (pre_out, post, comb) = hc_split_sinkhorn(mix, scale, base, iters, hc_eps);
+ * y [T, d] = rmsnorm(hc_pre(x, p_in), norm_w, eps) -- the same bits. ws: di_cuda_hc_mix_ws_bytes.
+ * For a few tokens (where the separate launches are latency): di_cuda_hc_block_in_supported
+ * (T <= 32, n * n <= 32, d <= 5,120). */
+bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d);
+void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
+                         const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
+                         float *pre_out, float *post, float *comb, float *y, void *ws, cudaStream_t s);
 /* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
 void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
                      const float *comb, float *out, cudaStream_t s);

@@ -108,6 +108,28 @@ static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const flo
     gpu_free(f, mix);
 }
 
+/* A sublayer's input: its mixes of the stream X [R, n, D] (-> pre_out, post, comb) and
+ * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
+ * sums (the same bits), else the four kernels. tmp [R, D]: the pre-mixed rows there. */
+static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
+                           const float *p_in, const void *norm, float *pre_out, float *post, float *comb, float *tmp,
+                           float *sub_in) {
+    const di_config *c = &f->m->cfg;
+    const int n = c->hc_mult;
+    const int64_t D = c->hidden_size;
+    const float eps = (float)c->rms_norm_eps;
+    if (!di_cuda_hc_block_in_supported(f->R, n, D)) {
+        hc_mixes(f, X, fn, scale, base, pre_out, post, comb);
+        di_cuda_hc_pre(X, f->R, n, D, p_in, tmp, f->s);
+        di_cuda_rmsnorm(tmp, norm, f->R, D, eps, sub_in, f->s);
+        return;
+    }
+    void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, D));
+    di_cuda_hc_block_in(X, f->R, n, D, fn, eps, scale, base, c->hc_sinkhorn_iters, (float)c->hc_eps, p_in, norm,
+                        pre_out, post, comb, sub_in, ws, f->s);
+    gpu_free(f, ws);
+}
+
 /* One mHC block (forward.c di_fwd_block): X [R, n, D] in place, pre [R, n] replaced by this
  * block's FFN pre-mix. */
 static void block(gpu_fwd *f, int l, float *X, float *pre) {
@@ -116,7 +138,6 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
     const gpu_layer_consts *hc = &f->g->hc[l];
     const int R = f->R, n = m->cfg.hc_mult;
     const int64_t D = m->cfg.hidden_size, HD = n * D;
-    const float eps = (float)m->cfg.rms_norm_eps;
     float *a_pre = gpu_alloc(f, sizeof(float) * (size_t)R * n);      /* [R, n] */
     float *a_post = gpu_alloc(f, sizeof(float) * (size_t)R * n);     /* [R, n] */
     float *a_comb = gpu_alloc(f, sizeof(float) * (size_t)R * n * n); /* [R, n, n] */
@@ -129,17 +150,15 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
-    hc_mixes(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, a_pre, a_post, a_comb);
-    di_cuda_hc_pre(X, R, n, D, pre, tmp, f->s);
-    di_cuda_rmsnorm(tmp, L->attn_norm, R, D, eps, sub_in, f->s);
+    hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb, tmp,
+                   sub_in);
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
     gpu_stage(f, ST_MHC);
     di_cuda_hc_post(sub_out, X, R, n, D, a_post, a_comb, Y, f->s);
-    hc_mixes(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, pre, f_post, f_comb);
-    di_cuda_hc_pre(Y, R, n, D, a_pre, tmp, f->s);
-    di_cuda_rmsnorm(tmp, L->ffn_norm, R, D, eps, sub_in, f->s);
+    hc_sublayer_in(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb, tmp,
+                   sub_in);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
