@@ -16,20 +16,28 @@
  * than ~2^40, far beyond anything fp4_act_quant of real activations gives; the tests compare bit
  * for bit on wide-range data.
  *
- * Layout: one warp per query row (all its heads: 16 a m-tile, A = q from registers, loaded once),
- * keys in n8 tiles as B, straight from the row's paged pool (each lane loads key g's dims of its
- * fragment; the warps of a CTA are consecutive rows of mostly one sequence, so a key tile is read
- * from L2 once and from L1 after). Keys at or past the row's live count (its sequence's keys, its
- * visible prefix) are not computed: they score -inf, as in the CUDA-core kernel. */
+ * Layout: one warp per query row (all its heads: 16 a m-tile, A = q as bf16 in shared memory, staged
+ * once, its fragments by ldmatrix), keys in n8 tiles as B, straight from the row's paged pool (each
+ * lane loads key g's dims of its fragment; the warps of a CTA are consecutive rows of mostly one
+ * sequence, so a key tile is read from L2 once and from L1 after). Keys at or past the row's live
+ * count (its sequence's keys, its visible prefix) are not computed: they score -inf, as in the
+ * CUDA-core kernel. The kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them);
+ * with q's 64 fragment registers a thread (150 in all) one CTA fit a multiprocessor, 8 warps to hide
+ * that latency: 496-994 us a launch at B = 256, DRAM 12% busy. From shared memory (8.5 KB a row)
+ * IM_BLOCKS_PER_SM CTAs fit, and the key chunks are sized so that a decode launch is one wave. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
 
 #define IM_WARPS 8 /* query rows per CTA */
-#define IM_WARPS_WANTED 2112 /* warps a launch should have: 16 a multiprocessor (keys split that far) */
+#define IM_BLOCKS_PER_SM 3 /* CTAs a multiprocessor holds (shared memory: 3 x 68 KB) */
 #define IM_NT 2    /* n8 key tiles per step */
 #define IM_MAX_KS 8 /* k16 steps: idim <= 128 */
+#define IM_MAX_HEADS 32
+#define IM_Q_STRIDE (16 * IM_MAX_KS + 8) /* bf16 per staged q row: 272 bytes, 16 mod 128 (ldmatrix's 8 rows
+                                          * fall in distinct bank groups) */
+#define IM_SMEM ((size_t)IM_WARPS * IM_MAX_HEADS * IM_Q_STRIDE * 2)
 
 template <bool V2>
 static __device__ __forceinline__ uint32_t im_load2(const float *p) {
@@ -44,13 +52,15 @@ static __device__ __forceinline__ uint32_t im_load2(const float *p) {
  * 8 IM_NT); blocks NULL: key t is entry t (contiguous keys); V2: entry_floats and key_offset even
  * (8-byte key loads) */
 template <bool V2>
-__global__ void __launch_bounds__(IM_WARPS * 32)
+__global__ void __launch_bounds__(IM_WARPS * 32, IM_BLOCKS_PER_SM)
 index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
                        const int32_t *__restrict__ blocks, int block_entries, int entry_floats, int key_offset,
                        int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
                        float *__restrict__ score, di_index_rows rows, int kc) {
+    extern __shared__ uint4 im_smem[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t r = (int64_t)blockIdx.y * IM_WARPS + (threadIdx.x >> 5);
+    uint16_t *q_s = reinterpret_cast<uint16_t *>(im_smem) + (threadIdx.x >> 5) * IM_MAX_HEADS * IM_Q_STRIDE; /* [32][stride] */
     const int64_t k0 = (int64_t)blockIdx.x * kc, k1 = k0 + kc < P ? k0 + kc : P; /* this warp's keys */
     if (r >= R) return;
     int64_t live = P;
@@ -69,23 +79,23 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
     }
     const int ks_n = idim / 16, mt_n = nh > 16 ? 2 : 1;
 
-    /* A: head rows 16 mt + g (+ 8), dims 16 ks + 2 t4 (+ 8); heads past nh are zero */
-    uint32_t a[2][IM_MAX_KS][4];
+    /* A: q's heads x dims as bf16 pairs (heads past nh zero), staged by the warp; fragments by ldmatrix:
+     * lane l addresses head 16 mt + l % 16, dims 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x dims
+     * 2 t4 (+ 8) */
+    for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) {
+        const int h = i / (idim / 2), c = i % (idim / 2);
+        const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
+        *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + 2 * c) = h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
+    }
+    __syncwarp();
+    const uint16_t *qa = q_s + (lane % 16) * IM_Q_STRIDE + 8 * (lane / 16);
     float wh[2][2];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             const int h = 16 * mt + 8 * hh + g;
-            const bool ok = mt < mt_n && h < nh;
-            const float *q = qi + (r * nh + (ok ? h : 0)) * idim + 2 * t4;
-            wh[mt][hh] = ok ? w[r * nh + h] : 0.0f;
-#pragma unroll
-            for (int ks = 0; ks < IM_MAX_KS; ks++) {
-                const bool k_ok = ok && ks < ks_n;
-                a[mt][ks][hh] = k_ok ? di_bf16x2_of_exact(q[16 * ks], q[16 * ks + 1]) : 0u;
-                a[mt][ks][hh + 2] = k_ok ? di_bf16x2_of_exact(q[16 * ks + 8], q[16 * ks + 9]) : 0u;
-            }
+            wh[mt][hh] = mt < mt_n && h < nh ? w[r * nh + h] : 0.0f;
         }
 
     int64_t t0 = k0;
@@ -117,8 +127,11 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
                 for (int ks = 0; ks < IM_MAX_KS; ks += 2) { /* one 32-block: its exact fp32 sum */
                     if (ks >= ks_n) break;
                     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    di_mma_bf16_16816(c, a[mt][ks], b[j][ks], c);
-                    di_mma_bf16_16816(c, a[mt][ks + 1], b[j][ks + 1], c);
+                    uint32_t a0[4], a1[4];
+                    di_ldmatrix_x4(a0, qa + 16 * mt * IM_Q_STRIDE + 16 * ks);
+                    di_ldmatrix_x4(a1, qa + 16 * mt * IM_Q_STRIDE + 16 * (ks + 1));
+                    di_mma_bf16_16816(c, a0, b[j][ks], c);
+                    di_mma_bf16_16816(c, a1, b[j][ks + 1], c);
 #pragma unroll
                     for (int e = 0; e < 4; e++) dot[e] += (double)c[e];
                 }
@@ -153,21 +166,31 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
     }
     if (R <= 0 || P <= 0) return;
     const di_index_rows none = {NULL, NULL, NULL};
-    /* split the keys while the rows alone give too few warps (decode: a warp per row would walk all
-     * its keys alone); each score is computed the same whatever the split */
-    const int64_t step = 8 * IM_NT, tiles = (P + step - 1) / step;
-    int64_t chunks = (IM_WARPS_WANTED + R - 1) / R;
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(index_score_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)IM_SMEM));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(index_score_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)IM_SMEM));
+        attr_set = true;
+    }
+    /* split the keys while the rows alone leave resident CTAs unused (decode: a warp per row would walk
+     * all its keys alone), into as many chunks as one wave holds; each score is computed the same
+     * whatever the split */
+    const int64_t step = 8 * IM_NT, tiles = (P + step - 1) / step, row_groups = (R + IM_WARPS - 1) / IM_WARPS;
+    int64_t chunks = (int64_t)di_cuda_sm_count() * IM_BLOCKS_PER_SM / row_groups;
+    if (chunks < 1) chunks = 1;
     if (chunks > tiles) chunks = tiles;
     const int kc = (int)((tiles + chunks - 1) / chunks * step);
-    const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)((R + IM_WARPS - 1) / IM_WARPS));
+    const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)row_groups);
     if ((entry_floats | key_offset) % 2 == 0)
-        index_score_mma_kernel<true><<<grid, IM_WARPS * 32, 0, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
-                                                                    key_offset, R, P, nh, idim, visible, score,
-                                                                    rows ? *rows : none, kc);
+        index_score_mma_kernel<true><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
+                                                                          key_offset, R, P, nh, idim, visible, score,
+                                                                          rows ? *rows : none, kc);
     else
-        index_score_mma_kernel<false><<<grid, IM_WARPS * 32, 0, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
-                                                                     key_offset, R, P, nh, idim, visible, score,
-                                                                     rows ? *rows : none, kc);
+        index_score_mma_kernel<false><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries,
+                                                                           entry_floats, key_offset, R, P, nh, idim,
+                                                                           visible, score, rows ? *rows : none, kc);
     DI_CUDA_LAUNCHED();
 }
 
