@@ -1251,6 +1251,8 @@ static void run_quick(void) {
     test_swiglu(3, 300, false, false);
     test_swiglu(3, 300, true, true);
     test_moe_combine(3, 6, 300);
+    test_moe_combine(2, 6, 301); /* D % 4 != 0: a value a thread */
+    test_moe_combine(3, 10, 64); /* K past the four-value kernel's 8 */
     test_engram_gather(40, 3, 24, 64);
     test_engram_gate(17, 4, 512);
     const int grp_rows[] = {3, 0, 8, 1, 17};

@@ -242,10 +242,39 @@ moe_combine_kernel(const float *const *__restrict__ slot_rows, const int32_t *__
     }
 }
 
+/* The same sums four values a thread (D % 4 == 0, 16-byte aligned rows): the K row pointers are looked
+ * up first and the K vectors then load together, where the loop above waits out order -> row ->
+ * value for each j in turn (279 us a 4,096-token prefill call on the H200, ~2 TB/s). Each output is
+ * still 0 + slot rows in j order + shared, rounded once. */
+#define COMBINE_MAX_K 8
+__global__ void __launch_bounds__(EW_THREADS)
+moe_combine4_kernel(const float *const *__restrict__ slot_rows, const int32_t *__restrict__ order,
+                    const float *__restrict__ shared, int64_t R, int K, int64_t D, float *__restrict__ out) {
+    const int64_t D4 = D / 4;
+    for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < R * D4; i += (int64_t)gridDim.x * EW_THREADS) {
+        const int64_t r = i / D4, k = (i % D4) * 4;
+        float4 v[COMBINE_MAX_K];
+#pragma unroll
+        for (int j = 0; j < COMBINE_MAX_K; j++)
+            if (j < K) v[j] = *reinterpret_cast<const float4 *>(slot_rows[r * K + order[r * K + j]] + k);
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < COMBINE_MAX_K; j++)
+            if (j < K) acc.x += v[j].x, acc.y += v[j].y, acc.z += v[j].z, acc.w += v[j].w;
+        const float4 sh = *reinterpret_cast<const float4 *>(shared + r * D + k);
+        acc.x += sh.x, acc.y += sh.y, acc.z += sh.z, acc.w += sh.w;
+        *reinterpret_cast<float4 *>(out + r * D + k) = make_float4(
+            di_dev_bf16_round(acc.x), di_dev_bf16_round(acc.y), di_dev_bf16_round(acc.z), di_dev_bf16_round(acc.w));
+    }
+}
+
 extern "C" void di_cuda_moe_combine(const float *const *slot_rows, const int32_t *order, const float *shared,
                                     int64_t R, int K, int64_t D, float *out, cudaStream_t s) {
     if (R <= 0 || D <= 0) return;
-    moe_combine_kernel<<<ew_blocks(R * D), EW_THREADS, 0, s>>>(slot_rows, order, shared, R, K, D, out);
+    if (K <= COMBINE_MAX_K && D % 4 == 0 && ((uintptr_t)shared | (uintptr_t)out) % 16 == 0)
+        moe_combine4_kernel<<<ew_blocks(R * D / 4), EW_THREADS, 0, s>>>(slot_rows, order, shared, R, K, D, out);
+    else
+        moe_combine_kernel<<<ew_blocks(R * D), EW_THREADS, 0, s>>>(slot_rows, order, shared, R, K, D, out);
     DI_CUDA_LAUNCHED();
 }
 

@@ -228,8 +228,9 @@ void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, in
 void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_t inter, float limit,
                     const float *wt, float *h, cudaStream_t s);
 /* out [R, D] = bf16(sum_j slot_rows[r K + order[r, j]][:] (j ascending, fp32) + shared[r, :]);
- * slot_rows [R*K] device list of the slots' expert-output rows (D floats each), order [R, K] slot
- * indices (the caller sorts them by expert id) (moe.c). */
+ * slot_rows [R*K] device list of the slots' expert-output rows (D floats each; 16-byte aligned where
+ * D % 4 == 0, as rows of a [*, D] device buffer are), order [R, K] slot indices (the caller sorts
+ * them by expert id) (moe.c). */
 void di_cuda_moe_combine(const float *const *slot_rows, const int32_t *order, const float *shared, int64_t R,
                          int K, int64_t D, float *out, cudaStream_t s);
 /* e [R, ncols * hd] = bf16(e4m3(table[rows[r, c], d]) * e8m0(scale[rows[r, c], d / 32]))
