@@ -573,7 +573,7 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         for (int hpb : hpbs) {
             if (hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, false, 0);
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, 0);
             dev_download(hpb == 16 ? got16 : got, dout, 4 * nq * H * dim);
             char mshape[160];
             snprintf(mshape, sizeof mshape, "%s hpb=%d", shape, hpb);
@@ -581,11 +581,19 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
                     dim, CRIT_BOUND);
         }
         compare("sparse_attn_mma 16v32", shape, got, got16, nq * H, dim, CRIT_EXACT);
-        /* batch-invariant mode's fixed split (other bits than a few rows' one-run split) */
-        CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-        di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, 16, true, 0);
-        dev_download(got16, dout, 4 * nq * H * dim);
-        compare("sparse_attn_mma fixed split", shape, got16, ref, nq * H, dim, CRIT_BOUND);
+        /* batch-invariant mode's fixed split (other bits than a few rows' one-run split), and a CTA a row
+         * (the wgmma kernel's choice for rows that fill the GPU many times over) on both kernels */
+        const struct { int hpb; di_attn_split split; const char *name; } other[] = {
+            {16, DI_ATTN_SPLIT_FIXED, "sparse_attn_mma fixed split"},
+            {16, DI_ATTN_SPLIT_WHOLE, "sparse_attn_mma a CTA a row"},
+            {64, DI_ATTN_SPLIT_WHOLE, "sparse_attn_wg a CTA a row"}};
+        for (const auto &o : other) {
+            if (o.hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
+            CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, o.hpb, o.split, 0);
+            dev_download(got16, dout, 4 * nq * H * dim);
+            compare(o.name, shape, got16, ref, nq * H, dim, CRIT_BOUND);
+        }
         free(bound), free(got16);
     }
     cudaFree(dkv_alloc), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows);
@@ -596,9 +604,11 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
  * (same order), and the list extended by three runs of NULL entries. The first is what a prefill's
  * chunking does to a row's list (the window's NULLs move); the second, a batch whose longest
  * selection differs (the list grows by NULL entries, and so does the count of cluster ranks).
- * fixed_split (batch-invariant mode) also: the first row alone gives its bits among the others. */
+ * A split that never depends on the rows (DI_ATTN_SPLIT_FIXED: batch-invariant mode; _WHOLE) also: the
+ * first row alone gives its bits among the others. */
 static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty,
-                                          int hpb = 0, bool fixed_split = false) {
+                                          int hpb = 0, di_attn_split split = DI_ATTN_SPLIT_AUTO) {
+    const bool row_free = split != DI_ATTN_SPLIT_AUTO;
     const int n_runs = (n_idx + 63) / 64, n_ext = (n_runs + 3) * 64;
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
     float *sink = (float *)malloc(4 * H);
@@ -624,19 +634,20 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
         }
     float *want = (float *)malloc(4 * nq * H * dim), *got = (float *)malloc(4 * nq * H * dim);
     const float scale = 1.0f / sqrtf((float)dim);
-    for (int pass = 0; pass < (fixed_split ? 4 : 3); pass++) {
+    for (int pass = 0; pass < (row_free ? 4 : 3); pass++) {
         const int n = pass == 2 ? n_ext : n_idx;
         const int64_t rows_n = pass == 3 ? 1 : nq; /* pass 3: the first row alone */
         const float **rows = pass == 0 || pass == 3 ? base : pass == 1 ? moved : ext;
         const float *const *drows = (const float *const *)dev_upload(rows, sizeof(float *) * rows_n * n);
         CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-        di_cuda_sparse_attn_mma(dq, rows_n, H, dim, drows, n, dsink, scale, dout, hpb, fixed_split, 0);
+        di_cuda_sparse_attn_mma(dq, rows_n, H, dim, drows, n, dsink, scale, dout, hpb, split, 0);
         dev_download(pass == 0 ? want : got, dout, 4 * rows_n * H * dim);
         cudaFree((void *)drows);
         if (pass == 0) continue;
         char shape[128];
         snprintf(shape, sizeof shape, "q=%lld H=%d dim=%d idx=%d hpb=%d%s %s", (long long)nq, H, dim, n_idx, hpb,
-                 fixed_split ? " fixed" : "", pass == 1 ? "NULLs moved" : pass == 2 ? "+3 NULL runs" : "row 0 alone");
+                 split == DI_ATTN_SPLIT_FIXED ? " fixed" : split == DI_ATTN_SPLIT_WHOLE ? " whole" : "",
+                 pass == 1 ? "NULLs moved" : pass == 2 ? "+3 NULL runs" : "row 0 alone");
         compare("sparse_attn_mma invar.", shape, got, want, rows_n * H, dim, CRIT_EXACT);
     }
     cudaFree(dkv), cudaFree(dq), cudaFree(dsink), cudaFree(dout);
@@ -710,8 +721,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
         di_cuda_hc_split_sinkhorn(dmix, dscale, dbase, T, n, 20, 1e-6f, dpre, dpost, dcomb, 0);
         di_cuda_hc_pre(dx, T, n, d, dprer, dpo, 0);
         di_cuda_rmsnorm(dpo, dw, T, d, 1e-6f, dnorm, 0);
-        di_cuda_hc_block_in(dx, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2, dcomb2, dy2, ws,
-                            0);
+        di_cuda_hc_block_in(dx, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2, dcomb2, dy2,
+                            ws, 0);
         float *a = (float *)malloc(4 * T * d), *b = (float *)malloc(4 * T * d);
         const float *pairs[4][2] = {{dnorm, dy2}, {dpre, dpre2}, {dpost, dpost2}, {dcomb, dcomb2}};
         const int64_t cols[4] = {d, n, n, (int64_t)n * n};
@@ -842,7 +853,7 @@ static void run_quick(void) {
     test_attention(2, 16, 64, 0, 10, 0);                    /* empty lists */
     test_attention(2, 16, 64, 100, 50, 10, -1, 0, true);    /* KV rows not 16-byte aligned */
     test_attention_mma_invariance(2, 24, 64, 150, 300, 30);
-    test_attention_mma_invariance(3, 24, 64, 150, 300, 30, 0, true);
+    test_attention_mma_invariance(3, 24, 64, 150, 300, 30, 0, DI_ATTN_SPLIT_FIXED);
     test_mhc(2, 4, 256);
     test_mhc(1, 4, 650);  /* 11 chunks of the mix sums, the last one partial */
     test_mhc(3, 6, 64);   /* n * n > 32: the one-thread Sinkhorn */
@@ -874,7 +885,8 @@ static void run_attn(void) {
     test_attention(2, 128, 512, 128 + 512, 4096, 5, -1, 0, true);
     test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20, 64);
     test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20);
-    test_attention_mma_invariance(5, 64, 512, 128 + 512, 4096, 20, 0, true);
+    test_attention_mma_invariance(5, 64, 512, 128 + 512, 4096, 20, 0, DI_ATTN_SPLIT_FIXED);
+    test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20, 64, DI_ATTN_SPLIT_WHOLE);
 }
 
 /* every case at the real shapes */
@@ -935,7 +947,8 @@ static void run_full(void) {
     test_attention(2, 16, 64, 0, 10, 0);
     test_attention(2, 64, 512, 128 + 512, 4096, 5, -1, 0, true);
     test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20);
-    test_attention_mma_invariance(6, 64, 512, 128 + 512, 4096, 20, 0, true); /* batch-invariant mode's split */
+    test_attention_mma_invariance(6, 64, 512, 128 + 512, 4096, 20, 0, DI_ATTN_SPLIT_FIXED); /* batch-invariant mode */
+    test_attention_mma_invariance(4, 64, 512, 128 + 512, 4096, 20, 64, DI_ATTN_SPLIT_WHOLE); /* wgmma, a CTA a row */
     test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20, 64);             /* the wgmma kernel */
     test_attention_mma_invariance(300, 64, 512, 128 + 512, 4096, 5, 32); /* a grid of 32 heads a block */
     test_attention_mma_invariance(300, 64, 512, 128 + 512, 4096, 5); /* by grid: the wgmma kernel */

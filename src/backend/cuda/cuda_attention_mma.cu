@@ -328,14 +328,18 @@ static bool am_cluster_fits(int n_split) {
 #endif
 }
 
-/* the run split of nq rows' lists of n_idx entries: AM_SPLIT_RUNS runs a rank (portable clusters), or,
- * unless fixed_split (batch-invariant mode: the split must not depend on the rows), one run a rank
- * where the grid would otherwise be a few CTAs. Either way a list that only grows by NULL runs keeps
- * its bits while its runs fit the same rule. */
-static void am_split(int64_t nq, int n_heads, int n_idx, bool fixed_split, int *split_runs, int *n_split) {
+/* the run split of nq rows' lists of n_idx entries (di_attn_split): AM_SPLIT_RUNS runs a rank (portable
+ * clusters); under DI_ATTN_SPLIT_AUTO one run a rank where the grid would otherwise be a few CTAs;
+ * DI_ATTN_SPLIT_WHOLE one rank. Either way a list that only grows by NULL runs keeps its bits while
+ * its runs fit the same rule. */
+static void am_split(int64_t nq, int n_heads, int n_idx, di_attn_split split, int *split_runs, int *n_split) {
     const int n_runs = (n_idx + AM_RUN - 1) / AM_RUN;
-    if (!fixed_split && nq * ((n_heads + 15) / 16) <= AM_FEW_BLOCKS && n_runs > 1 && n_runs <= AM_MAX_SPLIT &&
-        am_cluster_fits(n_runs)) {
+    if (split == DI_ATTN_SPLIT_WHOLE) {
+        di_cluster_split(n_runs, n_runs > 0 ? n_runs : 1, AM_PORTABLE_SPLIT, split_runs, n_split);
+        return;
+    }
+    if (split == DI_ATTN_SPLIT_AUTO && nq * ((n_heads + 15) / 16) <= AM_FEW_BLOCKS && n_runs > 1 &&
+        n_runs <= AM_MAX_SPLIT && am_cluster_fits(n_runs)) {
         di_cluster_split(n_runs, 1, AM_MAX_SPLIT, split_runs, n_split);
         return;
     }
@@ -344,7 +348,7 @@ static void am_split(int64_t nq, int n_heads, int n_idx, bool fixed_split, int *
 
 extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim,
                                         const float *const *kv_rows, int n_idx, const float *sink,
-                                        float scale, float *out, int heads_per_block, bool fixed_split,
+                                        float scale, float *out, int heads_per_block, di_attn_split split,
                                         cudaStream_t s) {
     if (!di_cuda_sparse_attn_mma_supported(n_heads, dim) || n_idx < 0) {
         fprintf(stderr, "di_cuda_sparse_attn_mma: %d heads of dim %d (%d entries) not supported\n", n_heads, dim,
@@ -357,7 +361,7 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
     const bool wg_fills = nq * (n_heads / 64) >= AM_WG_MIN_ROWS;
     if (heads_per_block == 64 ||
         (heads_per_block == 0 && wg_fills && di_cuda_sparse_attn_wg_supported(n_heads, dim))) {
-        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, s);
+        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, split, s);
         return;
     }
     static bool attr_set;
@@ -369,7 +373,7 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         attr_set = true;
     }
     int split_runs, n_split;
-    am_split(nq, n_heads, n_idx, fixed_split, &split_runs, &n_split);
+    am_split(nq, n_heads, n_idx, split, &split_runs, &n_split);
     /* 32 heads a block (KV staged half as often) once the grid fills the GPU twice over */
     int HT = nq * ((n_heads + 31) / 32) * n_split >= 2 * (int64_t)di_cuda_sm_count() ? 2 : 1;
     if (heads_per_block == 16 || heads_per_block == 32) HT = heads_per_block / 16;

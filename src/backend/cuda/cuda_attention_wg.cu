@@ -6,8 +6,9 @@
  * is staged once for 64 heads (the mma.sync kernel stages it once per 16 or 32), and both
  * products run as warpgroup MMAs with M = 64 heads. A cluster of n_split CTAs per (row, group of
  * 64 heads); rank c takes the runs [c split_runs, (c + 1) split_runs) of 64 entries (AW_SPLIT_RUNS,
- * fixed, so the split never depends on the batch) and the ranks merge through distributed shared
- * memory in rank order, as the mma.sync kernel does.
+ * fixed in batch-invariant mode, so the split never depends on the batch) and the ranks merge through
+ * distributed shared memory in rank order, as the mma.sync kernel does. Outside that mode, rows that
+ * fill the GPU AW_WHOLE_ROWS_PER_SM times over take a CTA a row (a cluster of one).
  *
  * Roles (one CTA of three warpgroups a multiprocessor):
  *   producer (warpgroup 2) stages the group's q rows once, then each run into one of two KV tiles:
@@ -60,6 +61,9 @@
  * make two equal ranks. (H200, the bench's 4,096-token prefill: 4 runs a rank 842 ms, 8 runs 824,
  * 5 runs 781.) */
 #define AW_SPLIT_RUNS 5
+/* rows a multiprocessor from which (DI_ATTN_SPLIT_AUTO) a CTA takes a whole row: no second rank staging
+ * the same q rows and no merge (H200, a 4,096-token prefill 647 -> 625 ms; 8 x 132 rows) */
+#define AW_WHOLE_ROWS_PER_SM 8
 #define AW_MAX_SPLIT 8         /* ranks of a cluster (the portable cluster size) */
 #define AW_MAX_ROWS 65535      /* grid.y */
 /* registers a thread (setmaxnreg): the accumulators alone are 128 a consumer. The warpgroups
@@ -324,7 +328,8 @@ extern "C" bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim) {
 }
 
 extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
-                                       int n_idx, const float *sink, float scale, float *out, cudaStream_t s) {
+                                       int n_idx, const float *sink, float scale, float *out, di_attn_split split,
+                                       cudaStream_t s) {
     if (!di_cuda_sparse_attn_wg_supported(n_heads, dim) || n_idx < 0) {
         fprintf(stderr, "di_cuda_sparse_attn_wg: %d heads of dim %d (%d entries) not supported\n", n_heads, dim, n_idx);
         abort();
@@ -335,8 +340,12 @@ extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, 
         DI_CUDA_CHECK(cudaFuncSetAttribute(attn_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AW_SMEM));
         attr_set = true;
     }
+    const int n_runs = (n_idx + AW_RUN - 1) / AW_RUN;
+    const bool whole = split == DI_ATTN_SPLIT_WHOLE ||
+                       (split == DI_ATTN_SPLIT_AUTO &&
+                        nq * (n_heads / AW_HEADS) >= (int64_t)AW_WHOLE_ROWS_PER_SM * di_cuda_sm_count());
     int split_runs, n_split;
-    di_cluster_split((n_idx + AW_RUN - 1) / AW_RUN, AW_SPLIT_RUNS, AW_MAX_SPLIT, &split_runs, &n_split);
+    di_cluster_split(n_runs, whole ? (n_runs > 0 ? n_runs : 1) : AW_SPLIT_RUNS, AW_MAX_SPLIT, &split_runs, &n_split);
     for (int64_t r0 = 0; r0 < nq; r0 += AW_MAX_ROWS) {
         const int64_t rows = nq - r0 < AW_MAX_ROWS ? nq - r0 : AW_MAX_ROWS;
         const float *qs = q + r0 * n_heads * dim;

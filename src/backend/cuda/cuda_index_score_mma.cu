@@ -60,7 +60,8 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
     extern __shared__ uint4 im_smem[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t r = (int64_t)blockIdx.y * IM_WARPS + (threadIdx.x >> 5);
-    uint16_t *q_s = reinterpret_cast<uint16_t *>(im_smem) + (threadIdx.x >> 5) * IM_MAX_HEADS * IM_Q_STRIDE; /* [32][stride] */
+    uint16_t *q_s = /* this warp's [32 heads][IM_Q_STRIDE] */
+        reinterpret_cast<uint16_t *>(im_smem) + (threadIdx.x >> 5) * IM_MAX_HEADS * IM_Q_STRIDE;
     const int64_t k0 = (int64_t)blockIdx.x * kc, k1 = k0 + kc < P ? k0 + kc : P; /* this warp's keys */
     if (r >= R) return;
     int64_t live = P;
@@ -184,9 +185,9 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
     const int kc = (int)((tiles + chunks - 1) / chunks * step);
     const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)row_groups);
     if ((entry_floats | key_offset) % 2 == 0)
-        index_score_mma_kernel<true><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries, entry_floats,
-                                                                          key_offset, R, P, nh, idim, visible, score,
-                                                                          rows ? *rows : none, kc);
+        index_score_mma_kernel<true><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries,
+                                                                          entry_floats, key_offset, R, P, nh, idim,
+                                                                          visible, score, rows ? *rows : none, kc);
     else
         index_score_mma_kernel<false><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries,
                                                                            entry_floats, key_offset, R, P, nh, idim,

@@ -477,7 +477,8 @@ extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d,
                                     void *ws, cudaStream_t s) {
     if (T <= 0) return;
     if (!di_cuda_hc_block_in_supported(T, n, d)) {
-        fprintf(stderr, "di_cuda_hc_block_in: T = %lld, n = %d, d = %lld not supported\n", (long long)T, n, (long long)d);
+        fprintf(stderr, "di_cuda_hc_block_in: T = %lld, n = %d, d = %lld not supported\n", (long long)T, n,
+                (long long)d);
         abort();
     }
     const int n_chunks = (int)mix_chunks(n, d);

@@ -98,17 +98,22 @@ size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx,
  * fill the GPU, else the mma.sync kernel with a block shape by grid (not batch invariant across
  * that switch: batch-invariant mode passes 64 where the wgmma kernel applies); 16 or 32 force the
  * mma.sync kernel with that shape (tests: the result is the same), 64 the wgmma kernel.
- * fixed_split: the mma.sync kernel splits each row's list 2 runs of 64 entries a CTA whatever the
- * rows (batch-invariant mode); otherwise a few rows take a CTA a run (other bits, more CTAs). */
+ * split: how a row's list of 64-entry runs is shared by the CTAs of a cluster (each split its own
+ * bits): DI_ATTN_SPLIT_FIXED a fixed count of runs a CTA whatever the rows (2 mma.sync, 5 wgmma:
+ * batch-invariant mode); DI_ATTN_SPLIT_AUTO by the grid: a few rows take a CTA a run (mma.sync),
+ * rows that fill the GPU many times over a CTA a row (wgmma), else the fixed split;
+ * DI_ATTN_SPLIT_WHOLE a CTA a row (tests of that case). */
+typedef enum { DI_ATTN_SPLIT_AUTO, DI_ATTN_SPLIT_FIXED, DI_ATTN_SPLIT_WHOLE } di_attn_split;
 bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
                              int n_idx, const float *sink, float scale, float *out, int heads_per_block,
-                             bool fixed_split, cudaStream_t s);
+                             di_attn_split split, cudaStream_t s);
 /* The wgmma kernel (cuda_attention_wg.cu): 64 heads a CTA, head dim 512 (V4.1's shape): the same
- * operation in another summation order, within the same bound of the CPU; batch invariant. */
+ * operation in another summation order, within the same bound of the CPU; batch invariant under
+ * DI_ATTN_SPLIT_FIXED. */
 bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows, int n_idx,
-                            const float *sink, float scale, float *out, cudaStream_t s);
+                            const float *sink, float scale, float *out, di_attn_split split, cudaStream_t s);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device

@@ -134,8 +134,8 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     if (!f->cx->exact && di_cuda_sparse_attn_mma_supported(H, Dh)) {
         /* batch invariance: one kernel whatever the rows (the default picks by grid size) */
         const int hpb = f->m->batch_invariant && di_cuda_sparse_attn_wg_supported(H, Dh) ? 64 : 0;
-        di_cuda_sparse_attn_mma(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, hpb, f->m->batch_invariant,
-                                f->s);
+        di_cuda_sparse_attn_mma(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, hpb,
+                                f->m->batch_invariant ? DI_ATTN_SPLIT_FIXED : DI_ATTN_SPLIT_AUTO, f->s);
     } else { /* the CPU's sums, bit for bit */
         const int64_t slice = di_cuda_sparse_attn_slice_rows(R, H, Dh, n_list);
         float *ws = gpu_alloc(f, di_cuda_sparse_attn_ws_bytes(R, H, Dh, n_list, slice));
