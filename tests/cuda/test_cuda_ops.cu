@@ -582,7 +582,7 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         }
         compare("sparse_attn_mma 16v32", shape, got, got16, nq * H, dim, CRIT_EXACT);
         /* batch-invariant mode's fixed split (other bits than a few rows' one-run split), and a CTA a row
-         * (the wgmma kernel's choice for rows that fill the GPU many times over) on both kernels */
+         * (the wgmma kernel's choice from a row a multiprocessor) on both kernels */
         const struct { int hpb; di_attn_split split; const char *name; } other[] = {
             {16, DI_ATTN_SPLIT_FIXED, "sparse_attn_mma fixed split"},
             {16, DI_ATTN_SPLIT_WHOLE, "sparse_attn_mma a CTA a row"},

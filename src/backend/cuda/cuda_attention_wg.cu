@@ -7,8 +7,8 @@
  * products run as warpgroup MMAs with M = 64 heads. A cluster of n_split CTAs per (row, group of
  * 64 heads); rank c takes the runs [c split_runs, (c + 1) split_runs) of 64 entries (AW_SPLIT_RUNS,
  * fixed in batch-invariant mode, so the split never depends on the batch) and the ranks merge through
- * distributed shared memory in rank order, as the mma.sync kernel does. Outside that mode, rows that
- * fill the GPU AW_WHOLE_ROWS_PER_SM times over take a CTA a row (a cluster of one).
+ * distributed shared memory in rank order, as the mma.sync kernel does. Outside that mode, at least a
+ * row a multiprocessor (AW_WHOLE_ROWS_PER_SM) takes a CTA a row (a cluster of one).
  *
  * Roles (one CTA of three warpgroups a multiprocessor):
  *   producer (warpgroup 2) stages the group's q rows once, then each run into one of two KV tiles:
@@ -62,8 +62,10 @@
  * 5 runs 781.) */
 #define AW_SPLIT_RUNS 5
 /* rows a multiprocessor from which (DI_ATTN_SPLIT_AUTO) a CTA takes a whole row: no second rank staging
- * the same q rows and no merge (H200, a 4,096-token prefill 647 -> 625 ms; 8 x 132 rows) */
-#define AW_WHOLE_ROWS_PER_SM 8
+ * the same q rows and no merge. H200, against the split: a 4,096-token prefill 647 -> 625 ms, a
+ * 512-token one 109.0 -> 104.6, decode B = 256 77.9 -> 76.5, B = 128 59.3 -> 58.9; below one row a
+ * multiprocessor (B = 16 .. 64) the split's twice as many CTAs are faster by ~1.3 ms a step */
+#define AW_WHOLE_ROWS_PER_SM 1
 #define AW_MAX_SPLIT 8         /* ranks of a cluster (the portable cluster size) */
 #define AW_MAX_ROWS 65535      /* grid.y */
 /* registers a thread (setmaxnreg): the accumulators alone are 128 a consumer. The warpgroups

@@ -101,7 +101,7 @@ size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx,
  * split: how a row's list of 64-entry runs is shared by the CTAs of a cluster (each split its own
  * bits): DI_ATTN_SPLIT_FIXED a fixed count of runs a CTA whatever the rows (2 mma.sync, 5 wgmma:
  * batch-invariant mode); DI_ATTN_SPLIT_AUTO by the grid: a few rows take a CTA a run (mma.sync),
- * rows that fill the GPU many times over a CTA a row (wgmma), else the fixed split;
+ * at least a row a multiprocessor a CTA a row (wgmma), else the fixed split;
  * DI_ATTN_SPLIT_WHOLE a CTA a row (tests of that case). */
 typedef enum { DI_ATTN_SPLIT_AUTO, DI_ATTN_SPLIT_FIXED, DI_ATTN_SPLIT_WHOLE } di_attn_split;
 bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
