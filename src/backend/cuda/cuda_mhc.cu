@@ -430,9 +430,9 @@ extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, cons
 template <int NC>
 __global__ void __launch_bounds__(HB_THREADS)
 hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const float *__restrict__ p_in,
-                   const uint16_t *__restrict__ w, float norm_eps, const double *__restrict__ part, int n_chunks,
-                   float mix_eps, const float *__restrict__ scale, const float *__restrict__ base, int iters,
-                   float hc_eps, float *pre_out, float *post, float *comb, float *__restrict__ y) {
+                   const uint16_t *__restrict__ w, float eps, const double *__restrict__ part, int n_chunks,
+                   const float *__restrict__ scale, const float *__restrict__ base, int iters, float hc_eps,
+                   float *pre_out, float *post, float *comb, float *__restrict__ y) {
     const int n = NC ? NC : n_any, nmix = n * (n + 2);
     const int64_t tok = blockIdx.x, len = (int64_t)n * d;
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
@@ -440,7 +440,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     __shared__ float mix_s[48];       /* n(n+2) <= 35 (the warp Sinkhorn: n * n <= 32) */
     __shared__ double warp_sum[HB_NORM_THREADS / 32];
     for (int j = warp; j < nmix; j += HB_THREADS / 32) { /* A */
-        const float v = hc_mix_finish_one(part + tok * (nmix + 1) * n_chunks, nmix, j, n_chunks, len, mix_eps);
+        const float v = hc_mix_finish_one(part + tok * (nmix + 1) * n_chunks, nmix, j, n_chunks, len, eps);
         if (lane == 0) mix_s[j] = v;
     }
     const float *xt = x + tok * len, *pt = p_in + tok * n;
@@ -461,7 +461,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
                              comb + tok * n * n);
         return;
     }
-    const float inv = 1.0f / sqrtf(mean + norm_eps);
+    const float inv = 1.0f / sqrtf(mean + eps);
     float *yr = y + tok * d;
     for (int64_t k = t; k < d; k += HB_THREADS - 32)
         yr[k] = di_dev_bf16_round(di_dev_bf16_load(w + k) * (row_s[k] * inv));
@@ -485,11 +485,11 @@ extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d,
     double *part = (double *)ws; /* di_cuda_hc_mix_ws_bytes(T, n, d) */
     mix_part_slice(x, 0, T, n, d, fn, part, s);
     if (n == 4)
-        hc_block_in_kernel<4><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, eps, scale,
-                                                                 base, iters, hc_eps, pre_out, post, comb, y);
+        hc_block_in_kernel<4><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, scale, base,
+                                                                 iters, hc_eps, pre_out, post, comb, y);
     else
-        hc_block_in_kernel<0><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, eps, scale,
-                                                                 base, iters, hc_eps, pre_out, post, comb, y);
+        hc_block_in_kernel<0><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, scale, base,
+                                                                 iters, hc_eps, pre_out, post, comb, y);
     DI_CUDA_LAUNCHED();
 }
 

@@ -110,18 +110,20 @@ static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const flo
 
 /* A sublayer's input: its mixes of the stream X [R, n, D] (-> pre_out, post, comb) and
  * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
- * sums (the same bits), else the four kernels. tmp [R, D]: the pre-mixed rows there. */
+ * sums (the same bits), else the four kernels. */
 static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
-                           const float *p_in, const void *norm, float *pre_out, float *post, float *comb, float *tmp,
+                           const float *p_in, const void *norm, float *pre_out, float *post, float *comb,
                            float *sub_in) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
     const float eps = (float)c->rms_norm_eps;
     if (!di_cuda_hc_block_in_supported(f->R, n, D)) {
+        float *tmp = gpu_alloc(f, sizeof(float) * (size_t)f->R * D); /* [R, D] the pre-mixed rows (bf16) */
         hc_mixes(f, X, fn, scale, base, pre_out, post, comb);
         di_cuda_hc_pre(X, f->R, n, D, p_in, tmp, f->s);
         di_cuda_rmsnorm(tmp, norm, f->R, D, eps, sub_in, f->s);
+        gpu_free(f, tmp);
         return;
     }
     void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, D));
@@ -143,22 +145,19 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
     float *a_comb = gpu_alloc(f, sizeof(float) * (size_t)R * n * n); /* [R, n, n] */
     float *f_post = gpu_alloc(f, sizeof(float) * (size_t)R * n);
     float *f_comb = gpu_alloc(f, sizeof(float) * (size_t)R * n * n);
-    float *tmp = gpu_alloc(f, sizeof(float) * (size_t)R * D);        /* [R, D] bf16 */
     float *sub_in = gpu_alloc(f, sizeof(float) * (size_t)R * D);     /* [R, D] bf16 */
     float *sub_out = gpu_alloc(f, sizeof(float) * (size_t)R * D);    /* [R, D] bf16 */
     float *Y = gpu_alloc(f, sizeof(float) * (size_t)R * HD);         /* [R, n, D] bf16 */
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
-    hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb, tmp,
-                   sub_in);
+    hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb, sub_in);
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
     gpu_stage(f, ST_MHC);
     di_cuda_hc_post(sub_out, X, R, n, D, a_post, a_comb, Y, f->s);
-    hc_sublayer_in(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb, tmp,
-                   sub_in);
+    hc_sublayer_in(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb, sub_in);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
@@ -171,7 +170,6 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
     gpu_free(f, a_comb);
     gpu_free(f, f_post);
     gpu_free(f, f_comb);
-    gpu_free(f, tmp);
     gpu_free(f, sub_in);
     gpu_free(f, sub_out);
     gpu_free(f, Y);
