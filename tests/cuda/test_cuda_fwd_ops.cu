@@ -782,6 +782,68 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
     free(hx), free(a), free(b);
 }
 
+/* ---- the int8 FP4 twin (di_cuda_ctx.fp4_imma; at most DI_GEMV_IMMA_ROWS rows a group on average)
+ * against the exact kernel, bit for bit: its block sums are exact and its fold is the CPU's. G
+ * groups through the slot list and the active list, then as the w1 / w3 pair over a row list (the
+ * MoE's gather), the second weight set being the groups in reverse order ---- */
+static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G) {
+    grp_case c = grp_make(DI_DT_I8, K, N, rows, G);
+    const int M = c.M, max_rows = c.max_rows;
+    const int64_t per_group = (M + G - 1) / G, n = (int64_t)M * N;
+    float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
+    fill_wide(hx, (int64_t)M * K, 1.0f);
+    float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
+    const bool taken = per_group <= DI_GEMV_IMMA_ROWS && di_cuda_gemv_ok(false, true, K, per_group, 1) &&
+                       di_cuda_gemv_imma_ok(K, max_rows);
+    char shp[112];
+    snprintf(shp, sizeof shp, "fp4 G=%d M=%d max=%d K=%lld N=%lld%s", G, M, max_rows, (long long)K, (long long)N,
+             taken ? "" : " NOT-IMMA");
+    std::vector<void *> rwd(c.wd.rbegin(), c.wd.rend()), rws(c.ws.rbegin(), c.ws.rend());
+    const uint8_t **d_rwd = (const uint8_t **)dev_upload(rwd.data(), sizeof(void *) * G);
+    const uint8_t **d_rws = (const uint8_t **)dev_upload(rws.data(), sizeof(void *) * G);
+    float *ref_a = (float *)dev_poisoned(sizeof(float) * (size_t)n), *ref_b = (float *)dev_poisoned(sizeof(float) * (size_t)n);
+    g_cx.exact = true;
+    di_cuda_linear_quant_grouped(&g_cx, &c.shape, c.d_wd, c.d_ws, c.d_off, NULL, G, M, max_rows, x, ref_a);
+    di_cuda_linear_quant_grouped(&g_cx, &c.shape, d_rwd, d_rws, c.d_off, NULL, G, M, max_rows, x, ref_b);
+    g_cx.exact = false;
+    g_cx.fp4_imma = true;
+    float *a = host_poisoned(n), *b = host_poisoned(n);
+    dev_download(b, ref_a, sizeof(float) * (size_t)n);
+    for (int with_active = 0; with_active < 2; with_active++) {
+        float *y = (float *)dev_poisoned(sizeof(float) * (size_t)n);
+        di_cuda_linear_quant_grouped(&g_cx, &c.shape, c.d_wd, c.d_ws, c.d_off, with_active ? c.d_act : NULL, G, M,
+                                     max_rows, x, y);
+        dev_download(a, y, sizeof(float) * (size_t)n);
+        compare(with_active ? "gemv_imma.active" : "gemv_imma", shp, a, b, n, "exact");
+        cudaFree(y);
+    }
+    /* the pair over x's rows through a list: row i stored at M - 1 - i */
+    float *xp = (float *)dev_poisoned(sizeof(float) * (size_t)M * K);
+    std::vector<const float *> xr(M);
+    for (int i = 0; i < M; i++) {
+        cudaMemcpy(xp + (size_t)(M - 1 - i) * K, x + (size_t)i * K, sizeof(float) * K, cudaMemcpyDeviceToDevice);
+        xr[i] = xp + (size_t)(M - 1 - i) * K;
+    }
+    const float **d_xr = (const float **)dev_upload(xr.data(), sizeof(void *) * M);
+    float *ya = (float *)dev_poisoned(sizeof(float) * (size_t)n), *yb = (float *)dev_poisoned(sizeof(float) * (size_t)n);
+    di_cuda_linear_quant_grouped_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows,
+                                      NULL, d_xr, ya, yb);
+    dev_download(a, ya, sizeof(float) * (size_t)n);
+    compare("gemv_imma.pair_a", shp, a, b, n, "exact");
+    dev_download(a, yb, sizeof(float) * (size_t)n);
+    dev_download(b, ref_b, sizeof(float) * (size_t)n);
+    compare("gemv_imma.pair_b", shp, a, b, n, "exact");
+    g_cx.fp4_imma = false;
+    if (!taken) { /* a case meant for the int8 twin that does not reach it */
+        printf("FAIL  gemv_imma: %s does not take the int8 kernel\n", shp);
+        g_fail++;
+    }
+    cudaFree(xp), cudaFree((void *)d_xr), cudaFree(ya), cudaFree(yb), cudaFree(ref_a), cudaFree(ref_b);
+    cudaFree((void *)d_rwd), cudaFree((void *)d_rws), cudaFree(x);
+    grp_free(&c);
+    free(hx), free(a), free(b);
+}
+
 /* ---- two single matrices of one K over the same rows in one twin launch (di_cuda_linear_mma_set:
  * wq_a and wkv, the shared expert's w1 and w3), each output against its matrix alone on the tiled
  * kernel, bit for bit; N0 and N1 differ in their K splits, so the launch's blocks differ in warps ---- */
@@ -1210,6 +1272,17 @@ static void run_wgmma_quick(void) {
 }
 
 
+/* the int8 FP4 twin: one token a block (partial feature tiles), two, four (a group of 4 rows), a
+ * group of 5 rows over two row tiles; K of one partial ring step and of whole steps + a remainder */
+static void run_imma_quick(void) {
+    const int imma1[] = {1, 0, 1, 1, 0, 1}, imma2[] = {2, 1, 0, 2, 1, 0}, imma4[] = {4, 0, 1, 0, 1, 2, 0, 0};
+    const int imma5[] = {5, 0, 0, 0, 1};
+    test_gemv_imma(256, 40, imma1, 6);
+    test_gemv_imma(768, 96, imma2, 6);
+    test_gemv_imma(384, 200, imma4, 8);
+    test_gemv_imma(640, 64, imma5, 5);
+}
+
 static void run_quick(void) {
     test_moe_route(5, 16, 4, 0);
     test_moe_route(37, 40, 6, 12);
@@ -1282,6 +1355,7 @@ static void run_quick(void) {
     const int one_two[] = {1, 2};
     test_gemv_twin(DI_DT_I8, 768, 40, one_two, 2);
     test_gemv_twin(DI_DT_F8_E4M3, 640, 24, one_two, 2);
+    run_imma_quick();
     test_gemv_set(DI_DT_F8_E4M3, 1536, 64, 4096, 1); /* 3 and 2 K splits: 6 and 8 warps a block */
     test_gemv_set(DI_DT_F8_E4M3, 1024, 40, 200, 3);
     test_gemv_set(DI_DT_F8_E4M3, 512, 96, 32, 16);  /* 16-row tiles */
@@ -1320,6 +1394,12 @@ static void run_full(bool head) {
     test_gemv_twin(DI_DT_I8, 5120, 2304, e1, 48);
     test_gemv_twin(DI_DT_I8, 2304, 5120, e1, 48);
     test_gemv_twin(DI_DT_I8, 5120, 2304, e8, 48);
+    /* the int8 FP4 twin at decode: B = 1 (six experts of one row), B = 16 of EP-8 (96 rows) */
+    int e16[48] = {0};
+    for (int i = 0; i < 96; i++) e16[(i * 5 + i * i % 13) % 48]++; /* up to 6 rows, 12 experts none */
+    test_gemv_imma(5120, 2304, e1, 48);
+    test_gemv_imma(2304, 5120, e1, 48);
+    test_gemv_imma(5120, 2304, e16, 48);
     /* the wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
      * single matrices (K splits), and one whose halves fill the GPU twice over (no K split) */
     int e64[8], e300[4];
@@ -1377,6 +1457,7 @@ int main(int argc, char **argv) {
     }
     if (quick) run_quick();
     else if (argc > 1 && !strcmp(argv[1], "--wgmma")) run_wgmma_quick();
+    else if (argc > 1 && !strcmp(argv[1], "--imma")) run_imma_quick();
     else if (argc > 1 && !strcmp(argv[1], "--index")) { /* the index-score cases alone */
         test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
         test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false);

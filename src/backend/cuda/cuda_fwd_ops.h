@@ -138,6 +138,18 @@ typedef struct {
 void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
                         const uint8_t *xq, const float *xs);
+/* FP4 groups of at most DI_GEMV_IMMA_ROWS rows on average (the routed experts at decode) with
+ * ctx->fp4_imma (outside batch-invariant mode): cuda_linear_gemv_imma.cu, exact block sums on int8
+ * tensor cores -- the CPU's bits, not the f16 twin's. xd / xs: di_cuda_act_quant_digits's
+ * [rows][K / 32][3][32] int8 digits of the act_quant codes' integers and [rows][K / 32] scales
+ * times 2^-10. _ok: K % 128 == 0 and the rows' digits fit shared memory; no K split (ksplit 1). */
+#define DI_GEMV_IMMA_ROWS 4
+bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows);
+void di_cuda_act_quant_digits(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks,
+                              uint8_t *dg, float *xs, cudaStream_t s);
+void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
+                           const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
+                           const float *xs);
 /* di_cuda_linear_w16 takes its twin (below) for this weight and m rows: large matrices (the head) at
  * a few rows (cuda_linear_mma.cu W16_TWIN_*) */
 bool di_cuda_w16_twin_taken(const di_cuda_ctx *ctx, const di_weight *w, int64_t m);

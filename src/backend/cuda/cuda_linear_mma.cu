@@ -429,20 +429,25 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const bool fp4 = shape->dtype == DI_DT_I8;
     const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
     const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes */
+    /* FP4 at <= 4 rows an expert: exact sums on int8 mma, from the codes' digits */
+    const bool imma = twin && fp4 && ctx->fp4_imma && ksplit == 1 && per_group <= DI_GEMV_IMMA_ROWS &&
+                      di_cuda_gemv_imma_ok(K, max_rows);
     if (wg) ksplit = wg_ksplit(N, max_rows, K, ksplit, &split_blocks);
-    const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : 1) + 255) & ~(size_t)255;
+    const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : imma ? 3 : 1) + 255) & ~(size_t)255;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
-                             N, &part); /* [rows, K] e4m3 codes, or (wgmma) their values as bf16 */
+                             N, &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
+    else if (imma) di_cuda_act_quant_digits(x, x_rows, nb, rows * nb, xq, xsc, s);
     else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
     if (twin) {
         di_gemv_mat mats[DI_GEMV_MAX_MATS];
         for (int m = 0; m < n_mats; m++)
             mats[m] = di_gemv_mat{N, wdata ? wdata[m] : NULL, wscale ? wscale[m] : NULL, wdata_g ? wdata_g[m] : NULL,
                                   wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
-        di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
+        if (imma) di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc);
+        else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
         return;
     }
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */

@@ -1,7 +1,7 @@
 /* Warp-level tensor-core and async-copy primitives for sm_90 kernels (internal header): FP8 e4m3
- * mma.sync m16n8k32 with fp32 accumulation (and the same sum as two f16 m16n8k16 mmas), cp.async
- * 16/4-byte copies into shared memory with zero fill, and the e2m1 -> e4m3 widening of packed FP4
- * weights.
+ * mma.sync m16n8k32 with fp32 accumulation (and the same sum as two f16 m16n8k16 mmas), its int8
+ * form with exact int32 sums, cp.async 16/4-byte copies into shared memory with zero fill, and the
+ * e2m1 -> e4m3 (and -> int8) widening of packed FP4 weights.
  *
  * Fragment layout of mma.m16n8k32 with 8-bit inputs (PTX ISA "Matrix Fragments for mma.m16n8k32"),
  * lane = 4 g + t:
@@ -29,6 +29,14 @@ static __device__ __forceinline__ void di_mma_e4m3_16832(float d[4], const uint3
                  "{%10,%10,%10,%10};\n"
                  : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+/* d = A(16x32 s8) * B(32x8 s8), int32 sums (exact), accumulator input zero: the e4m3 fragment
+ * layout with signed bytes */
+static __device__ __forceinline__ void di_mma_s8_16832(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
 }
 
 /* fp64 m8n8k4: d = A (8x4) B (4x8) + c. Lane 4g + t holds a = A[g][t], b = B[t][g] and
@@ -212,6 +220,31 @@ static __device__ __forceinline__ uint32_t di_e2m1x4_to_e4m3x4(uint32_t nib16) {
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(mag) : "r"(lut_lo), "r"(lut_hi), "r"(sel));
     asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16)); /* reads bits 0..15 alone */
     return (~(pos + 0x01010101u) & 0x80808080u) | mag;
+#endif
+}
+
+/* Eight packed e2m1 codes (a word, lowest k in the lowest nibble) -> their values times 2 as int8
+ * (0, +-1, 2, 3, 4, 6, 8, 12), lowest k in the lowest byte: *lo k 0..3, *hi k 4..7. With a code as
+ * prmt's selector, a positive code copies its magnitude from the table, and a negative one (its
+ * sign bit is prmt's sign-replicate flag) replicates the table byte's clear top bit: 0. So a lookup
+ * of the word gives the positive codes' values, a lookup of the word with every sign flipped the
+ * negative codes' magnitudes n, negated per byte without borrows as (0x80 - n) ^ 0x80 (n <= 12);
+ * the two are byte-disjoint. Eleven instructions for eight values. */
+static __device__ __forceinline__ void di_e2m1x8_to_s8x8(uint32_t w, uint32_t *lo, uint32_t *hi) {
+#ifdef DI_CUDA_EMU_H
+    uint32_t r[2] = {0u, 0u};
+    for (int i = 0; i < 8; i++) r[i >> 2] |= ((uint32_t)di_dev_e2m1_to_int2((w >> (4 * i)) & 15u) & 0xffu) << (8 * (i & 3));
+    *lo = r[0];
+    *hi = r[1];
+#else
+    const uint32_t lut_lo = 0x03020100u, lut_hi = 0x0C080604u, wn = w ^ 0x88888888u;
+    uint32_t p0, p1, n0, n1;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(p0) : "r"(lut_lo), "r"(lut_hi), "r"(w)); /* selectors: bits 0..15 */
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(p1) : "r"(lut_lo), "r"(lut_hi), "r"(w >> 16));
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(n0) : "r"(lut_lo), "r"(lut_hi), "r"(wn));
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(n1) : "r"(lut_lo), "r"(lut_hi), "r"(wn >> 16));
+    *lo = p0 | ((0x80808080u - n0) ^ 0x80808080u);
+    *hi = p1 | ((0x80808080u - n1) ^ 0x80808080u);
 #endif
 }
 

@@ -423,6 +423,7 @@ static di_status attach(di_model *m, di_err *err) {
     }
     g->cx.exact = m->exact_gemm;
     g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* opt-in; batch invariance keeps the fixed-order tiles */
+    g->cx.fp4_imma = !m->batch_invariant; /* exact sums, but not the f16 twin's bits that batch invariance needs */
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));

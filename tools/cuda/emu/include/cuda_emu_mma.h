@@ -52,6 +52,28 @@ static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint
     }
 }
 
+/* s8 m16n8k32: exact int32 sums of the signed-byte products */
+static inline void di_mma_s8_16832(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    uint32_t all[32][6];
+    emu_gather_fragments(a, b, all);
+    auto A = [&](int row, int k) { /* A[row][k] */
+        const int g = row & 7, reg = (row >> 3) + 2 * (k >> 4), tt = (k & 15) >> 2;
+        return (int)(int8_t)((all[4 * g + tt][reg] >> (8 * (k & 3))) & 0xffu);
+    };
+    auto B = [&](int k, int col) {
+        const int reg = 4 + (k >> 4), tt = (k & 15) >> 2;
+        return (int)(int8_t)((all[4 * col + tt][reg] >> (8 * (k & 3))) & 0xffu);
+    };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
+        int s = 0;
+        for (int k = 0; k < 32; k++) s += A(row, k) * B(k, col);
+        d[i] = s;
+    }
+}
+
 /* fp64 m8n8k4: every lane's a and b through the warp, then c + the four products by fma in k order */
 static inline void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {
     const unsigned lane = emu::flat_tid() & 31;

@@ -1,0 +1,311 @@
+/* Decode-sized FP4 expert GEMMs with exact block sums on int8 tensor cores: the routed experts'
+ * calls of at most DI_GEMV_IMMA_ROWS rows an expert on average (decode at B <= 32 of EP-8) outside
+ * batch-invariant mode (di_cuda_ctx.fp4_imma; there the f16 twin of cuda_linear_gemv.cu keeps the
+ * bits of the tiled kernel). The f16 twin spends ~32 of its ~73 instructions a 32-value block and
+ * warp widening e2m1 to f16 (docs/PERFORMANCE.md, session 14); int8 needs one table lookup a
+ * sign (di_e2m1x8_to_s8x8).
+ *
+ * Numerics, bit for bit the CPU's linear_quant (and the exact kernel, cuda_linear_quant.cu): e2m1
+ * values are integers times 2^-1 (|2 w| <= 12: int8) and e4m3 values integers times 2^-9 (|512 x|
+ * <= 229,376: 18 bits). act_quant_digits_kernel splits each activation's integer into three signed
+ * base-128 digits, 512 x = d0 + 128 d1 + 16384 d2 (d0, d1 in -64..63, d2 in -14..14), and each
+ * digit is a column of an int8 mma.sync m16n8k32: the three int32 column sums, shifted and added,
+ * are the block's sum of products times 2^10 exactly (|S| < 2^27). Rounded once to fp32 (the CPU
+ * rounds its exact double sum once) and folded as acc = fma(S, xs 2^-10 * ws, acc) in ascending
+ * K-block order: the CPU's acc += bs * xs * ws, since the scales are powers of two (equal unless
+ * xs * ws falls below 2^-116, where the CPU's own product would lose bits too). No K split: the
+ * experts' calls (groups) never split K. Within a block sum the order of the k does not matter (the
+ * sum is exact), so a lane takes the weight word its own loads bring: lane 4g + t reads word t
+ * (k 8t..8t+7) of rows g and g + 8 of each 16-byte block, and the digit columns in shared memory
+ * are stored in plain k order, which puts the same k in B's fragment.
+ *
+ * Layout: a block of 8 warps, each 16 feature rows of one matrix (a launch may run w1 and
+ * w3 over the same rows, as the f16 twin does), for TT (1, 2 or 4) token rows of one group. Its
+ * shared memory holds the TT rows' digits for the whole K as two mma B tiles a K block: T0
+ * [nb][2 TT][32] (column 2r = d0, 2r + 1 = d1 of token r) and T1 [nb][TT][32] (d2 of token r at
+ * column r); lane 4g + t reads column g of T0 and g / 2 of T1 (columns past the tokens alias others:
+ * their sums land in outputs never stored), so D0's c0 / c1 are token t's d0 / d1 sums of row g
+ * (c2 / c3 row g + 8) and D1's c0 / c2 its d2 sums. Weight words stream through a register ring of
+ * STEP blocks, as in the f16 twin. Where a ring step's weight scales are all in 1..254 (every warp
+ * of a real checkpoint), 2^(e - 127) is e << 23: two instructions a scale instead of
+ * di_dev_e8m0's seven (its cases 0 and 255 keep their own path).
+ *
+ * Measured (H200, EP-8 rank proxy at 4K context; docs/PERFORMANCE.md, session 18): w1 + w3 at B = 1
+ * 51.4 -> 40.4 us a layer, w2 29.5 -> 22.0; decode B = 8 33.2 -> 30.3 ms, B = 32 37.9 -> 34.4. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_mma.cuh"
+
+#include <type_traits>
+
+#define GI_SMEM_MAX (227 * 1024) /* the opt-in limit of a block on sm_90 */
+
+/* act_quant(x, 32) as the signed base-128 digits of its codes' integers (512 x): dg [n_blocks][3][32]
+ * int8 (digit d of value k at 32 d + k) and xs [n_blocks] = the block's scale times 2^-10; 8 lanes a
+ * 32-value block, 4 values a lane (act_quant_e4m3_kernel's codes) */
+__global__ void act_quant_digits_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
+                                        int64_t row_blocks, int64_t n_blocks, uint32_t *__restrict__ dg,
+                                        float *__restrict__ xs) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
+    if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
+    const bool live = blk < n_blocks;
+    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0);
+    float sc;
+    const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
+    if (!live) return;
+    uint32_t d[3] = {0u, 0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int q = di_dev_e4m3_to_int512((codes >> (8 * e)) & 0xffu);
+        const int d0 = ((q + 64) & 127) - 64, q1 = (q - d0) / 128; /* exact divisions */
+        const int d1 = ((q1 + 64) & 127) - 64, d2 = (q1 - d1) / 128;
+        d[0] |= ((uint32_t)d0 & 0xffu) << (8 * e);
+        d[1] |= ((uint32_t)d1 & 0xffu) << (8 * e);
+        d[2] |= ((uint32_t)d2 & 0xffu) << (8 * e);
+    }
+    uint32_t *out = dg + blk * 24 + (i & 7);
+    out[0] = d[0], out[8] = d[1], out[16] = d[2];
+    if ((i & 7) == 0) xs[blk] = sc * 0x1p-10f;
+}
+
+void di_cuda_act_quant_digits(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks,
+                              uint8_t *dg, float *xs, cudaStream_t s) {
+    if (n_blocks <= 0) return;
+    const int64_t threads = 256;
+    act_quant_digits_kernel<<<(unsigned)((n_blocks * 8 + threads - 1) / threads), (unsigned)threads, 0, s>>>(
+        x, rows, row_blocks, n_blocks, reinterpret_cast<uint32_t *>(dg), xs);
+    DI_CUDA_LAUNCHED();
+}
+
+/* one matrix of a launch (di_gemv_mat's fields; its blocks along grid.x, matrix 1's after matrix 0's) */
+struct gi_mat {
+    const uint8_t *wdata, *wscale;                   /* one matrix */
+    const uint8_t *const *wdata_g, *const *wscale_g; /* groups: [n_groups] device pointers */
+    float *y;                                        /* [rows, N] */
+    int64_t N;
+    int blocks;
+};
+struct gi_args {
+    const uint8_t *xd; /* [rows][K / 32][3][32] int8 digits (act_quant_digits_kernel's) */
+    const float *xs;   /* [rows][K / 32] their scales times 2^-10 */
+    int64_t M, K;
+    const int *row_off, *active; /* groups: [n_groups + 1], slot -> group or NULL */
+    gi_mat mat[DI_GEMV_MAX_MATS];
+    int n_mats;
+};
+
+/* the weight register ring: lane 4g + t's word t of rows g, g + 8 a block, and their scale words
+ * (4 blocks each) */
+template <int STEP>
+struct gi_ring {
+    uint32_t w[2][STEP];
+    uint32_t sc[2][STEP / 4];
+};
+
+/* shared memory of a block of TT token rows: T0, T1 (96 TT bytes a K block) and the scales */
+static __host__ __device__ size_t gi_smem_bytes(int tt, int64_t K) { return (size_t)(K / 32) * (size_t)tt * (96 + 4); }
+static int gi_tokens(int64_t max_rows) { return max_rows <= 1 ? 1 : max_rows <= 2 ? 2 : 4; }
+
+template <int TT, int STEP, int WARPS, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args a) {
+    extern __shared__ int4 gi_smem[];
+    /* this block's matrix (uniform over the block), fields picked one by one */
+    const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
+    auto pick = [&](auto v0, auto v1) { return second ? v1 : v0; };
+    const int64_t N = pick(a.mat[0].N, a.mat[1].N), K = a.K, nb = K / 32;
+    const unsigned bx = blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u);
+    float *y = pick(a.mat[0].y, a.mat[1].y);
+    const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
+    const uint8_t *xd = a.xd;
+    const float *xsg = a.xs;
+    int64_t M = a.M;
+    const int64_t m0 = (int64_t)blockIdx.y * TT;
+    if (a.row_off) { /* this block's group */
+        const int gi = a.active ? a.active[blockIdx.z] : (int)blockIdx.z;
+        if (gi < 0) return;
+        const int r0 = a.row_off[gi];
+        M = a.row_off[gi + 1] - r0;
+        if (m0 >= M) return;
+        wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
+        wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
+        xd += (int64_t)r0 * nb * 96;
+        xsg += (int64_t)r0 * nb;
+        y += (int64_t)r0 * N;
+    }
+    const int rows = M - m0 < TT ? (int)(M - m0) : TT;
+    uint8_t *t0 = reinterpret_cast<uint8_t *>(gi_smem);   /* [nb][2 TT][32] digits 0, 1 */
+    uint8_t *t1 = t0 + nb * 2 * TT * 32;                  /* [nb][TT][32] digit 2 */
+    float *xs = reinterpret_cast<float *>(t1 + nb * TT * 32); /* [nb][TT] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t n0 = ((int64_t)bx * WARPS + warp) * 16;
+    const bool busy = n0 < N; /* uniform over the warp */
+
+    /* the ring: rows past N read row N - 1 (their outputs are never stored) */
+    const uint8_t *wp[2], *sp[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t n = n0 + 8 * h + g < N ? n0 + 8 * h + g : N - 1;
+        wp[h] = wdata + n * (K / 2) + 4 * t;
+        sp[h] = wscale + n * nb;
+    }
+    auto word = [](const uint8_t *p) { return __ldg(reinterpret_cast<const uint32_t *>(p)); };
+    auto load_block = [&](gi_ring<STEP> &st, int j) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) st.w[h][j] = word(wp[h] + 16 * j);
+    };
+    auto load_scales = [&](gi_ring<STEP> &st, int q) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) st.sc[h][q] = word(sp[h] + 4 * q);
+    };
+    auto advance = [&]() {
+#pragma unroll
+        for (int h = 0; h < 2; h++) wp[h] += 16 * STEP, sp[h] += STEP;
+    };
+    gi_ring<STEP> st; /* each slot is refilled with the block a step ahead as soon as it is used */
+#pragma unroll
+    for (int q = 0; q < STEP / 4; q++) st.sc[0][q] = st.sc[1][q] = 0x7f7f7f7fu; /* past K: plain (below) */
+    if (busy) {
+#pragma unroll
+        for (int j = 0; j < STEP; j++) {
+            if (j < nb) load_block(st, j);
+            if (j % 4 == 0 && j < nb) load_scales(st, j / 4); /* nb % 4 == 0 */
+        }
+        advance();
+    }
+
+    /* the TT token rows' digits (zeros past the group's rows) while the first weights load: a row
+     * block's 96 bytes in 16-byte pieces u (digit u / 2, half u % 2) */
+    const int64_t pieces = (int64_t)TT * nb * 6;
+    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
+        const int r = (int)(i / (nb * 6));
+        const int64_t rem = i - r * nb * 6, b = rem / 6;
+        const int u = (int)(rem - 6 * b), dgt = u >> 1, half = u & 1;
+        uint8_t *dst = dgt < 2 ? t0 + (b * 2 * TT + 2 * r + dgt) * 32 + 16 * half : t1 + (b * TT + r) * 32 + 16 * half;
+        di_cp_async16(dst, r < rows ? xd + ((m0 + r) * nb + b) * 96 + 32 * dgt + 16 * half : xd, r < rows);
+    }
+    di_cp_async_commit();
+    for (int64_t i = threadIdx.x; i < TT * nb; i += blockDim.x) {
+        const int r = (int)(i % TT);
+        xs[i] = r < rows ? xsg[(m0 + r) * nb + i / TT] : 0.0f;
+    }
+    di_cp_async_wait<0>();
+    __syncthreads();
+
+    /* B fragments: column g of T0, g / 2 of T1, bytes 8t.. (b0 k 4t.. = the word's k 8t..8t+3,
+     * b1 k 16 + 4t.. = its k 8t+4..); the scale of token t */
+    const uint8_t *b0p = t0 + (g % (2 * TT)) * 32 + 8 * t, *b1p = t1 + ((g >> 1) % TT) * 32 + 8 * t;
+    const float *xsp = xs + (t < TT ? t : TT - 1);
+    float acc0 = 0.0f, acc1 = 0.0f; /* token t x features n0 + g, n0 + g + 8 */
+    /* whether the step's scale bytes (every lane's) are all in 1..254: then 2^(b - 127) is b << 23, a
+     * normal float -- di_dev_e8m0 without its cases of 0 (2^-127) and 255 (NaN) */
+    auto plain_step = [&]() {
+        uint32_t odd = 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int q = 0; q < STEP / 4; q++) { /* a zero byte in v, in ~v */
+                const uint32_t v = st.sc[h][q];
+                odd |= ((v - 0x01010101u) & ~v) | ((~v - 0x01010101u) & v);
+            }
+        return !__any_sync(0xffffffffu, (odd & 0x80808080u) != 0);
+    };
+    /* one step of STEP blocks from b, refilling each slot with block b + STEP + j while those exist;
+     * `full` when all STEP blocks are in K (no branch inside); `plain`: plain_step() */
+    auto step = [&](int64_t b, auto full, auto plain) {
+        const int64_t refill = decltype(full)::value ? nb - b - STEP : 0;
+        auto scale = [&](uint32_t w, int j) {
+            const uint32_t e = (w >> (8 * (j % 4))) & 0xffu;
+            return decltype(plain)::value ? __uint_as_float(e << 23) : di_dev_e8m0((uint8_t)e);
+        };
+#pragma unroll
+        for (int j = 0; j < STEP; j++) {
+            const int64_t bj = b + j;
+            if (!decltype(full)::value && bj >= nb) break; /* uniform */
+            uint32_t af[4]; /* a0 row g k 4t.. = its word's k 8t..8t+3, a2 = k 8t+4.., a1 / a3 row g + 8 */
+            di_e2m1x8_to_s8x8(st.w[0][j], &af[0], &af[2]);
+            di_e2m1x8_to_s8x8(st.w[1][j], &af[1], &af[3]);
+            const float sb0 = scale(st.sc[0][j / 4], j), sb1 = scale(st.sc[1][j / 4], j);
+            if (j < refill) load_block(st, j);
+            if (j % 4 == 3 && j - 3 < refill) load_scales(st, j / 4);
+            const uint2 q0 = *reinterpret_cast<const uint2 *>(b0p + bj * (2 * TT * 32));
+            const uint2 q1 = *reinterpret_cast<const uint2 *>(b1p + bj * (TT * 32));
+            const uint32_t bf0[2] = {q0.x, q0.y}, bf1[2] = {q1.x, q1.y};
+            int d0[4], d1[4];
+            di_mma_s8_16832(d0, af, bf0);
+            di_mma_s8_16832(d1, af, bf1);
+            const float xv = xsp[bj * TT];
+            acc0 = __fmaf_rn(__int2float_rn(d0[0] + d0[1] * 128 + d1[0] * 16384), xv * sb0, acc0);
+            acc1 = __fmaf_rn(__int2float_rn(d0[2] + d0[3] * 128 + d1[2] * 16384), xv * sb1, acc1);
+        }
+        advance();
+    };
+    for (int64_t b = 0; busy && b < nb; b += STEP) {
+        const bool plain = plain_step();
+        if (b + STEP <= nb) {
+            if (plain) step(b, std::true_type(), std::true_type());
+            else step(b, std::true_type(), std::false_type());
+        } else {
+            if (plain) step(b, std::false_type(), std::true_type());
+            else step(b, std::false_type(), std::false_type());
+        }
+    }
+    if (!busy || t >= rows) return;
+    if (n0 + g < N) y[(m0 + t) * N + n0 + g] = di_dev_bf16_round(acc0);
+    if (n0 + g + 8 < N) y[(m0 + t) * N + n0 + g + 8] = di_dev_bf16_round(acc1);
+}
+
+bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
+    return K % 128 == 0 && gi_smem_bytes(gi_tokens(max_rows), K) <= GI_SMEM_MAX;
+}
+
+template <int TT, int STEP, int WARPS, int MINB>
+static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
+    static bool attr_set;
+    if (!attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_fp4_imma_kernel<TT, STEP, WARPS, MINB>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, GI_SMEM_MAX));
+        attr_set = true;
+    }
+    unsigned blocks = 0;
+    for (int i = 0; i < a.n_mats; i++) {
+        a.mat[i].blocks = (int)((a.mat[i].N + 16 * WARPS - 1) / (16 * WARPS));
+        blocks += (unsigned)a.mat[i].blocks;
+    }
+    const dim3 grid(blocks, (unsigned)((max_rows + TT - 1) / TT), (unsigned)slots);
+    gemv_fp4_imma_kernel<TT, STEP, WARPS, MINB><<<grid, WARPS * 32, gi_smem_bytes(TT, a.K), s>>>(a);
+    DI_CUDA_LAUNCHED();
+}
+/* 8 blocks a ring step and 80 registers: three blocks a multiprocessor (16 blocks and two a
+ * multiprocessor were 5-10% slower at 16 rows an expert; blocks of 4 warps, slower still) */
+template <int TT>
+static void gi_launch_tt(const gi_args &a, int64_t max_rows, int slots, cudaStream_t s) {
+    gi_launch<TT, 8, 8, 3>(a, max_rows, slots, s);
+}
+
+void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
+                           const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
+                           const float *xs) {
+    if (rows <= 0 || max_rows <= 0 || n_mats <= 0) return;
+    if (n_mats > DI_GEMV_MAX_MATS || !di_cuda_gemv_imma_ok(K, max_rows)) { /* a caller's bug */
+        fprintf(stderr, "di_cuda_gemv_fp4_imma: %d matrices, K %lld, %lld rows: not this kernel's call\n", n_mats,
+                (long long)K, (long long)max_rows);
+        abort();
+    }
+    gi_args a = {xd, xs, max_rows, K, row_off, active, {}, 0};
+    for (int i = 0; i < n_mats; i++) {
+        if (mats[i].N <= 0) continue;
+        if (mats[i].ksplit != 1) {
+            fprintf(stderr, "di_cuda_gemv_fp4_imma: a K split of %d (the kernel sums the whole K)\n", mats[i].ksplit);
+            abort();
+        }
+        a.mat[a.n_mats++] = gi_mat{mats[i].wdata, mats[i].wscale, mats[i].wdata_g, mats[i].wscale_g, mats[i].y,
+                                   mats[i].N, 0};
+    }
+    if (!a.n_mats) return;
+    const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
+    switch (gi_tokens(max_rows)) {
+    case 1: gi_launch_tt<1>(a, max_rows, slots, s); break;
+    case 2: gi_launch_tt<2>(a, max_rows, slots, s); break;
+    default: gi_launch_tt<4>(a, max_rows, slots, s); break;
+    }
+}
