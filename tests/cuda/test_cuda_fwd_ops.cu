@@ -786,8 +786,12 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
  * against the exact kernel, bit for bit: its block sums are exact and its fold is the CPU's. G
  * groups through the slot list and the active list, then as the w1 / w3 pair over a row list (the
  * MoE's gather), the second weight set being the groups in reverse order ---- */
-static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G) {
+static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool nan_scale = false) {
     grp_case c = grp_make(DI_DT_I8, K, N, rows, G);
+    if (nan_scale) { /* scale byte 255 (NaN) at row 3, block 5 of group 0: that chunk takes di_dev_e8m0 */
+        const uint8_t nan_byte = 255;
+        cudaMemcpy((uint8_t *)c.ws[0] + 3 * (K / 32) + 5, &nan_byte, 1, cudaMemcpyHostToDevice);
+    }
     const int M = c.M, max_rows = c.max_rows;
     const int64_t per_group = (M + G - 1) / G, n = (int64_t)M * N;
     float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
@@ -796,8 +800,8 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G) {
     const bool taken = per_group <= DI_GEMV_IMMA_ROWS && di_cuda_gemv_ok(false, true, K, per_group, 1) &&
                        di_cuda_gemv_imma_ok(K, max_rows);
     char shp[112];
-    snprintf(shp, sizeof shp, "fp4 G=%d M=%d max=%d K=%lld N=%lld%s", G, M, max_rows, (long long)K, (long long)N,
-             taken ? "" : " NOT-IMMA");
+    snprintf(shp, sizeof shp, "fp4 G=%d M=%d max=%d K=%lld N=%lld%s%s", G, M, max_rows, (long long)K, (long long)N,
+             nan_scale ? " nan-scale" : "", taken ? "" : " NOT-IMMA");
     std::vector<void *> rwd(c.wd.rbegin(), c.wd.rend()), rws(c.ws.rbegin(), c.ws.rend());
     const uint8_t **d_rwd = (const uint8_t **)dev_upload(rwd.data(), sizeof(void *) * G);
     const uint8_t **d_rws = (const uint8_t **)dev_upload(rws.data(), sizeof(void *) * G);
@@ -1281,6 +1285,7 @@ static void run_imma_quick(void) {
     test_gemv_imma(768, 96, imma2, 6);
     test_gemv_imma(384, 200, imma4, 8);
     test_gemv_imma(640, 64, imma5, 5);
+    test_gemv_imma(256, 40, imma2, 6, true);
 }
 
 static void run_quick(void) {

@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args
                 const uint32_t v = st.sc[h][q];
                 odd |= ((v - 0x01010101u) & ~v) | ((~v - 0x01010101u) & v);
             }
-        return !__any_sync(0xffffffffu, (odd & 0x80808080u) != 0);
+        return !__ballot_sync(0xffffffffu, (odd & 0x80808080u) != 0);
     };
     /* one step of STEP blocks from b, refilling each slot with block b + STEP + j while those exist;
      * `full` when all STEP blocks are in K (no branch inside); `plain`: plain_step() */
