@@ -324,25 +324,32 @@ __global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int
     }
 }
 
-/* K splits from the weight's shape (never from the rows of a single matrix, so its results do not
- * depend on the batch): enough blocks of 32 columns x split to fill the card at decode, at most 8,
- * and at least 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Groups
- * (experts, wo_a) never split: their rows per group change with the batch, and since the decode
- * twin takes a warp per 16 features (session 6) unsplit groups ran as fast at B = 1 and 10% faster
- * at B = 8-32 than groups split at decode sizes. Returns the split count and its length in blocks. */
-static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks) {
-    const int64_t nb = K / 32, whole = (nb + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
-    *split_blocks = (int)whole;
-    if (!single_matrix) return 1;
-    const int64_t col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
-    int64_t ks = (256 + col_blocks - 1) / col_blocks;
-    if (ks > 8) ks = 8;
-    if (ks > stages / 2) ks = stages / 2;
-    if (ks <= 1) return 1;
-    const int64_t per = ((nb + ks - 1) / ks + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
+/* nb K blocks in about n splits on MM_SPLIT_UNIT boundaries (fewer where K is short): the split count */
+static int mm_ksplit_n(int64_t nb, int64_t n, int *split_blocks) {
+    const int64_t per = ((nb + n - 1) / n + MM_SPLIT_UNIT - 1) / MM_SPLIT_UNIT * MM_SPLIT_UNIT;
     *split_blocks = (int)per;
     return (int)((nb + per - 1) / per);
 }
+
+/* K splits from the weight's shape (never from the rows of a single matrix, so its results do not
+ * depend on the batch): enough blocks of 32 columns x split to fill the card at decode, at most 8,
+ * and at least 2 stages of 128 per split; each split a multiple of MM_SPLIT_UNIT blocks. Groups of
+ * experts never split: their rows per group change with the batch, and since the decode twin takes
+ * a warp per 16 features (session 6) unsplit groups ran as fast at B = 1 and 10% faster at B = 8-32
+ * than groups split at decode sizes (wo_a's slices: MM_SLICE_SPLITS). Returns the split count and
+ * its length in blocks. */
+static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks) {
+    const int64_t nb = K / 32, col_blocks = (N + 31) / 32, stages = (K + MM_BK - 1) / MM_BK;
+    int64_t ks = (256 + col_blocks - 1) / col_blocks;
+    if (ks > 8) ks = 8;
+    if (ks > stages / 2) ks = stages / 2;
+    return mm_ksplit_n(nb, single_matrix && ks > 1 ? ks : 1, split_blocks);
+}
+/* wo_a's block-diagonal slices (di_cuda_linear_bf16w8 with groups) split K in two: unsplit, the
+ * decode twin ran 64 blocks (8 slices x 8 of 8 warps) on 132 multiprocessors. Two splits: decode
+ * at B = 1-64 0.3-0.6 ms a step faster; four: slower at B = 8 and at a 512-token prefill (session
+ * 18). A function of the shape alone, as every split: batch invariance holds. */
+#define MM_SLICE_SPLITS 2
 
 /* K splits: y = their partial sums added in split order */
 static void reduce_splits(const mm_args &a, cudaStream_t s) {
@@ -518,7 +525,8 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     if (m <= 0 || rows_per_group <= 0) return;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
-    int ksplit = mm_ksplit(rows_per_group, K, n_groups == 1, &split_blocks);
+    int ksplit = n_groups > 1 ? mm_ksplit_n(nb, MM_SLICE_SPLITS, &split_blocks)
+                              : mm_ksplit(rows_per_group, K, true, &split_blocks);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
         di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks);
