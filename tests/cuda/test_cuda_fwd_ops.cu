@@ -647,6 +647,18 @@ static void grp_free(grp_case *c) {
     cudaFree((void *)c->d_wd), cudaFree((void *)c->d_ws), cudaFree(c->d_off), cudaFree(c->d_act);
 }
 
+/* x [M, K] on the device copied to *copy row i at M - 1 - i, and the device list of its rows in
+ * x's order (the MoE's gather: rows through a list, anywhere) */
+static const float **rows_reversed(const float *x, int M, int64_t K, float **copy) {
+    *copy = (float *)dev_poisoned(sizeof(float) * (size_t)M * K);
+    std::vector<const float *> xr(M);
+    for (int i = 0; i < M; i++) {
+        cudaMemcpy(*copy + (size_t)(M - 1 - i) * K, x + (size_t)i * K, sizeof(float) * K, cudaMemcpyDeviceToDevice);
+        xr[i] = *copy + (size_t)(M - 1 - i) * K;
+    }
+    return (const float **)dev_upload(xr.data(), sizeof(void *) * M);
+}
+
 /* ---- grouped quantised linear: each group's rows equal that group computed alone -- a single-matrix
  * call on the exact kernel; a one-group grouped call on the tensor-core one (single matrices there
  * may split K by their shape, groups never do) ---- */
@@ -706,14 +718,9 @@ static void test_linear_grouped1(di_dtype dt, int64_t K, int64_t N, const int *r
         dev_download(a, yb2, sizeof(float) * (size_t)M * N);
         dev_download(c1, yb1, sizeof(float) * (size_t)M * N);
         compare("linear_quant_grouped.pair_b", shp, a, c1, (int64_t)M * N, "exact");
-        if (!exact && M > 0) { /* x's rows through a list (the MoE's gather): row i stored at M - 1 - i */
-            float *xp = (float *)dev_poisoned(sizeof(float) * (size_t)M * K);
-            std::vector<const float *> xr(M);
-            for (int i = 0; i < M; i++) {
-                cudaMemcpy(xp + (size_t)(M - 1 - i) * K, x + (size_t)i * K, sizeof(float) * K, cudaMemcpyDeviceToDevice);
-                xr[i] = xp + (size_t)(M - 1 - i) * K;
-            }
-            const float **d_xr = (const float **)dev_upload(xr.data(), sizeof(void *) * M);
+        if (!exact && M > 0) { /* x's rows through a list (the MoE's gather) */
+            float *xp;
+            const float **d_xr = rows_reversed(x, M, K, &xp);
             di_cuda_linear_quant_grouped_pair(&g_cx, &shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M,
                                               max_rows, NULL, d_xr, yp, yb2);
             dev_download(a, yp, sizeof(float) * (size_t)M * N);
@@ -821,14 +828,9 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool na
         compare(with_active ? "gemv_imma.active" : "gemv_imma", shp, a, b, n, "exact");
         cudaFree(y);
     }
-    /* the pair over x's rows through a list: row i stored at M - 1 - i */
-    float *xp = (float *)dev_poisoned(sizeof(float) * (size_t)M * K);
-    std::vector<const float *> xr(M);
-    for (int i = 0; i < M; i++) {
-        cudaMemcpy(xp + (size_t)(M - 1 - i) * K, x + (size_t)i * K, sizeof(float) * K, cudaMemcpyDeviceToDevice);
-        xr[i] = xp + (size_t)(M - 1 - i) * K;
-    }
-    const float **d_xr = (const float **)dev_upload(xr.data(), sizeof(void *) * M);
+    /* the pair over x's rows through a list */
+    float *xp;
+    const float **d_xr = rows_reversed(x, M, K, &xp);
     float *ya = (float *)dev_poisoned(sizeof(float) * (size_t)n), *yb = (float *)dev_poisoned(sizeof(float) * (size_t)n);
     di_cuda_linear_quant_grouped_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows,
                                       NULL, d_xr, ya, yb);

@@ -94,6 +94,19 @@ static __device__ __forceinline__ const float *di_dev_act_lane(const float *x, c
     return rows[i / per_row] + 4 * (i % per_row);
 }
 
+/* The group of a block of a grouped decode twin (cuda_linear_gemv.cu, cuda_linear_gemv_imma.cu):
+ * slot blockIdx.z through the active list (or the group itself), its first row r0 and its rows M
+ * from the row offsets. False (the block has nothing to do) when the slot has no group or the
+ * block's first row m0 is past the group's rows. Uniform over the block. */
+static __device__ __forceinline__ bool di_dev_twin_group(const int *row_off, const int *active, int64_t m0, int *gi,
+                                                         int *r0, int64_t *M) {
+    *gi = active ? active[blockIdx.z] : (int)blockIdx.z;
+    if (*gi < 0) return false;
+    *r0 = row_off[*gi];
+    *M = row_off[*gi + 1] - *r0;
+    return m0 < *M;
+}
+
 /* A run of up to 64 list entries (cnt of them at lr; NULL = no entry) with its live entries moved
  * to rows[0 .. live), in list order, by one warp (every lane calls); returns live. Where a list
  * has its NULLs (they move with a prefill's chunking) then changes no sum of the attention

@@ -147,11 +147,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
     const int64_t m0 = (int64_t)blockIdx.y * MT;
     if (a.row_off) { /* this block's group (uniform over the block) */
-        const int gi = a.active ? a.active[blockIdx.z] : (int)blockIdx.z;
-        if (gi < 0) return;
-        const int r0 = a.row_off[gi];
-        M = a.row_off[gi + 1] - r0;
-        if (m0 >= M) return;
+        int gi, r0;
+        if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M)) return;
         wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
         wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
         x += (int64_t)r0 * a.lda;

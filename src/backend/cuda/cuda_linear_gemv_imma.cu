@@ -48,11 +48,9 @@ __global__ void act_quant_digits_kernel(const float *__restrict__ x, const float
                                         float *__restrict__ xs) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
-    const bool live = blk < n_blocks;
-    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0);
+    uint32_t codes;
     float sc;
-    const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
-    if (!live) return;
+    if (!di_act_quant_lane(x, rows, row_blocks, n_blocks, i, &codes, &sc)) return;
     uint32_t d[3] = {0u, 0u, 0u};
 #pragma unroll
     for (int e = 0; e < 4; e++) {
@@ -121,11 +119,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args
     int64_t M = a.M;
     const int64_t m0 = (int64_t)blockIdx.y * TT;
     if (a.row_off) { /* this block's group */
-        const int gi = a.active ? a.active[blockIdx.z] : (int)blockIdx.z;
-        if (gi < 0) return;
-        const int r0 = a.row_off[gi];
-        M = a.row_off[gi + 1] - r0;
-        if (m0 >= M) return;
+        int gi, r0;
+        if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M)) return;
         wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
         wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
         xd += (int64_t)r0 * nb * 96;

@@ -52,11 +52,9 @@ __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, const float *
                                       float *__restrict__ s) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps (n_blocks * 8 lanes, rounded up) */
-    const bool live = blk < n_blocks;
-    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0); /* zeros past the end */
+    uint32_t codes;
     float sc;
-    const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
-    if (!live) return;
+    if (!di_act_quant_lane(x, rows, row_blocks, n_blocks, i, &codes, &sc)) return;
     reinterpret_cast<uint32_t *>(q)[i] = codes;
     if ((i & 7) == 0) s[blk] = sc;
 }

@@ -72,13 +72,11 @@ struct wg_layout {
  * act_quant leaves); 8 lanes a block, 4 values a lane (act_quant_e4m3_kernel's quantisation) */
 __global__ void act_quant_bf16_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
                                       int64_t row_blocks, int64_t n_blocks, uint2 *__restrict__ xb) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
-    const bool live = blk < n_blocks;
-    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0);
+    uint32_t codes;
     float sc;
-    const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
-    if (!live) return;
+    if (!di_act_quant_lane(x, rows, row_blocks, n_blocks, i, &codes, &sc)) return;
     float q[4];
     di_e4m3x2_to_f32x2((uint16_t)(codes & 0xffffu), &q[0], &q[1]);
     di_e4m3x2_to_f32x2((uint16_t)(codes >> 16), &q[2], &q[3]);

@@ -197,6 +197,17 @@ static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float 
 #endif
 }
 
+/* act_quant's lane i of x's n_blocks 32-value blocks (8 lanes a block, 4 values a lane; x's values
+ * or, with a row list, di_dev_act_lane's): its 4 e4m3 codes and the block's scale. Every lane of a
+ * warp calls (the block max is a shuffle); false for the lanes past the last block */
+static __device__ __forceinline__ bool di_act_quant_lane(const float *x, const float *const *rows, int64_t row_blocks,
+                                                         int64_t n_blocks, int64_t i, uint32_t *codes, float *scale) {
+    const bool live = (i >> 3) < n_blocks;
+    const float4 v = di_dev_load_row4(live ? di_dev_act_lane(x, rows, row_blocks, i) : nullptr, 0); /* zeros past the end */
+    *codes = di_act_quant_e4m3_x4(v, scale);
+    return live;
+}
+
 /* Four packed e2m1 codes (bits 0..15, lowest k in the lowest nibble; higher bits are ignored) ->
  * four e4m3 bytes of the same values (every e2m1 value is an e4m3 value): magnitudes through a
  * byte-permute table; signs
