@@ -12,8 +12,9 @@
  * digit is a column of an int8 mma.sync m16n8k32: the three int32 column sums, shifted and added,
  * are the block's sum of products times 2^10 exactly (|S| < 2^27). Rounded once to fp32 (the CPU
  * rounds its exact double sum once) and folded as acc = fma(S, xs 2^-10 * ws, acc) in ascending
- * K-block order: the CPU's acc += bs * xs * ws, since the scales are powers of two (equal unless
- * xs * ws falls below 2^-116, where the CPU's own product would lose bits too). No K split: the
+ * K-block order: the CPU's acc += bs * xs * ws, since the scales are powers of two (equal while
+ * xs * ws >= 2^-116, so that xs 2^-10 ws stays a normal float: act_quant's scales are >= 2^-22 and a
+ * checkpoint's weight scales near 1). No K split: the
  * experts' calls (groups) never split K. Within a block sum the order of the k does not matter (the
  * sum is exact), so a lane takes the weight word its own loads bring: lane 4g + t reads word t
  * (k 8t..8t+7) of rows g and g + 8 of each 16-byte block, and the digit columns in shared memory
