@@ -27,7 +27,7 @@
  * column r); lane 4g + t reads column g of T0 and g / 2 of T1 (columns past the tokens alias others:
  * their sums land in outputs never stored), so D0's c0 / c1 are token t's d0 / d1 sums of row g
  * (c2 / c3 row g + 8) and D1's c0 / c2 its d2 sums. Weight words stream through a register ring of
- * STEP blocks, as in the f16 twin. Where a ring step's weight scales are all in 1..254 (every warp
+ * GI_STEP blocks, as in the f16 twin. Where a ring step's weight scales are all in 1..254 (every warp
  * of a real checkpoint), 2^(e - 127) is e << 23: two instructions a scale instead of
  * di_dev_e8m0's seven (its cases 0 and 255 keep their own path).
  *
@@ -39,6 +39,11 @@
 
 #include <type_traits>
 
+#define GI_WARPS 8               /* warps a block, 16 feature rows each */
+#define GI_STEP 8                /* K blocks a step of the weight register ring */
+#define GI_MIN_BLOCKS 3          /* blocks a multiprocessor: 80 registers (16-block steps and two blocks a
+                                  * multiprocessor were 5-10% slower at 16 rows an expert; blocks of 4
+                                  * warps, slower still: docs/PERFORMANCE.md, session 18) */
 #define GI_SMEM_MAX (227 * 1024) /* the opt-in limit of a block on sm_90 */
 
 /* act_quant(x, 32) as the signed base-128 digits of its codes' integers (512 x): dg [n_blocks][3][32]
@@ -95,18 +100,17 @@ struct gi_args {
 
 /* the weight register ring: lane 4g + t's word t of rows g, g + 8 a block, and their scale words
  * (4 blocks each) */
-template <int STEP>
 struct gi_ring {
-    uint32_t w[2][STEP];
-    uint32_t sc[2][STEP / 4];
+    uint32_t w[2][GI_STEP];
+    uint32_t sc[2][GI_STEP / 4];
 };
 
 /* shared memory of a block of TT token rows: T0, T1 (96 TT bytes a K block) and the scales */
 static __host__ __device__ size_t gi_smem_bytes(int tt, int64_t K) { return (size_t)(K / 32) * (size_t)tt * (96 + 4); }
 static int gi_tokens(int64_t max_rows) { return max_rows <= 1 ? 1 : max_rows <= 2 ? 2 : 4; }
 
-template <int TT, int STEP, int WARPS, int MINB>
-__global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args a) {
+template <int TT>
+__global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_kernel(gi_args a) {
     extern __shared__ int4 gi_smem[];
     /* this block's matrix (uniform over the block), fields picked one by one */
     const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args
     uint8_t *t1 = t0 + nb * 2 * TT * 32;                  /* [nb][TT][32] digit 2 */
     float *xs = reinterpret_cast<float *>(t1 + nb * TT * 32); /* [nb][TT] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t n0 = ((int64_t)bx * WARPS + warp) * 16;
+    const int64_t n0 = ((int64_t)bx * GI_WARPS + warp) * 16;
     const bool busy = n0 < N; /* uniform over the warp */
 
     /* the ring: rows past N read row N - 1 (their outputs are never stored) */
@@ -145,24 +149,24 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args
         sp[h] = wscale + n * nb;
     }
     auto word = [](const uint8_t *p) { return __ldg(reinterpret_cast<const uint32_t *>(p)); };
-    auto load_block = [&](gi_ring<STEP> &st, int j) {
+    auto load_block = [&](gi_ring &st, int j) {
 #pragma unroll
         for (int h = 0; h < 2; h++) st.w[h][j] = word(wp[h] + 16 * j);
     };
-    auto load_scales = [&](gi_ring<STEP> &st, int q) {
+    auto load_scales = [&](gi_ring &st, int q) {
 #pragma unroll
         for (int h = 0; h < 2; h++) st.sc[h][q] = word(sp[h] + 4 * q);
     };
     auto advance = [&]() {
 #pragma unroll
-        for (int h = 0; h < 2; h++) wp[h] += 16 * STEP, sp[h] += STEP;
+        for (int h = 0; h < 2; h++) wp[h] += 16 * GI_STEP, sp[h] += GI_STEP;
     };
-    gi_ring<STEP> st; /* each slot is refilled with the block a step ahead as soon as it is used */
+    gi_ring st; /* each slot is refilled with the block a step ahead as soon as it is used */
 #pragma unroll
-    for (int q = 0; q < STEP / 4; q++) st.sc[0][q] = st.sc[1][q] = 0x7f7f7f7fu; /* past K: plain (below) */
+    for (int q = 0; q < GI_STEP / 4; q++) st.sc[0][q] = st.sc[1][q] = 0x7f7f7f7fu; /* past K: plain (below) */
     if (busy) {
 #pragma unroll
-        for (int j = 0; j < STEP; j++) {
+        for (int j = 0; j < GI_STEP; j++) {
             if (j < nb) load_block(st, j);
             if (j % 4 == 0 && j < nb) load_scales(st, j / 4); /* nb % 4 == 0 */
         }
@@ -199,22 +203,22 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int q = 0; q < STEP / 4; q++) { /* a zero byte in v, in ~v */
+            for (int q = 0; q < GI_STEP / 4; q++) { /* a zero byte in v, in ~v */
                 const uint32_t v = st.sc[h][q];
                 odd |= ((v - 0x01010101u) & ~v) | ((~v - 0x01010101u) & v);
             }
         return !__ballot_sync(0xffffffffu, (odd & 0x80808080u) != 0);
     };
-    /* one step of STEP blocks from b, refilling each slot with block b + STEP + j while those exist;
-     * `full` when all STEP blocks are in K (no branch inside); `plain`: plain_step() */
+    /* one step of GI_STEP blocks from b, refilling each slot with block b + GI_STEP + j while those exist;
+     * `full` when all GI_STEP blocks are in K (no branch inside); `plain`: plain_step() */
     auto step = [&](int64_t b, auto full, auto plain) {
-        const int64_t refill = decltype(full)::value ? nb - b - STEP : 0;
+        const int64_t refill = decltype(full)::value ? nb - b - GI_STEP : 0;
         auto scale = [&](uint32_t w, int j) {
             const uint32_t e = (w >> (8 * (j % 4))) & 0xffu;
             return decltype(plain)::value ? __uint_as_float(e << 23) : di_dev_e8m0((uint8_t)e);
         };
 #pragma unroll
-        for (int j = 0; j < STEP; j++) {
+        for (int j = 0; j < GI_STEP; j++) {
             const int64_t bj = b + j;
             if (!decltype(full)::value && bj >= nb) break; /* uniform */
             uint32_t af[4]; /* a0 row g k 4t.. = its word's k 8t..8t+3, a2 = k 8t+4.., a1 / a3 row g + 8 */
@@ -235,9 +239,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) gemv_fp4_imma_kernel(gi_args
         }
         advance();
     };
-    for (int64_t b = 0; busy && b < nb; b += STEP) {
+    for (int64_t b = 0; busy && b < nb; b += GI_STEP) {
         const bool plain = plain_step();
-        if (b + STEP <= nb) {
+        if (b + GI_STEP <= nb) {
             if (plain) step(b, std::true_type(), std::true_type());
             else step(b, std::true_type(), std::false_type());
         } else {
@@ -254,30 +258,23 @@ bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
     return K % 128 == 0 && gi_smem_bytes(gi_tokens(max_rows), K) <= GI_SMEM_MAX;
 }
 
-template <int TT, int STEP, int WARPS, int MINB>
+template <int TT>
 static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_fp4_imma_kernel<TT, STEP, WARPS, MINB>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, GI_SMEM_MAX));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_fp4_imma_kernel<TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           GI_SMEM_MAX));
         attr_set = true;
     }
     unsigned blocks = 0;
     for (int i = 0; i < a.n_mats; i++) {
-        a.mat[i].blocks = (int)((a.mat[i].N + 16 * WARPS - 1) / (16 * WARPS));
+        a.mat[i].blocks = (int)((a.mat[i].N + 16 * GI_WARPS - 1) / (16 * GI_WARPS));
         blocks += (unsigned)a.mat[i].blocks;
     }
     const dim3 grid(blocks, (unsigned)((max_rows + TT - 1) / TT), (unsigned)slots);
-    gemv_fp4_imma_kernel<TT, STEP, WARPS, MINB><<<grid, WARPS * 32, gi_smem_bytes(TT, a.K), s>>>(a);
+    gemv_fp4_imma_kernel<TT><<<grid, GI_WARPS * 32, gi_smem_bytes(TT, a.K), s>>>(a);
     DI_CUDA_LAUNCHED();
 }
-/* 8 blocks a ring step and 80 registers: three blocks a multiprocessor (16 blocks and two a
- * multiprocessor were 5-10% slower at 16 rows an expert; blocks of 4 warps, slower still) */
-template <int TT>
-static void gi_launch_tt(const gi_args &a, int64_t max_rows, int slots, cudaStream_t s) {
-    gi_launch<TT, 8, 8, 3>(a, max_rows, slots, s);
-}
-
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
                            const float *xs) {
@@ -300,8 +297,8 @@ void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_
     if (!a.n_mats) return;
     const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
     switch (gi_tokens(max_rows)) {
-    case 1: gi_launch_tt<1>(a, max_rows, slots, s); break;
-    case 2: gi_launch_tt<2>(a, max_rows, slots, s); break;
-    default: gi_launch_tt<4>(a, max_rows, slots, s); break;
+    case 1: gi_launch<1>(a, max_rows, slots, s); break;
+    case 2: gi_launch<2>(a, max_rows, slots, s); break;
+    default: gi_launch<4>(a, max_rows, slots, s); break;
     }
 }
