@@ -984,42 +984,117 @@ static void test_e2m1_widen(void) {
     cudaFree(d);
 }
 
-/* every 16-bit input of di_e2m1x4_to_bf16x4, times e8m0 scales through di_bf16x2_mul (the wgmma
- * GEMM's FP4 dequantisation), against the e2m1 table times the scale as bf16 bits */
-__global__ void e2m1_bf16_kernel(uint32_t e8, uint32_t *out) {
+/* every 16-bit input of di_e2m1x4_to_off64 -> di_off64x4_to_bf16x4 (the wgmma GEMM's FP4
+ * dequantisation), times e8m0 scales both ways (the one-fma path where the scale is plain, the fma
+ * and multiply everywhere), against the e2m1 table times the scale as bf16 bits. A -0 code comes out
+ * +0: the reference clears the sign of zeros (the GEMM's sums start from +0, so the sign of a zero
+ * product never reaches an output). */
+__global__ void e2m1_bf16_kernel(uint32_t e8, bool plain, uint32_t *out) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= 65536) return;
-    const uint32_t sb = __float_as_uint(di_dev_e8m0((uint8_t)e8)) >> 16;
     uint32_t o[2];
-    di_e2m1x4_to_bf16x4(i | (i * 2654435761u) << 16, o); /* bits 16.. must not matter */
-    out[2 * i] = di_bf16x2_mul(o[0], sb | sb << 16);
-    out[2 * i + 1] = di_bf16x2_mul(o[1], sb | sb << 16);
+    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(i | (i * 2654435761u) << 16), di_e2m1_bf16_scale(e8, plain), plain,
+                         o); /* bits 16.. must not matter */
+    out[2 * i] = o[0];
+    out[2 * i + 1] = o[1];
 }
 static void test_e2m1_bf16(void) {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    static const uint32_t scales[] = {0, 1, 100, 120, 127, 140, 250};
+    static const uint32_t scales[] = {0, 1, 2, 100, 120, 127, 140, 248, 249, 250, 254};
     uint32_t *d = (uint32_t *)dev_poisoned(8 * 65536);
     std::vector<uint32_t> got(2 * 65536);
     std::vector<float> a(4 * 65536), b(4 * 65536);
+    for (uint32_t e8 : scales)
+        for (int plain = 0; plain < 2; plain++) {
+            if (plain && !(e8 >= 2 && e8 <= 248)) continue; /* the plain scales */
+            e2m1_bf16_kernel<<<256, 256>>>(e8, plain != 0, d);
+            CK(cudaGetLastError());
+            dev_download(got.data(), d, 8 * 65536);
+            for (uint32_t i = 0; i < 65536; i++)
+                for (int n = 0; n < 4; n++) {
+                    const uint32_t c = (i >> (4 * n)) & 15;
+                    const float v = ldexpf(c & 8 ? -mag[c & 7] : mag[c & 7], (int)e8 - 127) + 0.0f; /* exact; -0 -> +0 */
+                    uint32_t ref_bits, got_bits = (got[2 * i + n / 2] >> (16 * (n & 1))) << 16;
+                    memcpy(&ref_bits, &v, 4);
+                    ref_bits &= 0xffff0000u;
+                    memcpy(&a[4 * i + n], &got_bits, 4);
+                    memcpy(&b[4 * i + n], &ref_bits, 4);
+                }
+            char shp[64];
+            snprintf(shp, sizeof shp, "all 65536 inputs x 2^%d, %s (bits)", (int)e8 - 127, plain ? "plain" : "general");
+            compare("e2m1_bf16", shp, a.data(), b.data(), 4 * 65536, "twin");
+        }
+    cudaFree(d);
+}
+
+/* every pair of e4m3 codes through di_e4m3x2_to_bf16x2_m112 and the multiply by
+ * di_e4m3_bf16_scale (the wgmma GEMM's plain FP8 dequantisation) against the CPU's e4m3 table times
+ * the scale, as bf16 bits, at plain scale bytes (10..142); NaN codes (0x7f, 0xff) come out finite
+ * there and are left out */
+__global__ void e4m3_bf16_kernel(uint32_t e8, uint32_t *out) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 65536) out[i] = di_bf16x2_mul(di_e4m3x2_to_bf16x2_m112((uint16_t)i), di_e4m3_bf16_scale(e8));
+}
+static void test_e4m3_bf16(void) {
+    static const uint32_t scales[] = {10, 11, 100, 118, 127, 135, 142};
+    uint32_t *d = (uint32_t *)dev_poisoned(4 * 65536);
+    std::vector<uint32_t> got(65536);
+    std::vector<float> a, b;
     for (uint32_t e8 : scales) {
-        e2m1_bf16_kernel<<<256, 256>>>(e8, d);
+        e4m3_bf16_kernel<<<256, 256>>>(e8, d);
         CK(cudaGetLastError());
-        dev_download(got.data(), d, 8 * 65536);
+        dev_download(got.data(), d, 4 * 65536);
+        a.clear(), b.clear();
         for (uint32_t i = 0; i < 65536; i++)
-            for (int n = 0; n < 4; n++) {
-                const uint32_t c = (i >> (4 * n)) & 15;
-                const float v = ldexpf(c & 8 ? -mag[c & 7] : mag[c & 7], (int)e8 - 127); /* exact */
-                uint32_t ref_bits, got_bits = (got[2 * i + n / 2] >> (16 * (n & 1))) << 16;
+            for (int n = 0; n < 2; n++) {
+                const uint8_t c = (uint8_t)(i >> (8 * n));
+                if ((c & 0x7f) == 0x7f) continue;
+                const float v = di_e4m3_to_f32(c) * di_e8m0_to_f32((uint8_t)e8); /* exact, a bf16 value */
+                uint32_t ref_bits, got_bits = (got[i] >> (16 * n)) << 16;
                 memcpy(&ref_bits, &v, 4);
-                ref_bits &= 0xffff0000u;
-                memcpy(&a[4 * i + n], &got_bits, 4);
-                memcpy(&b[4 * i + n], &ref_bits, 4);
+                float fa, fb;
+                memcpy(&fa, &got_bits, 4);
+                memcpy(&fb, &ref_bits, 4);
+                a.push_back(fa), b.push_back(fb);
             }
         char shp[64];
-        snprintf(shp, sizeof shp, "all 65536 inputs x 2^%d (bits)", (int)e8 - 127);
-        compare("e2m1_bf16", shp, a.data(), b.data(), 4 * 65536, "twin");
+        snprintf(shp, sizeof shp, "all code pairs x 2^%d (bits)", (int)e8 - 127);
+        compare("e4m3_bf16", shp, a.data(), b.data(), (int64_t)a.size(), "twin");
     }
     cudaFree(d);
+}
+
+/* di_e8m0x4_any_odd (which dequantisation the wgmma kernel's CTAs take) against the bytes one by
+ * one: every byte value at every position among plain ones, then random words */
+__global__ void e8m0_odd_kernel(const uint32_t *w, int n, uint8_t *out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (uint8_t)(di_e8m0x4_any_odd(true, w[i]) | di_e8m0x4_any_odd(false, w[i]) << 1);
+}
+static void test_e8m0_odd(void) {
+    std::vector<uint32_t> w;
+    for (uint32_t b = 0; b < 256; b++)
+        for (int pos = 0; pos < 4; pos++) w.push_back((0x76767676u & ~(0xFFu << (8 * pos))) | b << (8 * pos));
+    while (w.size() < (1u << 20)) w.push_back((uint32_t)rnd_u64());
+    const int n = (int)w.size();
+    uint32_t *dw = (uint32_t *)dev_upload(w.data(), 4 * (size_t)n);
+    uint8_t *dout = (uint8_t *)dev_poisoned((size_t)n);
+    e8m0_odd_kernel<<<(n + 255) / 256, 256>>>(dw, n, dout);
+    CK(cudaGetLastError());
+    std::vector<uint8_t> got(n);
+    dev_download(got.data(), dout, (size_t)n);
+    std::vector<float> a(n), b(n);
+    for (int i = 0; i < n; i++) {
+        bool odd4 = false, odd8 = false;
+        for (int k = 0; k < 4; k++) {
+            const uint32_t e = (w[i] >> (8 * k)) & 255u;
+            odd4 |= e < 2 || e > 248;
+            odd8 |= e < 10 || e > 142;
+        }
+        a[i] = (float)got[i];
+        b[i] = (float)(odd4 | odd8 << 1);
+    }
+    compare("e8m0_odd", "every byte at every position, random words", a.data(), b.data(), n, "exact");
+    cudaFree(dw), cudaFree(dout);
 }
 
 /* every ue8m0 scale byte through the branch-free di_dev_e8m0 against the CPU's di_e8m0_to_f32
@@ -1275,6 +1350,8 @@ static void run_wgmma_quick(void) {
     test_wgmma_grouping(DI_DT_I8, 1024, 96, pre_rows, 5); /* 16 stages: every slot reused */
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
     test_e2m1_bf16();
+    test_e4m3_bf16();
+    test_e8m0_odd();
 }
 
 

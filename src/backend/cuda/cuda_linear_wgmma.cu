@@ -19,6 +19,17 @@
  * exact modes never come here. (The FP8 wgmma, QGMMA, keeps fewer bits of the products' sum: the
  * tiny fixture's replay error tripled with it.)
  *
+ * The dequantisation (its issue slots bound this kernel) has two forms with the same bf16 values:
+ * "plain" where every scale byte of the CTA's rows is in the range of a real checkpoint (FP4
+ * 2..248, FP8 10..142), the general one (the scale decoded as fp32, then a multiply) otherwise.
+ * Plain FP4: a code's byte 64 + 2v from two byte-permute lookups, one bf16 fma with h = 2^(e - 128),
+ * c = -192 h built from the scale byte by integer multiply-adds (di_e2m1_bf16_scale); -0 comes out
+ * +0, which no sum from +0 can tell apart. Plain FP8: e4m3 -> f16 (one cvt), the f16 bits shifted
+ * into a bf16 of the value times 2^-112, one bf16 multiply by 2^(e - 15)
+ * (di_e4m3x2_to_bf16x2_m112): a NaN weight code comes out finite there, where the CPU and the other
+ * kernels propagate it. The producer counts the scale words that are not plain while the first
+ * stages load; every stage of the CTA then takes one form.
+ *
  * Roles (one CTA of three warpgroups a multiprocessor): warpgroups 0 and 1 consume, each 64 of
  * the CTA's 128 weight rows x BT tokens; warpgroup 2 only copies. A stage is 64 K values (2 scale
  * blocks) in one of WG_SLOTS slots: the bf16 activations (K-major, 128-byte swizzle: wgmma's B
@@ -30,19 +41,25 @@
  * (C7513) when registers feeding one are written while another of the warpgroup is in flight, so
  * the next stage's dequantisation waits for this one's wgmmas; instead the two consumers take
  * turns issuing (ping-pong): one dequantises while the other's wgmmas run. The weight scales of
- * the CTA's rows for its whole K split are copied once, at the start.
+ * the CTA's rows for its whole K split are copied once, at the start. FP4 tiles whose shared memory
+ * allows two CTAs a multiprocessor are compiled for two (80 registers a thread).
  *
  * Measured (session 9, docs/PERFORMANCE.md; 48 experts x 512 rows, w1): the exact twin of the
  * mma.sync fold on f16 wgmma, a producer widening into shared memory, 135 TFLOP/s (mma.sync: 140);
  * without the fold, 211; dequantising in the consumers, 308; this version 303 there and 1.15x
  * faster at 32-64 rows an expert. What bounds it at 512 rows: the activation copies through L2
- * (1.54 ms of its 1.92 without any dequantisation). */
+ * (1.54 ms of its 1.92 without any dequantisation). Session 19 (the plain forms, a scale check per
+ * CTA, the stage's fence before the turn's wait): consumer loop 227 -> 170 SASS instructions a stage
+ * (FP4, 64 tokens) and 199 -> 167 (FP8, 128); decode B = 128 / 256 7% / 6% faster, a 512-token
+ * prefill 6%, a 4,096-token one 1.4%. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_wgmma.cuh"
+
+#include <type_traits>
 
 
 #define WG_BW 128        /* weight rows per CTA: two consumer warpgroups of 64 */
@@ -64,8 +81,12 @@ struct wg_layout {
     static constexpr int SLOT = (X16 + WG_BW * RB + 1023) / 1024 * 1024; /* + [BW][RB] codes */
     static constexpr int SCALE_ROWS = FP4 ? WG_BW : WG_BW / 32;
     static constexpr int SCALES = SCALE_ROWS * (FP4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8); /* [rows][split] e8m0 */
-    static constexpr int MBARS = SCALES; /* [2][WG_SLOTS] mbarriers: full, empty (SCALES % 8 == 0) */
-    static constexpr int SMEM = WG_SLOTS * SLOT + SCALES + 2 * WG_SLOTS * 8 + 1024; /* + alignment slack */
+    static constexpr int MBARS = SCALES; /* [2][WG_SLOTS] mbarriers: full, empty (SCALES % 8 == 0), then
+                                          * the count of scale words that are not plain (an int) */
+    static constexpr int SMEM = WG_SLOTS * SLOT + SCALES + 2 * WG_SLOTS * 8 + 16 + 1024; /* + alignment slack */
+    /* FP4: two CTAs a multiprocessor where shared memory allows, so ptxas keeps to 80 registers a
+     * thread (at 84 the 32- and 64-token kernels ran one a multiprocessor, 9% slower) */
+    static constexpr int CTAS_PER_SM = FP4 && 2 * SMEM <= 227 * 1024 ? 2 : 1;
 };
 
 /* act_quant(x, 32) as bf16 values: each code times its block's scale, exact (the values the CPU's
@@ -106,7 +127,7 @@ static __device__ __forceinline__ void wg_mma(float (&d)[64], const uint32_t (&a
 
 /* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]) */
 template <bool FP4, int BT>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+__global__ void __launch_bounds__(WG_THREADS, wg_layout<FP4, BT>::CTAS_PER_SM)
 wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
                const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
                mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride) {
@@ -116,6 +137,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     uint8_t *const smem = di_smem_align1024(reinterpret_cast<uint8_t *>(wg_smem4)); /* [WG_SLOTS][SLOT] */
     uint8_t *const scales = smem + WG_SLOTS * L::SLOT;                              /* [SCALE_ROWS][nbs] */
     uint64_t *const full = reinterpret_cast<uint64_t *>(scales + L::MBARS), *const empty = full + WG_SLOTS;
+    int *const odd_scales = reinterpret_cast<int *>(empty + WG_SLOTS);
     const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
     const int64_t n0 = (int64_t)blockIdx.x * WG_BW, m0 = (int64_t)blockIdx.y * BT;
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
@@ -134,11 +156,13 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
         y += gz * grp.y_col_off;
     }
     const int tid = threadIdx.x, wg = tid >> 7;
-    if (tid == 0)
+    if (tid == 0) {
         for (int i = 0; i < WG_SLOTS; i++) {
             di_mbar_init(&full[i], 128);  /* the producer's threads, once their copies landed */
             di_mbar_init(&empty[i], 256); /* the consumers' threads, once done with the slot */
         }
+        *odd_scales = 0;
+    }
     __syncthreads();
 
     if (wg == 2) { /* ---- the producer: copies only ---- */
@@ -172,9 +196,18 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
                 di_cp_async16(w + r * RB + 16 * wc, ok ? wsrc + (int64_t)(128 / RCH) * i * wrow + RB * st : wdata, ok);
             }
         };
+        di_cp_async_commit(); /* the scales: a copy group of their own, older than every stage's */
         for (int st = 0; st < WG_AHEAD; st++) { /* the first slots are free */
             if (st < nk) load(st);
             di_cp_async_commit();
+        }
+        { /* the scales landed (the stages' groups may not have): count this thread's words not plain
+           * while the first stages are still on their way; stage 0's arrival releases the count */
+            di_cp_async_wait<WG_AHEAD>();
+            const int64_t rows_left = FP4 ? N - n0 : (N - n0 + 31) / 32; /* zero-filled rows past N */
+            const int valid = (int)(rows_left < L::SCALE_ROWS ? rows_left : L::SCALE_ROWS) * words;
+            for (int i = p; i < valid; i += 128) /* word i: row i / words, bytes 4 (i % words) .. */
+                if (di_e8m0x4_any_odd(FP4, reinterpret_cast<const uint32_t *>(scales)[i])) atomicAdd(odd_scales, 1);
         }
         for (int st = 0; st < nk; st++) {
             di_cp_async_wait<WG_AHEAD - 1>(); /* stage st landed (this thread's copies) */
@@ -199,13 +232,16 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
 #pragma unroll
     for (int i = 0; i < 4 * NI; i++) d[i] = 0.0f;
     /* stage st's A fragments of rows ra, ra + 8: a[kk] for k 16 kk .. of the stage (block kk / 2):
-     * a0 / a1 k 2t, 2t + 1 of rows ra / ra + 8, a2 / a3 k 2t + 8, 2t + 9 -- codes times scales */
-    auto dequant = [&](const uint8_t *slot, int st, uint32_t (&a)[4][4]) {
+     * a0 / a1 k 2t, 2t + 1 of rows ra / ra + 8, a2 / a3 k 2t + 8, 2t + 9 -- codes times scales.
+     * e[h][j]: the scale bytes of row ra + 8 h, block j of the stage. PLAIN: every scale byte of the
+     * CTA's rows plain -- FP4: di_e2m1_bf16_scale's one bf16 fma a pair of values; FP8: the
+     * multiplier of di_e4m3x2_to_bf16x2_m112's values as two bf16 bytes, one multiply a pair */
+    auto dequant = [&](const uint8_t *slot, const uint32_t (&e)[2][2], uint32_t (&a)[4][4], auto plain_tag) {
+        constexpr bool PLAIN = decltype(plain_tag)::value;
         const uint8_t *w = slot + L::X16 + ra * RB;
 #pragma unroll
         for (int h = 0; h < 2; h++) { /* row ra, then ra + 8 */
             const uint8_t *row = w + h * 8 * RB;
-            const uint8_t *sc = h ? scb : sca;
             uint32_t v[RB / 4]; /* the row's codes of the stage, 4 bytes a word */
 #pragma unroll
             for (int q = 0; q < RB / 16; q++) {
@@ -214,22 +250,28 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             }
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const float sw = di_dev_e8m0(sc[2 * st + j]);
 #pragma unroll
                 for (int kk = 2 * j; kk < 2 * j + 2; kk++) {
                     if (FP4) { /* byte t of words 2kk, 2kk + 1: k 2t, 2t + 1 and 2t + 8, 2t + 9 */
-                        const uint32_t sb = __float_as_uint(sw) >> 16;
                         uint32_t o[2];
-                        di_e2m1x4_to_bf16x4(__byte_perm(v[2 * kk], v[2 * kk + 1], (uint32_t)(t4 | (t4 + 4) << 4)), o);
-                        a[kk][h] = di_bf16x2_mul(o[0], sb | sb << 16);
-                        a[kk][h + 2] = di_bf16x2_mul(o[1], sb | sb << 16);
+                        di_off64x4_to_bf16x4(
+                            di_e2m1x4_to_off64(__byte_perm(v[2 * kk], v[2 * kk + 1], (uint32_t)(t4 | (t4 + 4) << 4))),
+                            di_e2m1_bf16_scale(e[h][j], PLAIN), PLAIN, o);
+                        a[kk][h] = o[0];
+                        a[kk][h + 2] = o[1];
                     } else { /* bytes 2t, 2t + 1 of words 4kk, 4kk + 1 (k 2t ..) and 4kk + 2, + 3 (k 2t + 8 ..) */
                         const uint32_t sel = (uint32_t)(2 * t4 | (2 * t4 + 1) << 4);
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            float f0, f1;
-                            di_e4m3x2_to_f32x2((uint16_t)__byte_perm(v[4 * kk + 2 * e], v[4 * kk + 2 * e + 1], sel), &f0, &f1);
-                            a[kk][h + 2 * e] = di_bf16x2_of_exact(f0 * sw, f1 * sw);
+                        for (int c = 0; c < 2; c++) {
+                            const uint16_t codes = (uint16_t)__byte_perm(v[4 * kk + 2 * c], v[4 * kk + 2 * c + 1], sel);
+                            if (PLAIN) {
+                                a[kk][h + 2 * c] = di_bf16x2_mul(di_e4m3x2_to_bf16x2_m112(codes), di_e4m3_bf16_scale(e[h][j]));
+                            } else {
+                                const float sw = di_dev_e8m0((uint8_t)e[h][j]);
+                                float f0, f1;
+                                di_e4m3x2_to_f32x2(codes, &f0, &f1);
+                                a[kk][h + 2 * c] = di_bf16x2_of_exact(f0 * sw, f1 * sw);
+                            }
                         }
                     }
                 }
@@ -243,19 +285,32 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
      * consumer 1 issued st -- so one dequantises while the other's wgmmas run, instead of both
      * dequantising at once and then both waiting on the tensor cores. */
     uint32_t a[4][4];
-    for (int st = 0; st < nk; st++) {
-        const uint8_t *slot = smem + (st % WG_SLOTS) * L::SLOT;
-        di_mbar_wait(&full[st % WG_SLOTS], (st / WG_SLOTS) & 1);
-        dequant(slot, st, a);
-        if (wg == 1 || st > 0) di_bar_sync(WG_BAR_TURN + (wg ^ 1), 256); /* the other one issued */
-        di_wgmma_fence();
+    auto stages = [&](auto plain_tag) {
+        for (int st = 0, si = 0, phase = 0; st < nk; st++) { /* si = st % WG_SLOTS, phase = (st / WG_SLOTS) & 1 */
+            const uint8_t *slot = smem + si * L::SLOT;
+            const uint64_t desc = di_wgmma_desc_sw128(slot); /* the slot's activations: wgmma's B */
+            di_mbar_wait(&full[si], phase);
+            const uint32_t e[2][2] = {{sca[2 * st], sca[2 * st + 1]}, {scb[2 * st], scb[2 * st + 1]}};
+            dequant(slot, e, a, plain_tag);
+            /* the fence first: the fragments' registers are written before it, so ptxas cannot move
+             * the dequantisation past the turn's wait (with the wait first it moved most of it there,
+             * and one consumer's dequantisation no longer overlapped the other's wgmmas) */
+            di_wgmma_fence();
+            if (wg == 1 || st > 0) di_bar_sync(WG_BAR_TURN + (wg ^ 1), 256); /* the other one issued */
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wg_mma(d, a[kk], di_wgmma_desc_sw128(slot + 32 * kk));
-        di_wgmma_commit();
-        if (wg == 0 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the other one's turn */
-        di_wgmma_wait<0>();
-        if (st + WG_SLOTS < nk) di_mbar_arrive(&empty[st % WG_SLOTS]);
-    }
+            for (int kk = 0; kk < 4; kk++) wg_mma(d, a[kk], di_wgmma_desc_add(desc, 32 * kk));
+            di_wgmma_commit();
+            if (wg == 0 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the other one's turn */
+            di_wgmma_wait<0>();
+            if (st + WG_SLOTS < nk) di_mbar_arrive(&empty[si]);
+            if (++si == WG_SLOTS) si = 0, phase ^= 1;
+        }
+    };
+    /* stage 0's arrival releases the producer's count of scale words not plain (counted before its
+     * threads arrived): the CTA's stages all take the plain dequantisation or all the general one */
+    if (nk > 0) di_mbar_wait(&full[0], 0);
+    if (nk == 0 || *odd_scales == 0) stages(std::true_type());
+    else stages(std::false_type());
     di_wgmma_pin(d);
 
     const bool round = ksplit == 1; /* partial sums stay fp32 */

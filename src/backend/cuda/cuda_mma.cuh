@@ -260,46 +260,27 @@ static __device__ __forceinline__ void di_e2m1x8_to_s8x8(uint32_t w, uint32_t *l
 }
 
 /* Four packed e2m1 codes (bits 0..15, lowest k in the lowest nibble; higher bits are ignored) ->
- * their values as two bf16 pairs (out[0] = k 0, 1; out[1] = k 2, 3; low half first): the high and
- * low bytes of the bf16 magnitudes through two byte-permute tables, the signs as in
- * di_e2m1x4_to_e4m3x4, then two permutes interleave the bytes. Eight instructions for four values. */
-static __device__ __forceinline__ void di_e2m1x4_to_bf16x4(uint32_t nib16, uint32_t out[2]) {
-    /* magnitude codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6: bf16 0000 3F00 3F80 3FC0 4000 4040 4080 40C0 */
-    const uint32_t hi_lo = 0x3F3F3F00u, hi_hi = 0x40404040u, lo_lo = 0xC0800000u, lo_hi = 0xC0804000u;
-    const uint32_t sel = nib16 & 0x7777u;
+ * four bytes 64 + 2 v (52..76, v the code's value), lowest k in the lowest byte. A positive code's
+ * byte comes from one byte-permute table, a negative code's from a second table looked up with every
+ * sign flipped; each table's bytes are below 0x80, so prmt's sign-replicate flag (a code's sign bit)
+ * zeroes the other sign's bytes in each lookup. -0 comes out as +0's byte. Four instructions. */
+static __device__ __forceinline__ uint32_t di_e2m1x4_to_off64(uint32_t nib16) {
+    const uint32_t pos_lo = 0x43424140u, pos_hi = 0x4C484644u; /* 64 + 2 v for 0, .5, 1, 1.5 | 2, 3, 4, 6 */
+    const uint32_t neg_lo = 0x3D3E3F40u, neg_hi = 0x34383A3Cu; /* 64 - 2 v */
 #ifdef DI_CUDA_EMU_H
-    uint32_t hb = 0, lb = 0;
+    static const uint8_t tw[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    uint32_t r = 0;
     for (int i = 0; i < 4; i++) {
-        const uint32_t idx = (sel >> (4 * i)) & 7u, sh = 8 * (idx & 3);
-        hb |= (((idx < 4 ? hi_lo : hi_hi) >> sh) & 0xffu) << (8 * i);
-        lb |= (((idx < 4 ? lo_lo : lo_hi) >> sh) & 0xffu) << (8 * i);
-        if (nib16 & (8u << (4 * i))) hb |= 0x80u << (8 * i);
+        const uint32_t c = (nib16 >> (4 * i)) & 15u;
+        r |= (uint32_t)(c & 8u ? 64 - tw[c & 7u] : 64 + tw[c]) << (8 * i);
     }
-#else
-    uint32_t hb, lb, pos;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(hb) : "r"(hi_lo), "r"(hi_hi), "r"(sel));
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(lb) : "r"(lo_lo), "r"(lo_hi), "r"(sel));
-    asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(pos) : "r"(0x7f7f7f7fu), "r"(nib16)); /* selectors: bits 0..15 */
-    hb |= ~(pos + 0x01010101u) & 0x80808080u;
-#endif
-    out[0] = __byte_perm(lb, hb, 0x5140);
-    out[1] = __byte_perm(lb, hb, 0x7362);
-}
-
-/* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
-static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {
-    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
-}
-
-/* two floats rounded to bf16 (nearest even: di_dev_bf16_round's bits for every non-NaN value) as
- * bf16x2, lo in the low half: one cvt on the device */
-static __device__ __forceinline__ uint32_t di_bf16x2_rn(float lo, float hi) {
-#ifdef DI_CUDA_EMU_H
-    return di_dev_bf16_bits(lo) | di_dev_bf16_bits(hi) << 16;
-#else
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    (void)pos_lo, (void)pos_hi, (void)neg_lo, (void)neg_hi;
     return r;
+#else
+    uint32_t p, n;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(p) : "r"(pos_lo), "r"(pos_hi), "r"(nib16)); /* selectors: bits 0..15 */
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(n) : "r"(neg_lo), "r"(neg_hi), "r"(nib16 ^ 0x8888u));
+    return p | n;
 #endif
 }
 
@@ -319,5 +300,106 @@ static __device__ __forceinline__ uint32_t di_bf16x2_mul(uint32_t a, uint32_t b)
     return r;
 #endif
 }
+
+/* a * b + c per bf16 half, rounded once to nearest even */
+static __device__ __forceinline__ uint32_t di_bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef DI_CUDA_EMU_H
+    uint32_t r = 0;
+    for (int h = 0; h < 2; h++) {
+        const float p = fmaf(__uint_as_float((a >> (16 * h)) << 16), __uint_as_float((b >> (16 * h)) << 16),
+                             __uint_as_float((c >> (16 * h)) << 16));
+        const uint32_t u = __float_as_uint(p); /* exact here: the bf16 rounding below is the only one */
+        r |= ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << (16 * h);
+    }
+    return r;
+#else
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#endif
+}
+
+/* Bytes 64 + 2 v read as bf16 under a 0x43 byte are 192 + 2 v, so with h = 2^(e - 128) and
+ * c = -192 h one bf16 fma gives v * 2^(e - 127): the e2m1 value times its e8m0 scale, exact (every
+ * operand and the result are bf16 values with at most 8 significant bits). For scale bytes e in
+ * 2..248 ("plain": every byte of a real checkpoint) h and c are normal and finite, and their bits
+ * are two integer multiply-adds. Other bytes (2^-127, 2^-126, NaN, the largest scales) take h = 1/2,
+ * c = -96 -- the value itself -- and a multiply by di_dev_e8m0's scale, as bf16 (di_e2m1_bf16_scale
+ * below). */
+struct di_e2m1_scale {
+    uint32_t h, c, s; /* bf16x2 pairs: the fma's multiplier and addend, and (not plain) the scale */
+};
+static __device__ __forceinline__ di_e2m1_scale di_e2m1_bf16_scale(uint32_t e, bool plain) {
+    di_e2m1_scale r;
+    if (plain) {
+        r.h = e * 0x00800080u - 0x00800080u; /* exponent field e - 1 */
+        r.c = e * 0x00800080u + 0x83408340u; /* -1.5 * 2^(e - 121): sign, exponent e + 6, mantissa .1 */
+        r.s = 0u;
+    } else {
+        const uint32_t sb = __float_as_uint(di_dev_e8m0((uint8_t)e)) >> 16;
+        r.h = 0x3F003F00u; /* 0.5 */
+        r.c = 0xC2C0C2C0u; /* -96 */
+        r.s = sb | sb << 16;
+    }
+    return r;
+}
+
+/* di_e2m1x4_to_off64's four bytes -> four bf16 values times the scale: out[0] = k 0, 1, out[1] =
+ * k 2, 3 (low half first). Four instructions (six outside the plain scales). */
+static __device__ __forceinline__ void di_off64x4_to_bf16x4(uint32_t b, const di_e2m1_scale &sc, bool plain,
+                                                            uint32_t out[2]) {
+    out[0] = di_bf16x2_fma(__byte_perm(b, 0x43434343u, 0x4140), sc.h, sc.c);
+    out[1] = di_bf16x2_fma(__byte_perm(b, 0x43434343u, 0x4342), sc.h, sc.c);
+    if (!plain) {
+        out[0] = di_bf16x2_mul(out[0], sc.s);
+        out[1] = di_bf16x2_mul(out[1], sc.s);
+    }
+}
+
+/* Two e4m3 codes (lower k in the low byte) -> bf16 pair of their values times 2^-112 (low half
+ * first), exact: the f16 of an e4m3 value is normal or zero with its 7 low mantissa bits clear, so
+ * its bits shifted right by 3 (sign kept) are the bf16 with the same exponent field -- 2^-112 of the
+ * value for f16's bias of 15 against bf16's 127. The 32-bit shift moves no bit across the halves:
+ * those are the clear mantissa bits. A NaN code comes out finite (the f16 NaN's exponent field is
+ * a bf16 normal's), unlike the other decodes. Four instructions. */
+static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2_m112(uint16_t v) {
+    const uint32_t h = di_e4m3x2_to_f16x2(v);
+    return (h & 0x7FFF7FFFu) >> 3 | (h & 0x80008000u);
+}
+/* the bf16 pair of 2^(e - 127 + 112) for an e8m0 byte e in 10..142 ("plain" for FP8): the
+ * multiplier that turns di_e4m3x2_to_bf16x2_m112's values into code values times the scale, exactly
+ * (the multiplier and every product normal and finite: the smallest code, 2^-9, times 2^-117). Other
+ * bytes take the fp32 decode (di_dev_e8m0) instead. */
+static __device__ __forceinline__ uint32_t di_e4m3_bf16_scale(uint32_t e) { return e * 0x00800080u + 0x38003800u; }
+
+/* Does a word of four e8m0 scale bytes hold one that is not plain -- FP4 (fp4): a byte outside
+ * 2..248 (di_e2m1_bf16_scale); FP8: outside 10..142 (di_e4m3_bf16_scale)? Bytewise without carries
+ * between bytes: a byte <= 1 is a zero byte of w & 0xFE.. (the exact zero-byte test), a byte >= 249
+ * (> 142) has bit 7 set and its low 7 bits + 7 (+ 113) reach 128, a byte < 10 has bit 7 clear and
+ * its low 7 bits + 118 stay below 128. */
+static __device__ __forceinline__ bool di_e8m0x4_any_odd(bool fp4, uint32_t w) {
+    const uint32_t lo7 = w & 0x7F7F7F7Fu, hi = w & 0x80808080u;
+    if (!fp4) return (((lo7 + 0x71717171u) & hi) | (~(lo7 + 0x76767676u) & ~w & 0x80808080u)) != 0u;
+    const uint32_t t = w & 0xFEFEFEFEu;
+    return (((t - 0x01010101u) & ~t & 0x80808080u) | ((lo7 + 0x07070707u) & hi)) != 0u;
+}
+
+/* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
+static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+/* two floats rounded to bf16 (nearest even: di_dev_bf16_round's bits for every non-NaN value) as
+ * bf16x2, lo in the low half: one cvt on the device */
+static __device__ __forceinline__ uint32_t di_bf16x2_rn(float lo, float hi) {
+#ifdef DI_CUDA_EMU_H
+    return di_dev_bf16_bits(lo) | di_dev_bf16_bits(hi) << 16;
+#else
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#endif
+}
+
 
 #endif

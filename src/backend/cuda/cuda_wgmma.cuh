@@ -44,7 +44,9 @@ static __device__ __forceinline__ uint64_t di_wgmma_desc_sw128_mn(const void *sm
 }
 /* a descriptor moved `bytes` (a multiple of 16) further into shared memory: its address field is
  * the address / 16, and shared addresses stay below 2^18, so nothing carries out of it */
-static __device__ __forceinline__ uint64_t di_wgmma_desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+static __device__ __forceinline__ uint64_t di_wgmma_desc_add(uint64_t desc, uint32_t bytes) {
+    return (desc & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)desc + (bytes >> 4)); /* a 32-bit add */
+}
 /* the first 1024-byte boundary at or after p in shared memory (swizzled tiles start there) */
 static __device__ __forceinline__ uint8_t *di_smem_align1024(uint8_t *p) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
