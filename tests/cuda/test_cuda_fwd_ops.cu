@@ -1030,7 +1030,7 @@ static void test_e2m1_bf16(void) {
 /* every pair of e4m3 codes through di_e4m3x2_to_bf16x2_m112 and the multiply by
  * di_e4m3_bf16_scale (the wgmma GEMM's plain FP8 dequantisation) against the CPU's e4m3 table times
  * the scale, as bf16 bits, at plain scale bytes (10..142); NaN codes (0x7f, 0xff) come out finite
- * there and are left out */
+ * there and are left out, their pair's other value not (the device's f16 NaN has its low bits set) */
 __global__ void e4m3_bf16_kernel(uint32_t e8, uint32_t *out) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < 65536) out[i] = di_bf16x2_mul(di_e4m3x2_to_bf16x2_m112((uint16_t)i), di_e4m3_bf16_scale(e8));

@@ -359,12 +359,13 @@ static __device__ __forceinline__ void di_off64x4_to_bf16x4(uint32_t b, const di
 /* Two e4m3 codes (lower k in the low byte) -> bf16 pair of their values times 2^-112 (low half
  * first), exact: the f16 of an e4m3 value is normal or zero with its 7 low mantissa bits clear, so
  * its bits shifted right by 3 (sign kept) are the bf16 with the same exponent field -- 2^-112 of the
- * value for f16's bias of 15 against bf16's 127. The 32-bit shift moves no bit across the halves:
- * those are the clear mantissa bits. A NaN code comes out finite (the f16 NaN's exponent field is
- * a bf16 normal's), unlike the other decodes. Four instructions. */
+ * value for f16's bias of 15 against bf16's 127. The mask clears each half's 3 lowest bits, so the
+ * 32-bit shift moves nothing across the halves even from a NaN (the device's f16 NaN is 0x7fff). A
+ * NaN code comes out finite (the f16 NaN's exponent field is a bf16 normal's), unlike the other
+ * decodes. Four instructions. */
 static __device__ __forceinline__ uint32_t di_e4m3x2_to_bf16x2_m112(uint16_t v) {
     const uint32_t h = di_e4m3x2_to_f16x2(v);
-    return (h & 0x7FFF7FFFu) >> 3 | (h & 0x80008000u);
+    return (h & 0x7FF87FF8u) >> 3 | (h & 0x80008000u);
 }
 /* the bf16 pair of 2^(e - 127 + 112) for an e8m0 byte e in 10..142 ("plain" for FP8): the
  * multiplier that turns di_e4m3x2_to_bf16x2_m112's values into code values times the scale, exactly

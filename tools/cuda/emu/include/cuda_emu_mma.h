@@ -167,14 +167,18 @@ static inline uint32_t emu_f16_bits(double v) {
 }
 static inline double emu_f16_value(uint32_t h) {
     const int ex = (h >> 10) & 31, man = h & 1023;
-    const double v = ex ? std::ldexp(1.0 + man / 1024.0, ex - 15) : std::ldexp(man / 1024.0, -14);
+    const double v = ex == 31 ? (man ? NAN : INFINITY)
+                     : ex     ? std::ldexp(1.0 + man / 1024.0, ex - 15)
+                              : std::ldexp(man / 1024.0, -14);
     return (h & 0x8000u) ? -v : v;
 }
+/* a NaN code (0x7f, 0xff) gives the device's canonical f16 NaN, 0x7fff */
+static inline uint32_t emu_e4m3_f16_bits(uint8_t c) {
+    if ((c & 0x7f) == 0x7f) return 0x7fffu;
+    return emu_f16_bits((c & 0x7f) ? emu_e4m3_value(c) : ((c & 0x80) ? -0.0 : 0.0));
+}
 static inline uint32_t di_e4m3x2_to_f16x2(uint16_t v) {
-    const uint8_t lo = v & 0xffu, hi = v >> 8;
-    const double vl = (lo & 0x7f) ? emu_e4m3_value(lo) : ((lo & 0x80) ? -0.0 : 0.0);
-    const double vh = (hi & 0x7f) ? emu_e4m3_value(hi) : ((hi & 0x80) ? -0.0 : 0.0);
-    return emu_f16_bits(vl) | emu_f16_bits(vh) << 16;
+    return emu_e4m3_f16_bits((uint8_t)(v & 0xffu)) | emu_e4m3_f16_bits((uint8_t)(v >> 8)) << 16;
 }
 
 static inline void di_e4m3x4_to_f16x4(uint32_t v, uint32_t *lo, uint32_t *hi) {
