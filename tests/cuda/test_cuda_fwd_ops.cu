@@ -13,9 +13,10 @@
  *   batch-inv   linear_fixed / engram_gate: row j of an m-row call equals the row computed alone,
  *               bit for bit, on inputs of wide range
  *   twin        the decode-sized quantised GEMM (cuda_linear_gemv.cu) equals the tiled tensor-core
- *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening equals the
- *               e2m1 table on all 65536 inputs (the wgmma kernel has other bits: its
- *               grouping is checked exact here, its sums against the CPU in test_cuda_ops)
+ *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening and the
+ *               wgmma kernel's dequantisations (e2m1 / e4m3 -> bf16 times a scale) equal the
+ *               tables on every input (the wgmma kernel's sums have other bits: its grouping is
+ *               checked exact here, its sums against the CPU in test_cuda_ops)
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
