@@ -8,6 +8,7 @@
 # weight generation and ceilings included, takes far longer than a device call).
 #     PROFILE_ARGS="--bench-batch 1 --bench-max-context 4096 --bench-max-prefill 512" \
 #         bash tools/cuda/device_profile.sh [TAG]
+# (--bench-max-prefill 0 runs no prefill row: the table then holds the decode step alone.)
 # NCU_DETAIL="ncu flags" instead runs ncu's own report (e.g. "--section WarpStateStats -k regex:gemv
 # --launch-skip 40 --launch-count 2") over the same range into $OUT/detail-TAG.txt, no table.
 # -k matches the function name without template arguments; one instantiation by its mangled name:
