@@ -51,7 +51,8 @@
  * (1.54 ms of its 1.92 without any dequantisation). Session 19 (the plain forms, a scale check per
  * CTA, the stage's fence before the turn's wait): consumer loop 227 -> 170 SASS instructions a stage
  * (FP4, 64 tokens) and 199 -> 167 (FP8, 128); decode B = 128 / 256 7% / 6% faster, a 512-token
- * prefill 6%, a 4,096-token one 1.4%. */
+ * prefill 6%, a 4,096-token one 1.4%, but B = 16 / 32 1.5-2% slower (32-token FP8 tiles on one-wave
+ * grids; not isolated). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
