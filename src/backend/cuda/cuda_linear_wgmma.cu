@@ -51,8 +51,7 @@
  * (1.54 ms of its 1.92 without any dequantisation). Session 19 (the plain forms, a scale check per
  * CTA, the stage's fence before the turn's wait): consumer loop 227 -> 170 SASS instructions a stage
  * (FP4, 64 tokens) and 199 -> 167 (FP8, 128); decode B = 128 / 256 7% / 6% faster, a 512-token
- * prefill 6%, a 4,096-token one 1.4%, but B = 16 / 32 1.5-2% slower (32-token FP8 tiles on one-wave
- * grids; not isolated). */
+ * prefill 6%, a 4,096-token one 1.4%. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
@@ -310,8 +309,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     /* stage 0's arrival releases the producer's count of scale words not plain (counted before its
      * threads arrived): the CTA's stages all take the plain dequantisation or all the general one */
     if (nk > 0) di_mbar_wait(&full[0], 0);
-    if (nk == 0 || *odd_scales == 0) stages(std::true_type());
-    else stages(std::false_type());
+    if ((FP4 || BT > 32) && (nk == 0 || *odd_scales == 0)) stages(std::true_type());
+    else stages(std::false_type()); /* 32-token FP8 tiles: the general form (shorter chain, one-wave grids) */
     di_wgmma_pin(d);
 
     const bool round = ksplit == 1; /* partial sums stay fp32 */
