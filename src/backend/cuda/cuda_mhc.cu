@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 #define MIX_THREADS 256
 #define MIX_WARPS (MIX_THREADS / 32)
@@ -44,8 +45,10 @@ static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_
 
 /* fs [rows][stride] doubles <- fn's rows (stride len floats) from i0, cl values each, zeros past cl
  * and in rows nmix .. rows - 1 (the tensor-core tiles read them). Each thread issues
- * MIX_STAGE_BATCH loads before storing any (a load-store loop waits out each load). */
-#define MIX_STAGE_BATCH 8
+ * MIX_STAGE_BATCH loads before storing any (a load-store loop waits out each load): 24, so that at
+ * n = 4 (24 fn rows of a 256-value chunk) every load of the block is in flight at once; with 8 a
+ * decode step's blocks waited out three round trips to memory one after another. */
+#define MIX_STAGE_BATCH 24
 static __device__ void mix_stage_fn(double *fs, int stride, const float *fn, int64_t len, int rows, int nmix, int chunk,
                                     int cl) {
     const int total = rows * chunk;
@@ -409,61 +412,85 @@ extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, cons
 }
 
 /* ---- a sublayer's mHC input in one launch (after the mix sums' chunk kernel), for a few tokens ----
- * One block of HB_THREADS per token, in three phases:
- *   A  warp j < n(n+2): the token's mix logit j from its chunk sums (hc_mix_finish_kernel's sums);
- *      meanwhile every thread pre-mixes values t, t + HB_THREADS, .. of hc_pre(x, p_in) into shared
+ * One block of HB_THREADS per token. Its last warp runs the Sinkhorn; the other HB_WORKERS threads:
+ *   A  warp j < n(n+2): the token's mix logit j from its chunk sums (hc_mix_finish_kernel's sums),
+ *      handed to the Sinkhorn warp, which starts at once (mix_ready) and runs beside B and C;
+ *      then every worker pre-mixes values t, t + HB_WORKERS, .. of hc_pre(x, p_in) into shared
  *      memory (p_in: the pre weights of an earlier mix, so nothing here waits for this one);
  *   B  threads 0..255 sum the squares of values i, i + 256, .. in that order and add the partial
- *      sums by rmsnorm_kernel's tree (di_dev_norm_block_sum over its 8 warps);
- *   C  the last warp runs the Sinkhorn of the mix (-> pre_out, post, comb) while the others write
- *      y = rmsnorm's expression of each value.
- * Every value is the separate kernels' expression in their order, so the bits are theirs
- * (test_cuda_ops compares the two paths). At B = 1 those four launches took ~20 us a sublayer, each
- * mostly its start and its few blocks' latency; a token a block of 256 threads doing the phases one
- * after another ran no faster, hence the wide block. Past HB_MAX_TOKENS the separate kernels, which
- * spread the tokens' work over many more blocks, are faster. */
+ *      sums by rmsnorm_kernel's tree (di_dev_norm_block_sum's: butterflies in each of the 8 warps,
+ *      then one over the warps' sums, which every worker warp computes alike);
+ *   C  the workers write y = rmsnorm's expression of each value.
+ * The hand-overs are mbarriers (racecheck takes those; it reports named-barrier hand-overs of shared
+ * memory as races). Every value is the separate kernels' expression in their order, so the bits
+ * are theirs (test_cuda_ops compares the two paths). At B = 1 those four launches took ~20 us a
+ * sublayer, each mostly its start and its few blocks' latency; a token a block of 256 threads doing
+ * the phases one after another ran no faster, hence the wide block. The Sinkhorn (20 iterations of
+ * dependent shuffles and divisions, ~2 us) ran after B until session 20. Past HB_MAX_TOKENS the
+ * separate kernels, which spread the tokens' work over many more blocks, are faster. */
 #define HB_THREADS 1024
-#define HB_NORM_THREADS 256 /* rmsnorm_kernel's NORM_THREADS: its order of the sum of squares */
-#define HB_MAX_D 5120       /* the pre-mixed row in shared memory */
+#define HB_WORKERS (HB_THREADS - 32) /* all but the Sinkhorn warp */
+#define HB_NORM_THREADS 256          /* rmsnorm_kernel's NORM_THREADS: its order of the sum of squares */
+#define HB_MAX_D 5120                /* the pre-mixed row in shared memory */
 #define HB_MAX_TOKENS 32
 
 template <int NC>
-__global__ void __launch_bounds__(HB_THREADS)
+__global__ void __launch_bounds__(HB_THREADS, 1)
 hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const float *__restrict__ p_in,
                    const uint16_t *__restrict__ w, float eps, const double *__restrict__ part, int n_chunks,
                    const float *__restrict__ scale, const float *__restrict__ base, int iters, float hc_eps,
                    float *pre_out, float *post, float *comb, float *__restrict__ y) {
+    constexpr int NORM_WARPS = HB_NORM_THREADS / 32;
     const int n = NC ? NC : n_any, nmix = n * (n + 2);
     const int64_t tok = blockIdx.x, len = (int64_t)n * d;
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     __shared__ float row_s[HB_MAX_D]; /* hc_pre's bf16 values */
     __shared__ float mix_s[48];       /* n(n+2) <= 35 (the warp Sinkhorn: n * n <= 32) */
-    __shared__ double warp_sum[HB_NORM_THREADS / 32];
-    for (int j = warp; j < nmix; j += HB_THREADS / 32) { /* A */
+    __shared__ double warp_sum[NORM_WARPS];
+    __shared__ uint64_t mix_ready, row_ready, sum_ready; /* mbarriers: mix_s, row_s, warp_sum written */
+    if (t == 0) {
+        di_mbar_init(&mix_ready, HB_WORKERS);
+        di_mbar_init(&row_ready, HB_WORKERS);
+        di_mbar_init(&sum_ready, NORM_WARPS);
+    }
+    __syncthreads();
+    if (warp == HB_THREADS / 32 - 1) {
+        di_mbar_wait(&mix_ready, 0);
+        hc_sinkhorn_warp<NC>(mix_s, scale, base, n, iters, hc_eps, pre_out + tok * n, post + tok * n,
+                             comb + tok * n * n);
+        return;
+    }
+    for (int j = warp; j < nmix; j += HB_WORKERS / 32) { /* A */
         const float v = hc_mix_finish_one(part + tok * (nmix + 1) * n_chunks, nmix, j, n_chunks, len, eps);
         if (lane == 0) mix_s[j] = v;
     }
+    di_mbar_arrive(&mix_ready);
     const float *xt = x + tok * len, *pt = p_in + tok * n;
-    for (int64_t k = t; k < d; k += HB_THREADS) {
+    for (int64_t k = t; k < d; k += HB_WORKERS) {
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < (NC ? NC : HC_MAX_N); i++)
             if (NC || i < n) sum += pt[i] * xt[i * d + k];
         row_s[k] = di_dev_bf16_round(sum);
     }
-    __syncthreads();
-    double ss = 0.0; /* B */
-    if (t < HB_NORM_THREADS)
+    di_mbar_arrive(&row_ready);
+    di_mbar_wait(&row_ready, 0);
+    if (warp < NORM_WARPS) { /* B */
+        double ss = 0.0;
         for (int64_t k = t; k < d; k += HB_NORM_THREADS) ss += (double)row_s[k] * row_s[k];
-    const float mean = (float)(di_dev_norm_block_sum(ss, warp_sum, HB_NORM_THREADS / 32) / (double)d);
-    if (warp == HB_THREADS / 32 - 1) { /* C */
-        hc_sinkhorn_warp<NC>(mix_s, scale, base, n, iters, hc_eps, pre_out + tok * n, post + tok * n,
-                             comb + tok * n * n);
-        return;
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) {
+            warp_sum[warp] = ss;
+            di_mbar_arrive(&sum_ready);
+        }
     }
-    const float inv = 1.0f / sqrtf(mean + eps);
+    di_mbar_wait(&sum_ready, 0);
+    double ss = lane < NORM_WARPS ? warp_sum[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float mean = (float)(ss / (double)d);
+    const float inv = 1.0f / sqrtf(mean + eps); /* C */
     float *yr = y + tok * d;
-    for (int64_t k = t; k < d; k += HB_THREADS - 32)
+    for (int64_t k = t; k < d; k += HB_WORKERS)
         yr[k] = di_dev_bf16_round(di_dev_bf16_load(w + k) * (row_s[k] * inv));
 }
 
