@@ -57,46 +57,42 @@ moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bia
         }
     }
     __syncwarp();
-    int chosen[DI_MOE_ROUTE_MAX_K];
+    /* pick j lands in lane j's register (K <= 32): no per-thread arrays, which sat in local memory */
+    int mine = -1;
     for (int j = 0; j < K; j++) { /* the highest biased score not taken; the lower expert on ties */
         float bv = -INFINITY;
         int be = -1;
 #pragma unroll
         for (int i = 0; i < ROUTE_PER; i++) /* ascending expert: a later equal score never wins */
             if (bi[i] != -INFINITY && (be < 0 || bi[i] > bv)) bv = bi[i], be = lane + 32 * i;
-        for (int o = 16; o > 0; o >>= 1) {
+        for (int o = 16; o > 0; o >>= 1) { /* a total order (score down, expert up): every lane agrees */
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oe = __shfl_xor_sync(0xffffffffu, be, o);
             if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
         }
-        chosen[j] = be;
+        if (lane == j) mine = be;
         if ((be & 31) == lane) { /* taken: the owner lane drops it */
 #pragma unroll
             for (int i = 0; i < ROUTE_PER; i++)
                 if (i == be >> 5) bi[i] = -INFINITY;
         }
     }
-    if (lane != 0) return;
-    float sum = 0.0f, wv[DI_MOE_ROUTE_MAX_K];
-    int ord[DI_MOE_ROUTE_MAX_K];
-    for (int j = 0; j < K; j++) {
-        wv[j] = sc[chosen[j]];
-        sum += wv[j];
+    /* lane j < K: pick j's unbiased score; their sum in pick order (the same in every lane) */
+    const float wv = lane < K ? sc[mine] : 0.0f;
+    float sum = 0.0f;
+    for (int j = 0; j < K; j++) sum += __shfl_sync(0xffffffffu, wv, j);
+    const int ex = resident ? (int)((r * K + lane) % resident) : mine; /* bench EP-N proxy */
+    /* slots in ascending expert id, picks of one expert in pick order (a stable sort): slot j goes
+     * to position #{i : ex_i < ex_j, or ex_i == ex_j and i < j} */
+    int pos = 0;
+    for (int i = 0; i < K; i++) {
+        const int exi = __shfl_sync(0xffffffffu, ex, i);
+        pos += exi < ex || (exi == ex && i < lane);
     }
-    for (int j = 0; j < K; j++) {
-        const int ex = resident ? (int)((r * K + j) % resident) : chosen[j]; /* bench EP-N proxy */
-        expert[r * K + j] = ex;
-        weight[r * K + j] = wv[j] / (sum + 1e-20f) * scale;
-        ord[j] = j;
-        chosen[j] = ex;
-    }
-    for (int a = 1; a < K; a++) /* slots in ascending expert id */
-        for (int b = a; b > 0 && chosen[ord[b]] < chosen[ord[b - 1]]; b--) {
-            const int t = ord[b];
-            ord[b] = ord[b - 1];
-            ord[b - 1] = t;
-        }
-    for (int j = 0; j < K; j++) order[r * K + j] = ord[j];
+    if (lane >= K) return;
+    expert[r * K + lane] = ex;
+    weight[r * K + lane] = wv / (sum + 1e-20f) * scale;
+    order[r * K + pos] = lane;
 }
 
 extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
