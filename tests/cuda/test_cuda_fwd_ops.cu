@@ -745,20 +745,27 @@ static void test_linear_grouped(di_dtype dt, int64_t K, int64_t N, const int *ro
 }
 
 /* ---- the decode-sized GEMM twin against the tiled kernel: bit for bit. G == 0: one matrix of
- * rows[0] rows (K splits from its shape); else G groups, through the active list too ---- */
-static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+ * rows[0] rows (K splits from its shape); else G groups, through the active list too. odd_scales
+ * (FP8): scale bytes 0 (2^-127, subnormal) and 255 (NaN) in the first 32-row block, K blocks 1 and
+ * 6: their decode in both kernels ---- */
+static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, bool odd_scales = false) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
     const int ng = single ? 1 : G;
     grp_case c = grp_make(dt, K, N, rows, ng);
+    if (odd_scales && !fp4) {
+        const uint8_t zero = 0, nan_byte = 255;
+        cudaMemcpy((uint8_t *)c.ws[0] + 1, &zero, 1, cudaMemcpyHostToDevice);
+        cudaMemcpy((uint8_t *)c.ws[0] + 6, &nan_byte, 1, cudaMemcpyHostToDevice);
+    }
     const int M = c.M, max_rows = c.max_rows;
     float *hx = (float *)malloc(sizeof(float) * (size_t)M * K);
     fill_wide(hx, (int64_t)M * K, 1.0f);
     float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K);
     const int64_t per_group = single ? M : (M + ng - 1) / ng;
     char shp[112];
-    snprintf(shp, sizeof shp, "%s %s M=%d K=%lld N=%lld%s", fp4 ? "fp4" : "fp8", single ? "one" : "groups", M,
-             (long long)K, (long long)N, di_cuda_gemv_ok(false, !single, K, per_group < max_rows ? per_group : max_rows, 1)
-                                             ? "" : " NOT-TWIN");
+    snprintf(shp, sizeof shp, "%s %s M=%d K=%lld N=%lld%s%s", fp4 ? "fp4" : "fp8", single ? "one" : "groups", M,
+             (long long)K, (long long)N, odd_scales ? " odd-scales" : "",
+             di_cuda_gemv_ok(false, !single, K, per_group < max_rows ? per_group : max_rows, 1) ? "" : " NOT-TWIN");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     /* groups: with and without the active list */
     for (int variant = 0; variant < (single ? 1 : 2); variant++) {
@@ -1430,6 +1437,8 @@ static void run_quick(void) {
     test_gemv_twin(DI_DT_F8_E4M3, 256, 40, nine, 0);  /* 16-row tiles */
     test_gemv_twin(DI_DT_F8_E4M3, 1024, 64, three, 0); /* two K splits */
     test_gemv_twin(DI_DT_F8_E4M3, 1024, 64, sixteen, 0);
+    test_gemv_twin(DI_DT_F8_E4M3, 1024, 64, three, 0, true); /* chunks with scale bytes 0 / 255 */
+    test_gemv_twin(DI_DT_F8_E4M3, 1024, 64, sixteen, 0, true);
     test_gemv_twin(DI_DT_I8, 2048, 48, two, 0);        /* four K splits */
     const int few_rows[] = {1, 0, 2, 1, 0, 3}, one_big[] = {17, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     test_gemv_twin(DI_DT_I8, 256, 96, few_rows, 6);
