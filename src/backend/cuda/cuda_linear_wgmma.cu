@@ -21,7 +21,9 @@
  *
  * The dequantisation (its issue slots bound this kernel) has two forms with the same bf16 values:
  * "plain" where every scale byte of the CTA's rows is in the range of a real checkpoint (FP4
- * 2..248, FP8 10..142), the general one (the scale decoded as fp32, then a multiply) otherwise.
+ * 2..248, FP8 10..142), the general one (the scale decoded as fp32, then a multiply) otherwise and
+ * for 32-token FP8 tiles (one-wave grids, where the plain form's longer chain cost B = 16 / 32
+ * 1.5-2%; session 20).
  * Plain FP4: a code's byte 64 + 2v from two byte-permute lookups, one bf16 fma with h = 2^(e - 128),
  * c = -192 h built from the scale byte by integer multiply-adds (di_e2m1_bf16_scale); -0 comes out
  * +0, which no sum from +0 can tell apart. Plain FP8: e4m3 -> f16 (one cvt), the f16 bits shifted
