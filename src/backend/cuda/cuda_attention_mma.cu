@@ -71,25 +71,37 @@ static size_t am_smem_bytes(int dim) {
 
 /* dst [n_rows][stride] bf16 <- rows[0..n_rows) (NULL: zeros), dim fp32 values each (dim % 4 == 0).
  * Each thread issues AM_STAGE_BATCH float4 loads before storing any; consecutive threads take
- * consecutive float4s of a row (coalesced). */
+ * consecutive float4s of a row (coalesced). A thread's float4s x = t + i AM_THREADS are (row x / n4,
+ * column x % n4); both advance by a fixed step, so the divisions by the run-time n4 happen once a
+ * thread, not twice a float4; the bf16 pairs come from one cvt each (di_dev_bf16x2_bits). */
 static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *const *rows, int n_rows, int dim) {
     const int n4 = dim / 4, total = n_rows * n4;
+    const int step_r = AM_THREADS / n4, step_c = AM_THREADS % n4;
+    auto advance = [&](int &r, int &c) {
+        r += step_r, c += step_c;
+        if (c >= n4) c -= n4, r++;
+    };
+    int r0 = threadIdx.x / n4, c0 = threadIdx.x % n4; /* of x0 */
     for (int x0 = threadIdx.x; x0 < total; x0 += AM_STAGE_BATCH * AM_THREADS) {
         float4 v[AM_STAGE_BATCH];
+        int r = r0, c = c0;
 #pragma unroll
         for (int u = 0; u < AM_STAGE_BATCH; u++) {
-            const int x = x0 + u * AM_THREADS, c = x % n4 * 4;
-            v[u] = di_dev_load_row4(x < total ? rows[x / n4] : nullptr, c);
+            v[u] = di_dev_load_row4(x0 + u * AM_THREADS < total ? rows[r] : nullptr, 4 * c);
+            advance(r, c);
         }
+        const int r1 = r, c1 = c; /* the next batch's first */
+        r = r0, c = c0;
 #pragma unroll
         for (int u = 0; u < AM_STAGE_BATCH; u++) {
-            const int x = x0 + u * AM_THREADS;
-            if (x >= total) break;
+            if (x0 + u * AM_THREADS >= total) break;
             uint2 packed;
-            packed.x = di_dev_bf16_bits(v[u].x) | di_dev_bf16_bits(v[u].y) << 16;
-            packed.y = di_dev_bf16_bits(v[u].z) | di_dev_bf16_bits(v[u].w) << 16;
-            *(uint2 *)(dst + x / n4 * stride + x % n4 * 4) = packed;
+            packed.x = di_dev_bf16x2_bits(v[u].x, v[u].y);
+            packed.y = di_dev_bf16x2_bits(v[u].z, v[u].w);
+            *(uint2 *)(dst + r * stride + 4 * c) = packed;
+            advance(r, c);
         }
+        r0 = r1, c0 = c1;
     }
 }
 
