@@ -73,7 +73,7 @@ static size_t am_smem_bytes(int dim) {
  * Each thread issues AM_STAGE_BATCH float4 loads before storing any; consecutive threads take
  * consecutive float4s of a row (coalesced). A thread's float4s x = t + i AM_THREADS are (row x / n4,
  * column x % n4); both advance by a fixed step, so the divisions by the run-time n4 happen once a
- * thread, not twice a float4; the bf16 pairs come from one cvt each (di_dev_bf16x2_bits). */
+ * thread, not twice a float4; the bf16 pairs come from one cvt each (di_bf16x2_rn_keep_nan). */
 static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *const *rows, int n_rows, int dim) {
     const int n4 = dim / 4, total = n_rows * n4;
     const int step_r = AM_THREADS / n4, step_c = AM_THREADS % n4;
@@ -96,8 +96,8 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
         for (int u = 0; u < AM_STAGE_BATCH; u++) {
             if (x0 + u * AM_THREADS >= total) break;
             uint2 packed;
-            packed.x = di_dev_bf16x2_bits(v[u].x, v[u].y);
-            packed.y = di_dev_bf16x2_bits(v[u].z, v[u].w);
+            packed.x = di_bf16x2_rn_keep_nan(v[u].x, v[u].y);
+            packed.y = di_bf16x2_rn_keep_nan(v[u].z, v[u].w);
             *(uint2 *)(dst + r * stride + 4 * c) = packed;
             advance(r, c);
         }

@@ -54,19 +54,6 @@ static __device__ __forceinline__ float di_dev_bf16_round(float f) {
 }
 /* the same rounding as the 16 bits of a bf16 */
 static __device__ __forceinline__ uint32_t di_dev_bf16_bits(float f) { return __float_as_uint(di_dev_bf16_round(f)) >> 16; }
-/* two floats' bf16 bits (lo in bits 0..15), di_dev_bf16_bits' rounding: one cvt where neither is
- * NaN (round to nearest even, the same bits), the integer form for NaN (it keeps the payload, where
- * cuda_mma.cuh's di_bf16x2_rn gives the canonical NaN) */
-static __device__ __forceinline__ uint32_t di_dev_bf16x2_bits(float lo, float hi) {
-#ifndef DI_CUDA_EMU_H
-    if (!isnan(lo) && !isnan(hi)) {
-        uint32_t r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-#endif
-    return di_dev_bf16_bits(lo) | di_dev_bf16_bits(hi) << 16;
-}
 static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
     return __uint_as_float((uint32_t)*p << 16);
 }

@@ -401,6 +401,11 @@ static __device__ __forceinline__ uint32_t di_bf16x2_rn(float lo, float hi) {
     return r;
 #endif
 }
-
+/* di_bf16x2_rn where a NaN keeps its payload (quietened), as di_dev_bf16_bits gives it, instead of
+ * the cvt's canonical NaN: the same bits as the integer form for every input */
+static __device__ __forceinline__ uint32_t di_bf16x2_rn_keep_nan(float lo, float hi) {
+    if (isnan(lo) || isnan(hi)) return di_dev_bf16_bits(lo) | di_dev_bf16_bits(hi) << 16;
+    return di_bf16x2_rn(lo, hi);
+}
 
 #endif
