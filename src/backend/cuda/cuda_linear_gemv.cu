@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             }
             const float2 s2 = *reinterpret_cast<const float2 *>(xsa[th] + bj * MT); /* tokens 8 th + 2t, + 1 */
             float d[4];
-            di_mma_e4m3_16832_f16(d, wf, wf + 4, b_lo, b_hi);
+            di_mma_e4m3_16832_f16_fold(d, wf, wf + 4, b_lo, b_hi);
             acc[th][0] = __fmaf_rn(d[0], s2.x * sb0, acc[th][0]);
             acc[th][1] = __fmaf_rn(d[1], s2.y * sb0, acc[th][1]);
             acc[th][2] = __fmaf_rn(d[2], s2.x * sb1, acc[th][2]);

@@ -154,6 +154,18 @@ static __device__ __forceinline__ void di_mma_e4m3_16832_f16(float d[4], const u
 #pragma unroll
     for (int i = 0; i < 4; i++) d[i] += 0.0f; /* the instruction's zero accumulator input: -0 -> +0 */
 }
+/* The same block sum for a caller that only folds it, acc = fma(d, s, acc) from acc = +0 with s >= +0
+ * or NaN (a product of scales): without the final +0, which turns a -0 sum into +0. It cannot change
+ * the fold's bits: d * s is then +-0 or NaN, acc + (+-0) = acc for acc != 0, and +0 + (-0) = +0 in
+ * round-to-nearest, so acc is never -0; a NaN d gives the canonical NaN either way. Four FADDs an
+ * mma fewer (the decode twin's inner loop: ~180 instructions a 4-block chunk). */
+static __device__ __forceinline__ void di_mma_e4m3_16832_f16_fold(float d[4], const uint32_t a_lo[4],
+                                                                  const uint32_t a_hi[4], const uint32_t b_lo[2],
+                                                                  const uint32_t b_hi[2]) {
+    const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    di_mma_f16_16816(d, a_lo, b_lo, z);
+    di_mma_f16_16816(d, a_hi, b_hi, d);
+}
 
 /* e4m3 code of a value already on the e4m3 grid (|q| <= 448) */
 static __device__ __forceinline__ uint8_t di_e4m3_code(float q) {
