@@ -229,6 +229,24 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     };
     gv_fp4_step st; /* each slot is refilled with the block a step ahead as soon as it is used */
 
+    /* The activation rows m0 .. m0 + rows (32-bit indices: no 64-bit division). Each copy is issued
+     * before any is waited for: a loop of one load and one store a turn took a round trip to the L2
+     * per turn (B = 1: 5-16 turns, 2-6 us of a 10-20 us launch). Quantised codes (unless widened)
+     * and scales go by cp.async -- the scales transposed, rows past the block's zero-filled --, as
+     * the group committed before the weight ring's (waited for below, the ring's still in flight);
+     * bf16 and f16 rows, converted on the way, through registers, a batch of loads at a time. */
+    if (!A16) {
+        if (!X16)
+            for (int i = threadIdx.x; i < rows * (int)(K / 16); i += blockDim.x) { /* 16 codes a copy */
+                const int r = i / (int)(K / 16), c = i - r * (int)(K / 16);
+                di_cp_async16(xq + r * xrow + 16 * c, xqg + (m0 + r) * K + 16 * c, true);
+            }
+        for (int i = threadIdx.x; i < MT * (int)nb; i += blockDim.x) { /* scale j of row r -> xs[j][r] */
+            const int r = i / (int)nb, j = i - r * (int)nb;
+            di_cp_async4(xs + j * MT + r, xsg + (m0 + (r < rows ? r : 0)) * nb + j, r < rows);
+        }
+    }
+    di_cp_async_commit();
     if (STAGED) { /* in flight while the activations are staged; every warp commits as many groups */
         for (int c = 0; c < RING - 1; c++) {
             if (c < n_chunks) issue_chunk(c);
@@ -244,32 +262,49 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         advance();
     }
 
-    if (A16) { /* rows m0 .. m0 + rows as bf16 (di_cuda_f32_to_bf16's rounding), two values a thread */
-        for (int64_t i = threadIdx.x; i < rows * (K / 2); i += blockDim.x) {
-            const int64_t r = i / (K / 2), c = i % (K / 2);
-            const float2 v = *reinterpret_cast<const float2 *>(x + (m0 + r) * a.lda + 2 * c);
-            *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) = di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16;
+    constexpr int BATCH = 8; /* loads in flight a thread */
+    if (A16) { /* rows m0 .. m0 + rows as bf16 (di_cuda_f32_to_bf16's rounding), two values a load */
+        const int pairs = (int)(K / 2), n = rows * pairs;
+        for (int base = threadIdx.x; base < n; base += BATCH * blockDim.x) {
+            float2 v[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; u++) {
+                const int i = base + u * (int)blockDim.x, r = i / pairs, c = i - r * pairs;
+                if (i < n) v[u] = __ldg(reinterpret_cast<const float2 *>(x + (m0 + r) * a.lda + 2 * c));
+            }
+#pragma unroll
+            for (int u = 0; u < BATCH; u++) {
+                const int i = base + u * (int)blockDim.x, r = i / pairs, c = i - r * pairs;
+                if (i < n)
+                    *reinterpret_cast<uint32_t *>(xq + r * xrow + 4 * c) =
+                        di_dev_bf16_bits(v[u].x) | di_dev_bf16_bits(v[u].y) << 16;
+            }
         }
-    } else { /* the act_quant'ed rows m0 .. m0 + rows: 16 codes a thread (X16: widened to f16, exact),
-              * then the scales (transposed) */
-        for (int64_t i = threadIdx.x; i < rows * (K / 16); i += blockDim.x) {
-            const int64_t r = i / (K / 16), c = i % (K / 16);
-            const uint4 q = *reinterpret_cast<const uint4 *>(xqg + (m0 + r) * K + 16 * c);
-            if (X16) {
-                const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+    } else if (X16) { /* the act_quant'ed codes widened to f16 (exact), 16 a load */
+        const int quads = (int)(K / 16), n = rows * quads;
+        for (int base = threadIdx.x; base < n; base += BATCH / 2 * blockDim.x) {
+            uint4 q[BATCH / 2];
+#pragma unroll
+            for (int u = 0; u < BATCH / 2; u++) {
+                const int i = base + u * (int)blockDim.x, r = i / quads, c = i - r * quads;
+                if (i < n) q[u] = __ldg(reinterpret_cast<const uint4 *>(xqg + (m0 + r) * K + 16 * c));
+            }
+#pragma unroll
+            for (int u = 0; u < BATCH / 2; u++) {
+                const int i = base + u * (int)blockDim.x, r = i / quads, c = i - r * quads;
+                if (i >= n) continue;
+                const uint32_t qw[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
                 uint32_t h[8];
 #pragma unroll
-                for (int u = 0; u < 4; u++) di_e4m3x4_to_f16x4(qw[u], &h[2 * u], &h[2 * u + 1]);
+                for (int w = 0; w < 4; w++) di_e4m3x4_to_f16x4(qw[w], &h[2 * w], &h[2 * w + 1]);
                 uint4 *dst = reinterpret_cast<uint4 *>(xq + r * xrow + 32 * c);
                 dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
                 dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
-            } else {
-                *reinterpret_cast<uint4 *>(xq + r * xrow + 16 * c) = q;
             }
         }
-        for (int64_t i = threadIdx.x; i < MT * nb; i += blockDim.x) /* zeros past the block's rows */
-            xs[(i % nb) * MT + i / nb] = i / nb < rows ? xsg[m0 * nb + i] : 0.0f;
     }
+    if (STAGED) di_cp_async_wait<RING - 1>(); /* this thread's staging copies (the ring's may be in flight) */
+    else di_cp_async_wait<0>();
     __syncthreads();
 
     /* acc[th]: features g, g + 8 (rows of the A operand) x tokens 8 th + 2t, + 1 (B's columns):

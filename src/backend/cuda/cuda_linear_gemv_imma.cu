@@ -174,20 +174,21 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
     }
 
     /* the TT token rows' digits (zeros past the group's rows) while the first weights load: a row
-     * block's 96 bytes in 16-byte pieces u (digit u / 2, half u % 2) */
-    const int64_t pieces = (int64_t)TT * nb * 6;
-    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
-        const int r = (int)(i / (nb * 6));
-        const int64_t rem = i - r * nb * 6, b = rem / 6;
-        const int u = (int)(rem - 6 * b), dgt = u >> 1, half = u & 1;
+     * block's 96 bytes in 16-byte pieces u (digit u / 2, half u % 2); then their scales, all by
+     * cp.async and 32-bit indices (a loop of plain loads waited on the L2 once a turn, and its 64-bit
+     * divisions cost ~100 instructions each) */
+    const int nbi = (int)nb, pieces = TT * nbi * 6;
+    for (int i = threadIdx.x; i < pieces; i += blockDim.x) {
+        const int r = i / (nbi * 6), rem = i - r * nbi * 6, b = rem / 6;
+        const int u = rem - 6 * b, dgt = u >> 1, half = u & 1;
         uint8_t *dst = dgt < 2 ? t0 + (b * 2 * TT + 2 * r + dgt) * 32 + 16 * half : t1 + (b * TT + r) * 32 + 16 * half;
         di_cp_async16(dst, r < rows ? xd + ((m0 + r) * nb + b) * 96 + 32 * dgt + 16 * half : xd, r < rows);
     }
-    di_cp_async_commit();
-    for (int64_t i = threadIdx.x; i < TT * nb; i += blockDim.x) {
-        const int r = (int)(i % TT);
-        xs[i] = r < rows ? xsg[(m0 + r) * nb + i / TT] : 0.0f;
+    for (int i = threadIdx.x; i < TT * nbi; i += blockDim.x) { /* xs[j][r] = row r's scale j */
+        const int r = i % TT;
+        di_cp_async4(xs + i, xsg + (m0 + (r < rows ? r : 0)) * nb + i / TT, r < rows);
     }
+    di_cp_async_commit();
     di_cp_async_wait<0>();
     __syncthreads();
 
