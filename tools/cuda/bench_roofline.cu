@@ -85,6 +85,114 @@ static void bench_linear(const char *name, di_dtype dt, int64_t K, int64_t N, in
     cudaFree(a.x), cudaFree(a.y);
 }
 
+/* ---- 5. decode GEMVs with their weights in HBM, in the L2, or prefetched into the L2 while another
+ * kernel runs (--gemv): does a B = 1 step gain from loading the next matrix during the small
+ * kernels before it, when HBM is otherwise idle? ---- */
+__global__ void spin_kernel(long long ns) { /* one warp waiting ns: the small kernels between two GEMVs */
+    long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(256);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+__global__ void l2_bulk_prefetch_kernel(const uint8_t *p, size_t bytes) { /* 64 KiB a TMA prefetch */
+    const size_t chunk = 64 << 10;
+    for (size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * chunk; off < bytes;
+         off += (size_t)gridDim.x * blockDim.x * chunk) {
+        const unsigned n = (unsigned)(bytes - off < chunk ? bytes - off : chunk);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n & ~15u) : "memory");
+    }
+}
+__global__ void l2_line_prefetch_kernel(const uint8_t *p, size_t bytes) { /* one prefetch a 128-byte line */
+    for (size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 128; off < bytes;
+         off += (size_t)gridDim.x * blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off) : "memory");
+}
+
+struct gemv_arg {
+    lin_arg *lin;
+    int mode;      /* 0: the GEMV alone; 1: spin, GEMV; 2: bulk prefetch, spin, GEMV; 3: line prefetch, spin, GEMV */
+    long long ns;  /* the spin */
+    size_t wbytes, sbytes;
+};
+static void run_gemv(void *p, int rep) {
+    gemv_arg *g = (gemv_arg *)p;
+    const di_weight *w = &g->lin->w[rep % g->lin->copies];
+    if (g->mode == 2) {
+        l2_bulk_prefetch_kernel<<<16, 32>>>((const uint8_t *)w->data, g->wbytes);
+        l2_bulk_prefetch_kernel<<<1, 32>>>((const uint8_t *)w->scale, g->sbytes);
+    } else if (g->mode == 3) {
+        l2_line_prefetch_kernel<<<64, 256>>>((const uint8_t *)w->data, g->wbytes);
+        l2_line_prefetch_kernel<<<4, 256>>>((const uint8_t *)w->scale, g->sbytes);
+    }
+    if (g->mode >= 1) spin_kernel<<<1, 32>>>(g->ns);
+    run_lin(g->lin, rep);
+}
+
+static void bench_gemv(const char *name, di_dtype dt, int64_t K, int64_t N, int64_t m) {
+    lin_arg a;
+    memset(&a, 0, sizeof a);
+    const size_t wbytes = dt == DI_DT_I8 ? (size_t)(N * K / 2) : (size_t)(N * K);
+    const size_t sbytes = dt == DI_DT_I8 ? (size_t)(N * (K / 32)) : (size_t)(((N + 31) / 32) * (K / 32));
+    a.copies = (int)((512ull << 20) / (wbytes + sbytes)) + 1; /* 512 MiB: ten L2s */
+    if (a.copies > 64) a.copies = 64;
+    for (int c = 0; c < a.copies; c++) {
+        a.w[c].dtype = dt;
+        a.w[c].rows = N;
+        a.w[c].cols = K;
+        a.w[c].data = di_cuda_dalloc_random(wbytes, dt == DI_DT_F8_E4M3);
+        uint8_t *s;
+        CK(cudaMalloc(&s, sbytes));
+        di_cuda_fill_scale(s, sbytes, (uint32_t)c);
+        a.w[c].scale = s;
+    }
+    a.m = m;
+    a.x = di_cuda_dalloc_random_f32((size_t)(m * K));
+    CK(cudaMalloc(&a.y, (size_t)(m * N) * 4));
+    gemv_arg g = {&a, 0, 40000, wbytes, sbytes};
+    const int reps = a.copies < 20 ? 20 : a.copies;
+    const double cold = di_cuda_time_ms(run_gemv, &g, reps, 5);
+    const int copies = a.copies;
+    a.copies = 1;
+    const double warm = di_cuda_time_ms(run_gemv, &g, reps, 5);
+    a.copies = copies;
+    double t[4];
+    for (int mode = 1; mode <= 3; mode++) {
+        g.mode = mode;
+        t[mode] = di_cuda_time_ms(run_gemv, &g, reps, 5);
+    }
+    const double bytes = (double)wbytes + sbytes, floor_us = bytes / (g_hbm_gbs * 1e3);
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%lld %lldx%lld", (long long)m, (long long)K, (long long)N);
+    printf("  %-14s %-22s %8.2f %8.2f %8.1f %8.1f %8.1f %10.1f %10.1f\n", name, shape, bytes / 1e6, floor_us,
+           cold * 1e3, warm * 1e3, (t[1] - g.ns * 1e-6) * 1e3, (t[2] - g.ns * 1e-6) * 1e3, (t[3] - g.ns * 1e-6) * 1e3);
+    for (int c = 0; c < a.copies; c++) {
+        cudaFree((void *)a.w[c].data);
+        cudaFree((void *)a.w[c].scale);
+    }
+    cudaFree(a.x), cudaFree(a.y);
+}
+
+static void bench_gemv_all(void) {
+    printf("Decode GEMVs (median us; launch and act_quant included). cold: a different copy each run (HBM);\n"
+           "warm: the same copy (in the L2 where it fits); after spin: a 40 us one-warp kernel first (the\n"
+           "step's small kernels), its time subtracted; + bulk / line prefetch: the matrix prefetched into\n"
+           "the L2 (cp.async.bulk.prefetch.L2 / prefetch.global.L2) before the spin\n");
+    printf("  %-14s %-22s %8s %8s %8s %8s %8s %10s %10s\n", "matrix", "shape", "MB", "HBM us", "cold", "warm",
+           "spin", "+bulk pf", "+line pf");
+    const int64_t ms[2] = {1, 8};
+    for (int i = 0; i < 2; i++) {
+        bench_gemv("fp8 wq_a", DI_DT_F8_E4M3, 5120, 1280, ms[i]);
+        bench_gemv("fp8 sh w1", DI_DT_F8_E4M3, 5120, 2304, ms[i]);
+        bench_gemv("fp8 sh w2", DI_DT_F8_E4M3, 2304, 5120, ms[i]);
+        bench_gemv("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, ms[i]);
+        bench_gemv("fp8 wo_b", DI_DT_F8_E4M3, 8192, 5120, ms[i]);
+        bench_gemv("fp4 expert w1", DI_DT_I8, 5120, 2304, ms[i]);
+    }
+    printf("\n");
+}
+
 /* ---- prefill-sized grouped GEMMs: the routed experts of a layer (G experts x R rows each), and
  * single FP8 matrices, on the mma.sync tiles and on the wgmma kernel (DEEPINFER_GPU_WGMMA) ---- */
 struct grp_arg {
@@ -262,10 +370,11 @@ static void bench_misc(int64_t m) {
 }
 
 int main(int argc, char **argv) {
-    int gemm_only = 0;
+    int gemm_only = 0, gemv_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
+        if (!strcmp(argv[i], "--gemv")) gemv_only = 1;
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -283,6 +392,11 @@ int main(int argc, char **argv) {
     g_bf16_tflops = ceil.bf16_tflops;
     g_fp8_tflops = ceil.fp8_tflops;
 
+    if (gemv_only) {
+        bench_gemv_all();
+        di_cuda_ctx_free(&g_ctx);
+        return 0;
+    }
     if (gemm_only) {
         bench_grouped_all();
         di_cuda_ctx_free(&g_ctx);
