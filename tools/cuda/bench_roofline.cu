@@ -11,8 +11,10 @@
  *      copies to exceed the L2, so small matrices are timed from HBM, not from the cache.
  *   4. The prefill-sized grouped GEMMs (48 experts x 32 / 64 / 512 rows, and FP8 matrices at 4,096
  *      rows) on the mma.sync tiles and on the wgmma kernel: TFLOP/s and % of the BF16 / FP8 rates.
- * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm]
- * (--gemm: the ceilings and part 4 only) */
+ *   5. (--gemv alone) the decode GEMVs at B = 1 and 8 from HBM, from the L2, and after an L2
+ *      prefetch overlapped with another kernel.
+ * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm | --gemv]
+ * (--gemm: the ceilings and part 4 only; --gemv: the ceilings and part 5 only) */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
