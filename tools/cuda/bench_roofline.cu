@@ -54,37 +54,53 @@ static void row(const char *name, const char *shape, double bytes, double flops,
            100.0 * floor_ms / ms, t_mem >= t_mat ? "HBM" : "FP8 matrix");
 }
 
-static void bench_linear(const char *name, di_dtype dt, int64_t K, int64_t N, int64_t m) {
-    lin_arg a;
-    memset(&a, 0, sizeof a);
-    const size_t wbytes = dt == DI_DT_I8 ? (size_t)(N * K / 2) : (size_t)(N * K);
-    const size_t sbytes = dt == DI_DT_I8 ? (size_t)(N * (K / 32)) : (size_t)(((N + 31) / 32) * (K / 32));
-    a.copies = (int)((256ull << 20) / (wbytes + sbytes)) + 1;
-    if (a.copies > 64) a.copies = 64;
-    for (int c = 0; c < a.copies; c++) {
-        a.w[c].dtype = dt;
-        a.w[c].rows = N;
-        a.w[c].cols = K;
-        a.w[c].data = di_cuda_dalloc_random(wbytes, dt == DI_DT_F8_E4M3);
+/* bytes of one weight's data and of its scales */
+static size_t weight_bytes(di_dtype dt, int64_t K, int64_t N) {
+    return dt == DI_DT_I8 ? (size_t)(N * K / 2) : (size_t)(N * K);
+}
+static size_t scale_bytes(di_dtype dt, int64_t K, int64_t N) {
+    return dt == DI_DT_I8 ? (size_t)(N * (K / 32)) : (size_t)(((N + 31) / 32) * (K / 32));
+}
+/* a: enough random copies of an N x K weight to exceed `total` bytes (at most 64), activations
+ * x [m, K] and outputs y [m, N]; lin_free undoes it */
+static void lin_alloc(lin_arg *a, di_dtype dt, int64_t K, int64_t N, int64_t m, unsigned long long total) {
+    memset(a, 0, sizeof *a);
+    const size_t wbytes = weight_bytes(dt, K, N), sbytes = scale_bytes(dt, K, N);
+    a->copies = (int)(total / (wbytes + sbytes)) + 1;
+    if (a->copies > 64) a->copies = 64;
+    for (int c = 0; c < a->copies; c++) {
+        a->w[c].dtype = dt;
+        a->w[c].rows = N;
+        a->w[c].cols = K;
+        a->w[c].data = di_cuda_dalloc_random(wbytes, dt == DI_DT_F8_E4M3);
         uint8_t *s;
         CK(cudaMalloc(&s, sbytes));
         di_cuda_fill_scale(s, sbytes, (uint32_t)c);
-        a.w[c].scale = s;
+        a->w[c].scale = s;
     }
-    a.m = m;
-    a.x = di_cuda_dalloc_random_f32((size_t)(m * K));
-    CK(cudaMalloc(&a.y, (size_t)(m * N) * 4));
+    a->m = m;
+    a->x = di_cuda_dalloc_random_f32((size_t)(m * K));
+    CK(cudaMalloc(&a->y, (size_t)(m * N) * 4));
+}
+static void lin_free(lin_arg *a) {
+    for (int c = 0; c < a->copies; c++) {
+        cudaFree((void *)a->w[c].data);
+        cudaFree((void *)a->w[c].scale);
+    }
+    cudaFree(a->x), cudaFree(a->y);
+}
+
+static void bench_linear(const char *name, di_dtype dt, int64_t K, int64_t N, int64_t m) {
+    lin_arg a;
+    lin_alloc(&a, dt, K, N, m, 256ull << 20);
+    const size_t wbytes = weight_bytes(dt, K, N), sbytes = scale_bytes(dt, K, N);
     const double ms = di_cuda_time_ms(run_lin, &a, a.copies < 20 ? 20 : a.copies, 5);
     /* activations counted as bf16 in / bf16 out, what a fused engine would move */
     const double bytes = (double)wbytes + sbytes + 2.0 * m * K + 2.0 * m * N;
     char shape[64];
     snprintf(shape, sizeof shape, "B=%lld %lldx%lld", (long long)m, (long long)K, (long long)N);
     row(name, shape, bytes, 2.0 * m * N * K, ms, g_fp8_tflops);
-    for (int c = 0; c < a.copies; c++) {
-        cudaFree((void *)a.w[c].data);
-        cudaFree((void *)a.w[c].scale);
-    }
-    cudaFree(a.x), cudaFree(a.y);
+    lin_free(&a);
 }
 
 /* ---- 5. decode GEMVs with their weights in HBM, in the L2, or prefetched into the L2 while another
@@ -134,24 +150,8 @@ static void run_gemv(void *p, int rep) {
 
 static void bench_gemv(const char *name, di_dtype dt, int64_t K, int64_t N, int64_t m) {
     lin_arg a;
-    memset(&a, 0, sizeof a);
-    const size_t wbytes = dt == DI_DT_I8 ? (size_t)(N * K / 2) : (size_t)(N * K);
-    const size_t sbytes = dt == DI_DT_I8 ? (size_t)(N * (K / 32)) : (size_t)(((N + 31) / 32) * (K / 32));
-    a.copies = (int)((512ull << 20) / (wbytes + sbytes)) + 1; /* 512 MiB: ten L2s */
-    if (a.copies > 64) a.copies = 64;
-    for (int c = 0; c < a.copies; c++) {
-        a.w[c].dtype = dt;
-        a.w[c].rows = N;
-        a.w[c].cols = K;
-        a.w[c].data = di_cuda_dalloc_random(wbytes, dt == DI_DT_F8_E4M3);
-        uint8_t *s;
-        CK(cudaMalloc(&s, sbytes));
-        di_cuda_fill_scale(s, sbytes, (uint32_t)c);
-        a.w[c].scale = s;
-    }
-    a.m = m;
-    a.x = di_cuda_dalloc_random_f32((size_t)(m * K));
-    CK(cudaMalloc(&a.y, (size_t)(m * N) * 4));
+    lin_alloc(&a, dt, K, N, m, 512ull << 20); /* 512 MiB: eight L2s */
+    const size_t wbytes = weight_bytes(dt, K, N), sbytes = scale_bytes(dt, K, N);
     gemv_arg g = {&a, 0, 40000, wbytes, sbytes};
     const int reps = a.copies < 20 ? 20 : a.copies;
     const double cold = di_cuda_time_ms(run_gemv, &g, reps, 5);
@@ -169,11 +169,7 @@ static void bench_gemv(const char *name, di_dtype dt, int64_t K, int64_t N, int6
     snprintf(shape, sizeof shape, "B=%lld %lldx%lld", (long long)m, (long long)K, (long long)N);
     printf("  %-14s %-22s %8.2f %8.2f %8.1f %8.1f %8.1f %10.1f %10.1f\n", name, shape, bytes / 1e6, floor_us,
            cold * 1e3, warm * 1e3, (t[1] - g.ns * 1e-6) * 1e3, (t[2] - g.ns * 1e-6) * 1e3, (t[3] - g.ns * 1e-6) * 1e3);
-    for (int c = 0; c < a.copies; c++) {
-        cudaFree((void *)a.w[c].data);
-        cudaFree((void *)a.w[c].scale);
-    }
-    cudaFree(a.x), cudaFree(a.y);
+    lin_free(&a);
 }
 
 static void bench_gemv_all(void) {
