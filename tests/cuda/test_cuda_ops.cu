@@ -735,6 +735,27 @@ static void test_mhc(int64_t T, int n, int64_t d) {
             dev_download(b, pairs[i][1], 4 * T * cols[i]);
             compare(names[i], shape, b, a, T, cols[i], CRIT_EXACT);
         }
+        /* hc_post fused into the next input's mix sums: the stream and the input as the two separate steps
+         * make them (dout: hc_post's, dnorm etc.: recomputed from it below) */
+        const di_cuda_hc_post_ops ops = {dy, dx, dpostr, dcombr, (float *)dev_poisoned(4 * T * n * d)};
+        if (di_cuda_hc_post_block_in_supported(&ops, T, n, d)) {
+            di_cuda_hc_block_in(dout, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre, dpost, dcomb,
+                                dnorm, ws, 0);
+            di_cuda_hc_post_block_in(&ops, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2,
+                                     dcomb2, dy2, ws, 0);
+            const char *fused[4] = {"hc_post_block_in.y", "hc_post_block_in.pre", "hc_post_block_in.post",
+                                    "hc_post_block_in.comb"};
+            for (int i = 0; i < 4; i++) {
+                dev_download(a, pairs[i][0], 4 * T * cols[i]);
+                dev_download(b, pairs[i][1], 4 * T * cols[i]);
+                compare(fused[i], shape, b, a, T, cols[i], CRIT_EXACT);
+            }
+            float *so = (float *)malloc(4 * T * n * d);
+            dev_download(so, ops.out, 4 * T * n * d);
+            compare("hc_post_block_in.stream", shape, so, post_out_r, T, n * d, CRIT_EXACT);
+            free(so);
+        }
+        cudaFree(ops.out);
         cudaFree(dw), cudaFree(dnorm), cudaFree(dy2), cudaFree(dpre2), cudaFree(dpost2), cudaFree(dcomb2), cudaFree(ws);
         free(w), free(a), free(b);
     }
@@ -866,6 +887,7 @@ static void run_quick(void) {
     test_mhc(3, 4, 130);  /* d % 4 != 0: pre / post a value a thread */
     test_mhc(70, 3, 65);  /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
     test_mhc(2, 5, 1500); /* the fused sublayer input with n at run time */
+    test_mhc(3, 4, 64);   /* the tiny model's: a chunk of the mix sums spans the 4 copies of hc_post */
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
 }
@@ -880,6 +902,8 @@ static void run_mhc(void) {
     test_mhc(3, 4, 130); /* d % 4 != 0: pre / post a value a thread */
     test_mhc(70, 3, 65); /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
     test_mhc(2, 5, 1500); /* the fused sublayer input with n at run time */
+    test_mhc(3, 4, 64);   /* the tiny model's: a chunk of the mix sums spans the 4 copies of hc_post */
+    test_mhc(32, 4, 512); /* the fused input's most tokens: four token groups of the chunk kernel */
 }
 
 /* the attention cases of the real shape alone (the wgmma kernel's): --attn */

@@ -76,24 +76,90 @@ static __device__ void mix_stage_fn(double *fs, int stride, const float *fn, int
  * tiles of 8 fn rows, a chain each). The sums of squares: one chain a lane over its values, the
  * four lanes of a token added by shuffles. Each product is exact in double; the order of the
  * additions is fixed by the chunking alone, never by T. */
-template <int NFT, bool V4>
+/* POST: the kernel first makes x itself, as hc_post of the previous sublayer (x = out = hc_post(y, r,
+ * post, comb), hc_post_kernel's expression bit for bit): the whole block computes its chunk of its
+ * tokens' stream into shared memory (and out), then the warps sum from there. The separate hc_post
+ * launch (~4.7 us at B = 1, mostly its start) goes. Needs d % 4 == 0 and 16-byte rows (a quad lies
+ * in one copy j) and at most MIX_TOKENS tokens (one token group). A first form in which each lane made
+ * its own quads inside the sum loop ran B = 8 1.2 ms a step slower: a turn's loads waited for the
+ * previous turn's stores (out may alias r as far as the compiler knows) on one warp of eight. */
+struct hc_post_src {
+    const float *y, *r, *post, *comb; /* [T, d], [T, n, d], [T, n], [T, n, n] */
+    float *out;                       /* [T, n, d]: the new stream, the x of the mix sums */
+    int n;
+    int d;
+};
+/* floats of a token's staged chunk: chunk + 16, so that the quads of a quarter warp's two tokens
+ * fall on distinct banks */
+static __host__ __device__ int mix_post_stride(int nmix) { return mix_chunk(nmix) + 16; }
+
+/* xs [tokens][mix_post_stride] <- values i0 .. i0 + cl of hc_post's output for `tokens` tokens from
+ * tok0, also stored to out; a batch of quads a thread with all their loads issued first */
+static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int tokens, int64_t i0, int cl, int xstride,
+                                      float *xs) {
+    constexpr int BATCH = 2;
+    const int quads = cl / 4, total = tokens * quads, len = p.n * p.d;
+    for (int q0 = threadIdx.x; q0 < total; q0 += BATCH * MIX_THREADS) {
+        float4 rv[BATCH][HC_MAX_N], yv[BATCH];
+        float c[BATCH][HC_MAX_N], pj[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int q = q0 + u * MIX_THREADS;
+            if (q >= total) break;
+            const int tl = q / quads, flat = (int)i0 + 4 * (q - tl * quads), j = flat / p.d, pos = flat - j * p.d;
+            const int64_t tok = tok0 + tl;
+            const float *ct = p.comb + tok * p.n * p.n;
+#pragma unroll
+            for (int i = 0; i < HC_MAX_N; i++)
+                if (i < p.n) {
+                    c[u][i] = __ldg(ct + i * p.n + j);
+                    rv[u][i] = __ldg(reinterpret_cast<const float4 *>(p.r + tok * len + i * p.d + pos));
+                }
+            pj[u] = __ldg(p.post + tok * p.n + j);
+            yv[u] = __ldg(reinterpret_cast<const float4 *>(p.y + tok * p.d + pos));
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int q = q0 + u * MIX_THREADS;
+            if (q >= total) break;
+            const int tl = q / quads, k = 4 * (q - tl * quads);
+            float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int i = 0; i < HC_MAX_N; i++)
+                if (i < p.n) {
+                    const float ci = c[u][i];
+                    s.x += ci * rv[u][i].x, s.y += ci * rv[u][i].y, s.z += ci * rv[u][i].z, s.w += ci * rv[u][i].w;
+                }
+            const float4 o = make_float4(di_dev_bf16_round(pj[u] * yv[u].x + s.x), di_dev_bf16_round(pj[u] * yv[u].y + s.y),
+                                         di_dev_bf16_round(pj[u] * yv[u].z + s.z), di_dev_bf16_round(pj[u] * yv[u].w + s.w));
+            *reinterpret_cast<float4 *>(xs + tl * xstride + k) = o;
+            *reinterpret_cast<float4 *>(p.out + (tok0 + tl) * len + i0 + k) = o;
+        }
+    }
+}
+
+template <int NFT, bool V4, bool POST>
 __global__ void __launch_bounds__(MIX_THREADS, 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
-                   int n_chunks, double *__restrict__ part) {
+                   int n_chunks, double *__restrict__ part, hc_post_src ps) {
     extern __shared__ double mix_smem[];
     double *fs = mix_smem; /* [NFT * 8][mix_stride] */
     const int chunk = mix_chunk(nmix), stride = mix_stride(nmix);
     const int c = blockIdx.x;
     const int64_t i0 = (int64_t)c * chunk;
     const int cl = len - i0 < chunk ? (int)(len - i0) : chunk;
+    const int64_t tok0 = (int64_t)blockIdx.y * MIX_TOKENS;
+    float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
+    const int xstride = mix_post_stride(nmix);
+    if (POST) mix_post_stage(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
     mix_stage_fn(fs, stride, fn + i0, len, NFT * 8, nmix, chunk, cl);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int64_t tok = (int64_t)blockIdx.y * MIX_TOKENS + 8 * warp + g; /* this lane's token */
-    const int64_t t8 = (int64_t)blockIdx.y * MIX_TOKENS + 8 * warp;      /* the warp's first */
-    if (t8 >= T) return;                                                  /* whole warps */
+    const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */
+    const int64_t t8 = tok0 + 8 * warp;      /* the warp's first */
+    if (t8 >= T) return;                     /* whole warps */
     const bool live = tok < T;
-    const float *xr = x + (live ? tok : 0) * len + i0;
+    const float *xr = POST ? xs + (live ? tok - tok0 : 0) * xstride : x + (live ? tok : 0) * len + i0;
     double d[NFT][2], ss = 0.0;
 #pragma unroll
     for (int nt = 0; nt < NFT; nt++) d[nt][0] = d[nt][1] = 0.0;
@@ -101,7 +167,7 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     for (int k0 = 0; k0 < cl; k0 += 16) {
         const int k = k0 + 4 * tq; /* this lane's four values */
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (V4) { /* len % 4 == 0 and x 16-byte aligned: cl % 4 == 0 too */
+        if (V4) { /* len % 4 == 0 and x 16-byte aligned (or POST's rows in shared memory): cl % 4 == 0 too */
             if (live && k < cl) v = *reinterpret_cast<const float4 *>(xr + k);
         } else if (live) {
             v.x = k < cl ? xr[k] : 0.0f;
@@ -175,42 +241,59 @@ extern "C" size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d) {
     return sizeof(double) * (size_t)(slice * (n * (n + 2) + 1) * mix_chunks(n, d));
 }
 
-template <int NFT, bool V4>
+template <int NFT, bool V4, bool POST>
 static void mix_part_launch(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix,
-                            int n_chunks, double *part, cudaStream_t s) {
-    static bool attr_set;
-    const size_t smem = mix_smem_bytes(nmix);
-    if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_part_kernel<NFT, V4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem));
-        attr_set = true;
+                            int n_chunks, double *part, const hc_post_src &ps, cudaStream_t s) {
+    static size_t attr_set; /* the largest dynamic shared memory set so far */
+    const int64_t post_tokens = POST ? (rows < MIX_TOKENS ? rows : MIX_TOKENS) : 0;
+    const size_t smem = mix_smem_bytes(nmix) + sizeof(float) * (size_t)(post_tokens * mix_post_stride(nmix));
+    if (smem > attr_set) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_part_kernel<NFT, V4, POST>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = smem;
     }
-    hc_mix_part_kernel<NFT, V4><<<grid, MIX_THREADS, smem, s>>>(x, rows, len, fn, nmix, n_chunks, part);
+    hc_mix_part_kernel<NFT, V4, POST><<<grid, MIX_THREADS, smem, s>>>(x, rows, len, fn, nmix, n_chunks, part, ps);
     DI_CUDA_LAUNCHED();
 }
-template <bool V4>
+template <bool V4, bool POST>
 static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix, int n_chunks,
-                     double *part, cudaStream_t s) {
+                     double *part, const hc_post_src &ps, cudaStream_t s) {
     switch (mix_fn_rows(nmix) / 8) { /* n = 1..8: nmix 3, 8, 15, 24, 35, 48, 63, 80 */
-    case 1: mix_part_launch<1, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
-    case 2: mix_part_launch<2, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
-    case 3: mix_part_launch<3, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
-    case 5: mix_part_launch<5, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
-    case 6: mix_part_launch<6, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
-    case 8: mix_part_launch<8, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
-    default: mix_part_launch<10, V4>(grid, x, rows, len, fn, nmix, n_chunks, part, s); break;
+    case 1: mix_part_launch<1, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+    case 2: mix_part_launch<2, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+    case 3: mix_part_launch<3, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+    case 5: mix_part_launch<5, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+    default:
+        if constexpr (POST) { /* the fused input's n * n <= 32: n <= 5 */
+            fprintf(stderr, "mix_part: hc_post fused for %d mix rows\n", nmix);
+            abort();
+        } else {
+            switch (mix_fn_rows(nmix) / 8) {
+            case 6: mix_part_launch<6, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+            case 8: mix_part_launch<8, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+            default: mix_part_launch<10, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
+            }
+        }
     }
 }
 
-/* part [rows, nmix + 1, n_chunks] <- the chunk sums of x's rows t0 .. t0 + rows (one slice) */
+/* part [rows, nmix + 1, n_chunks] <- the chunk sums of x's rows t0 .. t0 + rows (one slice); with post
+ * (x = post->out, the caller checked hc_post_fusable), x made first as hc_post of post's operands */
 static void mix_part_slice(const float *x, int64_t t0, int64_t rows, int n, int64_t d, const float *fn, double *part,
-                           cudaStream_t s) {
+                           cudaStream_t s, const hc_post_src *post = nullptr) {
     const int nmix = n * (n + 2);
     const int64_t len = (int64_t)n * d, n_chunks = mix_chunks(n, d);
     const bool v4 = len % 4 == 0 && (uintptr_t)x % 16 == 0;
     const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
-    if (v4) mix_part<true>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
-    else mix_part<false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, s);
+    if (post) {
+        hc_post_src ps = *post;
+        ps.y += t0 * d, ps.r += t0 * len, ps.post += t0 * n, ps.comb += t0 * n * n, ps.out += t0 * len;
+        mix_part<true, true>(grid, ps.out, rows, len, fn, nmix, (int)n_chunks, part, ps, s);
+    } else if (v4) {
+        mix_part<true, false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, hc_post_src{}, s);
+    } else {
+        mix_part<false, false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, hc_post_src{}, s);
+    }
 }
 
 static void hc_check_n(const char *who, int n) {
@@ -498,10 +581,11 @@ extern "C" bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d) {
     return T <= HB_MAX_TOKENS && n >= 1 && n * n <= 32 && d >= 1 && d <= HB_MAX_D;
 }
 
-extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
-                                    const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
-                                    const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y,
-                                    void *ws, cudaStream_t s) {
+/* the fused input after its mix sums' chunk kernel (which, with post, makes x first) */
+static void hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
+                        const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
+                        float *pre_out, float *post, float *comb, float *y, void *ws, cudaStream_t s,
+                        const hc_post_src *made_by) {
     if (T <= 0) return;
     if (!di_cuda_hc_block_in_supported(T, n, d)) {
         fprintf(stderr, "di_cuda_hc_block_in: T = %lld, n = %d, d = %lld not supported\n", (long long)T, n,
@@ -510,7 +594,7 @@ extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d,
     }
     const int n_chunks = (int)mix_chunks(n, d);
     double *part = (double *)ws; /* di_cuda_hc_mix_ws_bytes(T, n, d) */
-    mix_part_slice(x, 0, T, n, d, fn, part, s);
+    mix_part_slice(x, 0, T, n, d, fn, part, s, made_by);
     if (n == 4)
         hc_block_in_kernel<4><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, scale, base,
                                                                  iters, hc_eps, pre_out, post, comb, y);
@@ -518,6 +602,33 @@ extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d,
         hc_block_in_kernel<0><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, scale, base,
                                                                  iters, hc_eps, pre_out, post, comb, y);
     DI_CUDA_LAUNCHED();
+}
+
+extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
+                                    const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
+                                    const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y,
+                                    void *ws, cudaStream_t s) {
+    hc_block_in(x, T, n, d, fn, eps, scale, base, iters, hc_eps, p_in, norm_w, pre_out, post, comb, y, ws, s, nullptr);
+}
+
+extern "C" bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d) {
+    return di_cuda_hc_block_in_supported(T, n, d) && d % 4 == 0 &&
+           ((uintptr_t)p->y | (uintptr_t)p->r | (uintptr_t)p->out) % 16 == 0 && p->out != p->r;
+}
+
+extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *fn,
+                                         float eps, const float *scale, const float *base, int iters, float hc_eps,
+                                         const float *p_in, const uint16_t *norm_w, float *pre_out, float *post,
+                                         float *comb, float *y, void *ws, cudaStream_t s) {
+    if (T <= 0) return;
+    if (!di_cuda_hc_post_block_in_supported(p, T, n, d)) {
+        fprintf(stderr, "di_cuda_hc_post_block_in: T = %lld, n = %d, d = %lld or its rows not supported\n",
+                (long long)T, n, (long long)d);
+        abort();
+    }
+    const hc_post_src made_by = {p->y, p->r, p->post, p->comb, p->out, n, (int)d};
+    hc_block_in(p->out, T, n, d, fn, eps, scale, base, iters, hc_eps, p_in, norm_w, pre_out, post, comb, y, ws, s,
+                &made_by);
 }
 
 /* thread per (token, V values of k): the token's n residual values there loaded once for its n

@@ -141,6 +141,19 @@ void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const floa
 /* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
 void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
                      const float *comb, float *out, cudaStream_t s);
+/* hc_post's operands: out [T, n, d] = hc_post(y [T, d], r [T, n, d], post [T, n], comb [T, n, n]) */
+typedef struct {
+    const float *y, *r, *post, *comb;
+    float *out;
+} di_cuda_hc_post_ops;
+/* di_cuda_hc_post(p) then di_cuda_hc_block_in(x = p->out) in two launches (the chunk kernel of the mix
+ * sums makes the stream as it reads it) -- the same bits. Supported where the fused input is, d % 4
+ * == 0, the rows 16-byte aligned and out not r. */
+bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d);
+void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *fn, float eps,
+                              const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
+                              const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y, void *ws,
+                              cudaStream_t s);
 
 /* ---- indexer (scores: cuda_index_score_mma.cu, top-k: cuda_indexer.cu) ---- */
 /* qi [R, nh, idim]; w [R, nh] bf16 head weights; keys [P, idim] (one sequence's index keys);

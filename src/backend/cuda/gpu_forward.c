@@ -132,9 +132,46 @@ static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, con
     gpu_free(f, ws);
 }
 
+/* An FFN's hc_post left for the next block to fuse into its attention input (the stream is made by
+ * the kernel that sums its mixes: one launch less a sublayer): X = hc_post(sub_out, Y, post, comb).
+ * Taken where nothing reads X in between (no Engram, DSpark capture or debug dump at the next layer). */
+typedef struct {
+    bool live;
+    float *sub_out, *Y, *post, *comb; /* [R, D], [R, n, D], [R, n], [R, n, n]: freed once it has run */
+} hc_post_pending;
+
+/* hc_post(ops) then a sublayer's input from its output stream ops->out: one fused pair of launches
+ * where supported, else hc_post and hc_sublayer_in (the same bits) */
+static void hc_post_then_in(const gpu_fwd *f, const di_cuda_hc_post_ops *ops, const void *fn, const float *scale,
+                            const float *base, const float *p_in, const void *norm, float *pre_out, float *post,
+                            float *comb, float *sub_in) {
+    const di_config *c = &f->m->cfg;
+    const int n = c->hc_mult;
+    const int64_t D = c->hidden_size;
+    if (!di_cuda_hc_post_block_in_supported(ops, f->R, n, D)) {
+        di_cuda_hc_post(ops->y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, f->s);
+        hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in);
+        return;
+    }
+    void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, D));
+    di_cuda_hc_post_block_in(ops, f->R, n, D, fn, (float)c->rms_norm_eps, scale, base, c->hc_sinkhorn_iters,
+                             (float)c->hc_eps, p_in, norm, pre_out, post, comb, sub_in, ws, f->s);
+    gpu_free(f, ws);
+}
+
+/* whether layer l's FFN hc_post may wait for layer l + 1's input (hc_post_pending) */
+static bool hc_post_defers(const gpu_fwd *f, int l) {
+    const di_model *m = f->m;
+    if (l + 1 >= m->n_layers || f->b->debug_fn || f->g->layers[l + 1].engram_slot >= 0) return false;
+    for (int t = 0; t < m->cfg.n_dspark_targets; t++)
+        if (m->cfg.dspark_target_layer_ids[t] == l + 1) return false;
+    return true;
+}
+
 /* One mHC block (forward.c di_fwd_block): X [R, n, D] in place, pre [R, n] replaced by this
- * block's FFN pre-mix. */
-static void block(gpu_fwd *f, int l, float *X, float *pre) {
+ * block's FFN pre-mix. pend: the previous block's FFN hc_post if it waited for this block (X is
+ * then made here); on return, this block's if `defer`, else X is final. */
+static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend, bool defer) {
     const di_model *m = f->m;
     const di_layer *L = &f->g->layers[l], *hL = &m->layers[l];
     const gpu_layer_consts *hc = &f->g->hc[l];
@@ -151,28 +188,45 @@ static void block(gpu_fwd *f, int l, float *X, float *pre) {
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
-    hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb, sub_in);
+    if (pend->live) {
+        const di_cuda_hc_post_ops ops = {pend->sub_out, pend->Y, pend->post, pend->comb, X};
+        hc_post_then_in(f, &ops, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post,
+                        a_comb, sub_in);
+        gpu_free(f, pend->sub_out);
+        gpu_free(f, pend->Y);
+        gpu_free(f, pend->post);
+        gpu_free(f, pend->comb);
+        pend->live = false;
+    } else {
+        hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb,
+                       sub_in);
+    }
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
     gpu_stage(f, ST_MHC);
-    di_cuda_hc_post(sub_out, X, R, n, D, a_post, a_comb, Y, f->s);
-    hc_sublayer_in(f, Y, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb, sub_in);
+    const di_cuda_hc_post_ops attn_post = {sub_out, X, a_post, a_comb, Y};
+    hc_post_then_in(f, &attn_post, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb,
+                    sub_in);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe(f, L, hL, sub_in, sub_out);
     gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
     gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
-    di_cuda_hc_post(sub_out, Y, R, n, D, f_post, f_comb, X, f->s);
+    if (defer) {
+        *pend = (hc_post_pending){true, sub_out, Y, f_post, f_comb};
+    } else {
+        di_cuda_hc_post(sub_out, Y, R, n, D, f_post, f_comb, X, f->s);
+        gpu_free(f, f_post);
+        gpu_free(f, f_comb);
+        gpu_free(f, sub_out);
+        gpu_free(f, Y);
+    }
     gpu_stage(f, ST_OTHER);
     gpu_free(f, a_pre);
     gpu_free(f, a_post);
     gpu_free(f, a_comb);
-    gpu_free(f, f_post);
-    gpu_free(f, f_comb);
     gpu_free(f, sub_in);
-    gpu_free(f, sub_out);
-    gpu_free(f, Y);
 }
 
 /* Final hc collapse, norm and head for the rows that want logits; logits go to the host batch. */
@@ -380,6 +434,7 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
         gpu_debug(&f, "embed_out", -1, e, (int64_t)R * D);
         gpu_free(&f, e);
     }
+    hc_post_pending pend = {false, NULL, NULL, NULL, NULL};
     for (int l = 0; l < m->n_layers; l++) {
         const di_layer *L = &f.g->layers[l], *hL = &m->layers[l];
         if (L->engram_slot >= 0) {
@@ -391,8 +446,9 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
         for (int t = 0; t < c->n_dspark_targets; t++)
             if (c->dspark_target_layer_ids[t] == l) di_cuda_hc_mean(X, R, n, D, f.d_main_hidden + t * D, W, f.s);
         gpu_debug(&f, "block_in", l, X, (int64_t)R * n * D);
-        block(&f, l, X, pre);
-        gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
+        const bool defer = hc_post_defers(&f, l);
+        block(&f, l, X, pre, &pend, defer);
+        if (!defer) gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
         /* the first piece ends after layer 0, so the device starts sooner; then every
          * GPU_GRAPH_PIECE_LAYERS layers */
         if ((l == 0 || (l + 1) % GPU_GRAPH_PIECE_LAYERS == 0) && l + 1 < m->n_layers) gpu_graph_cut(&f, g->ev_start);
