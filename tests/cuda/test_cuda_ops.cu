@@ -416,6 +416,28 @@ static void test_expf_twin(void) {
     free(x), free(ref), free(got);
 }
 
+/* a producer's act_quant of its output y [rows, d] (device) against act_quant_e4m3_kernel's on y:
+ * the same codes and scales, bit for bit */
+static void compare_act_q(const char *op, const char *shape, const float *dy, const di_cuda_act_e4m3 *q,
+                          int64_t rows, int64_t d) {
+    const int64_t n = rows * d, nb = n / 32;
+    uint8_t *rq = (uint8_t *)dev_poisoned(n), *ca = (uint8_t *)malloc(n), *cb = (uint8_t *)malloc(n);
+    float *rs = (float *)dev_poisoned(4 * nb), *a = (float *)malloc(4 * n), *b = (float *)malloc(4 * n);
+    di_cuda_act_quant_e4m3(dy, NULL, 0, nb, rq, rs, 0);
+    dev_download(ca, rq, n);
+    dev_download(cb, q->q, n);
+    for (int64_t i = 0; i < n; i++) a[i] = ca[i], b[i] = cb[i]; /* the code bytes as values */
+    char name[96];
+    snprintf(name, sizeof name, "%s codes", op);
+    compare(name, shape, b, a, rows, d, CRIT_EXACT);
+    dev_download(a, rs, 4 * nb);
+    dev_download(b, q->scale, 4 * nb);
+    snprintf(name, sizeof name, "%s scales", op);
+    compare(name, shape, b, a, rows, d / 32, CRIT_EXACT);
+    cudaFree(rq), cudaFree(rs);
+    free(ca), free(cb), free(a), free(b);
+}
+
 /* ---- RMSNorm, RoPE ---- */
 static void test_rmsnorm(int64_t m, int64_t d) {
     float *x = (float *)malloc(4 * m * d), *ref = (float *)malloc(4 * m * d), *got = (float *)malloc(4 * m * d);
@@ -430,6 +452,16 @@ static void test_rmsnorm(int64_t m, int64_t d) {
     char shape[64];
     snprintf(shape, sizeof shape, "M=%lld D=%lld", (long long)m, (long long)d);
     compare("rmsnorm", shape, got, ref, m, d, CRIT_BF16_ULP);
+    if (di_cuda_rmsnorm_q_supported(d)) { /* with its act_quant: the same y and act_quant_e4m3's codes of it */
+        di_cuda_act_e4m3 q = {(uint8_t *)dev_poisoned(m * d), (float *)dev_poisoned(4 * m * d / 32)};
+        float *dy2 = (float *)dev_poisoned(4 * m * d), *got2 = (float *)malloc(4 * m * d);
+        di_cuda_rmsnorm_q(dx, dw, m, d, 1e-20f, dy2, &q, 0);
+        dev_download(got2, dy2, 4 * m * d);
+        compare("rmsnorm_q.y", shape, got2, got, m, d, CRIT_EXACT);
+        compare_act_q("rmsnorm_q", shape, dy, &q, m, d);
+        cudaFree(q.q), cudaFree(q.scale), cudaFree(dy2);
+        free(got2);
+    }
     cudaFree(dx), cudaFree(dy), cudaFree(dw);
     free(x), free(ref), free(got), free(w);
 }
@@ -725,7 +757,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
         di_cuda_hc_pre(dx, T, n, d, dprer, dpo, 0);
         di_cuda_rmsnorm(dpo, dw, T, d, 1e-6f, dnorm, 0);
         di_cuda_hc_block_in(dx, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2, dcomb2, dy2,
-                            ws, 0);
+                            NULL, ws, 0);
         float *a = (float *)malloc(4 * T * d), *b = (float *)malloc(4 * T * d);
         const float *pairs[4][2] = {{dnorm, dy2}, {dpre, dpre2}, {dpost, dpost2}, {dcomb, dcomb2}};
         const int64_t cols[4] = {d, n, n, (int64_t)n * n};
@@ -735,14 +767,26 @@ static void test_mhc(int64_t T, int n, int64_t d) {
             dev_download(b, pairs[i][1], 4 * T * cols[i]);
             compare(names[i], shape, b, a, T, cols[i], CRIT_EXACT);
         }
+        /* with its act_quant: the same y, and the codes and scales of act_quant_e4m3_kernel on that y */
+        if (d % 32 == 0) {
+            di_cuda_act_e4m3 yq = {(uint8_t *)dev_poisoned(T * d), (float *)dev_poisoned(4 * T * d / 32)};
+            float *dy3 = (float *)dev_poisoned(4 * T * d);
+            di_cuda_hc_block_in(dx, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2, dcomb2,
+                                dy3, &yq, ws, 0);
+            dev_download(a, dy2, 4 * T * d);
+            dev_download(b, dy3, 4 * T * d);
+            compare("hc_block_in+act_quant.y", shape, b, a, T, d, CRIT_EXACT);
+            compare_act_q("hc_block_in+act_quant", shape, dy2, &yq, T, d);
+            cudaFree(yq.q), cudaFree(yq.scale), cudaFree(dy3);
+        }
         /* hc_post fused into the next input's mix sums: the stream and the input as the two separate steps
          * make them (dout: hc_post's, dnorm etc.: recomputed from it below) */
         const di_cuda_hc_post_ops ops = {dy, dx, dpostr, dcombr, (float *)dev_poisoned(4 * T * n * d)};
         if (di_cuda_hc_post_block_in_supported(&ops, T, n, d)) {
             di_cuda_hc_block_in(dout, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre, dpost, dcomb,
-                                dnorm, ws, 0);
+                                dnorm, NULL, ws, 0);
             di_cuda_hc_post_block_in(&ops, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2,
-                                     dcomb2, dy2, ws, 0);
+                                     dcomb2, dy2, NULL, ws, 0);
             const char *fused[4] = {"hc_post_block_in.y", "hc_post_block_in.pre", "hc_post_block_in.post",
                                     "hc_post_block_in.comb"};
             for (int i = 0; i < 4; i++) {

@@ -407,6 +407,28 @@ static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_
     return mm_ksplit(N, K, false, split_blocks); /* 1, the whole K */
 }
 
+extern "C" void di_cuda_act_q_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K, di_cuda_act_e4m3 q) {
+    int slot = ctx->act_q_next;
+    for (int i = 0; i < DI_CUDA_ACT_Q_SLOTS; i++)
+        if (ctx->act_q[i].x == x) slot = i;
+    if (slot == ctx->act_q_next) ctx->act_q_next = (slot + 1) % DI_CUDA_ACT_Q_SLOTS;
+    ctx->act_q[slot].x = x;
+    ctx->act_q[slot].rows = rows;
+    ctx->act_q[slot].K = K;
+    ctx->act_q[slot].q = q;
+}
+
+extern "C" void di_cuda_act_q_forget(di_cuda_ctx *ctx, const float *x) {
+    for (int i = 0; i < DI_CUDA_ACT_Q_SLOTS; i++)
+        if (ctx->act_q[i].x == x) ctx->act_q[i].x = NULL;
+}
+
+extern "C" const di_cuda_act_e4m3 *di_cuda_act_q_find(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K) {
+    for (int i = 0; x && i < DI_CUDA_ACT_Q_SLOTS; i++)
+        if (ctx->act_q[i].x == x && ctx->act_q[i].rows == rows && ctx->act_q[i].K == K) return &ctx->act_q[i].q;
+    return NULL;
+}
+
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group) {
     /* past the twin's rows (a single matrix's <= 16 never get here); groups of 9-16 rows (B = 128 of
      * EP-8) stream their weights faster here than through the 16-row tiles */
@@ -443,8 +465,10 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
                              N, &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
+    const di_cuda_act_e4m3 *made = x_rows ? NULL : di_cuda_act_q_find(ctx, x, rows, K);
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else if (imma) di_cuda_act_quant_digits(x, x_rows, nb, rows * nb, xq, xsc, s);
+    else if (made) xq = made->q, xsc = made->scale;
     else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
     if (twin) {
         di_gemv_mat mats[DI_GEMV_MAX_MATS];
@@ -504,7 +528,9 @@ bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, 
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(m * nb), 1, m, 0, &part); /* [m, K] e4m3 codes */
     float *xsc = (float *)(xq + q_bytes);                                                     /* [m, K/32] */
-    di_cuda_act_quant_e4m3(x, NULL, nb, m * nb, xq, xsc, ctx->stream);
+    const di_cuda_act_e4m3 *made = di_cuda_act_q_find(ctx, x, m, K);
+    if (made) xq = made->q, xsc = made->scale;
+    else di_cuda_act_quant_e4m3(x, NULL, nb, m * nb, xq, xsc, ctx->stream);
     di_cuda_gemv_quant(ctx->stream, w[0]->dtype == DI_DT_I8, K, n, mats, NULL, NULL, 1, m, m, m, xq, xsc);
     return true;
 }

@@ -209,6 +209,24 @@ static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float 
 #endif
 }
 
+/* act_quant(x, 32) of one 32-value block held a value a lane by a whole warp: this lane's e4m3 code
+ * and the block's scale -- di_act_quant_e4m3_x4's arithmetic value for value */
+static __device__ __forceinline__ uint8_t di_act_quant_e4m3_x1(float v, float *scale) {
+    float m = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float sc = di_dev_pow2_ceil(fmaxf(m, 1e-4f) * (1.0f / 448.0f));
+    *scale = sc;
+    const float q = di_dev_clampf(v / sc, -448.0f, 448.0f);
+#ifdef DI_CUDA_EMU_H
+    return di_e4m3_code(di_dev_e4m3_rne(q));
+#else
+    uint16_t pair; /* q in the low byte */
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(pair) : "f"(0.0f), "f"(q));
+    const uint32_t code = pair & 0xffu;
+    return (uint8_t)((code & 0x7fu) ? code : 0u); /* no negative zero */
+#endif
+}
+
 /* act_quant's lane i of x's n_blocks 32-value blocks (8 lanes a block, 4 values a lane; x's values
  * or, with a row list, di_dev_act_lane's): its 4 e4m3 codes and the block's scale. Every lane of a
  * warp calls (the block max is a shuffle); false for the lanes past the last block */

@@ -10,6 +10,7 @@
  * RoPE: one thread per rotated pair, the CPU's fp32 expression (two products, one add/sub, each
  * rounded; the library is built without mul+add contraction). Bit-exact. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define NORM_THREADS 256
@@ -26,7 +27,7 @@
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
-               float *__restrict__ y) {
+               float *__restrict__ y, uint8_t *__restrict__ yq, float *__restrict__ ysc) {
     __shared__ double warp_sum[NORM_THREADS / 32];
     const float *xr = x + (int64_t)blockIdx.x * d;
     double ss = 0.0;
@@ -51,7 +52,14 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
 #pragma unroll
         for (int j = 0; j < PER; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
-            if (i < d) yr[i] = di_dev_bf16_round(wv[j] * (xv[j] * inv));
+            const float v = di_dev_bf16_round(wv[j] * (xv[j] * inv));
+            if (i < d) yr[i] = v;
+            /* act_quant(y, 32) (d % 32 == 0): the warp's 32 values of this j are one block, all in or out */
+            if (yq && (i & ~31) < d) {
+                float sc;
+                yq[(int64_t)blockIdx.x * d + i] = di_act_quant_e4m3_x1(v, &sc);
+                if ((threadIdx.x & 31) == 0) ysc[(int64_t)blockIdx.x * (d / 32) + i / 32] = sc;
+            }
         }
     } else {
         for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
@@ -61,11 +69,24 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
 
 extern "C" void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d,
                                 float eps, float *y, cudaStream_t s) {
+    di_cuda_rmsnorm_q(x, w_bf16, m, d, eps, y, NULL, s);
+}
+
+extern "C" bool di_cuda_rmsnorm_q_supported(int64_t d) { return d % 32 == 0 && d <= NORM_THREADS * NORM_PER; }
+
+extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
+                                  const di_cuda_act_e4m3 *yq, cudaStream_t s) {
     if (m <= 0) return;
+    if (yq && !di_cuda_rmsnorm_q_supported(d)) {
+        fprintf(stderr, "di_cuda_rmsnorm_q: rows of %lld values not supported\n", (long long)d);
+        abort();
+    }
+    uint8_t *q = yq ? yq->q : nullptr;
+    float *qs = yq ? yq->scale : nullptr;
     if (d <= NORM_THREADS * NORM_PER)
-        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y);
+        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, q, qs);
     else
-        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y);
+        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, nullptr, nullptr);
     DI_CUDA_LAUNCHED();
 }
 

@@ -8,8 +8,10 @@
 
 #include "backend/cuda/gpu_internal.h"
 
-/* q [R, H*Dh] and own kv [R, Dh] (RoPE applied, kv on the FP8 grid) */
-static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, float *q, float *kv) {
+/* q [R, H*Dh] and own kv [R, Dh] (RoPE applied, kv on the FP8 grid); qr [R, q_lora_rank] the normed
+ * q LoRA, with (qr_q non-NULL) its act_quant noted for wq_b and the indexer's idx_wq_b */
+static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const di_cuda_act_e4m3 *qr_q, float *q,
+                 float *kv) {
     const di_config *cf = &f->m->cfg;
     const int R = f->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;
     const float eps = (float)cf->rms_norm_eps;
@@ -19,7 +21,8 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, float
     const di_weight *w[2] = {&L->attn.wq_a, &L->attn.wkv};                /* both read x: one launch */
     float *const t[2] = {tq, tkv};
     gpu_linear_quant_set(f, 2, w, x, R, t);
-    di_cuda_rmsnorm(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, f->s);
+    di_cuda_rmsnorm_q(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, qr_q, f->s);
+    if (qr_q) di_cuda_act_q_note(f->cx, qr, R, cf->q_lora_rank, *qr_q);
     gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
     gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
     di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
@@ -90,8 +93,14 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     float *q = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
     float *kv = gpu_alloc(f, sizeof(float) * (size_t)R * Dh);             /* [R, Dh] FP8 grid */
     float *o = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
+    di_cuda_act_e4m3 qr_q = {NULL, NULL}; /* qr's act_quant, made by its norm */
+    const bool quant_qr = !f->cx->exact && di_cuda_rmsnorm_q_supported(cf->q_lora_rank);
+    if (quant_qr) {
+        qr_q.q = gpu_alloc(f, (size_t)R * cf->q_lora_rank);                             /* [R, q_lora] e4m3 */
+        qr_q.scale = gpu_alloc(f, sizeof(float) * (size_t)R * (cf->q_lora_rank / 32)); /* [R, q_lora / 32] */
+    }
     gpu_stage(f, ST_ATTN_QKV);
-    q_kv(f, L, x, qr, q, kv);
+    q_kv(f, L, x, qr, quant_qr ? &qr_q : NULL, q, kv);
     gpu_stage(f, ST_COMPRESS);
     if (L->is_kv_source) gpu_compress(f, L, hL, x);
     gpu_stage(f, ST_INDEXER);
@@ -152,7 +161,10 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     gpu_free(f, list);
     free(ring);
     free(n_ent);
+    di_cuda_act_q_forget(f->cx, qr);
     gpu_free(f, qr);
+    gpu_free(f, qr_q.q);
+    gpu_free(f, qr_q.scale);
     gpu_free(f, q);
     gpu_free(f, kv);
     gpu_free(f, o);

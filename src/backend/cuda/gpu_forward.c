@@ -108,12 +108,19 @@ static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const flo
     gpu_free(f, mix);
 }
 
+/* The fused input's act_quant of sub_in (yq: NULL, or codes [R, D] and scales [R, D / 32] to fill)
+ * handed to the sublayer's quantised linears (di_cuda_ctx act_q), which then launch no act_quant of
+ * their own; the caller clears it once the sublayer has run. */
+static void sub_in_codes_made(const gpu_fwd *f, const float *sub_in, const di_cuda_act_e4m3 *yq) {
+    if (yq) di_cuda_act_q_note(f->cx, sub_in, f->R, f->m->cfg.hidden_size, *yq);
+}
+
 /* A sublayer's input: its mixes of the stream X [R, n, D] (-> pre_out, post, comb) and
  * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
- * sums (the same bits), else the four kernels. */
+ * sums (the same bits; with yq also sub_in's act_quant, sub_in_codes_made), else the four kernels. */
 static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
                            const float *p_in, const void *norm, float *pre_out, float *post, float *comb,
-                           float *sub_in) {
+                           float *sub_in, const di_cuda_act_e4m3 *yq) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
@@ -128,8 +135,9 @@ static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, con
     }
     void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, D));
     di_cuda_hc_block_in(X, f->R, n, D, fn, eps, scale, base, c->hc_sinkhorn_iters, (float)c->hc_eps, p_in, norm,
-                        pre_out, post, comb, sub_in, ws, f->s);
+                        pre_out, post, comb, sub_in, yq, ws, f->s);
     gpu_free(f, ws);
+    sub_in_codes_made(f, sub_in, yq);
 }
 
 /* An FFN's hc_post left for the next block to fuse into its attention input (the stream is made by
@@ -144,19 +152,20 @@ typedef struct {
  * where supported, else hc_post and hc_sublayer_in (the same bits) */
 static void hc_post_then_in(const gpu_fwd *f, const di_cuda_hc_post_ops *ops, const void *fn, const float *scale,
                             const float *base, const float *p_in, const void *norm, float *pre_out, float *post,
-                            float *comb, float *sub_in) {
+                            float *comb, float *sub_in, const di_cuda_act_e4m3 *yq) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
     if (!di_cuda_hc_post_block_in_supported(ops, f->R, n, D)) {
         di_cuda_hc_post(ops->y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, f->s);
-        hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in);
+        hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in, yq);
         return;
     }
     void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, D));
     di_cuda_hc_post_block_in(ops, f->R, n, D, fn, (float)c->rms_norm_eps, scale, base, c->hc_sinkhorn_iters,
-                             (float)c->hc_eps, p_in, norm, pre_out, post, comb, sub_in, ws, f->s);
+                             (float)c->hc_eps, p_in, norm, pre_out, post, comb, sub_in, yq, ws, f->s);
     gpu_free(f, ws);
+    sub_in_codes_made(f, sub_in, yq);
 }
 
 /* whether layer l's FFN hc_post may wait for layer l + 1's input (hc_post_pending) */
@@ -185,13 +194,21 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     float *sub_in = gpu_alloc(f, sizeof(float) * (size_t)R * D);     /* [R, D] bf16 */
     float *sub_out = gpu_alloc(f, sizeof(float) * (size_t)R * D);    /* [R, D] bf16 */
     float *Y = gpu_alloc(f, sizeof(float) * (size_t)R * HD);         /* [R, n, D] bf16 */
+    /* sub_in's act_quant, made by the fused input where it runs (its sublayer's first linears read it) */
+    di_cuda_act_e4m3 sub_q = {NULL, NULL};
+    const bool quant_in = D % 32 == 0 && !f->cx->exact && di_cuda_hc_block_in_supported(R, n, D);
+    if (quant_in) {
+        sub_q.q = gpu_alloc(f, (size_t)R * D);                              /* [R, D] e4m3 */
+        sub_q.scale = gpu_alloc(f, sizeof(float) * (size_t)R * (D / 32));   /* [R, D / 32] */
+    }
+    const di_cuda_act_e4m3 *yq = quant_in ? &sub_q : NULL;
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
     if (pend->live) {
         const di_cuda_hc_post_ops ops = {pend->sub_out, pend->Y, pend->post, pend->comb, X};
         hc_post_then_in(f, &ops, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post,
-                        a_comb, sub_in);
+                        a_comb, sub_in, yq);
         gpu_free(f, pend->sub_out);
         gpu_free(f, pend->Y);
         gpu_free(f, pend->post);
@@ -199,17 +216,19 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
         pend->live = false;
     } else {
         hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb,
-                       sub_in);
+                       sub_in, yq);
     }
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
+    di_cuda_act_q_forget(f->cx, sub_in); /* rewritten next */
     gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
     gpu_stage(f, ST_MHC);
     const di_cuda_hc_post_ops attn_post = {sub_out, X, a_post, a_comb, Y};
     hc_post_then_in(f, &attn_post, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb,
-                    sub_in);
+                    sub_in, yq);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe(f, L, hL, sub_in, sub_out);
+    di_cuda_act_q_forget(f->cx, sub_in);
     gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
     gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
@@ -227,6 +246,8 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_free(f, a_post);
     gpu_free(f, a_comb);
     gpu_free(f, sub_in);
+    gpu_free(f, sub_q.q);
+    gpu_free(f, sub_q.scale);
 }
 
 /* Final hc collapse, norm and head for the rows that want logits; logits go to the host batch. */
