@@ -486,6 +486,32 @@ static void test_swiglu(int64_t n, int64_t inter, bool with_wt, bool alias) {
     snprintf(shape, sizeof shape, "n=%lld inter=%lld%s%s", (long long)n, (long long)inter, with_wt ? " wt" : "",
              alias ? " h=g" : "");
     compare("swiglu", shape, got, ref, n * inter, "exact");
+    /* with h's act_quant (the codes, then the int8 twin's digits): the same h, and the bytes of the
+     * act_quant launches on that h */
+    for (int form = 0; form < 2 && di_cuda_swiglu_forms_supported(dg, du, inter, dh); form++) {
+        const int64_t nb = n * inter / 32, bytes = form ? 3 * n * inter : n * inter;
+        uint8_t *dq = (uint8_t *)dev_poisoned(bytes), *rq = (uint8_t *)dev_poisoned(bytes);
+        float *ds = (float *)dev_poisoned(4 * nb), *rs = (float *)dev_poisoned(4 * nb);
+        float *dh2 = (float *)dev_poisoned(4 * n * inter), *dg2 = (float *)dev_upload(g, 4 * n * inter);
+        const di_cuda_act_forms forms = {form ? NULL : dq, form ? NULL : ds, NULL, form ? dq : NULL, form ? ds : NULL};
+        di_cuda_swiglu_forms(dg2, du, n, inter, lim, with_wt ? dwt : NULL, alias ? dg2 : dh2, &forms, 0);
+        float *h2 = alias ? dg2 : dh2;
+        if (form) di_cuda_act_quant_digits(h2, NULL, 0, nb, rq, rs, 0);
+        else di_cuda_act_quant_e4m3(h2, NULL, 0, nb, rq, rs, 0);
+        float *a = (float *)malloc(4 * bytes), *b = (float *)malloc(4 * bytes);
+        uint8_t *qa = (uint8_t *)malloc(bytes), *qb = (uint8_t *)malloc(bytes);
+        dev_download(a, h2, 4 * n * inter);
+        compare(form ? "swiglu_forms(digits).h" : "swiglu_forms(e4m3).h", shape, a, ref, n * inter, "exact");
+        dev_download(qa, rq, bytes);
+        dev_download(qb, dq, bytes);
+        for (int64_t i = 0; i < bytes; i++) a[i] = qa[i], b[i] = qb[i]; /* the bytes as values */
+        compare(form ? "swiglu_forms digits" : "swiglu_forms codes", shape, b, a, bytes, "exact");
+        dev_download(a, rs, 4 * nb);
+        dev_download(b, ds, 4 * nb);
+        compare(form ? "swiglu_forms digit scales" : "swiglu_forms scales", shape, b, a, nb, "exact");
+        free(a), free(b), free(qa), free(qb);
+        cudaFree(dq), cudaFree(rq), cudaFree(ds), cudaFree(rs), cudaFree(dh2), cudaFree(dg2);
+    }
     cudaFree(dg), cudaFree(du), cudaFree(dwt);
     if (!alias) cudaFree(dh);
     free(g), free(u), free(wt), free(ref), free(got);
@@ -1415,6 +1441,8 @@ static void run_quick(void) {
 
     test_swiglu(3, 300, false, false);
     test_swiglu(3, 300, true, true);
+    test_swiglu(6, 96, true, true);  /* the tiny model's experts: h's act_quant made by the SwiGLU */
+    test_swiglu(5, 160, false, false); /* the last warp partly past the end */
     test_moe_combine(3, 6, 300);
     test_moe_combine(2, 6, 301); /* D % 4 != 0: a value a thread */
     test_moe_combine(3, 10, 64); /* K past the four-value kernel's 8 */

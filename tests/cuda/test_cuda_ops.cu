@@ -418,7 +418,7 @@ static void test_expf_twin(void) {
 
 /* a producer's act_quant of its output y [rows, d] (device) against act_quant_e4m3_kernel's on y:
  * the same codes and scales, bit for bit */
-static void compare_act_q(const char *op, const char *shape, const float *dy, const di_cuda_act_e4m3 *q,
+static void compare_act_q(const char *op, const char *shape, const float *dy, const di_cuda_act_forms *q,
                           int64_t rows, int64_t d) {
     const int64_t n = rows * d, nb = n / 32;
     uint8_t *rq = (uint8_t *)dev_poisoned(n), *ca = (uint8_t *)malloc(n), *cb = (uint8_t *)malloc(n);
@@ -453,7 +453,7 @@ static void test_rmsnorm(int64_t m, int64_t d) {
     snprintf(shape, sizeof shape, "M=%lld D=%lld", (long long)m, (long long)d);
     compare("rmsnorm", shape, got, ref, m, d, CRIT_BF16_ULP);
     if (di_cuda_rmsnorm_q_supported(d)) { /* with its act_quant: the same y and act_quant_e4m3's codes of it */
-        di_cuda_act_e4m3 q = {(uint8_t *)dev_poisoned(m * d), (float *)dev_poisoned(4 * m * d / 32)};
+        di_cuda_act_forms q = {(uint8_t *)dev_poisoned(m * d), (float *)dev_poisoned(4 * m * d / 32), NULL, NULL, NULL};
         float *dy2 = (float *)dev_poisoned(4 * m * d), *got2 = (float *)malloc(4 * m * d);
         di_cuda_rmsnorm_q(dx, dw, m, d, 1e-20f, dy2, &q, 0);
         dev_download(got2, dy2, 4 * m * d);
@@ -769,7 +769,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
         }
         /* with its act_quant: the same y, and the codes and scales of act_quant_e4m3_kernel on that y */
         if (d % 32 == 0) {
-            di_cuda_act_e4m3 yq = {(uint8_t *)dev_poisoned(T * d), (float *)dev_poisoned(4 * T * d / 32)};
+            di_cuda_act_forms yq = {(uint8_t *)dev_poisoned(T * d), (float *)dev_poisoned(4 * T * d / 32),
+                                    (uint16_t *)dev_poisoned(2 * T * d), NULL, NULL};
             float *dy3 = (float *)dev_poisoned(4 * T * d);
             di_cuda_hc_block_in(dx, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2, dcomb2,
                                 dy3, &yq, ws, 0);
@@ -777,7 +778,15 @@ static void test_mhc(int64_t T, int n, int64_t d) {
             dev_download(b, dy3, 4 * T * d);
             compare("hc_block_in+act_quant.y", shape, b, a, T, d, CRIT_EXACT);
             compare_act_q("hc_block_in+act_quant", shape, dy2, &yq, T, d);
-            cudaFree(yq.q), cudaFree(yq.scale), cudaFree(dy3);
+            uint16_t *rb = (uint16_t *)dev_poisoned(2 * T * d), *ha = (uint16_t *)malloc(2 * T * d),
+                     *hb = (uint16_t *)malloc(2 * T * d);
+            di_cuda_f32_to_bf16(dy2, T * d, rb, 0);
+            dev_download(ha, rb, 2 * T * d);
+            dev_download(hb, yq.bf16, 2 * T * d);
+            for (int64_t i = 0; i < T * d; i++) a[i] = ha[i], b[i] = hb[i]; /* the bits as values */
+            compare("hc_block_in+bf16 bits", shape, b, a, T, d, CRIT_EXACT);
+            free(ha), free(hb);
+            cudaFree(rb), cudaFree(yq.q), cudaFree(yq.scale), cudaFree(yq.bf16), cudaFree(dy3);
         }
         /* hc_post fused into the next input's mix sums: the stream and the input as the two separate steps
          * make them (dout: hc_post's, dnorm etc.: recomputed from it below) */

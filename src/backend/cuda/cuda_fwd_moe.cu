@@ -13,6 +13,7 @@
  * depends only on D, never on R: batch invariant. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_mma.cuh"
 
 #define EW_THREADS 256
 #define GATE_THREADS 256
@@ -222,6 +223,64 @@ extern "C" void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_
                                const float *wt, float *h, cudaStream_t s) {
     if (n <= 0 || inter <= 0) return;
     swiglu_kernel<<<ew_blocks(n * inter), EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h);
+    DI_CUDA_LAUNCHED();
+}
+
+/* The same four values a thread (inter % 32 == 0, 16-byte aligned rows), with h's act_quant in the
+ * form the next linear reads (act_quant_e4m3_kernel's codes and scales, or act_quant_digits_kernel's
+ * digits): 8 lanes a 32-value block, as those kernels, so no launch of theirs follows */
+template <bool DIGITS>
+__global__ void __launch_bounds__(EW_THREADS)
+swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,
+                    const float *__restrict__ wt, float *h, di_cuda_act_forms forms) {
+    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x, quads = n * inter / 4;
+    if ((i & ~(int64_t)31) >= quads) return; /* whole warps; quads % 8 == 0: a block's lanes all in or out */
+    const bool in = i < quads;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (in) {
+        const float4 g4 = reinterpret_cast<const float4 *>(g)[i], u4 = reinterpret_cast<const float4 *>(u)[i];
+        const float gs[4] = {g4.x, g4.y, g4.z, g4.w}, us[4] = {u4.x, u4.y, u4.z, u4.w};
+        const float w = wt ? wt[4 * i / inter] : 1.0f;
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float gv = fminf(gs[e], lim), uv = di_dev_clampf(us[e], -lim, lim);
+            float t = gv / (1.0f + di_dev_expf(-gv)) * uv;
+            if (wt) t *= w;
+            o[e] = di_dev_bf16_round(t);
+        }
+        v = make_float4(o[0], o[1], o[2], o[3]);
+        reinterpret_cast<float4 *>(h)[i] = v;
+    }
+    float sc;
+    const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
+    if (!in) return;
+    if (DIGITS) {
+        di_act_digits_store(codes, sc, i, reinterpret_cast<uint32_t *>(forms.digits), forms.digit_scale);
+    } else {
+        reinterpret_cast<uint32_t *>(forms.q)[i] = codes;
+        if ((i & 7) == 0) forms.scale[i >> 3] = sc;
+    }
+}
+
+extern "C" bool di_cuda_swiglu_forms_supported(const float *g, const float *u, int64_t inter, const float *h) {
+    return inter % 32 == 0 && ((uintptr_t)g | (uintptr_t)u | (uintptr_t)h) % 16 == 0;
+}
+
+extern "C" void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, int64_t inter, float limit,
+                                     const float *wt, float *h, const di_cuda_act_forms *forms, cudaStream_t s) {
+    if (n <= 0 || inter <= 0) return;
+    const bool digits = forms->digits && forms->digit_scale;
+    if (!di_cuda_swiglu_forms_supported(g, u, inter, h) || forms->bf16 || digits == (forms->q || forms->scale) ||
+        (!digits && !(forms->q && forms->scale))) {
+        fprintf(stderr, "di_cuda_swiglu_forms: inter = %lld, the rows' alignment or the forms asked not supported\n",
+                (long long)inter);
+        abort();
+    }
+    const int64_t quads = n * inter / 4;
+    const unsigned blocks = (unsigned)((quads + EW_THREADS - 1) / EW_THREADS);
+    if (digits) swiglu_forms_kernel<true><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
+    else swiglu_forms_kernel<false><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
     DI_CUDA_LAUNCHED();
 }
 

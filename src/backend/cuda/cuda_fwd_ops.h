@@ -99,6 +99,12 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
                              int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *y_a,
                              float *y_b);
+/* the operand form of x a quantised linear of this shape (grouped: row_off given) quantises x to, so
+ * that x's producer can make it (di_cuda_act_forms): e4m3 codes (the decode twin, the tiles), the
+ * int8 twin's digits (FP4 at a few rows an expert), or none it can take (exact mode, wgmma) */
+typedef enum { DI_ACT_FORM_NONE, DI_ACT_FORM_E4M3, DI_ACT_FORM_DIGITS } di_act_form;
+di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups,
+                                    int64_t rows, int64_t max_rows);
 
 /* Single matrices of one K and dtype over the same x (wq_a and wkv; the shared expert's w1 and w3):
  * at the decode twin's sizes x is quantised once and one twin launch runs all n (<=
@@ -239,6 +245,12 @@ void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, in
  * alias g. */
 void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_t inter, float limit,
                     const float *wt, float *h, cudaStream_t s);
+/* and h's act_quant as the next linear reads it (forms->q and scale, or forms->digits and
+ * digit_scale; the other fields NULL): the bits of di_cuda_act_quant_e4m3 / _digits on h. Needs
+ * inter % 32 == 0 and 16-byte aligned g, u, h (di_cuda_swiglu_forms_supported). */
+bool di_cuda_swiglu_forms_supported(const float *g, const float *u, int64_t inter, const float *h);
+void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, int64_t inter, float limit, const float *wt,
+                          float *h, const di_cuda_act_forms *forms, cudaStream_t s);
 /* out [R, D] = bf16(sum_j slot_rows[r K + order[r, j]][:] (j ascending, fp32) + shared[r, :]);
  * slot_rows [R*K] device list of the slots' expert-output rows (D floats each; 16-byte aligned where
  * D % 4 == 0, as rows of a [*, D] device buffer are), order [R, K] slot indices (the caller sorts

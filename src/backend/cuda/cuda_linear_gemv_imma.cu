@@ -52,24 +52,12 @@
 __global__ void act_quant_digits_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
                                         int64_t row_blocks, int64_t n_blocks, uint32_t *__restrict__ dg,
                                         float *__restrict__ xs) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
     uint32_t codes;
     float sc;
     if (!di_act_quant_lane(x, rows, row_blocks, n_blocks, i, &codes, &sc)) return;
-    uint32_t d[3] = {0u, 0u, 0u};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int q = di_dev_e4m3_to_int512((codes >> (8 * e)) & 0xffu);
-        const int d0 = ((q + 64) & 127) - 64, q1 = (q - d0) / 128; /* exact divisions */
-        const int d1 = ((q1 + 64) & 127) - 64, d2 = (q1 - d1) / 128;
-        d[0] |= ((uint32_t)d0 & 0xffu) << (8 * e);
-        d[1] |= ((uint32_t)d1 & 0xffu) << (8 * e);
-        d[2] |= ((uint32_t)d2 & 0xffu) << (8 * e);
-    }
-    uint32_t *out = dg + blk * 24 + (i & 7);
-    out[0] = d[0], out[8] = d[1], out[16] = d[2];
-    if ((i & 7) == 0) xs[blk] = sc * 0x1p-10f;
+    di_act_digits_store(codes, sc, i, dg, xs);
 }
 
 void di_cuda_act_quant_digits(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks,

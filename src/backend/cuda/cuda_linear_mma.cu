@@ -407,26 +407,43 @@ static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_
     return mm_ksplit(N, K, false, split_blocks); /* 1, the whole K */
 }
 
-extern "C" void di_cuda_act_q_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K, di_cuda_act_e4m3 q) {
-    int slot = ctx->act_q_next;
-    for (int i = 0; i < DI_CUDA_ACT_Q_SLOTS; i++)
-        if (ctx->act_q[i].x == x) slot = i;
-    if (slot == ctx->act_q_next) ctx->act_q_next = (slot + 1) % DI_CUDA_ACT_Q_SLOTS;
-    ctx->act_q[slot].x = x;
-    ctx->act_q[slot].rows = rows;
-    ctx->act_q[slot].K = K;
-    ctx->act_q[slot].q = q;
+extern "C" void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K,
+                                       di_cuda_act_forms forms) {
+    int slot = ctx->act_forms_next;
+    for (int i = 0; i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+        if (ctx->act_forms[i].x == x) slot = i;
+    if (slot == ctx->act_forms_next) ctx->act_forms_next = (slot + 1) % DI_CUDA_ACT_FORMS_SLOTS;
+    ctx->act_forms[slot].x = x;
+    ctx->act_forms[slot].rows = rows;
+    ctx->act_forms[slot].K = K;
+    ctx->act_forms[slot].forms = forms;
 }
 
-extern "C" void di_cuda_act_q_forget(di_cuda_ctx *ctx, const float *x) {
-    for (int i = 0; i < DI_CUDA_ACT_Q_SLOTS; i++)
-        if (ctx->act_q[i].x == x) ctx->act_q[i].x = NULL;
+extern "C" void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x) {
+    for (int i = 0; i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+        if (ctx->act_forms[i].x == x) ctx->act_forms[i].x = NULL;
 }
 
-extern "C" const di_cuda_act_e4m3 *di_cuda_act_q_find(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K) {
-    for (int i = 0; x && i < DI_CUDA_ACT_Q_SLOTS; i++)
-        if (ctx->act_q[i].x == x && ctx->act_q[i].rows == rows && ctx->act_q[i].K == K) return &ctx->act_q[i].q;
+extern "C" const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const float *x, int64_t rows,
+                                                           int64_t K) {
+    for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+        if (ctx->act_forms[i].x == x && ctx->act_forms[i].rows == rows && ctx->act_forms[i].K == K)
+            return &ctx->act_forms[i].forms;
     return NULL;
+}
+
+/* x [rows, K]'s act_quant codes made by its producer, or NULL */
+static const di_cuda_act_forms *act_codes_made(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K) {
+    const di_cuda_act_forms *f = di_cuda_act_forms_find(ctx, x, rows, K);
+    return f && f->q ? f : NULL;
+}
+
+/* x [rows, K] as bf16 bits in xb: its producer's, or converted into scratch (xb_scratch) */
+static const uint16_t *act_bf16(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K, uint16_t *xb_scratch) {
+    const di_cuda_act_forms *f = di_cuda_act_forms_find(ctx, x, rows, K);
+    if (f && f->bf16) return f->bf16;
+    di_cuda_f32_to_bf16(x, rows * K, xb_scratch, ctx->stream);
+    return xb_scratch;
 }
 
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group) {
@@ -439,6 +456,38 @@ bool di_cuda_linear_mma_supported(const di_weight *w) {
     return w->cols % 32 == 0 && (w->dtype == DI_DT_F8_E4M3 || w->dtype == DI_DT_I8) && w->row0 == 0;
 }
 
+/* which kernel a quantised linear of this shape and these rows runs, and its K split */
+struct mm_plan {
+    int64_t per_group; /* rows a group (their mean over the groups, at most max_rows) */
+    int ksplit, split_blocks;
+    bool twin, wg, imma; /* the decode twin (imma: its FP4 int8 form), the wgmma kernel, else the tiles */
+};
+static mm_plan linear_plan(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups, int64_t rows,
+                           int64_t max_rows) {
+    mm_plan p;
+    const int64_t K = shape->cols, N = shape->rows;
+    const int64_t avg = grouped ? (rows + n_groups - 1) / n_groups : max_rows;
+    p.per_group = avg < max_rows ? avg : max_rows;
+    p.ksplit = mm_ksplit(N, K, !grouped && n_groups == 1, &p.split_blocks);
+    const bool fp4 = shape->dtype == DI_DT_I8;
+    p.twin = !ctx->tiled_only && di_cuda_gemv_ok(false, grouped || n_groups > 1, K, p.per_group, p.ksplit); /* decode sizes */
+    p.wg = !p.twin && di_cuda_wgmma_taken(ctx, fp4, K, p.per_group); /* prefill sizes */
+    /* FP4 at <= 4 rows an expert: exact sums on int8 mma, from the codes' digits */
+    p.imma = p.twin && fp4 && ctx->fp4_imma && p.ksplit == 1 && p.per_group <= DI_GEMV_IMMA_ROWS &&
+             di_cuda_gemv_imma_ok(K, max_rows);
+    if (p.wg) p.ksplit = wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
+    return p;
+}
+
+di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups,
+                                    int64_t rows, int64_t max_rows) {
+    if (ctx->exact || !di_cuda_linear_mma_supported(shape) || ((uintptr_t)shape->data & 15) != 0 || rows <= 0 ||
+        max_rows <= 0)
+        return DI_ACT_FORM_NONE;
+    const mm_plan p = linear_plan(ctx, shape, grouped, n_groups, rows, max_rows);
+    return p.wg ? DI_ACT_FORM_NONE : p.imma ? DI_ACT_FORM_DIGITS : DI_ACT_FORM_E4M3;
+}
+
 /* x [rows, K] (all groups' rows; or through the row list x_rows) quantised once, then the GEMM of
  * every group, for each of n_mats (<= DI_GEMV_MAX_MATS) weight sets (same shape) into y[m]: at
  * decode sizes one twin launch for all of them */
@@ -449,26 +498,20 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
-    const int64_t avg = row_off ? (rows + n_groups - 1) / n_groups : max_rows;
-    const int64_t per_group = avg < max_rows ? avg : max_rows;
-    int split_blocks;
-    int ksplit = mm_ksplit(N, K, !row_off && n_groups == 1, &split_blocks);
-    const bool fp4 = shape->dtype == DI_DT_I8;
-    const bool twin = !ctx->tiled_only && di_cuda_gemv_ok(false, row_off || n_groups > 1, K, per_group, ksplit); /* decode sizes */
-    const bool wg = !twin && di_cuda_wgmma_taken(ctx, fp4, K, per_group); /* prefill sizes */
-    /* FP4 at <= 4 rows an expert: exact sums on int8 mma, from the codes' digits */
-    const bool imma = twin && fp4 && ctx->fp4_imma && ksplit == 1 && per_group <= DI_GEMV_IMMA_ROWS &&
-                      di_cuda_gemv_imma_ok(K, max_rows);
-    if (wg) ksplit = wg_ksplit(N, max_rows, K, ksplit, &split_blocks);
+    const mm_plan plan = linear_plan(ctx, shape, row_off != NULL, n_groups, rows, max_rows);
+    const int64_t per_group = plan.per_group;
+    int split_blocks = plan.split_blocks, ksplit = plan.ksplit;
+    const bool fp4 = shape->dtype == DI_DT_I8, twin = plan.twin, wg = plan.wg, imma = plan.imma;
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : imma ? 3 : 1) + 255) & ~(size_t)255;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
                              N, &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
-    const di_cuda_act_e4m3 *made = x_rows ? NULL : di_cuda_act_q_find(ctx, x, rows, K);
+    const di_cuda_act_forms *made = x_rows ? NULL : di_cuda_act_forms_find(ctx, x, rows, K);
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
+    else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale;
     else if (imma) di_cuda_act_quant_digits(x, x_rows, nb, rows * nb, xq, xsc, s);
-    else if (made) xq = made->q, xsc = made->scale;
+    else if (made && made->q) xq = made->q, xsc = made->scale;
     else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
     if (twin) {
         di_gemv_mat mats[DI_GEMV_MAX_MATS];
@@ -528,7 +571,7 @@ bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, 
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + sizeof(float) * (size_t)(m * nb), 1, m, 0, &part); /* [m, K] e4m3 codes */
     float *xsc = (float *)(xq + q_bytes);                                                     /* [m, K/32] */
-    const di_cuda_act_e4m3 *made = di_cuda_act_q_find(ctx, x, m, K);
+    const di_cuda_act_forms *made = act_codes_made(ctx, x, m, K);
     if (made) xq = made->q, xsc = made->scale;
     else di_cuda_act_quant_e4m3(x, NULL, nb, m * nb, xq, xsc, ctx->stream);
     di_cuda_gemv_quant(ctx->stream, w[0]->dtype == DI_DT_I8, K, n, mats, NULL, NULL, 1, m, m, m, xq, xsc);
@@ -559,8 +602,8 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m); /* past the twin's rows */
     if (wg) ksplit = wg_ksplit(rows_per_group * n_groups, m, K, ksplit, &split_blocks);
     float *part;
-    uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, ldy, &part); /* [m, lda] */
-    di_cuda_f32_to_bf16(x, n_in, xb, s);
+    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, ldy, &part); /* [m, lda] */
+    const uint16_t *xb = act_bf16(ctx, x, m, lda, xs);
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     if (wg) { /* the FP8 wgmma kernel on the bf16 values */
@@ -603,8 +646,8 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
         return;
     }
     float *part;
-    uint16_t *xb = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
-    di_cuda_f32_to_bf16(x, n_in, xb, s);
+    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
+    const uint16_t *xb = act_bf16(ctx, x, m, K, xs);
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
                        out_bf16, {NULL, NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m};
     run_cfg<MM_W16>(a, s);

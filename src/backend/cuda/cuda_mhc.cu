@@ -522,8 +522,7 @@ __global__ void __launch_bounds__(HB_THREADS, 1)
 hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const float *__restrict__ p_in,
                    const uint16_t *__restrict__ w, float eps, const double *__restrict__ part, int n_chunks,
                    const float *__restrict__ scale, const float *__restrict__ base, int iters, float hc_eps,
-                   float *pre_out, float *post, float *comb, float *__restrict__ y, uint8_t *__restrict__ yq,
-                   float *__restrict__ ysc) {
+                   float *pre_out, float *post, float *comb, float *__restrict__ y, di_cuda_act_forms yf) {
     constexpr int NORM_WARPS = HB_NORM_THREADS / 32;
     const int n = NC ? NC : n_any, nmix = n * (n + 2);
     const int64_t tok = blockIdx.x, len = (int64_t)n * d;
@@ -574,12 +573,13 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     const float mean = (float)(ss / (double)d);
     const float inv = 1.0f / sqrtf(mean + eps); /* C */
     float *yr = y + tok * d;
-    if (!yq) {
+    if (!yf.q && !yf.bf16) {
         for (int64_t k = t; k < d; k += HB_WORKERS)
             yr[k] = di_dev_bf16_round(di_dev_bf16_load(w + k) * (row_s[k] * inv));
         return;
     }
-    /* and act_quant(y, 32) (d % 32 == 0): a warp's 32 lanes take 32 quads, 8 lanes a 32-value block */
+    /* and y's other forms (d % 32 == 0): act_quant(y, 32), a warp's 32 lanes taking 32 quads, 8 lanes a
+     * 32-value block; y's bf16 bits */
     const int quads = (int)(d / 4);
     for (int q0 = warp * 32; q0 < quads; q0 += HB_WORKERS) { /* warp-uniform: the block max is a shuffle */
         const int q = q0 + lane, k = 4 * q;
@@ -592,11 +592,17 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
             v.w = di_dev_bf16_round(di_dev_bf16_load(w + k + 3) * (row_s[k + 3] * inv));
         }
         float sc;
-        const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
+        const uint32_t codes = yf.q ? di_act_quant_e4m3_x4(v, &sc) : 0u; /* yf.q: uniform over the block */
         if (!in) continue;
         *reinterpret_cast<float4 *>(yr + k) = v;
-        *reinterpret_cast<uint32_t *>(yq + tok * d + k) = codes;
-        if ((lane & 7) == 0) ysc[tok * (d / 32) + q / 8] = sc;
+        if (yf.q) {
+            *reinterpret_cast<uint32_t *>(yf.q + tok * d + k) = codes;
+            if ((lane & 7) == 0) yf.scale[tok * (d / 32) + q / 8] = sc;
+        }
+        if (yf.bf16) /* di_cuda_f32_to_bf16's bits */
+            *reinterpret_cast<uint2 *>(yf.bf16 + tok * d + k) =
+                make_uint2(di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16,
+                           di_dev_bf16_bits(v.z) | di_dev_bf16_bits(v.w) << 16);
     }
 }
 
@@ -607,32 +613,32 @@ extern "C" bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d) {
 /* the fused input after its mix sums' chunk kernel (which, with post, makes x first) */
 static void hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
                         const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
-                        float *pre_out, float *post, float *comb, float *y, const di_cuda_act_e4m3 *yq, void *ws,
+                        float *pre_out, float *post, float *comb, float *y, const di_cuda_act_forms *yq, void *ws,
                         cudaStream_t s, const hc_post_src *made_by) {
     if (T <= 0) return;
-    if (!di_cuda_hc_block_in_supported(T, n, d) || (yq && (d % 32 != 0 || (uintptr_t)y % 16 != 0))) {
+    if (!di_cuda_hc_block_in_supported(T, n, d) ||
+        (yq && (d % 32 != 0 || (uintptr_t)y % 16 != 0 || yq->digits || (!yq->q) != (!yq->scale)))) {
         fprintf(stderr, "di_cuda_hc_block_in: T = %lld, n = %d, d = %lld%s not supported\n", (long long)T, n,
-                (long long)d, yq ? " with act_quant'ed rows" : "");
+                (long long)d, yq ? " with the rows' other forms" : "");
         abort();
     }
-    uint8_t *q = yq ? yq->q : nullptr;
-    float *qs = yq ? yq->scale : nullptr;
+    const di_cuda_act_forms yf = yq ? *yq : di_cuda_act_forms{};
     const int n_chunks = (int)mix_chunks(n, d);
     double *part = (double *)ws; /* di_cuda_hc_mix_ws_bytes(T, n, d) */
     mix_part_slice(x, 0, T, n, d, fn, part, s, made_by);
     if (n == 4)
         hc_block_in_kernel<4><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, scale, base,
-                                                                 iters, hc_eps, pre_out, post, comb, y, q, qs);
+                                                                 iters, hc_eps, pre_out, post, comb, y, yf);
     else
         hc_block_in_kernel<0><<<(unsigned)T, HB_THREADS, 0, s>>>(x, n, d, p_in, norm_w, eps, part, n_chunks, scale, base,
-                                                                 iters, hc_eps, pre_out, post, comb, y, q, qs);
+                                                                 iters, hc_eps, pre_out, post, comb, y, yf);
     DI_CUDA_LAUNCHED();
 }
 
 extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
                                     const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
                                     const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y,
-                                    const di_cuda_act_e4m3 *yq, void *ws, cudaStream_t s) {
+                                    const di_cuda_act_forms *yq, void *ws, cudaStream_t s) {
     hc_block_in(x, T, n, d, fn, eps, scale, base, iters, hc_eps, p_in, norm_w, pre_out, post, comb, y, yq, ws, s,
                 nullptr);
 }
@@ -645,7 +651,7 @@ extern "C" bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p,
 extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *fn,
                                          float eps, const float *scale, const float *base, int iters, float hc_eps,
                                          const float *p_in, const uint16_t *norm_w, float *pre_out, float *post,
-                                         float *comb, float *y, const di_cuda_act_e4m3 *yq, void *ws,
+                                         float *comb, float *y, const di_cuda_act_forms *yq, void *ws,
                                          cudaStream_t s) {
     if (T <= 0) return;
     if (!di_cuda_hc_post_block_in_supported(p, T, n, d)) {

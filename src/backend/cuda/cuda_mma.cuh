@@ -227,6 +227,27 @@ static __device__ __forceinline__ uint8_t di_act_quant_e4m3_x1(float v, float *s
 #endif
 }
 
+/* act_quant_digits' output of lane i (8 lanes a 32-value block, 4 values a lane): its 4 e4m3 codes as
+ * the signed base-128 digits of their integers (512 x) into dg [blocks][3][32] int8 (digit d of value
+ * k at 32 d + k; as words [blocks][3][8]) and, lane 8b, the block's scale times 2^-10 into xs [b] */
+static __device__ __forceinline__ void di_act_digits_store(uint32_t codes, float scale, int64_t i, uint32_t *dg,
+                                                           float *xs) {
+    uint32_t d[3] = {0u, 0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int q = di_dev_e4m3_to_int512((codes >> (8 * e)) & 0xffu);
+        const int d0 = ((q + 64) & 127) - 64, q1 = (q - d0) / 128; /* exact divisions */
+        const int d1 = ((q1 + 64) & 127) - 64, d2 = (q1 - d1) / 128;
+        d[0] |= ((uint32_t)d0 & 0xffu) << (8 * e);
+        d[1] |= ((uint32_t)d1 & 0xffu) << (8 * e);
+        d[2] |= ((uint32_t)d2 & 0xffu) << (8 * e);
+    }
+    const int64_t blk = i >> 3;
+    uint32_t *out = dg + blk * 24 + (i & 7);
+    out[0] = d[0], out[8] = d[1], out[16] = d[2];
+    if ((i & 7) == 0) xs[blk] = scale * 0x1p-10f;
+}
+
 /* act_quant's lane i of x's n_blocks 32-value blocks (8 lanes a block, 4 values a lane; x's values
  * or, with a row list, di_dev_act_lane's): its 4 e4m3 codes and the block's scale. Every lane of a
  * warp calls (the block max is a shuffle); false for the lanes past the last block */

@@ -75,10 +75,11 @@ extern "C" void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t 
 extern "C" bool di_cuda_rmsnorm_q_supported(int64_t d) { return d % 32 == 0 && d <= NORM_THREADS * NORM_PER; }
 
 extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
-                                  const di_cuda_act_e4m3 *yq, cudaStream_t s) {
+                                  const di_cuda_act_forms *yq, cudaStream_t s) {
     if (m <= 0) return;
-    if (yq && !di_cuda_rmsnorm_q_supported(d)) {
-        fprintf(stderr, "di_cuda_rmsnorm_q: rows of %lld values not supported\n", (long long)d);
+    if (yq && (!di_cuda_rmsnorm_q_supported(d) || !yq->q || !yq->scale || yq->bf16 || yq->digits)) {
+        fprintf(stderr, "di_cuda_rmsnorm_q: rows of %lld values (or forms other than the codes) not supported\n",
+                (long long)d);
         abort();
     }
     uint8_t *q = yq ? yq->q : nullptr;

@@ -24,14 +24,20 @@ extern "C" {
  * the old buffer (nodes captured earlier use it): the old one is retired and freed by
  * di_cuda_ctx_release_retired once the graph has run. */
 enum { DI_CUDA_MAX_RETIRED = 16 };
-/* act_quant(x, 32) of x [rows, K] as e4m3 codes q [rows, K] and power-of-two scales [rows, K / 32]
- * (the quantised linears' operand form) */
+/* The other forms of an activation buffer x [rows, K] that the linears read, made by x's producer
+ * beside x (each may be NULL): act_quant(x, 32) as e4m3 codes q [rows, K] and power-of-two scales
+ * [rows, K / 32] (the quantised linears' operands), as the int8 twin's signed base-128 digits of
+ * those codes [rows, K / 32][3][32] and scales times 2^-10 [rows, K / 32] (di_cuda_act_quant_digits'),
+ * and x's bf16 bits [rows, K] (the bf16 linears') */
 typedef struct {
     uint8_t *q;
     float *scale;
-} di_cuda_act_e4m3;
+    uint16_t *bf16;
+    uint8_t *digits;
+    float *digit_scale;
+} di_cuda_act_forms;
 
-#define DI_CUDA_ACT_Q_SLOTS 2 /* a sublayer's input and one buffer inside it (the attention's q LoRA) */
+#define DI_CUDA_ACT_FORMS_SLOTS 2 /* a sublayer's input and one buffer inside it (the attention's q LoRA) */
 typedef struct di_cuda_ctx {
     cudaStream_t stream;
     void *blas;          /* cublasHandle_t */
@@ -44,24 +50,24 @@ typedef struct di_cuda_ctx {
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
     int n_retired;
-    /* act_quant(x, 32) of activation buffers, made by their producers (hc_block_in, rmsnorm): the
-     * quantised linears of such an x (rows x K) take these codes instead of an act_quant launch of
-     * their own. The buffer's owner notes them (di_cuda_act_q_note) and forgets them before x is
-     * rewritten or freed. */
+    /* activation buffers' other forms, made by their producers (hc_block_in, rmsnorm): the linears
+     * of such an x (rows x K) read them instead of launching an act_quant or bf16 conversion of
+     * their own. The buffer's owner notes them (di_cuda_act_forms_note) and forgets them before x
+     * is rewritten or freed. */
     struct {
         const float *x;
         int64_t rows, K;
-        di_cuda_act_e4m3 q;
-    } act_q[DI_CUDA_ACT_Q_SLOTS];
-    int act_q_next; /* the slot a note of a new x takes */
+        di_cuda_act_forms forms;
+    } act_forms[DI_CUDA_ACT_FORMS_SLOTS];
+    int act_forms_next; /* the slot a note of a new x takes */
 } di_cuda_ctx;
 
-/* act_quant(x [rows, K], 32) is in q (see act_q); a new x takes the oldest slot */
-void di_cuda_act_q_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K, di_cuda_act_e4m3 q);
-/* x's codes are stale (x is about to be rewritten or freed) */
-void di_cuda_act_q_forget(di_cuda_ctx *ctx, const float *x);
-/* the noted codes of x [rows, K], or NULL */
-const di_cuda_act_e4m3 *di_cuda_act_q_find(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K);
+/* x [rows, K]'s other forms are in `forms` (see act_forms); a new x takes the oldest slot */
+void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K, di_cuda_act_forms forms);
+/* x's forms are stale (x is about to be rewritten or freed) */
+void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x);
+/* the noted forms of x [rows, K], or NULL */
+const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K);
 
 /* Returns false (and leaves *ctx zeroed) when no CUDA device is usable. */
 bool di_cuda_ctx_init(di_cuda_ctx *ctx);
@@ -93,10 +99,10 @@ void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, 
 void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps,
                      float *y, cudaStream_t s);
 /* and (yq non-NULL; di_cuda_rmsnorm_q_supported: d % 32 == 0, d <= 2,048) act_quant(y, 32) as the
- * quantised linears' codes -- the bits of di_cuda_act_quant_e4m3 on y */
+ * quantised linears' codes (yq->q and scale; yq->bf16 must be NULL) -- di_cuda_act_quant_e4m3's bits */
 bool di_cuda_rmsnorm_q_supported(int64_t d);
 void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
-                       const di_cuda_act_e4m3 *yq, cudaStream_t s);
+                       const di_cuda_act_forms *yq, cudaStream_t s);
 /* x [rows, n_vec, stride]: in place rotation of the rot_dim values from `offset` of each vector,
  * interleaved pairs; cos/sin [rows, rot_dim/2] (the table row of each row's position) */
 void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,
@@ -165,11 +171,11 @@ void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p,
  * For a few tokens (where the separate launches are latency): di_cuda_hc_block_in_supported
  * (T <= 32, n * n <= 32, d <= 5,120). */
 bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d);
-/* yq (NULL: none; else d % 32 == 0, y 16-byte aligned): also act_quant(y, 32) as the quantised
- * linears' e4m3 codes and scales (di_cuda_act_e4m3) */
+/* yq (NULL: none; else d % 32 == 0, y 16-byte aligned): also y's other forms where not NULL
+ * (di_cuda_act_forms: act_quant(y, 32)'s codes and scales, y's bf16 bits) */
 void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
                          const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
-                         float *pre_out, float *post, float *comb, float *y, const di_cuda_act_e4m3 *yq, void *ws,
+                         float *pre_out, float *post, float *comb, float *y, const di_cuda_act_forms *yq, void *ws,
                          cudaStream_t s);
 /* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
 void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
@@ -186,7 +192,7 @@ bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p, int64_t T,
 void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *fn, float eps,
                               const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
                               const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y,
-                              const di_cuda_act_e4m3 *yq, void *ws, cudaStream_t s);
+                              const di_cuda_act_forms *yq, void *ws, cudaStream_t s);
 
 /* ---- indexer (scores: cuda_index_score_mma.cu, top-k: cuda_indexer.cu) ---- */
 /* qi [R, nh, idim]; w [R, nh] bf16 head weights; keys [P, idim] (one sequence's index keys);

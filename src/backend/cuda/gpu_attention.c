@@ -10,7 +10,7 @@
 
 /* q [R, H*Dh] and own kv [R, Dh] (RoPE applied, kv on the FP8 grid); qr [R, q_lora_rank] the normed
  * q LoRA, with (qr_q non-NULL) its act_quant noted for wq_b and the indexer's idx_wq_b */
-static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const di_cuda_act_e4m3 *qr_q, float *q,
+static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const di_cuda_act_forms *qr_q, float *q,
                  float *kv) {
     const di_config *cf = &f->m->cfg;
     const int R = f->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;
@@ -22,7 +22,7 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const
     float *const t[2] = {tq, tkv};
     gpu_linear_quant_set(f, 2, w, x, R, t);
     di_cuda_rmsnorm_q(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, qr_q, f->s);
-    if (qr_q) di_cuda_act_q_note(f->cx, qr, R, cf->q_lora_rank, *qr_q);
+    if (qr_q) di_cuda_act_forms_note(f->cx, qr, R, cf->q_lora_rank, *qr_q);
     gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
     gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
     di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
@@ -93,7 +93,7 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     float *q = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
     float *kv = gpu_alloc(f, sizeof(float) * (size_t)R * Dh);             /* [R, Dh] FP8 grid */
     float *o = gpu_alloc(f, sizeof(float) * (size_t)R * H * Dh);          /* [R, H, Dh] bf16 */
-    di_cuda_act_e4m3 qr_q = {NULL, NULL}; /* qr's act_quant, made by its norm */
+    di_cuda_act_forms qr_q = {NULL}; /* all NULL; qr's act_quant, made by its norm */
     const bool quant_qr = !f->cx->exact && di_cuda_rmsnorm_q_supported(cf->q_lora_rank);
     if (quant_qr) {
         qr_q.q = gpu_alloc(f, (size_t)R * cf->q_lora_rank);                             /* [R, q_lora] e4m3 */
@@ -161,7 +161,7 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     gpu_free(f, list);
     free(ring);
     free(n_ent);
-    di_cuda_act_q_forget(f->cx, qr);
+    di_cuda_act_forms_forget(f->cx, qr);
     gpu_free(f, qr);
     gpu_free(f, qr_q.q);
     gpu_free(f, qr_q.scale);

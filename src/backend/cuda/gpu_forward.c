@@ -108,19 +108,19 @@ static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const flo
     gpu_free(f, mix);
 }
 
-/* The fused input's act_quant of sub_in (yq: NULL, or codes [R, D] and scales [R, D / 32] to fill)
- * handed to the sublayer's quantised linears (di_cuda_ctx act_q), which then launch no act_quant of
- * their own; the caller clears it once the sublayer has run. */
-static void sub_in_codes_made(const gpu_fwd *f, const float *sub_in, const di_cuda_act_e4m3 *yq) {
-    if (yq) di_cuda_act_q_note(f->cx, sub_in, f->R, f->m->cfg.hidden_size, *yq);
+/* The fused input's other forms of sub_in (yq: NULL, or act_quant codes and scales and bf16 bits to
+ * fill) handed to the sublayer's linears (di_cuda_ctx act_forms), which then launch no act_quant or
+ * bf16 conversion of their own; the caller forgets them once the sublayer has run. */
+static void sub_in_codes_made(const gpu_fwd *f, const float *sub_in, const di_cuda_act_forms *yq) {
+    if (yq) di_cuda_act_forms_note(f->cx, sub_in, f->R, f->m->cfg.hidden_size, *yq);
 }
 
 /* A sublayer's input: its mixes of the stream X [R, n, D] (-> pre_out, post, comb) and
  * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
- * sums (the same bits; with yq also sub_in's act_quant, sub_in_codes_made), else the four kernels. */
+ * sums (the same bits; with yq also sub_in's other forms, sub_in_codes_made), else the four kernels. */
 static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
                            const float *p_in, const void *norm, float *pre_out, float *post, float *comb,
-                           float *sub_in, const di_cuda_act_e4m3 *yq) {
+                           float *sub_in, const di_cuda_act_forms *yq) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
@@ -152,7 +152,7 @@ typedef struct {
  * where supported, else hc_post and hc_sublayer_in (the same bits) */
 static void hc_post_then_in(const gpu_fwd *f, const di_cuda_hc_post_ops *ops, const void *fn, const float *scale,
                             const float *base, const float *p_in, const void *norm, float *pre_out, float *post,
-                            float *comb, float *sub_in, const di_cuda_act_e4m3 *yq) {
+                            float *comb, float *sub_in, const di_cuda_act_forms *yq) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
@@ -194,14 +194,16 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     float *sub_in = gpu_alloc(f, sizeof(float) * (size_t)R * D);     /* [R, D] bf16 */
     float *sub_out = gpu_alloc(f, sizeof(float) * (size_t)R * D);    /* [R, D] bf16 */
     float *Y = gpu_alloc(f, sizeof(float) * (size_t)R * HD);         /* [R, n, D] bf16 */
-    /* sub_in's act_quant, made by the fused input where it runs (its sublayer's first linears read it) */
-    di_cuda_act_e4m3 sub_q = {NULL, NULL};
+    /* sub_in's act_quant and bf16 bits, made by the fused input where it runs (the sublayer's linears of
+     * sub_in read them: q / kv, compressor, index weights; router, shared expert) */
+    di_cuda_act_forms sub_q = {NULL}; /* all NULL */
     const bool quant_in = D % 32 == 0 && !f->cx->exact && di_cuda_hc_block_in_supported(R, n, D);
     if (quant_in) {
         sub_q.q = gpu_alloc(f, (size_t)R * D);                              /* [R, D] e4m3 */
         sub_q.scale = gpu_alloc(f, sizeof(float) * (size_t)R * (D / 32));   /* [R, D / 32] */
+        sub_q.bf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D);        /* [R, D] */
     }
-    const di_cuda_act_e4m3 *yq = quant_in ? &sub_q : NULL;
+    const di_cuda_act_forms *yq = quant_in ? &sub_q : NULL;
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
@@ -220,7 +222,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     }
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
-    di_cuda_act_q_forget(f->cx, sub_in); /* rewritten next */
+    di_cuda_act_forms_forget(f->cx, sub_in); /* rewritten next */
     gpu_debug(f, "attn_out", l, sub_out, (int64_t)R * D);
     gpu_stage(f, ST_MHC);
     const di_cuda_hc_post_ops attn_post = {sub_out, X, a_post, a_comb, Y};
@@ -228,7 +230,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
                     sub_in, yq);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe(f, L, hL, sub_in, sub_out);
-    di_cuda_act_q_forget(f->cx, sub_in);
+    di_cuda_act_forms_forget(f->cx, sub_in);
     gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
     gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
@@ -248,6 +250,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_free(f, sub_in);
     gpu_free(f, sub_q.q);
     gpu_free(f, sub_q.scale);
+    gpu_free(f, sub_q.bf16);
 }
 
 /* Final hc collapse, norm and head for the rows that want logits; logits go to the host batch. */

@@ -21,6 +21,39 @@
 #include "backend/cuda/gpu_internal.h"
 #include "forward/host_steps.h"
 
+/* h [n, inter] = SwiGLU(g, u) [* wt] over g, with (where w2's linear takes one: `form`) h's act_quant
+ * made by the same launch and noted for w2 (di_cuda_act_forms_note; the caller forgets it). Returns
+ * the forms' buffers (all NULL if none) for the caller to free. */
+static di_cuda_act_forms swiglu_for(gpu_fwd *f, float *g, const float *u, int64_t n, int64_t inter, const float *wt,
+                                    di_act_form form) {
+    di_cuda_act_forms forms = {NULL}; /* all NULL */
+    const float lim = (float)f->m->cfg.swiglu_limit;
+    if (form == DI_ACT_FORM_NONE || !di_cuda_swiglu_forms_supported(g, u, inter, g)) {
+        di_cuda_swiglu(g, u, n, inter, lim, wt, g, f->s);
+        return forms;
+    }
+    const int64_t nb = n * inter / 32;
+    float *scale = gpu_alloc(f, sizeof(float) * (size_t)nb); /* [n, inter / 32] */
+    if (form == DI_ACT_FORM_DIGITS) {
+        forms.digits = gpu_alloc(f, (size_t)(3 * n * inter)); /* [n, inter / 32][3][32] */
+        forms.digit_scale = scale;
+    } else {
+        forms.q = gpu_alloc(f, (size_t)(n * inter)); /* [n, inter] e4m3 */
+        forms.scale = scale;
+    }
+    di_cuda_swiglu_forms(g, u, n, inter, lim, wt, g, &forms, f->s);
+    di_cuda_act_forms_note(f->cx, g, n, inter, forms);
+    return forms;
+}
+
+static void forms_free(gpu_fwd *f, const float *x, di_cuda_act_forms *forms) {
+    di_cuda_act_forms_forget(f->cx, x);
+    gpu_free(f, forms->q);
+    gpu_free(f, forms->scale);
+    gpu_free(f, forms->digits);
+    gpu_free(f, forms->digit_scale);
+}
+
 /* SwiGLU expert on n rows: y [n, D] = w2(bf16(silu(min(g, L)) * clamp(u, -L, L) * wt)) */
 static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, const di_weight *w3,
                        const float *x, int n, const float *wt, float *y) {
@@ -30,8 +63,9 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
     const di_weight *w13[2] = {w1, w3}; /* both read x: one launch */
     float *const gu[2] = {g, u};
     gpu_linear_quant_set(f, 2, w13, x, n, gu);
-    di_cuda_swiglu(g, u, n, inter, (float)f->m->cfg.swiglu_limit, wt, g, f->s);
+    di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, wt, di_cuda_linear_act_form(f->cx, w2, false, 1, n, n));
     gpu_linear(f, w2, g, n, y, DI_LIN_QUANT);
+    forms_free(f, g, &h_forms);
     gpu_free(f, g);
     gpu_free(f, u);
 }
@@ -77,8 +111,9 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     /* w1 and w3 over the same rows (x's, in expert order through x_rows): quantised once */
     di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R,
                                       NULL, x_rows, g, u);
-    di_cuda_swiglu(g, u, n, inter, (float)m->cfg.swiglu_limit, d_wts, g, f->s);
+    di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, di_cuda_linear_act_form(f->cx, shape2, true, E, n, R));
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
+    forms_free(f, g, &h_forms);
     moe_tail(f, fw, x, slot_rows, d_order, out);
     gpu_free(f, g);
     gpu_free(f, u);
