@@ -1363,6 +1363,37 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
            (long long)R, G, K, (long long)bad_g);
     if (bad_g) g_fail++;
     else g_pass++;
+    /* routing and grouping in one call (one launch at <= 16 rows): the two launches' arrays, bit for bit */
+    {
+        int32_t *fex = (int32_t *)dev_poisoned(4 * n), *ford = (int32_t *)dev_poisoned(4 * n);
+        float *fwt = (float *)dev_poisoned(4 * n), *fwts = (float *)dev_poisoned(4 * n);
+        int *foff = (int *)dev_poisoned(4 * (G + 1)), *fact = (int *)dev_poisoned(4 * G);
+        void **flists = (void **)dev_poisoned(sizeof(void *) * 2 * n);
+        di_cuda_moe_route_group(dl, db, R, E, K, 1.5f, resident, G, fex, fwt, ford, x, yg, D, foff, fact,
+                                (const float **)flists, (const float **)flists + n, fwts, 0);
+        std::vector<int32_t> hex(n), hord(n);
+        std::vector<float> hwt(n), hwts(n);
+        std::vector<int> hoff(G + 1), hact(G);
+        std::vector<void *> hfl(2 * n);
+        dev_download(hex.data(), fex, 4 * n);
+        dev_download(hord.data(), ford, 4 * n);
+        dev_download(hwt.data(), fwt, 4 * n);
+        dev_download(hwts.data(), fwts, 4 * n);
+        dev_download(hoff.data(), foff, 4 * (G + 1));
+        dev_download(hact.data(), fact, 4 * G);
+        dev_download(hfl.data(), flists, sizeof(void *) * 2 * n);
+        int64_t bad_f = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad_f += hex[i] != gex[i] || hord[i] != gord[i] || memcmp(&hwt[i], &gwt[i], 4) != 0 ||
+                     memcmp(&hwts[i], &hw[i], 4) != 0 || hfl[i] != hl[i] || hfl[n + i] != hl[n + i];
+        for (int e = 0; e <= G; e++) bad_f += hoff[e] != goff[e];
+        for (int e = 0; e < G; e++) bad_f += hact[e] != gact[e];
+        printf("%s  %-20s R=%lld E=%d K=%d  arrays differing from the two launches' %lld\n", bad_f ? "FAIL" : "PASS",
+               "moe_route_group", (long long)R, E, K, (long long)bad_f);
+        if (bad_f) g_fail++;
+        else g_pass++;
+        cudaFree(fex), cudaFree(ford), cudaFree(fwt), cudaFree(fwts), cudaFree(foff), cudaFree(fact), cudaFree(flists);
+    }
     cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(yg);
     cudaFree(dact);
     cudaFree(wts), cudaFree(doff), cudaFree(lists);
@@ -1406,6 +1437,9 @@ static void run_quick(void) {
     test_moe_route(37, 40, 6, 12);
     test_moe_route(9, 384, 6, 0, true);
     test_moe_route(3, 500, 8, 0, true); /* E not a multiple of 32 */
+    test_moe_route(16, 384, 6, 0);      /* the fused route + group's most rows */
+    test_moe_route(1, 384, 6, 0);       /* a decode step of one */
+    test_moe_route(8, 384, 6, 48);      /* the bench's EP-8 proxy: 48 resident experts */
     test_linear_w16(3, 96, 40, false); /* K = 3 blocks: a partial last stage, unaligned scale rows */
     test_linear_w16(18, 256, 72, true);
     test_linear_w16(2, 256, 8192, false); /* the decode twin (>= 8192 features, <= 4 rows): one K split */

@@ -491,6 +491,36 @@ static void test_rope(int64_t rows, int64_t n_vec, int64_t stride, int64_t offse
     free(x), free(ref), free(got), free(cs), free(sn);
 }
 
+/* the attention kv's norm, rotation and act_quant in one launch against the three kernels (whose
+ * parity with the CPU the tests above show): the same bits */
+static void test_rmsnorm_rope_quant(int64_t m, int64_t d, int rot) {
+    const int64_t half = rot / 2, off = d - rot;
+    float *x = (float *)malloc(4 * m * d), *a = (float *)malloc(4 * m * d), *b = (float *)malloc(4 * m * d);
+    float *cs = (float *)malloc(4 * m * half), *sn = (float *)malloc(4 * m * half);
+    uint16_t *w = (uint16_t *)malloc(2 * d);
+    fill_wide(x, m * d, 2.0f);
+    for (int64_t i = 0; i < d; i++) w[i] = di_f32_to_bf16(0.5f + rnd_unit());
+    for (int64_t i = 0; i < m * half; i++) {
+        const float th = rnd_unit() * 6.2831853f;
+        cs[i] = cosf(th), sn[i] = sinf(th);
+    }
+    float *dx = (float *)dev_upload(x, 4 * m * d), *dc = (float *)dev_upload(cs, 4 * m * half),
+          *ds = (float *)dev_upload(sn, 4 * m * half), *dy = (float *)dev_poisoned(4 * m * d),
+          *dy2 = (float *)dev_poisoned(4 * m * d);
+    uint16_t *dw = (uint16_t *)dev_upload(w, 2 * d);
+    di_cuda_rmsnorm(dx, dw, m, d, 1e-20f, dy, 0);
+    di_cuda_rope(dy, m, 1, d, off, rot, dc, ds, false, 0);
+    di_cuda_act_quant_inplace(dy, m * d, 32, 0);
+    di_cuda_rmsnorm_rope_quant(dx, dw, m, d, 1e-20f, off, rot, dc, ds, dy2, 0);
+    dev_download(a, dy, 4 * m * d);
+    dev_download(b, dy2, 4 * m * d);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%lld D=%lld rot=%d", (long long)m, (long long)d, rot);
+    compare("rmsnorm_rope_quant", shape, b, a, m, d, CRIT_EXACT);
+    cudaFree(dx), cudaFree(dc), cudaFree(ds), cudaFree(dy), cudaFree(dy2), cudaFree(dw);
+    free(x), free(a), free(b), free(cs), free(sn), free(w);
+}
+
 /* ---- sparse attention ---- */
 /* Per-element bound on |tensor-core attention - CPU attention| for one (row, head): o = sum_j
  * bf16(p_j) v_j / den. The two differ in summation order only:
@@ -924,6 +954,8 @@ static void run_quick(void) {
     test_rmsnorm(3, 300);  /* rows past the first 256 values partly filled */
     test_rmsnorm(2, 5120); /* past 2,048: the two-pass form */
     test_rope(2, 4, 128, 64, 64, false);
+    test_rmsnorm_rope_quant(3, 64, 16);  /* the tiny model's kv */
+    test_rmsnorm_rope_quant(5, 512, 64); /* V4.1's */
     test_attention(2, 8, 512, 130, 200, 10);
     test_attention(1, 64, 512, 128 + 512, 4096, 5);         /* the real shape, decode batch 1 */
     test_attention(3, 24, 64, 300, 500, 10, 2);             /* 24 heads, tail of 44, NULL run 2 */

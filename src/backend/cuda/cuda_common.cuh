@@ -131,6 +131,15 @@ static __device__ __forceinline__ float di_dev_pow2_ceil(float v) {
     int e = (int)((u >> 23) & 0xffu) - 127 + ((u & 0x7fffffu) != 0);
     return ldexpf(1.0f, e);
 }
+/* act_quant's block scale from the block's amax, and a value after the quantisation (fake quant: the
+ * e4m3 value times the scale, as bf16) -- the CPU's act_quant expressions (cuda_quant.cu) */
+static __device__ __forceinline__ float di_dev_act_scale(float amax) {
+    amax = fmaxf(amax, 1e-4f);
+    return di_dev_pow2_ceil(amax * (1.0f / 448.0f));
+}
+static __device__ __forceinline__ float di_dev_act_value(float x, float s) {
+    return di_dev_bf16_round(di_dev_e4m3_rne(di_dev_clampf(x / s, -448.0f, 448.0f)) * s);
+}
 
 /* e4m3 code -> the value times 2^9 as an integer (|v| <= 448 * 512): exact integer arithmetic
  * for the GEMM block sums. NaN codes (0x7f/0xff) never occur in checkpoints; they map to 0. */

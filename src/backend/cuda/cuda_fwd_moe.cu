@@ -30,15 +30,12 @@ static unsigned ew_blocks(int64_t n) {
  * together and each of the K picks scans registers, not shared memory (17.1 -> 11.0 us a launch
  * at B = 1, docs/PERFORMANCE.md session 15); the scores stay in shared memory for lane 0's tail */
 #define ROUTE_PER (DI_MOE_ROUTE_MAX_E / 32)
-__global__ void __launch_bounds__(EW_THREADS)
-moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int64_t R, int E, int K,
-                 float scale, int resident, int32_t *__restrict__ expert, float *__restrict__ weight,
-                 int32_t *__restrict__ order) {
-    __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
-    if (r >= R) return; /* whole warps */
-    float *sc = score_s[warp];
+/* row r's routing on one warp; sc [DI_MOE_ROUTE_MAX_E] the warp's shared scores */
+static __device__ __forceinline__ void moe_route_row(const float *__restrict__ logits, const float *__restrict__ bias,
+                                                     int64_t r, int E, int K, float scale, int resident, float *sc,
+                                                     int32_t *__restrict__ expert, float *__restrict__ weight,
+                                                     int32_t *__restrict__ order) {
+    const int lane = threadIdx.x & 31;
     float bi[ROUTE_PER]; /* biased scores of experts lane + 32 i; -inf past E and once taken */
     {
         float z[ROUTE_PER], bz[ROUTE_PER];
@@ -94,6 +91,17 @@ moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bia
     expert[r * K + lane] = ex;
     weight[r * K + lane] = wv / (sum + 1e-20f) * scale;
     order[r * K + pos] = lane;
+}
+
+__global__ void __launch_bounds__(EW_THREADS)
+moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int64_t R, int E, int K,
+                 float scale, int resident, int32_t *__restrict__ expert, float *__restrict__ weight,
+                 int32_t *__restrict__ order) {
+    __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
+    const int warp = threadIdx.x >> 5;
+    const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
+    if (r >= R) return; /* whole warps */
+    moe_route_row(logits, bias, r, E, K, scale, resident, score_s[warp], expert, weight, order);
 }
 
 extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
@@ -189,6 +197,67 @@ moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
         }
         pos += __popc(m);
     }
+}
+
+/* Routing and grouping of a few rows in one block (ROUTE_GROUP_MAX_ROWS rows, E <= GROUP_THREADS):
+ * warp r routes row r (moe_route_kernel's moe_route_row), then the block counts and places the
+ * assignments as moe_count_kernel and moe_place_kernel do -- a position is the expert's offset plus
+ * the assignment's rank among the expert's earlier ones, the order moe_place_kernel's ballots give.
+ * At B = 1 the three launches took ~17 us a layer, mostly their starts. */
+#define ROUTE_GROUP_MAX_ROWS 16
+__global__ void __launch_bounds__(GROUP_THREADS)
+moe_route_group_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int R, int E, int K,
+                       float scale, int resident, int G, int32_t *__restrict__ expert, float *__restrict__ weight,
+                       int32_t *__restrict__ order, const float *x, const float *yg, int64_t D, int *__restrict__ row_off,
+                       int *__restrict__ active, const float **x_rows, const float **slot_rows,
+                       float *__restrict__ wts) {
+    __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E];
+    __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32], ex_s[ROUTE_GROUP_MAX_ROWS * DI_MOE_ROUTE_MAX_K];
+    const int t = threadIdx.x, warp = t >> 5, n = R * K;
+    if (warp < R) moe_route_row(logits, bias, warp, E, K, scale, resident, score_s[warp], expert, weight, order);
+    cnt[t] = 0;
+    __syncthreads(); /* the routes' global writes are visible to the block from here */
+    if (t < n) {
+        ex_s[t] = expert[t];
+        atomicAdd(&cnt[ex_s[t]], 1);
+    }
+    __syncthreads();
+    const int c = t < G ? cnt[t] : 0;
+    int total, n_act;
+    const int off = group_block_scan(c, warp_s, &total);
+    const int slot = group_block_scan(c > 0, warp_s, &n_act);
+    if (t < G) row_off[t] = off;
+    if (t == 0) row_off[G] = total;
+    if (active && t < G) {
+        if (c > 0) active[slot] = t;
+        if (t >= n_act) active[t] = -1;
+    }
+    __syncthreads(); /* cnt is reused for the offsets */
+    if (t < G) cnt[t] = off;
+    __syncthreads();
+    if (t < n) {
+        const int e = ex_s[t];
+        int p = cnt[e];
+        for (int i = 0; i < t; i++) p += ex_s[i] == e;
+        x_rows[p] = x + (int64_t)(t / K) * D;
+        slot_rows[t] = yg + (int64_t)p * D;
+        wts[p] = weight[t];
+    }
+}
+
+extern "C" void di_cuda_moe_route_group(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
+                                        int resident, int G, int32_t *expert, float *weight, int32_t *order,
+                                        const float *x, const float *yg, int64_t D, int *row_off, int *active,
+                                        const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s) {
+    if (R > ROUTE_GROUP_MAX_ROWS || G > GROUP_THREADS || E > DI_MOE_ROUTE_MAX_E || K > DI_MOE_ROUTE_MAX_K || K > E ||
+        R <= 0) {
+        di_cuda_moe_route(logits, bias, R, E, K, scale, resident, expert, weight, order, s);
+        di_cuda_moe_group(expert, weight, R, K, G, x, yg, D, row_off, active, x_rows, slot_rows, wts, s);
+        return;
+    }
+    moe_route_group_kernel<<<1, GROUP_THREADS, 0, s>>>(logits, bias, (int)R, E, K, scale, resident, G, expert, weight,
+                                                       order, x, yg, D, row_off, active, x_rows, slot_rows, wts);
+    DI_CUDA_LAUNCHED();
 }
 
 extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,

@@ -24,10 +24,19 @@
  * start, and kept in registers for the output (the q / kv / index norms of a decode step: ~3.8 ->
  * 3.4 us a launch at B = 1); PER == 0: any d, read twice. Same sums either way: thread i adds
  * values i, i + NORM_THREADS, ... in that order */
+/* kv's epilogue (di_cuda_rmsnorm_rope_quant, PER > 0): rope_kernel's rotation of values off .. off + rot
+ * of the row (a pair's partner is the neighbouring lane), then act_quant(y, 32) in place
+ * (quant_group_kernel's: a warp's 32 values of one j are one block), on the values in registers */
+struct norm_rope_quant {
+    bool on;
+    int off, rot;                     /* off even, off + rot <= d, d % 32 == 0 */
+    const float *cos_rows, *sin_rows; /* [rows][rot / 2] */
+};
+
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
-               float *__restrict__ y, uint8_t *__restrict__ yq, float *__restrict__ ysc) {
+               float *__restrict__ y, uint8_t *__restrict__ yq, float *__restrict__ ysc, norm_rope_quant rq) {
     __shared__ double warp_sum[NORM_THREADS / 32];
     const float *xr = x + (int64_t)blockIdx.x * d;
     double ss = 0.0;
@@ -52,7 +61,19 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
 #pragma unroll
         for (int j = 0; j < PER; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
-            const float v = di_dev_bf16_round(wv[j] * (xv[j] * inv));
+            float v = di_dev_bf16_round(wv[j] * (xv[j] * inv));
+            if (rq.on && (i & ~31) < d) { /* uniform over the warp */
+                const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
+                const int k = (int)i - rq.off;
+                if (k >= 0 && k < rq.rot) {
+                    const int half = rq.rot / 2, r = (int)blockIdx.x;
+                    const float c = rq.cos_rows[r * half + k / 2], sn = rq.sin_rows[r * half + k / 2];
+                    v = (k & 1) ? di_dev_bf16_round(partner * sn + v * c) : di_dev_bf16_round(v * c - partner * sn);
+                }
+                float a = fabsf(v);
+                for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+                v = di_dev_act_value(v, di_dev_act_scale(a));
+            }
             if (i < d) yr[i] = v;
             /* act_quant(y, 32) (d % 32 == 0): the warp's 32 values of this j are one block, all in or out */
             if (yq && (i & ~31) < d) {
@@ -85,9 +106,29 @@ extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_
     uint8_t *q = yq ? yq->q : nullptr;
     float *qs = yq ? yq->scale : nullptr;
     if (d <= NORM_THREADS * NORM_PER)
-        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, q, qs);
+        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, q, qs, norm_rope_quant{});
     else
-        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, nullptr, nullptr);
+        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, nullptr, nullptr,
+                                                               norm_rope_quant{});
+    DI_CUDA_LAUNCHED();
+}
+
+extern "C" bool di_cuda_rmsnorm_rope_quant_supported(int64_t d, int64_t offset, int rot_dim) {
+    return d % 32 == 0 && d <= NORM_THREADS * NORM_PER && offset % 2 == 0 && rot_dim % 2 == 0 && offset >= 0 &&
+           offset + rot_dim <= d;
+}
+
+extern "C" void di_cuda_rmsnorm_rope_quant(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps,
+                                           int64_t offset, int rot_dim, const float *cos_rows, const float *sin_rows,
+                                           float *y, cudaStream_t s) {
+    if (m <= 0) return;
+    if (!di_cuda_rmsnorm_rope_quant_supported(d, offset, rot_dim)) {
+        fprintf(stderr, "di_cuda_rmsnorm_rope_quant: d = %lld, rotation %d at %lld not supported\n", (long long)d,
+                rot_dim, (long long)offset);
+        abort();
+    }
+    const norm_rope_quant rq = {true, (int)offset, rot_dim, cos_rows, sin_rows};
+    rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, nullptr, nullptr, rq);
     DI_CUDA_LAUNCHED();
 }
 

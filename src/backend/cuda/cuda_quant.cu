@@ -9,14 +9,8 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-/* one block's scale from its amax */
-static __device__ __forceinline__ float act_scale(float amax) {
-    amax = fmaxf(amax, 1e-4f);
-    return di_dev_pow2_ceil(amax * (1.0f / 448.0f));
-}
-static __device__ __forceinline__ float act_value(float x, float s) {
-    return di_dev_bf16_round(di_dev_e4m3_rne(di_dev_clampf(x / s, -448.0f, 448.0f)) * s);
-}
+static __device__ __forceinline__ float act_scale(float amax) { return di_dev_act_scale(amax); }
+static __device__ __forceinline__ float act_value(float x, float s) { return di_dev_act_value(x, s); }
 static __device__ __forceinline__ float fp4_scale(float amax, int kind) {
     if (kind == DI_FP4_SCALE_UE8M0) {
         amax = fmaxf(amax, 6.0f * 0x1p-126f);

@@ -25,9 +25,14 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const
     if (qr_q) di_cuda_act_forms_note(f->cx, qr, R, cf->q_lora_rank, *qr_q);
     gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
     gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
-    di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
-    gpu_rope_rows(f, kind, kv, 1, Dh, Dh - rd, false);
-    di_cuda_act_quant_inplace(kv, (int64_t)R * Dh, 32, f->s);
+    if (di_cuda_rmsnorm_rope_quant_supported(Dh, Dh - rd, rd)) { /* the three below in one launch */
+        di_cuda_rmsnorm_rope_quant(tkv, L->attn.kv_norm, R, Dh, eps, Dh - rd, rd, f->d_cos[kind], f->d_sin[kind], kv,
+                                   f->s);
+    } else {
+        di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
+        gpu_rope_rows(f, kind, kv, 1, Dh, Dh - rd, false);
+        di_cuda_act_quant_inplace(kv, (int64_t)R * Dh, 32, f->s);
+    }
     gpu_free(f, tq);
     gpu_free(f, tkv);
 }

@@ -90,15 +90,15 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     int32_t *d_expert = gpu_alloc(f, sizeof(int32_t) * (size_t)n); /* [R, K] */
     int32_t *d_order = gpu_alloc(f, sizeof(int32_t) * (size_t)n);  /* [R, K] */
     float *d_weight = gpu_alloc(f, sizeof(float) * (size_t)n);     /* [R, K] */
-    di_cuda_moe_route(d_logits, f->g->hc[L->id].gate_bias, R, fw->n_experts, K, (float)m->cfg.routed_scaling_factor,
-                      m->proxy.resident_experts, d_expert, d_weight, d_order, f->s);
     float *yg = gpu_alloc(f, sizeof(float) * (size_t)n * D);              /* [R*K, D] in expert order */
     int *d_off = gpu_alloc(f, sizeof(int) * ((size_t)E + 1));              /* [E + 1] */
     int *d_active = gpu_alloc(f, sizeof(int) * (size_t)E);                 /* [E] experts with rows, then -1 */
     const float **x_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);     /* [R*K] expert order -> row of x */
     const float **slot_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);  /* [R, K] slot -> row of yg */
     float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);                /* [R*K] */
-    di_cuda_moe_group(d_expert, d_weight, R, K, E, x, yg, D, d_off, d_active, x_rows, slot_rows, d_wts, f->s);
+    di_cuda_moe_route_group(d_logits, f->g->hc[L->id].gate_bias, R, fw->n_experts, K,
+                            (float)m->cfg.routed_scaling_factor, m->proxy.resident_experts, E, d_expert, d_weight,
+                            d_order, x, yg, D, d_off, d_active, x_rows, slot_rows, d_wts, f->s);
     gpu_stage(f, ST_MOE_EXPERTS);
     const uint8_t *const *d_wp = f->g->hc[L->id].expert_ptrs; /* [6][E] */
     const di_weight *shape1 = NULL, *shape2 = NULL;
