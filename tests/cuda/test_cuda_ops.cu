@@ -836,6 +836,46 @@ static void test_mhc(int64_t T, int n, int64_t d) {
             float *so = (float *)malloc(4 * T * n * d);
             dev_download(so, ops.out, 4 * T * n * d);
             compare("hc_post_block_in.stream", shape, so, post_out_r, T, n * d, CRIT_EXACT);
+            /* y as the MoE's combine of 6 slots, made by the fused kernel: the same as combining first */
+            const int K = 6;
+            float *slots = (float *)malloc(4 * T * K * d), *sh = (float *)malloc(4 * T * d);
+            fill_wide(slots, T * K * d, 1.0f);
+            fill_wide(sh, T * d, 1.0f);
+            float *dslots = (float *)dev_upload(slots, 4 * T * K * d), *dsh = (float *)dev_upload(sh, 4 * T * d);
+            const float **rows = (const float **)malloc(sizeof(float *) * T * K);
+            int32_t *ord = (int32_t *)malloc(4 * T * K);
+            for (int64_t i = 0; i < T * K; i++) rows[i] = dslots + ((i * 7) % (T * K)) * d; /* scattered rows */
+            for (int64_t t = 0; t < T; t++)
+                for (int j = 0; j < K; j++) ord[t * K + j] = (int32_t)((j * 5 + t) % K); /* a permutation */
+            const float **drows = (const float **)dev_upload(rows, sizeof(float *) * T * K);
+            int32_t *dord = (int32_t *)dev_upload(ord, 4 * T * K);
+            float *dyc = (float *)dev_poisoned(4 * T * d);
+            di_cuda_moe_combine(drows, dord, dsh, T, K, d, dyc, 0);
+            di_cuda_hc_post_ops by_y = ops, by_comb = ops;
+            by_y.y = dyc;
+            by_comb.y = NULL, by_comb.slot_rows = drows, by_comb.order = dord, by_comb.shared = dsh, by_comb.K = K;
+            float *out2 = (float *)dev_poisoned(4 * T * n * d);
+            by_comb.out = out2;
+            if (di_cuda_hc_post_block_in_supported(&by_comb, T, n, d)) {
+                di_cuda_hc_post_block_in(&by_y, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre, dpost,
+                                         dcomb, dnorm, NULL, ws, 0);
+                di_cuda_hc_post_block_in(&by_comb, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2,
+                                         dpost2, dcomb2, dy2, NULL, ws, 0);
+                const char *combined[4] = {"hc_post(combine)_block_in.y", "hc_post(combine)_block_in.pre",
+                                           "hc_post(combine)_block_in.post", "hc_post(combine)_block_in.comb"};
+                for (int i = 0; i < 4; i++) {
+                    dev_download(a, pairs[i][0], 4 * T * cols[i]);
+                    dev_download(b, pairs[i][1], 4 * T * cols[i]);
+                    compare(combined[i], shape, b, a, T, cols[i], CRIT_EXACT);
+                }
+                float *s1 = (float *)malloc(4 * T * n * d);
+                dev_download(so, by_y.out, 4 * T * n * d);
+                dev_download(s1, out2, 4 * T * n * d);
+                compare("hc_post(combine)_block_in.stream", shape, s1, so, T, n * d, CRIT_EXACT);
+                free(s1);
+            }
+            cudaFree(dslots), cudaFree(dsh), cudaFree((void *)drows), cudaFree(dord), cudaFree(dyc), cudaFree(out2);
+            free(slots), free(sh), free(rows), free(ord);
             free(so);
         }
         cudaFree(ops.out);

@@ -370,7 +370,7 @@ moe_combine_kernel(const float *const *__restrict__ slot_rows, const int32_t *__
  * up first and the K vectors then load together, where the loop above waits out order -> row ->
  * value for each j in turn (279 us a 4,096-token prefill call on the H200, ~2 TB/s). Each output is
  * still 0 + slot rows in j order + shared, rounded once. */
-#define COMBINE_MAX_K 8
+#define COMBINE_MAX_K DI_CUDA_COMBINE_MAX_K /* the mHC kernel that can make the combine too: the same bound */
 __global__ void __launch_bounds__(EW_THREADS)
 moe_combine4_kernel(const float *const *__restrict__ slot_rows, const int32_t *__restrict__ order,
                     const float *__restrict__ shared, int64_t R, int K, int64_t D, float *__restrict__ out) {

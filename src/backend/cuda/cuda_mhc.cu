@@ -88,16 +88,41 @@ struct hc_post_src {
     float *out;                       /* [T, n, d]: the new stream, the x of the mix sums */
     int n;
     int d;
+    /* POST == 2: y is the MoE's combine, made here (moe_combine4_kernel's sums; y unused) */
+    const float *const *slot_rows; /* [T, K] slot -> its expert output row */
+    const int32_t *order;          /* [T, K] slots by ascending expert */
+    const float *shared;           /* [T, d] the shared expert's output */
+    int K;
 };
+
+/* y's quad at (tok, pos): y itself, or (COMBINE) the MoE combine there -- bf16(0 + the slots' rows in
+ * order + shared), moe_combine4_kernel's sums */
+template <bool COMBINE>
+static __device__ __forceinline__ float4 hc_post_y(const hc_post_src &p, int64_t tok, int pos) {
+    if (!COMBINE) return __ldg(reinterpret_cast<const float4 *>(p.y + tok * p.d + pos));
+    float4 v[DI_CUDA_COMBINE_MAX_K];
+#pragma unroll
+    for (int j = 0; j < DI_CUDA_COMBINE_MAX_K; j++)
+        if (j < p.K) v[j] = *reinterpret_cast<const float4 *>(p.slot_rows[tok * p.K + p.order[tok * p.K + j]] + pos);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < DI_CUDA_COMBINE_MAX_K; j++)
+        if (j < p.K) acc.x += v[j].x, acc.y += v[j].y, acc.z += v[j].z, acc.w += v[j].w;
+    const float4 sh = __ldg(reinterpret_cast<const float4 *>(p.shared + tok * p.d + pos));
+    acc.x += sh.x, acc.y += sh.y, acc.z += sh.z, acc.w += sh.w;
+    return make_float4(di_dev_bf16_round(acc.x), di_dev_bf16_round(acc.y), di_dev_bf16_round(acc.z),
+                       di_dev_bf16_round(acc.w));
+}
 /* floats of a token's staged chunk: chunk + 16, so that the quads of a quarter warp's two tokens
  * fall on distinct banks */
 static __host__ __device__ int mix_post_stride(int nmix) { return mix_chunk(nmix) + 16; }
 
 /* xs [tokens][mix_post_stride] <- values i0 .. i0 + cl of hc_post's output for `tokens` tokens from
  * tok0, also stored to out; a batch of quads a thread with all their loads issued first */
+template <bool COMBINE>
 static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int tokens, int64_t i0, int cl, int xstride,
                                       float *xs) {
-    constexpr int BATCH = 2;
+    constexpr int BATCH = COMBINE ? 1 : 2; /* the combine's K rows take the second quad's registers */
     const int quads = cl / 4, total = tokens * quads, len = p.n * p.d;
     for (int q0 = threadIdx.x; q0 < total; q0 += BATCH * MIX_THREADS) {
         float4 rv[BATCH][HC_MAX_N], yv[BATCH];
@@ -116,7 +141,7 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
                     rv[u][i] = __ldg(reinterpret_cast<const float4 *>(p.r + tok * len + i * p.d + pos));
                 }
             pj[u] = __ldg(p.post + tok * p.n + j);
-            yv[u] = __ldg(reinterpret_cast<const float4 *>(p.y + tok * p.d + pos));
+            yv[u] = hc_post_y<COMBINE>(p, tok, pos);
         }
 #pragma unroll
         for (int u = 0; u < BATCH; u++) {
@@ -138,7 +163,7 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
     }
 }
 
-template <int NFT, bool V4, bool POST>
+template <int NFT, bool V4, int POST>
 __global__ void __launch_bounds__(MIX_THREADS, 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
@@ -151,7 +176,7 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     const int64_t tok0 = (int64_t)blockIdx.y * MIX_TOKENS;
     float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
     const int xstride = mix_post_stride(nmix);
-    if (POST) mix_post_stage(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
+    if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
     mix_stage_fn(fs, stride, fn + i0, len, NFT * 8, nmix, chunk, cl);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -241,7 +266,7 @@ extern "C" size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d) {
     return sizeof(double) * (size_t)(slice * (n * (n + 2) + 1) * mix_chunks(n, d));
 }
 
-template <int NFT, bool V4, bool POST>
+template <int NFT, bool V4, int POST>
 static void mix_part_launch(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix,
                             int n_chunks, double *part, const hc_post_src &ps, cudaStream_t s) {
     static size_t attr_set; /* the largest dynamic shared memory set so far */
@@ -255,7 +280,7 @@ static void mix_part_launch(dim3 grid, const float *x, int64_t rows, int64_t len
     hc_mix_part_kernel<NFT, V4, POST><<<grid, MIX_THREADS, smem, s>>>(x, rows, len, fn, nmix, n_chunks, part, ps);
     DI_CUDA_LAUNCHED();
 }
-template <bool V4, bool POST>
+template <bool V4, int POST>
 static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix, int n_chunks,
                      double *part, const hc_post_src &ps, cudaStream_t s) {
     switch (mix_fn_rows(nmix) / 8) { /* n = 1..8: nmix 3, 8, 15, 24, 35, 48, 63, 80 */
@@ -285,14 +310,13 @@ static void mix_part_slice(const float *x, int64_t t0, int64_t rows, int n, int6
     const int64_t len = (int64_t)n * d, n_chunks = mix_chunks(n, d);
     const bool v4 = len % 4 == 0 && (uintptr_t)x % 16 == 0;
     const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
-    if (post) {
-        hc_post_src ps = *post;
-        ps.y += t0 * d, ps.r += t0 * len, ps.post += t0 * n, ps.comb += t0 * n * n, ps.out += t0 * len;
-        mix_part<true, true>(grid, ps.out, rows, len, fn, nmix, (int)n_chunks, part, ps, s);
+    if (post) { /* one slice: the fused input's T <= HB_MAX_TOKENS */
+        if (post->slot_rows) mix_part<true, 2>(grid, post->out, rows, len, fn, nmix, (int)n_chunks, part, *post, s);
+        else mix_part<true, 1>(grid, post->out, rows, len, fn, nmix, (int)n_chunks, part, *post, s);
     } else if (v4) {
-        mix_part<true, false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, hc_post_src{}, s);
+        mix_part<true, 0>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, hc_post_src{}, s);
     } else {
-        mix_part<false, false>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, hc_post_src{}, s);
+        mix_part<false, 0>(grid, x + t0 * len, rows, len, fn, nmix, (int)n_chunks, part, hc_post_src{}, s);
     }
 }
 
@@ -644,8 +668,10 @@ extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d,
 }
 
 extern "C" bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d) {
-    return di_cuda_hc_block_in_supported(T, n, d) && d % 4 == 0 &&
-           ((uintptr_t)p->y | (uintptr_t)p->r | (uintptr_t)p->out) % 16 == 0 && p->out != p->r;
+    const bool combine = p->slot_rows != NULL; /* y is the MoE combine of these (di_cuda_moe_combine's operands) */
+    const uintptr_t rows = (uintptr_t)(combine ? p->shared : p->y) | (uintptr_t)p->r | (uintptr_t)p->out;
+    return di_cuda_hc_block_in_supported(T, n, d) && d % 4 == 0 && rows % 16 == 0 && p->out != p->r &&
+           (!combine || (p->K >= 1 && p->K <= DI_CUDA_COMBINE_MAX_K));
 }
 
 extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *fn,
@@ -659,7 +685,7 @@ extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T
                 (long long)T, n, (long long)d);
         abort();
     }
-    const hc_post_src made_by = {p->y, p->r, p->post, p->comb, p->out, n, (int)d};
+    const hc_post_src made_by = {p->y, p->r, p->post, p->comb, p->out, n, (int)d, p->slot_rows, p->order, p->shared, p->K};
     hc_block_in(p->out, T, n, d, fn, eps, scale, base, iters, hc_eps, p_in, norm_w, pre_out, post, comb, y, yq, ws, s,
                 &made_by);
 }

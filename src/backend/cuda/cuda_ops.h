@@ -188,10 +188,17 @@ void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const floa
 /* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
 void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
                      const float *comb, float *out, cudaStream_t s);
-/* hc_post's operands: out [T, n, d] = hc_post(y [T, d], r [T, n, d], post [T, n], comb [T, n, n]) */
+/* hc_post's operands: out [T, n, d] = hc_post(y [T, d], r [T, n, d], post [T, n], comb [T, n, n]).
+ * slot_rows non-NULL: y is the MoE's output, made from di_cuda_moe_combine's operands (slot_rows
+ * [T, K], order [T, K], shared [T, d]; K <= DI_CUDA_COMBINE_MAX_K) by the kernel that reads it. */
+#define DI_CUDA_COMBINE_MAX_K 8
 typedef struct {
     const float *y, *r, *post, *comb;
     float *out;
+    const float *const *slot_rows;
+    const int32_t *order;
+    const float *shared;
+    int K;
 } di_cuda_hc_post_ops;
 /* di_cuda_hc_post(p) then di_cuda_hc_block_in(x = p->out) in two launches (the chunk kernel of the mix
  * sums makes the stream as it reads it) -- the same bits. Supported where the fused input is, d % 4

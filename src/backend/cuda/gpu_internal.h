@@ -211,6 +211,19 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
 void gpu_compress(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x);
 void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, const float *qr);
 void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out);
+/* The MoE's output left as its combine's operands, for the kernel that reads it next to make
+ * (di_cuda_hc_post_ops' combine fields); `own` the device buffers they live in, freed by
+ * gpu_moe_combine_free once that kernel is enqueued. */
+typedef struct {
+    const float *const *slot_rows; /* [R, K] */
+    const int32_t *order;          /* [R, K] */
+    const float *shared;           /* [R, D] */
+    int K;
+    void *own[4]; /* slot_rows, order, the expert outputs the slots point into, shared */
+} gpu_moe_combine;
+/* gpu_moe without its combine launch where the device path runs (else false: call gpu_moe) */
+bool gpu_moe_deferred(gpu_fwd *f, const di_layer *L, const float *x, gpu_moe_combine *c);
+void gpu_moe_combine_free(gpu_fwd *f, gpu_moe_combine *c);
 void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X);
 
 /* ---- kernels of the driver (gpu_kernels.cu) ---- */

@@ -70,14 +70,15 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
     gpu_free(f, u);
 }
 
-static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
-                     const int32_t *d_order, float *out);
+static float *moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
+                       const int32_t *d_order, float *out);
 
 /* The default path: routing and grouping on the device, so the forward call never waits for the
  * GPU here. Groups are the resident experts (weight pointers uploaded once, gpu_layer_consts);
  * the grouped GEMMs launch min(experts, assignments) slots over the list of experts that got rows,
- * each slot covering up to R rows (no expert gets a row twice). */
-static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out) {
+ * each slot covering up to R rows (no expert gets a row twice). defer (out NULL): the combine's
+ * operands go there instead (gpu_moe_deferred). */
+static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out, gpu_moe_combine *defer) {
     const di_model *m = f->m;
     const int R = f->R;
     const di_ffn_weights *fw = &L->ffn;
@@ -114,38 +115,60 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, di_cuda_linear_act_form(f->cx, shape2, true, E, n, R));
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
     forms_free(f, g, &h_forms);
-    moe_tail(f, fw, x, slot_rows, d_order, out);
+    float *shared = moe_tail(f, fw, x, slot_rows, d_order, out);
     gpu_free(f, g);
     gpu_free(f, u);
     gpu_free(f, d_logits);
     gpu_free(f, d_expert);
-    gpu_free(f, d_order);
     gpu_free(f, d_weight);
-    gpu_free(f, yg);
     gpu_free(f, d_off);
     gpu_free(f, d_active);
     gpu_free(f, x_rows);
-    gpu_free(f, slot_rows);
     gpu_free(f, d_wts);
+    if (defer) { /* the combine reads these later: they go with it */
+        *defer = (gpu_moe_combine){slot_rows, d_order, shared, K, {(void *)slot_rows, d_order, yg, shared}};
+        return;
+    }
+    gpu_free(f, d_order);
+    gpu_free(f, yg);
+    gpu_free(f, slot_rows);
 }
 
-/* shared expert, then the combine of the routed slots (ascending expert id) and the shared output */
-static void moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
-                     const int32_t *d_order, float *out) {
+/* shared expert, then (out non-NULL) the combine of the routed slots (ascending expert id) and the
+ * shared output; out NULL: returns the shared output for a later combine (the caller frees it) */
+static float *moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
+                       const int32_t *d_order, float *out) {
     const int R = f->R, K = fw->top_k;
     const int64_t D = f->m->cfg.hidden_size;
     gpu_stage(f, ST_MOE_SHARED);
     float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
     expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
-    di_cuda_moe_combine(slot_rows, d_order, shared, R, K, D, out, f->s);
     gpu_stage(f, ST_OTHER);
+    if (!out) return shared;
+    di_cuda_moe_combine(slot_rows, d_order, shared, R, K, D, out, f->s);
     gpu_free(f, shared);
+    return NULL;
+}
+
+static bool moe_on_device(const gpu_fwd *f, const di_layer *L) {
+    return !f->cx->exact && !f->b->debug_fn && L->ffn.n_experts <= DI_MOE_ROUTE_MAX_E &&
+           L->ffn.top_k <= DI_MOE_ROUTE_MAX_K;
+}
+
+bool gpu_moe_deferred(gpu_fwd *f, const di_layer *L, const float *x, gpu_moe_combine *c) {
+    if (!moe_on_device(f, L) || L->ffn.top_k > DI_CUDA_COMBINE_MAX_K || f->m->cfg.hidden_size % 4 != 0) return false;
+    moe_device(f, L, x, NULL, c);
+    return true;
+}
+
+void gpu_moe_combine_free(gpu_fwd *f, gpu_moe_combine *c) {
+    for (int i = 0; i < 4; i++) gpu_free(f, c->own[i]);
+    memset(c, 0, sizeof *c);
 }
 
 void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, float *out) {
-    if (!f->cx->exact && !f->b->debug_fn && L->ffn.n_experts <= DI_MOE_ROUTE_MAX_E &&
-        L->ffn.top_k <= DI_MOE_ROUTE_MAX_K) {
-        moe_device(f, L, x, out);
+    if (moe_on_device(f, L)) {
+        moe_device(f, L, x, out, NULL);
         return;
     }
     const di_model *m = f->m;
