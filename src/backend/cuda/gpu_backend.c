@@ -130,13 +130,15 @@ void *gpu_pinned_extra(gpu_fwd *f, size_t bytes) {
 void gpu_bumps_reset(gpu_fwd *f) {
     gpu_bump *st = f->stg, *a = f->arena;
     gpu_graphs *gr = &((gpu_model *)f->g)->graphs;
-    if (st->used || st->want || a->used || a->want || gr->n_extra || gr->spill.n || f->cx->n_retired)
-        GPU_CK(cudaStreamSynchronize(f->s)); /* the last call is done */
+    if (st->used || st->want || a->used || a->want || gr->n_extra || gr->spill.n || f->cx->n_retired ||
+        f->cx_side->n_retired)
+        GPU_CK(cudaStreamSynchronize(f->s)); /* the last call is done (the side stream joins into it) */
     for (int i = 0; i < gr->n_extra; i++) GPU_CK(cudaFreeHost(gr->extra_pinned[i]));
     gr->n_extra = 0;
     for (int i = 0; i < gr->spill.n; i++) GPU_CK(cudaFree(gr->spill.chunk[i].base));
     gr->spill.n = 0;
     di_cuda_ctx_release_retired(f->cx);
+    di_cuda_ctx_release_retired(f->cx_side);
     const size_t st_cap = bump_growth(st, (size_t)1 << 20), a_cap = bump_growth(a, (size_t)16 << 20);
     /* kept graphs copy from and to these buffers: they cannot be updated to new ones */
     if (st_cap || a_cap) gpu_graphs_drop((gpu_model *)f->g);
@@ -411,6 +413,9 @@ static void detach(di_model *m) {
     free(g->layers);
     free(g->hc);
     di_cuda_ctx_free(&g->cx);
+    di_cuda_ctx_free(&g->cx_side);
+    cudaEventDestroy(g->ev_fork);
+    cudaEventDestroy(g->ev_join);
     free(g);
     m->dev = NULL;
 }
@@ -424,6 +429,16 @@ static di_status attach(di_model *m, di_err *err) {
     g->cx.exact = m->exact_gemm;
     g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* opt-in; batch invariance keeps the fixed-order tiles */
     g->cx.fp4_imma = !m->batch_invariant; /* exact sums, but not the f16 twin's bits that batch invariance needs */
+    if (!di_cuda_ctx_init(&g->cx_side)) {
+        di_cuda_ctx_free(&g->cx);
+        free(g);
+        return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device (second stream)");
+    }
+    g->cx_side.exact = g->cx.exact;
+    g->cx_side.wgmma = g->cx.wgmma;
+    g->cx_side.fp4_imma = g->cx.fp4_imma;
+    GPU_CK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming));
+    GPU_CK(cudaEventCreateWithFlags(&g->ev_join, cudaEventDisableTiming));
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));

@@ -348,6 +348,7 @@ static void call_init(gpu_fwd *f, const di_model *m, di_batch *b) {
     f->dm = &f->g->dm;
     f->b = b;
     f->cx = (di_cuda_ctx *)&f->g->cx;
+    f->cx_side = (di_cuda_ctx *)&f->g->cx_side;
     f->s = f->cx->stream;
     f->stg = &((gpu_model *)f->g)->stg;
     f->arena = &((gpu_model *)f->g)->arena;

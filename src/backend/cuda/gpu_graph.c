@@ -54,7 +54,7 @@ bool gpu_graph_begin(gpu_fwd *f) {
         cudaGetLastError();
         return false;
     }
-    f->capturing = f->cx->capturing = true;
+    f->capturing = f->cx->capturing = f->cx_side->capturing = true;
     f->graph_reusable = true;
     f->graph_piece = 0;
     f->capture_t0 = now_s();
@@ -132,7 +132,7 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     gpu_graphs *gs = &((gpu_model *)f->g)->graphs;
     cudaGraph_t graph = NULL;
     const cudaError_t e = cudaStreamEndCapture(f->s, &graph);
-    f->capturing = f->cx->capturing = false;
+    f->capturing = f->cx->capturing = f->cx_side->capturing = false;
     if (e != cudaSuccess)
         di_die("CUDA graph capture of a forward call failed: %s (DEEPINFER_ENFORCE_EAGER=1 runs without graphs)",
                cudaGetErrorString(e));
@@ -171,7 +171,7 @@ void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start) {
         cudaGetLastError(); /* the rest of the call runs eagerly */
         return;
     }
-    f->capturing = f->cx->capturing = true;
+    f->capturing = f->cx->capturing = f->cx_side->capturing = true;
     f->graph_reusable = true;
     f->capture_t0 = now_s();
 }

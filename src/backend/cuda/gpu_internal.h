@@ -87,6 +87,10 @@ typedef struct gpu_model {
     di_layer *layers;          /* [n_total_layers] */
     gpu_layer_consts *hc;      /* [n_total_layers] */
     di_cuda_ctx cx;            /* stream + cuBLAS */
+    /* a second stream (its own scratch) for work independent of the main stream's: the shared expert
+     * beside the routed experts; forked from and joined back into the main stream by the events */
+    di_cuda_ctx cx_side;
+    cudaEvent_t ev_fork, ev_join;
     void **allocs;             /* every weight allocation, for detach */
     int n_allocs, cap_allocs;
     size_t bytes;              /* weight bytes on the device */
@@ -100,6 +104,7 @@ struct gpu_fwd {
     di_batch *b;
     cudaStream_t s;
     di_cuda_ctx *cx;
+    di_cuda_ctx *cx_side;      /* &g->cx_side (gpu_model) */
     gpu_bump *stg;             /* &g->stg */
     gpu_bump *arena;           /* &g->arena */
     int R;

@@ -71,7 +71,32 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
 }
 
 static float *moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
-                       const int32_t *d_order, float *out);
+                       const int32_t *d_order, float *out, float *shared_made);
+
+/* The shared expert of x [R, D] into shared [R, D] on the side stream (gpu_model cx_side), forked
+ * from the main stream here; moe_shared_join makes the main stream wait for it. Its kernels
+ * are the ones the main stream would run, on the same operands, so the bits do not change; the
+ * routed experts' kernels run meanwhile. Returns false (nothing launched) where the side stream is
+ * not used: the stage profile, which times stages on the main stream, and steps of fewer than
+ * SIDE_MIN_ROWS rows (H200, session 22: B = 8 / 16 / 32 -0.2 / -0.3 / -1.1 ms a step, B = 1 ~+0.8). */
+#define SIDE_MIN_ROWS 8
+static bool moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float *shared) {
+    if (gpu_profiling() || f->R < SIDE_MIN_ROWS) return false;
+    di_cuda_ctx *side = f->cx_side;
+    GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
+    GPU_CK(cudaStreamWaitEvent(side->stream, f->g->ev_fork, 0));
+    memcpy(side->act_forms, f->cx->act_forms, sizeof side->act_forms); /* x's forms, made on the main stream */
+    side->act_forms_next = f->cx->act_forms_next;
+    gpu_fwd fs = *f;
+    fs.s = side->stream;
+    fs.cx = side;
+    expert_ffn(&fs, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, f->R, NULL, shared);
+    memset(side->act_forms, 0, sizeof side->act_forms);
+    f->graph_reusable = f->graph_reusable && fs.graph_reusable; /* a spill chunk taken there */
+    GPU_CK(cudaEventRecord(f->g->ev_join, side->stream));
+    return true;
+}
+static void moe_shared_join(gpu_fwd *f) { GPU_CK(cudaStreamWaitEvent(f->s, f->g->ev_join, 0)); }
 
 /* The default path: routing and grouping on the device, so the forward call never waits for the
  * GPU here. Groups are the resident experts (weight pointers uploaded once, gpu_layer_consts);
@@ -85,6 +110,9 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t D = m->cfg.hidden_size;
     const int K = fw->top_k, E = gpu_resident_experts(m, fw);
     const int64_t n = (int64_t)R * K;
+    float *shared_side = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] the shared expert's, beside */
+    const bool forked = moe_shared_forked(f, fw, x, shared_side);
+    if (!forked) gpu_free(f, shared_side);
     gpu_stage(f, ST_MOE_ROUTE);
     float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * fw->n_experts); /* [R, E] fp32 */
     gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
@@ -115,7 +143,8 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, di_cuda_linear_act_form(f->cx, shape2, true, E, n, R));
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
     forms_free(f, g, &h_forms);
-    float *shared = moe_tail(f, fw, x, slot_rows, d_order, out);
+    if (forked) moe_shared_join(f);
+    float *shared = moe_tail(f, fw, x, slot_rows, d_order, out, forked ? shared_side : NULL);
     gpu_free(f, g);
     gpu_free(f, u);
     gpu_free(f, d_logits);
@@ -134,15 +163,19 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     gpu_free(f, slot_rows);
 }
 
-/* shared expert, then (out non-NULL) the combine of the routed slots (ascending expert id) and the
- * shared output; out NULL: returns the shared output for a later combine (the caller frees it) */
+/* shared expert (unless shared_made: its output, made on the side stream), then (out non-NULL) the
+ * combine of the routed slots (ascending expert id) and the shared output; out NULL: returns the
+ * shared output for a later combine (the caller frees it) */
 static float *moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
-                       const int32_t *d_order, float *out) {
+                       const int32_t *d_order, float *out, float *shared_made) {
     const int R = f->R, K = fw->top_k;
     const int64_t D = f->m->cfg.hidden_size;
     gpu_stage(f, ST_MOE_SHARED);
-    float *shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
-    expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
+    float *shared = shared_made;
+    if (!shared) {
+        shared = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] */
+        expert_ffn(f, &fw->sh_w1, &fw->sh_w2, &fw->sh_w3, x, R, NULL, shared);
+    }
     gpu_stage(f, ST_OTHER);
     if (!out) return shared;
     di_cuda_moe_combine(slot_rows, d_order, shared, R, K, D, out, f->s);
@@ -273,7 +306,7 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     free(off);
     int32_t *d_order = gpu_upload(f, order, sizeof(int32_t) * (size_t)R * K);
     const float **d_slots = gpu_upload(f, slots, sizeof(float *) * (size_t)R * K);
-    moe_tail(f, fw, x, d_slots, d_order, out);
+    moe_tail(f, fw, x, d_slots, d_order, out, NULL);
     gpu_free(f, d_order);
     gpu_free(f, (void *)d_slots);
     gpu_free(f, d_wts);

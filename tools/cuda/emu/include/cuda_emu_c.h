@@ -46,6 +46,8 @@ EMU_C(cudaError_t, cudaEventCreate, (cudaEvent_t *e))
 EMU_C(cudaError_t, cudaEventDestroy, (cudaEvent_t e))
 EMU_C(cudaError_t, cudaEventRecord, (cudaEvent_t e, cudaStream_t s))
 EMU_C(cudaError_t, cudaEventElapsedTime, (float *ms, cudaEvent_t a, cudaEvent_t b))
+EMU_C(cudaError_t, cudaEventCreateWithFlags, (cudaEvent_t *e, unsigned flags))
+EMU_C(cudaError_t, cudaStreamWaitEvent, (cudaStream_t s, cudaEvent_t e, unsigned flags))
 #undef EMU_C
 
 /* CUDA graphs: not emulated. Capture never begins, so the driver runs every call eagerly; the
@@ -133,5 +135,8 @@ static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 #define cudaEventDestroy emu_c_cudaEventDestroy
 #define cudaEventRecord emu_c_cudaEventRecord
 #define cudaEventElapsedTime emu_c_cudaEventElapsedTime
+#define cudaEventCreateWithFlags emu_c_cudaEventCreateWithFlags
+#define cudaEventDisableTiming 2u
+#define cudaStreamWaitEvent emu_c_cudaStreamWaitEvent
 
 #endif
