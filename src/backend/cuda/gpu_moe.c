@@ -10,7 +10,9 @@
  * each row's arithmetic that of a single-matrix call); the combine kernel adds the slots in
  * ascending expert id, then the shared expert, and rounds once, as the CPU does. An
  * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
- * routing; the bench routes only to resident experts.
+ * routing; the bench routes only to resident experts. From SIDE_MIN_ROWS rows the shared expert
+ * runs on a second stream beside the routed experts (moe_shared_forked), and where the next block
+ * takes it the combine is left to that block's mix-sum kernel (gpu_moe_deferred).
  *
  * Engram: hash rows are computed on the host (model/engram_consts.h) from the token history and
  * uploaded; gather, projection and gate run on the device. */
