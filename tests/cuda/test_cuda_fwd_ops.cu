@@ -1624,6 +1624,7 @@ int main(int argc, char **argv) {
         test_moe_route(5, 16, 4, 0);
         test_moe_route(37, 40, 6, 12);
         test_moe_route(9, 384, 6, 0, true);
+        test_moe_route(8, 384, 6, 48); /* one launch routing and grouping, the proxy's resident experts */
         test_moe_route(1000, 384, 6, 48);
         test_moe_combine(3, 6, 300);
         const int g_rows[] = {3, 0, 9, 1};

@@ -791,12 +791,18 @@ static void test_mhc(int64_t T, int n, int64_t d) {
         float *a = (float *)malloc(4 * T * d), *b = (float *)malloc(4 * T * d);
         const float *pairs[4][2] = {{dnorm, dy2}, {dpre, dpre2}, {dpost, dpost2}, {dcomb, dcomb2}};
         const int64_t cols[4] = {d, n, n, (int64_t)n * n};
-        const char *names[4] = {"hc_block_in.y", "hc_block_in.pre", "hc_block_in.post", "hc_block_in.comb"};
-        for (int i = 0; i < 4; i++) {
-            dev_download(a, pairs[i][0], 4 * T * cols[i]);
-            dev_download(b, pairs[i][1], 4 * T * cols[i]);
-            compare(names[i], shape, b, a, T, cols[i], CRIT_EXACT);
-        }
+        /* the four outputs (y, pre, post, comb) of the two runs, bit for bit */
+        auto compare_outputs = [&](const char *op) {
+            const char *part[4] = {"y", "pre", "post", "comb"};
+            for (int i = 0; i < 4; i++) {
+                char name[64];
+                snprintf(name, sizeof name, "%s.%s", op, part[i]);
+                dev_download(a, pairs[i][0], 4 * T * cols[i]);
+                dev_download(b, pairs[i][1], 4 * T * cols[i]);
+                compare(name, shape, b, a, T, cols[i], CRIT_EXACT);
+            }
+        };
+        compare_outputs("hc_block_in");
         /* with its act_quant: the same y, and the codes and scales of act_quant_e4m3_kernel on that y */
         if (d % 32 == 0) {
             di_cuda_act_forms yq = {(uint8_t *)dev_poisoned(T * d), (float *)dev_poisoned(4 * T * d / 32),
@@ -826,13 +832,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                                 dnorm, NULL, ws, 0);
             di_cuda_hc_post_block_in(&ops, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2, dpost2,
                                      dcomb2, dy2, NULL, ws, 0);
-            const char *fused[4] = {"hc_post_block_in.y", "hc_post_block_in.pre", "hc_post_block_in.post",
-                                    "hc_post_block_in.comb"};
-            for (int i = 0; i < 4; i++) {
-                dev_download(a, pairs[i][0], 4 * T * cols[i]);
-                dev_download(b, pairs[i][1], 4 * T * cols[i]);
-                compare(fused[i], shape, b, a, T, cols[i], CRIT_EXACT);
-            }
+            compare_outputs("hc_post_block_in");
             float *so = (float *)malloc(4 * T * n * d);
             dev_download(so, ops.out, 4 * T * n * d);
             compare("hc_post_block_in.stream", shape, so, post_out_r, T, n * d, CRIT_EXACT);
@@ -861,13 +861,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                                          dcomb, dnorm, NULL, ws, 0);
                 di_cuda_hc_post_block_in(&by_comb, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre2,
                                          dpost2, dcomb2, dy2, NULL, ws, 0);
-                const char *combined[4] = {"hc_post(combine)_block_in.y", "hc_post(combine)_block_in.pre",
-                                           "hc_post(combine)_block_in.post", "hc_post(combine)_block_in.comb"};
-                for (int i = 0; i < 4; i++) {
-                    dev_download(a, pairs[i][0], 4 * T * cols[i]);
-                    dev_download(b, pairs[i][1], 4 * T * cols[i]);
-                    compare(combined[i], shape, b, a, T, cols[i], CRIT_EXACT);
-                }
+                compare_outputs("hc_post(combine)_block_in");
                 float *s1 = (float *)malloc(4 * T * n * d);
                 dev_download(so, by_y.out, 4 * T * n * d);
                 dev_download(s1, out2, 4 * T * n * d);

@@ -146,6 +146,22 @@ static __device__ int group_block_scan(int v, int *warp_s, int *total) {
     return before + inc - v;
 }
 
+/* thread t's expert count c (G experts) -> row_off [G + 1] and the active list (the experts with rows
+ * ascending, then -1; NULL: none); returns expert t's offset */
+static __device__ int group_offsets(int c, int G, int *warp_s, int *__restrict__ row_off, int *__restrict__ active) {
+    const int t = threadIdx.x;
+    int total, n_act;
+    const int off = group_block_scan(c, warp_s, &total);
+    const int slot = group_block_scan(c > 0, warp_s, &n_act);
+    if (t < G) row_off[t] = off;
+    if (t == 0) row_off[G] = total;
+    if (active && t < G) {
+        if (c > 0) active[slot] = t;
+        if (t >= n_act) active[t] = -1;
+    }
+    return off;
+}
+
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_count_kernel(const int32_t *__restrict__ expert, int64_t n, int E, int *__restrict__ row_off,
                  int *__restrict__ active) {
@@ -155,16 +171,7 @@ moe_count_kernel(const int32_t *__restrict__ expert, int64_t n, int E, int *__re
     __syncthreads();
     for (int64_t i = t; i < n; i += GROUP_THREADS) atomicAdd(&cnt[expert[i]], 1);
     __syncthreads();
-    const int c = t < E ? cnt[t] : 0;
-    int total, n_act;
-    const int off = group_block_scan(c, warp_s, &total);
-    const int slot = group_block_scan(c > 0, warp_s, &n_act);
-    if (t < E) row_off[t] = off;
-    if (t == 0) row_off[E] = total;
-    if (active && t < E) {
-        if (c > 0) active[slot] = t;
-        if (t >= n_act) active[t] = -1;
-    }
+    group_offsets(t < E ? cnt[t] : 0, E, warp_s, row_off, active);
 }
 
 /* block e: expert e's assignments to positions row_off[e] .. row_off[e + 1] */
@@ -222,16 +229,7 @@ moe_route_group_kernel(const float *__restrict__ logits, const float *__restrict
         atomicAdd(&cnt[ex_s[t]], 1);
     }
     __syncthreads();
-    const int c = t < G ? cnt[t] : 0;
-    int total, n_act;
-    const int off = group_block_scan(c, warp_s, &total);
-    const int slot = group_block_scan(c > 0, warp_s, &n_act);
-    if (t < G) row_off[t] = off;
-    if (t == 0) row_off[G] = total;
-    if (active && t < G) {
-        if (c > 0) active[slot] = t;
-        if (t >= n_act) active[t] = -1;
-    }
+    const int off = group_offsets(t < G ? cnt[t] : 0, G, warp_s, row_off, active);
     __syncthreads(); /* cnt is reused for the offsets */
     if (t < G) cnt[t] = off;
     __syncthreads();
