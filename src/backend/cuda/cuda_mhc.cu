@@ -20,7 +20,11 @@
  * algorithm), 20 iterations in ~2 us instead of a single thread's serial ~n^2 divisions per
  * step. Larger n: one thread per token running the CPU code as is (n <= 8).
  * hc_pre / hc_post: the CPU's fp32 sums in the CPU's order, bit-exact; hc_pre a thread per output
- * value, hc_post a thread per (token, k) for the token's n outputs there. */
+ * value, hc_post a thread per (token, k) for the token's n outputs there.
+ * At <= 32 tokens (decode steps) a sublayer's input runs as two launches: the chunk kernel of the
+ * mix sums, which can make its x first as hc_post of the previous sublayer (and that sublayer's
+ * MoE combine before it), and hc_block_in_kernel, which can also write act_quant's codes and the
+ * bf16 bits of its output for the linears that read it (session 22: ~5 launches fewer a layer). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -67,15 +71,6 @@ static __device__ void mix_stage_fn(double *fs, int stride, const float *fn, int
     }
 }
 
-/* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
- * grid (n_chunks, token groups of MIX_TOKENS). The block stages its chunk of every fn row once as
- * doubles; each warp then streams its 8 tokens' x straight from global memory, 16 values a step
- * (lane 4g + t: token g, values 4t .. 4t + 3 of the step, one 16-byte load where x's rows allow),
- * and sums on the fp64 tensor cores: in sub-step u the m8n8k4 tile's k index t stands for value
- * 4t + u of the step, for x and fn alike, so the four sub-steps cover the 16 values once (NFT
- * tiles of 8 fn rows, a chain each). The sums of squares: one chain a lane over its values, the
- * four lanes of a token added by shuffles. Each product is exact in double; the order of the
- * additions is fixed by the chunking alone, never by T. */
 /* POST: the kernel first makes x itself, as hc_post of the previous sublayer (x = out = hc_post(y, r,
  * post, comb), hc_post_kernel's expression bit for bit): the whole block computes its chunk of its
  * tokens' stream into shared memory (and out), then the warps sum from there. The separate hc_post
@@ -99,19 +94,22 @@ struct hc_post_src {
  * order + shared), moe_combine4_kernel's sums */
 template <bool COMBINE>
 static __device__ __forceinline__ float4 hc_post_y(const hc_post_src &p, int64_t tok, int pos) {
-    if (!COMBINE) return __ldg(reinterpret_cast<const float4 *>(p.y + tok * p.d + pos));
-    float4 v[DI_CUDA_COMBINE_MAX_K];
+    if constexpr (!COMBINE) {
+        return __ldg(reinterpret_cast<const float4 *>(p.y + tok * p.d + pos));
+    } else {
+        float4 v[DI_CUDA_COMBINE_MAX_K];
 #pragma unroll
-    for (int j = 0; j < DI_CUDA_COMBINE_MAX_K; j++)
-        if (j < p.K) v[j] = *reinterpret_cast<const float4 *>(p.slot_rows[tok * p.K + p.order[tok * p.K + j]] + pos);
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < DI_CUDA_COMBINE_MAX_K; j++)
+            if (j < p.K) v[j] = *reinterpret_cast<const float4 *>(p.slot_rows[tok * p.K + p.order[tok * p.K + j]] + pos);
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int j = 0; j < DI_CUDA_COMBINE_MAX_K; j++)
-        if (j < p.K) acc.x += v[j].x, acc.y += v[j].y, acc.z += v[j].z, acc.w += v[j].w;
-    const float4 sh = __ldg(reinterpret_cast<const float4 *>(p.shared + tok * p.d + pos));
-    acc.x += sh.x, acc.y += sh.y, acc.z += sh.z, acc.w += sh.w;
-    return make_float4(di_dev_bf16_round(acc.x), di_dev_bf16_round(acc.y), di_dev_bf16_round(acc.z),
-                       di_dev_bf16_round(acc.w));
+        for (int j = 0; j < DI_CUDA_COMBINE_MAX_K; j++)
+            if (j < p.K) acc.x += v[j].x, acc.y += v[j].y, acc.z += v[j].z, acc.w += v[j].w;
+        const float4 sh = __ldg(reinterpret_cast<const float4 *>(p.shared + tok * p.d + pos));
+        acc.x += sh.x, acc.y += sh.y, acc.z += sh.z, acc.w += sh.w;
+        return make_float4(di_dev_bf16_round(acc.x), di_dev_bf16_round(acc.y), di_dev_bf16_round(acc.z),
+                           di_dev_bf16_round(acc.w));
+    }
 }
 /* floats of a token's staged chunk: chunk + 16, so that the quads of a quarter warp's two tokens
  * fall on distinct banks */
@@ -163,6 +161,15 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
     }
 }
 
+/* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
+ * grid (n_chunks, token groups of MIX_TOKENS). The block stages its chunk of every fn row once as
+ * doubles; each warp then streams its 8 tokens' x straight from global memory, 16 values a step
+ * (lane 4g + t: token g, values 4t .. 4t + 3 of the step, one 16-byte load where x's rows allow),
+ * and sums on the fp64 tensor cores: in sub-step u the m8n8k4 tile's k index t stands for value
+ * 4t + u of the step, for x and fn alike, so the four sub-steps cover the 16 values once (NFT
+ * tiles of 8 fn rows, a chain each). The sums of squares: one chain a lane over its values, the
+ * four lanes of a token added by shuffles. Each product is exact in double; the order of the
+ * additions is fixed by the chunking alone, never by T. */
 template <int NFT, bool V4, int POST>
 __global__ void __launch_bounds__(MIX_THREADS, 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
@@ -303,7 +310,7 @@ static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const
 }
 
 /* part [rows, nmix + 1, n_chunks] <- the chunk sums of x's rows t0 .. t0 + rows (one slice); with post
- * (x = post->out, the caller checked hc_post_fusable), x made first as hc_post of post's operands */
+ * (x = post->out; di_cuda_hc_post_block_in_supported holds), x made first as hc_post of post's operands */
 static void mix_part_slice(const float *x, int64_t t0, int64_t rows, int n, int64_t d, const float *fn, double *part,
                            cudaStream_t s, const hc_post_src *post = nullptr) {
     const int nmix = n * (n + 2);
