@@ -132,7 +132,7 @@ static __device__ __forceinline__ float di_dev_pow2_ceil(float v) {
     return ldexpf(1.0f, e);
 }
 /* act_quant's block scale from the block's amax, and a value after the quantisation (fake quant: the
- * e4m3 value times the scale, as bf16) -- the CPU's act_quant expressions (cuda_quant.cu) */
+ * e4m3 value times the scale, as bf16) -- the CPU's act_quant expressions, for every kernel that quantises */
 static __device__ __forceinline__ float di_dev_act_scale(float amax) {
     amax = fmaxf(amax, 1e-4f);
     return di_dev_pow2_ceil(amax * (1.0f / 448.0f));

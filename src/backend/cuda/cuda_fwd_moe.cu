@@ -215,9 +215,9 @@ moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_route_group_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int R, int E, int K,
                        float scale, int resident, int G, int32_t *__restrict__ expert, float *__restrict__ weight,
-                       int32_t *__restrict__ order, const float *x, const float *yg, int64_t D, int *__restrict__ row_off,
-                       int *__restrict__ active, const float **x_rows, const float **slot_rows,
-                       float *__restrict__ wts) {
+                       int32_t *__restrict__ order, const float *x, const float *yg, int64_t D,
+                       int *__restrict__ row_off, int *__restrict__ active, const float **x_rows,
+                       const float **slot_rows, float *__restrict__ wts) {
     __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E];
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32], ex_s[ROUTE_GROUP_MAX_ROWS * DI_MOE_ROUTE_MAX_K];
     const int t = threadIdx.x, warp = t >> 5, n = R * K;
@@ -273,17 +273,21 @@ extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, in
     DI_CUDA_LAUNCHED();
 }
 
+/* one SwiGLU output: bf16(silu(min(g, L)) * clamp(u, -L, L) [* w]) (wt: whether the row weight w applies) */
+static __device__ __forceinline__ float swiglu_value(float g, float u, float lim, bool wt, float w) {
+    const float gv = fminf(g, lim), uv = di_dev_clampf(u, -lim, lim);
+    float v = gv / (1.0f + di_dev_expf(-gv)) * uv;
+    if (wt) v *= w;
+    return di_dev_bf16_round(v);
+}
+
 /* h [n, inter] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]); h may alias g */
 __global__ void __launch_bounds__(EW_THREADS)
 swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,
               const float *__restrict__ wt, float *h) {
     const int64_t total = n * inter;
-    for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < total; i += (int64_t)gridDim.x * EW_THREADS) {
-        const float gv = fminf(g[i], lim), uv = di_dev_clampf(u[i], -lim, lim);
-        float v = gv / (1.0f + di_dev_expf(-gv)) * uv;
-        if (wt) v *= wt[i / inter];
-        h[i] = di_dev_bf16_round(v);
-    }
+    for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < total; i += (int64_t)gridDim.x * EW_THREADS)
+        h[i] = swiglu_value(g[i], u[i], lim, wt != nullptr, wt ? wt[i / inter] : 1.0f);
 }
 
 extern "C" void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_t inter, float limit,
@@ -306,17 +310,10 @@ swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int6
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (in) {
         const float4 g4 = reinterpret_cast<const float4 *>(g)[i], u4 = reinterpret_cast<const float4 *>(u)[i];
-        const float gs[4] = {g4.x, g4.y, g4.z, g4.w}, us[4] = {u4.x, u4.y, u4.z, u4.w};
-        const float w = wt ? wt[4 * i / inter] : 1.0f;
-        float o[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float gv = fminf(gs[e], lim), uv = di_dev_clampf(us[e], -lim, lim);
-            float t = gv / (1.0f + di_dev_expf(-gv)) * uv;
-            if (wt) t *= w;
-            o[e] = di_dev_bf16_round(t);
-        }
-        v = make_float4(o[0], o[1], o[2], o[3]);
+        const bool has_w = wt != nullptr;
+        const float w = has_w ? wt[4 * i / inter] : 1.0f;
+        v = make_float4(swiglu_value(g4.x, u4.x, lim, has_w, w), swiglu_value(g4.y, u4.y, lim, has_w, w),
+                        swiglu_value(g4.z, u4.z, lim, has_w, w), swiglu_value(g4.w, u4.w, lim, has_w, w));
         reinterpret_cast<float4 *>(h)[i] = v;
     }
     float sc;
@@ -337,9 +334,11 @@ extern "C" bool di_cuda_swiglu_forms_supported(const float *g, const float *u, i
 extern "C" void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, int64_t inter, float limit,
                                      const float *wt, float *h, const di_cuda_act_forms *forms, cudaStream_t s) {
     if (n <= 0 || inter <= 0) return;
+    /* exactly one form, whole: the digits and their scales, or the codes and theirs */
     const bool digits = forms->digits && forms->digit_scale;
-    if (!di_cuda_swiglu_forms_supported(g, u, inter, h) || forms->bf16 || digits == (forms->q || forms->scale) ||
-        (!digits && !(forms->q && forms->scale))) {
+    const bool one = digits ? !forms->q && !forms->scale
+                            : forms->q && forms->scale && !forms->digits && !forms->digit_scale;
+    if (!di_cuda_swiglu_forms_supported(g, u, inter, h) || forms->bf16 || !one) {
         fprintf(stderr, "di_cuda_swiglu_forms: inter = %lld, the rows' alignment or the forms asked not supported\n",
                 (long long)inter);
         abort();

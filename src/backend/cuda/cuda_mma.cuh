@@ -188,7 +188,7 @@ static __device__ __forceinline__ uint8_t di_e4m3_code(float q) {
 static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float *scale) {
     float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float sc = di_dev_pow2_ceil(fmaxf(m, 1e-4f) * (1.0f / 448.0f));
+    const float sc = di_dev_act_scale(m);
     *scale = sc;
     float q[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -214,7 +214,7 @@ static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float 
 static __device__ __forceinline__ uint8_t di_act_quant_e4m3_x1(float v, float *scale) {
     float m = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float sc = di_dev_pow2_ceil(fmaxf(m, 1e-4f) * (1.0f / 448.0f));
+    const float sc = di_dev_act_scale(m);
     *scale = sc;
     const float q = di_dev_clampf(v / sc, -448.0f, 448.0f);
 #ifdef DI_CUDA_EMU_H

@@ -101,6 +101,8 @@ void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t 
 /* and (yq non-NULL; di_cuda_rmsnorm_q_supported: d % 32 == 0, d <= 2,048) act_quant(y, 32) as the
  * quantised linears' codes (yq->q and scale; yq->bf16 must be NULL) -- di_cuda_act_quant_e4m3's bits */
 bool di_cuda_rmsnorm_q_supported(int64_t d);
+void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
+                       const di_cuda_act_forms *yq, cudaStream_t s);
 /* y = act_quant(rope(rmsnorm(x)), 32) in one launch (the attention's own kv): the bits of
  * di_cuda_rmsnorm, di_cuda_rope (one vector a row: offset, rot_dim, cos / sin [m][rot_dim / 2], not
  * inverse) and di_cuda_act_quant_inplace(.., 32). Supported: d % 32 == 0, d <= 2,048, offset and
@@ -109,8 +111,6 @@ bool di_cuda_rmsnorm_rope_quant_supported(int64_t d, int64_t offset, int rot_dim
 void di_cuda_rmsnorm_rope_quant(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps,
                                 int64_t offset, int rot_dim, const float *cos_rows, const float *sin_rows, float *y,
                                 cudaStream_t s);
-void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
-                       const di_cuda_act_forms *yq, cudaStream_t s);
 /* x [rows, n_vec, stride]: in place rotation of the rot_dim values from `offset` of each vector,
  * interleaved pairs; cos/sin [rows, rot_dim/2] (the table row of each row's position) */
 void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,

@@ -9,8 +9,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-static __device__ __forceinline__ float act_scale(float amax) { return di_dev_act_scale(amax); }
-static __device__ __forceinline__ float act_value(float x, float s) { return di_dev_act_value(x, s); }
 static __device__ __forceinline__ float fp4_scale(float amax, int kind) {
     if (kind == DI_FP4_SCALE_UE8M0) {
         amax = fmaxf(amax, 6.0f * 0x1p-126f);
@@ -31,7 +29,7 @@ __global__ void quant_group_kernel(float *x, int64_t n, int kind) {
     float a = fabsf(v);
     for (int o = GROUP / 2; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
     if (i >= n) return;
-    x[i] = FP4 ? fp4_value(v, fp4_scale(a, kind)) : act_value(v, act_scale(a));
+    x[i] = FP4 ? fp4_value(v, fp4_scale(a, kind)) : di_dev_act_value(v, di_dev_act_scale(a));
 }
 
 /* x [n], one thread per block of `block` values (any block size) */
@@ -41,8 +39,8 @@ __global__ void quant_serial_kernel(float *x, int64_t n, int block, int kind) {
     if (b >= n) return;
     float a = 0.0f;
     for (int i = 0; i < block; i++) a = fmaxf(a, fabsf(x[b + i]));
-    float s = FP4 ? fp4_scale(a, kind) : act_scale(a);
-    for (int i = 0; i < block; i++) x[b + i] = FP4 ? fp4_value(x[b + i], s) : act_value(x[b + i], s);
+    float s = FP4 ? fp4_scale(a, kind) : di_dev_act_scale(a);
+    for (int i = 0; i < block; i++) x[b + i] = FP4 ? fp4_value(x[b + i], s) : di_dev_act_value(x[b + i], s);
 }
 
 template <bool FP4>
