@@ -146,8 +146,7 @@ static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, con
 typedef struct {
     bool live;
     float *sub_out, *Y, *post, *comb; /* [R, D], [R, n, D], [R, n], [R, n, n]: freed once it has run */
-    bool combine;                     /* sub_out unwritten: the MoE's combine is made by that kernel too */
-    gpu_moe_combine moe;
+    gpu_moe_combine moe; /* slot_rows non-NULL: sub_out unwritten, the MoE's combine made by that kernel */
 } hc_post_pending;
 
 /* hc_post(ops) then a sublayer's input from its output stream ops->out: one fused pair of launches
@@ -216,21 +215,16 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
     if (pend->live) {
-        di_cuda_hc_post_ops ops = {pend->sub_out, pend->Y, pend->post, pend->comb, X, NULL, NULL, NULL, 0};
-        if (pend->combine) {
-            ops.slot_rows = pend->moe.slot_rows;
-            ops.order = pend->moe.order;
-            ops.shared = pend->moe.shared;
-            ops.K = pend->moe.K;
-        }
+        const di_cuda_hc_post_ops ops = {pend->sub_out, pend->Y, pend->post, pend->comb, X,
+                                         pend->moe.slot_rows, pend->moe.order, pend->moe.shared, pend->moe.K};
         hc_post_then_in(f, &ops, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post,
                         a_comb, sub_in, yq);
         gpu_free(f, pend->sub_out);
         gpu_free(f, pend->Y);
         gpu_free(f, pend->post);
         gpu_free(f, pend->comb);
-        if (pend->combine) gpu_moe_combine_free(f, &pend->moe);
-        pend->live = pend->combine = false;
+        gpu_moe_combine_free(f, &pend->moe); /* none held (all NULL) unless the combine was left */
+        pend->live = false;
     } else {
         hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb,
                        sub_in, yq);
@@ -244,7 +238,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     hc_post_then_in(f, &attn_post, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb,
                     sub_in, yq);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
-    gpu_moe_combine moe_c; /* with defer: the MoE's combine left for the next block's input to make */
+    gpu_moe_combine moe_c = {0}; /* with defer: the MoE's combine left for the next block's input to make */
     const bool combine_later = defer && gpu_moe_deferred(f, L, sub_in, &moe_c);
     if (!combine_later) gpu_moe(f, L, hL, sub_in, sub_out);
     di_cuda_act_forms_forget(f->cx, sub_in);
@@ -252,8 +246,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
     if (defer) {
-        *pend = (hc_post_pending){true, sub_out, Y, f_post, f_comb, combine_later, {0}};
-        if (combine_later) pend->moe = moe_c;
+        *pend = (hc_post_pending){true, sub_out, Y, f_post, f_comb, moe_c};
     } else {
         di_cuda_hc_post(sub_out, Y, R, n, D, f_post, f_comb, X, f->s);
         gpu_free(f, f_post);
@@ -477,7 +470,7 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
         gpu_debug(&f, "embed_out", -1, e, (int64_t)R * D);
         gpu_free(&f, e);
     }
-    hc_post_pending pend = {false, NULL, NULL, NULL, NULL, false, {0}};
+    hc_post_pending pend = {false, NULL, NULL, NULL, NULL, {0}};
     for (int l = 0; l < m->n_layers; l++) {
         const di_layer *L = &f.g->layers[l], *hL = &m->layers[l];
         if (L->engram_slot >= 0) {

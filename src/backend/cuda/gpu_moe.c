@@ -75,15 +75,17 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
 static float *moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
                        const int32_t *d_order, float *out, float *shared_made);
 
-/* The shared expert of x [R, D] into shared [R, D] on the side stream (gpu_model cx_side), forked
- * from the main stream here; moe_shared_join makes the main stream wait for it. Its kernels
- * are the ones the main stream would run, on the same operands, so the bits do not change; the
- * routed experts' kernels run meanwhile. Returns false (nothing launched) where the side stream is
- * not used: the stage profile, which times stages on the main stream, and steps of fewer than
- * SIDE_MIN_ROWS rows (H200, session 22: B = 8 / 16 / 32 -0.2 / -0.3 / -1.1 ms a step, B = 1 ~+0.8). */
+/* The shared expert of x [R, D] on the side stream (gpu_model cx_side), forked from the main
+ * stream here; moe_shared_join makes the main stream wait for it. Its kernels are the ones the main
+ * stream would run, on the same operands, so the bits do not change; the routed experts' kernels
+ * run meanwhile. Returns its output [R, D] (ready after the join), or NULL (nothing launched) where
+ * the side stream is not used: the stage profile, which times stages on the main stream, and steps
+ * of fewer than SIDE_MIN_ROWS rows (H200, session 22: B = 8 / 16 / 32 -0.2 / -0.3 / -1.1 ms a step,
+ * B = 1 ~+0.8). */
 #define SIDE_MIN_ROWS 8
-static bool moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const float *x, float *shared) {
-    if (gpu_profiling() || f->R < SIDE_MIN_ROWS) return false;
+static float *moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const float *x) {
+    if (gpu_profiling() || f->R < SIDE_MIN_ROWS) return NULL;
+    float *shared = gpu_alloc(f, sizeof(float) * (size_t)f->R * f->m->cfg.hidden_size); /* [R, D] */
     di_cuda_ctx *side = f->cx_side;
     GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
     GPU_CK(cudaStreamWaitEvent(side->stream, f->g->ev_fork, 0));
@@ -96,7 +98,7 @@ static bool moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const float 
     memset(side->act_forms, 0, sizeof side->act_forms);
     f->graph_reusable = f->graph_reusable && fs.graph_reusable; /* a spill chunk taken there */
     GPU_CK(cudaEventRecord(f->g->ev_join, side->stream));
-    return true;
+    return shared;
 }
 static void moe_shared_join(gpu_fwd *f) { GPU_CK(cudaStreamWaitEvent(f->s, f->g->ev_join, 0)); }
 
@@ -112,9 +114,7 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t D = m->cfg.hidden_size;
     const int K = fw->top_k, E = gpu_resident_experts(m, fw);
     const int64_t n = (int64_t)R * K;
-    float *shared_side = gpu_alloc(f, sizeof(float) * (size_t)R * D); /* [R, D] the shared expert's, beside */
-    const bool forked = moe_shared_forked(f, fw, x, shared_side);
-    if (!forked) gpu_free(f, shared_side);
+    float *shared_side = moe_shared_forked(f, fw, x); /* [R, D] or NULL: made by moe_tail */
     gpu_stage(f, ST_MOE_ROUTE);
     float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * fw->n_experts); /* [R, E] fp32 */
     gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
@@ -142,11 +142,12 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     /* w1 and w3 over the same rows (x's, in expert order through x_rows): quantised once */
     di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R,
                                       NULL, x_rows, g, u);
-    di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, di_cuda_linear_act_form(f->cx, shape2, true, E, n, R));
+    const di_act_form w2_form = di_cuda_linear_act_form(f->cx, shape2, true, E, n, R);
+    di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, w2_form);
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
     forms_free(f, g, &h_forms);
-    if (forked) moe_shared_join(f);
-    float *shared = moe_tail(f, fw, x, slot_rows, d_order, out, forked ? shared_side : NULL);
+    if (shared_side) moe_shared_join(f);
+    float *shared = moe_tail(f, fw, x, slot_rows, d_order, out, shared_side);
     gpu_free(f, g);
     gpu_free(f, u);
     gpu_free(f, d_logits);
