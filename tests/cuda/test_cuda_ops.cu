@@ -638,7 +638,7 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         for (int hpb : hpbs) {
             if (hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, 0);
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, NULL, 0);
             dev_download(hpb == 16 ? got16 : got, dout, 4 * nq * H * dim);
             char mshape[160];
             snprintf(mshape, sizeof mshape, "%s hpb=%d", shape, hpb);
@@ -655,9 +655,43 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         for (const auto &o : other) {
             if (o.hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, o.hpb, o.split, 0);
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, o.hpb, o.split, NULL, 0);
             dev_download(got16, dout, 4 * nq * H * dim);
             compare(o.name, shape, got16, ref, nq * H, dim, CRIT_BOUND);
+        }
+        /* RoPE folded into the kernels (di_attn_rope): the bits of rope(q), attention, inverse rope(out);
+         * dq itself unchanged. The row without entries checks the rotated zeros' signs too. */
+        const int rot = dim >= 128 ? 64 : 16, off = dim - rot;
+        if (di_attn_rope_ok(dim, off, rot)) {
+            float *cs = (float *)malloc(4 * nq * (rot / 2)), *sn = (float *)malloc(4 * nq * (rot / 2));
+            for (int64_t i = 0; i < nq * (rot / 2); i++) {
+                const double th = 6.283185307179586 * (double)(rnd_u64() % 100000) / 100000.0;
+                cs[i] = (float)cos(th), sn[i] = (float)sin(th);
+            }
+            float *dcs = (float *)dev_upload(cs, 4 * nq * (rot / 2)), *dsn = (float *)dev_upload(sn, 4 * nq * (rot / 2));
+            float *dq2 = (float *)dev_upload(q, 4 * nq * H * dim);
+            const di_attn_rope rope = {dcs, dsn, off, rot};
+            di_cuda_rope(dq2, nq, H, dim, off, rot, dcs, dsn, false, 0);
+            for (int hpb : hpbs) {
+                if (hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
+                CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
+                di_cuda_sparse_attn_mma(dq2, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, NULL,
+                                        0);
+                di_cuda_rope(dout, nq, H, dim, off, rot, dcs, dsn, true, 0);
+                dev_download(got16, dout, 4 * nq * H * dim);
+                CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
+                di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, &rope,
+                                        0);
+                dev_download(got, dout, 4 * nq * H * dim);
+                char mshape[160];
+                snprintf(mshape, sizeof mshape, "%s hpb=%d rope %d@%d", shape, hpb, rot, off);
+                compare("sparse_attn rope folded", mshape, got, got16, nq * H, dim, CRIT_EXACT);
+            }
+            float *q_after = (float *)malloc(4 * nq * H * dim);
+            dev_download(q_after, dq, 4 * nq * H * dim);
+            compare("sparse_attn rope folded, q kept", shape, q_after, q, nq, H * dim, CRIT_EXACT);
+            cudaFree(dcs), cudaFree(dsn), cudaFree(dq2);
+            free(cs), free(sn), free(q_after);
         }
         free(bound), free(got16);
     }
@@ -705,7 +739,7 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
         const float **rows = pass == 0 || pass == 3 ? base : pass == 1 ? moved : ext;
         const float *const *drows = (const float *const *)dev_upload(rows, sizeof(float *) * rows_n * n);
         CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-        di_cuda_sparse_attn_mma(dq, rows_n, H, dim, drows, n, dsink, scale, dout, hpb, split, 0);
+        di_cuda_sparse_attn_mma(dq, rows_n, H, dim, drows, n, dsink, scale, dout, hpb, split, NULL, 0);
         dev_download(pass == 0 ? want : got, dout, 4 * rows_n * H * dim);
         cudaFree((void *)drows);
         if (pass == 0) continue;

@@ -11,7 +11,9 @@
  *            prefill is chunked; the reference's spec lets the order inside a run vary, and packing
  *            makes the sums independent of where the NULLs were);
  *   stage    those KV rows into shared memory as bf16 (fp32 on the bf16 grid, so exact), zero rows
- *            up to a multiple of 16. The group's q rows were staged once, before the first run.
+ *            up to a multiple of 16. The group's q rows were staged once, before the first run (with
+ *            di_attn_rope: RoPE applied to them there, and the inverse RoPE to the output as the merge
+ *            writes it -- rope_kernel's bits, two launches less a layer).
  *   S        logits = (q . kv) * scale, by mma.m16n8k16 bf16 with fp32 accumulation (fragments by
  *            ldmatrix). Warp w: head tile w % HT, the HT entry tiles of 8 from (w / HT) HT.
  *            Dead entries get -inf.
@@ -69,12 +71,15 @@ static size_t am_smem_bytes(int dim) {
     return 2 * (hg + AM_RUN) * am_row_stride(dim) + 4 * hg * AM_S_STRIDE + 2 * hg * AM_P_STRIDE;
 }
 
-/* dst [n_rows][stride] bf16 <- rows[0..n_rows) (NULL: zeros), dim fp32 values each (dim % 4 == 0).
+/* dst [n_rows][stride] bf16 <- rows[0..n_rows) (NULL: zeros), dim fp32 values each (dim % 4 == 0),
+ * with rope (q's staging; cos NULL for KV rows) applied for query row `row` before the rounding.
  * Each thread issues AM_STAGE_BATCH float4 loads before storing any; consecutive threads take
  * consecutive float4s of a row (coalesced). A thread's float4s x = t + i AM_THREADS are (row x / n4,
  * column x % n4); both advance by a fixed step, so the divisions by the run-time n4 happen once a
  * thread, not twice a float4; the bf16 pairs come from one cvt each (di_bf16x2_rn_keep_nan). */
-static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *const *rows, int n_rows, int dim) {
+template <bool ROPE> /* false: no rope code in the KV staging */
+static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *const *rows, int n_rows, int dim,
+                                     const di_attn_rope &rope, int64_t row) {
     const int n4 = dim / 4, total = n_rows * n4;
     const int step_r = AM_THREADS / n4, step_c = AM_THREADS % n4;
     auto advance = [&](int &r, int &c) {
@@ -95,6 +100,7 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
 #pragma unroll
         for (int u = 0; u < AM_STAGE_BATCH; u++) {
             if (x0 + u * AM_THREADS >= total) break;
+            if (ROPE) di_dev_rope4_apply(v[u], di_dev_rope4_coef(4 * c, dim, rope, row, false));
             uint2 packed;
             packed.x = di_bf16x2_rn_keep_nan(v[u].x, v[u].y);
             packed.y = di_bf16x2_rn_keep_nan(v[u].z, v[u].w);
@@ -110,7 +116,8 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
 template <int HT>
 __global__ void __launch_bounds__(AM_THREADS, 2)
 attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *const *kv_rows, int n_idx,
-                int n_split, int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out) {
+                int n_split, int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out,
+                di_attn_rope rope) {
     constexpr int HG = 16 * HT; /* heads of the block */
     constexpr int NT = 8 * HT;  /* PV n-tiles of 8 dims per warp */
     extern __shared__ uint4 am_smem[];
@@ -136,7 +143,7 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
         den_s[t] = 0.0f;
     }
     __syncthreads();
-    am_stage_rows(q_s, ks, qrow_s, HG, dim);
+    am_stage_rows<true>(q_s, ks, qrow_s, HG, dim, rope, r);
 
     const int ht = w % HT;                /* the warp's head tile, in S and in PV */
     const int et0 = (w / HT) * HT;        /* S: entry tiles et0 .. et0 + HT - 1 */
@@ -159,7 +166,7 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
         }
         __syncthreads();
         const int n_stage = (live_s + 15) & ~15; /* rows staged and multiplied: whole k-steps of 16 */
-        am_stage_rows(kv_s, ks, row_s, n_stage, dim);
+        am_stage_rows<false>(kv_s, ks, row_s, n_stage, dim, rope, r);
         __syncthreads();
 
         { /* S: logits of the warp's 16 heads x 8 HT entries */
@@ -281,14 +288,29 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
     di_cluster_sync(); /* every rank's m_s, den_s and part_s are final */
     if (t < hb) dfin_s[t] = di_cluster_merge_weights(&m_s[t], &den_s[t], n_split, sink[h0 + t], wt_s + t * AM_MAX_SPLIT);
     __syncthreads();
-    for (int e = rank * AM_THREADS + t; e < hb * dim; e += n_split * AM_THREADS) {
-        const int head = e / dim;
-        float a = 0.0f;
-        for (int c = 0; c < n_split; c++) a += *di_cluster_rank_smem(&part_s[e], c) * wt_s[head * AM_MAX_SPLIT + c];
+    for (int e4 = rank * AM_THREADS + t; e4 < hb * dim / 4; e4 += n_split * AM_THREADS) { /* 4 values a turn */
+        const int e = 4 * e4, head = e / dim;
+        float4 a = float4{0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < n_split; c++) {
+            const float4 p = *reinterpret_cast<const float4 *>(di_cluster_rank_smem(&part_s[e], c));
+            const float w = wt_s[head * AM_MAX_SPLIT + c];
+            a.x += p.x * w;
+            a.y += p.y * w;
+            a.z += p.z * w;
+            a.w += p.w * w;
+        }
         const float den = dfin_s[head];
-        out[(r * n_heads + h0) * dim + e] = den > 0.0f ? di_dev_bf16_round(a / den) : 0.0f;
+        float4 o = den > 0.0f ? float4{di_dev_bf16_round(a.x / den), di_dev_bf16_round(a.y / den),
+                                       di_dev_bf16_round(a.z / den), di_dev_bf16_round(a.w / den)}
+                              : float4{0.0f, 0.0f, 0.0f, 0.0f};
+        di_dev_rope4_apply(o, di_dev_rope4_coef(e % dim, dim, rope, r, true));
+        *reinterpret_cast<float4 *>(out + (r * n_heads + h0) * dim + e) = o;
     }
     di_cluster_sync(); /* no rank leaves while another still reads its shared memory */
+}
+
+extern "C" bool di_attn_rope_ok(int dim, int off, int rot) {
+    return off >= 0 && rot > 0 && off % 4 == 0 && rot % 4 == 0 && off + rot <= dim;
 }
 
 extern "C" bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim) {
@@ -298,10 +320,10 @@ extern "C" bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim) {
 template <int HT>
 static void am_launch(int n_groups, int n_split, int split_runs, int64_t rows, const float *q, int n_heads, int dim,
                       const float *const *kv_rows, int n_idx, float scale, const float *sink, float *out,
-                      cudaStream_t s) {
+                      di_attn_rope rope, cudaStream_t s) {
     di_cluster_launch(attn_mma_kernel<HT>, dim3((unsigned)(n_groups * n_split), (unsigned)rows), AM_THREADS,
                       am_smem_bytes<HT>(dim), n_split, s, q, n_heads, dim, kv_rows, n_idx, n_split, split_runs, scale,
-                      sink, out);
+                      sink, out, rope);
 }
 
 #define AM_SPLIT_RUNS 2 /* runs a cluster rank takes (di_cluster_split) */
@@ -361,8 +383,9 @@ static void am_split(int64_t nq, int n_heads, int n_idx, di_attn_split split, in
 extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim,
                                         const float *const *kv_rows, int n_idx, const float *sink,
                                         float scale, float *out, int heads_per_block, di_attn_split split,
-                                        cudaStream_t s) {
-    if (!di_cuda_sparse_attn_mma_supported(n_heads, dim) || n_idx < 0) {
+                                        const di_attn_rope *rope, cudaStream_t s) {
+    if (!di_cuda_sparse_attn_mma_supported(n_heads, dim) || n_idx < 0 ||
+        (rope && rope->cos && !di_attn_rope_ok(dim, rope->off, rope->rot))) {
         fprintf(stderr, "di_cuda_sparse_attn_mma: %d heads of dim %d (%d entries) not supported\n", n_heads, dim,
                 n_idx);
         abort();
@@ -373,7 +396,7 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
     const bool wg_fills = nq * (n_heads / 64) >= AM_WG_MIN_ROWS;
     if (heads_per_block == 64 ||
         (heads_per_block == 0 && wg_fills && di_cuda_sparse_attn_wg_supported(n_heads, dim))) {
-        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, split, s);
+        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, split, rope, s);
         return;
     }
     static bool attr_set;
@@ -394,9 +417,12 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         const float *qs = q + r0 * n_heads * dim;
         const float *const *kvr = kv_rows + r0 * n_idx;
         float *os = out + r0 * n_heads * dim;
+        const di_attn_rope rp = di_attn_rope_rows(rope, r0);
         if (HT == 2)
-            am_launch<2>((n_heads + 31) / 32, n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, s);
+            am_launch<2>((n_heads + 31) / 32, n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, rp,
+                         s);
         else
-            am_launch<1>((n_heads + 15) / 16, n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, s);
+            am_launch<1>((n_heads + 15) / 16, n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, rp,
+                         s);
     }
 }

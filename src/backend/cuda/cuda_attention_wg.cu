@@ -11,7 +11,8 @@
  * row a multiprocessor (AW_WHOLE_ROWS_PER_SM) takes a CTA a row (a cluster of one).
  *
  * Roles (one CTA of three warpgroups a multiprocessor):
- *   producer (warpgroup 2) stages the group's q rows once, then each run into one of two KV tiles:
+ *   producer (warpgroup 2) stages the group's q rows once (RoPE applied there with di_attn_rope; the
+ *            merge applies the inverse to the output), then each run into one of two KV tiles:
  *            the run's live entries first, in list order (where a row's NULLs sit then changes no
  *            sum: a chunked prefill moves them), each fp32 value rounded to bf16 (the KV and q
  *            values are on the bf16 grid, so exact) into 64-dim slices in the 128-byte swizzle;
@@ -92,10 +93,14 @@ enum {
 enum { BAR_Q = 0, BAR_FULL = 1, BAR_EMPTY = 3, BAR_X = 5 };
 
 /* tile [64 rows][512 dims] bf16 (swizzled slices) <- rows[0 .. n_live) (the rest zeros); thread pt
- * (0..127) of the producer converts dims 4 pt .. 4 pt + 3 of every row */
-static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_live, int pt) {
+ * (0..127) of the producer converts dims 4 pt .. 4 pt + 3 of every row, with rope (q's staging;
+ * cos NULL for KV rows) applied for query row `row` before the rounding */
+template <bool ROPE> /* false: no rope code in the KV staging (the producer's registers are capped) */
+static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_live, int pt, const di_attn_rope &rope,
+                                int64_t row) {
     uint8_t *col = tile + (pt >> 4) * AW_SLICE + (pt & 1) * 8;
     const int chunk = (pt & 15) >> 1;
+    const di_rope4_coef rc = ROPE ? di_dev_rope4_coef(4 * pt, AW_DIM, rope, row, false) : di_rope4_coef{}; /* one column */
     for (int r0 = 0; r0 < AW_RUN; r0 += AW_BATCH) {
         float4 v[AW_BATCH];
 #pragma unroll
@@ -103,6 +108,7 @@ static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_l
 #pragma unroll
         for (int u = 0; u < AW_BATCH; u++) {
             const int r = r0 + u;
+            if (ROPE) di_dev_rope4_apply(v[u], rc);
             *(uint2 *)(col + r * 128 + ((chunk ^ (r & 7)) << 4)) =
                 make_uint2(di_bf16x2_rn(v[u].x, v[u].y), di_bf16x2_rn(v[u].z, v[u].w));
         }
@@ -118,7 +124,7 @@ static __device__ __forceinline__ void aw_consumers_meet(uint64_t *bar, int phas
 /* out [rows, H, 512] bf16 values. grid (H / 64 x n_split, rows), clusters of (n_split, 1, 1). */
 __global__ void __launch_bounds__(AW_THREADS, 1)
 attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_rows, int n_idx, int n_split,
-               int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out) {
+               int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out, di_attn_rope rope) {
     extern __shared__ int4 aw_smem4[];
     uint8_t *const sm = di_smem_align1024(reinterpret_cast<uint8_t *>(aw_smem4));
     uint8_t *const q_t = sm + AW_Q, *const kv_t = sm + AW_KV, *const p_t = sm + AW_P;
@@ -149,7 +155,7 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
         const float **rows_w = rows_s + (pt >> 5) * 64; /* this warp's own copy of the list */
         for (int i = lane; i < AW_HEADS; i += 32) rows_w[i] = q + (r * n_heads + h0 + i) * AW_DIM;
         __syncwarp();
-        aw_stage(q_t, rows_w, AW_HEADS, pt);
+        aw_stage<true>(q_t, rows_w, AW_HEADS, pt, rope, r);
         di_fence_proxy_async();
         di_mbar_arrive(&bars[BAR_Q]);
         for (int j = 0; j < n_my; j++) {
@@ -159,7 +165,7 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
             const int live = di_dev_pack_live_run(kv_rows + r * n_idx + r0, cnt, lane, rows_w);
             __syncwarp();
             if (pt == 0) live_s[b] = live;
-            aw_stage(kv_t + b * AW_TILE, rows_w, live, pt); /* an empty run: zeros, no loads */
+            aw_stage<false>(kv_t + b * AW_TILE, rows_w, live, pt, rope, r); /* an empty run: zeros, no loads */
             di_fence_proxy_async();
             di_mbar_arrive(&bars[BAR_FULL + b]);
         }
@@ -304,6 +310,8 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
     for (int k = 0; k < AW_MAX_SPLIT; k++)
         parts[k] = reinterpret_cast<const float4 *>(di_cluster_rank_smem(part_s, k < n_split ? k : 0));
     float4 *const out4 = reinterpret_cast<float4 *>(out + (r * n_heads + h0) * AW_DIM);
+    static_assert(AW_THREADS % (AW_DIM / 4) == 0, "a thread's merge columns stay put");
+    const di_rope4_coef rc = di_dev_rope4_coef(4 * ((rank * AW_THREADS + t) % (AW_DIM / 4)), AW_DIM, rope, r, true);
     for (int e = rank * AW_THREADS + t; e < AW_HEADS * AW_DIM / 4; e += n_split * AW_THREADS) {
         const int head = e / (AW_DIM / 4);
         float4 a = float4{0.0f, 0.0f, 0.0f, 0.0f};
@@ -318,9 +326,11 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
             a.w += p.w * w;
         }
         const float den = dfin_s[head];
-        out4[e] = den > 0.0f ? float4{di_dev_bf16_round(a.x / den), di_dev_bf16_round(a.y / den),
-                                      di_dev_bf16_round(a.z / den), di_dev_bf16_round(a.w / den)}
-                             : float4{0.0f, 0.0f, 0.0f, 0.0f};
+        float4 o = den > 0.0f ? float4{di_dev_bf16_round(a.x / den), di_dev_bf16_round(a.y / den),
+                                       di_dev_bf16_round(a.z / den), di_dev_bf16_round(a.w / den)}
+                              : float4{0.0f, 0.0f, 0.0f, 0.0f};
+        di_dev_rope4_apply(o, rc);
+        out4[e] = o;
     }
     di_cluster_sync(); /* no rank leaves while another still reads its shared memory */
 }
@@ -331,8 +341,9 @@ extern "C" bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim) {
 
 extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
                                        int n_idx, const float *sink, float scale, float *out, di_attn_split split,
-                                       cudaStream_t s) {
-    if (!di_cuda_sparse_attn_wg_supported(n_heads, dim) || n_idx < 0) {
+                                       const di_attn_rope *rope, cudaStream_t s) {
+    if (!di_cuda_sparse_attn_wg_supported(n_heads, dim) || n_idx < 0 ||
+        (rope && rope->cos && !di_attn_rope_ok(dim, rope->off, rope->rot))) {
         fprintf(stderr, "di_cuda_sparse_attn_wg: %d heads of dim %d (%d entries) not supported\n", n_heads, dim, n_idx);
         abort();
     }
@@ -354,6 +365,7 @@ extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, 
         const float *const *kvr = kv_rows + r0 * n_idx;
         float *os = out + r0 * n_heads * dim;
         di_cluster_launch(attn_wg_kernel, dim3((unsigned)(n_heads / AW_HEADS * n_split), (unsigned)rows), AW_THREADS,
-                          (size_t)AW_SMEM, n_split, s, qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink, os);
+                          (size_t)AW_SMEM, n_split, s, qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink, os,
+                          di_attn_rope_rows(rope, r0));
     }
 }

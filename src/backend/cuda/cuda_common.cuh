@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/cuda/cuda_ops.h"
+
 #define DI_CUDA_CHECK(call)                                                                     \
     do {                                                                                        \
         cudaError_t e_ = (call);                                                                \
@@ -143,6 +145,45 @@ static __device__ __forceinline__ float di_dev_act_value(float x, float s) {
 
 /* e4m3 code -> the value times 2^9 as an integer (|v| <= 448 * 512): exact integer arithmetic
  * for the GEMM block sums. NaN codes (0x7f/0xff) never occur in checkpoints; they map to 0. */
+/* RoPE of one pair, the CPU's fp32 expression (two products, one add / sub, each result rounded
+ * to bf16; no contraction, -fmad=false): (a, b) rotated by the angle of cosine c and sine sn (sn
+ * negated for the inverse). rope_kernel, the kv norm's epilogue and the attention kernels' folded
+ * RoPE all use it. */
+static __device__ __forceinline__ void di_dev_rope_pair(float &a, float &b, float c, float sn) {
+    const float a0 = a;
+    a = di_dev_bf16_round(a0 * c - b * sn);
+    b = di_dev_bf16_round(a0 * sn + b * c);
+}
+/* rope (NULL or cos NULL: none) for a launch of the rows from r0 on */
+static inline di_attn_rope di_attn_rope_rows(const di_attn_rope *rope, int64_t r0) {
+    di_attn_rope r = {NULL, NULL, 0, 0};
+    if (rope && rope->cos) {
+        r = *rope;
+        r.cos += r0 * (rope->rot / 2);
+        r.sin += r0 * (rope->rot / 2);
+    }
+    return r;
+}
+/* the rotation of values col .. col + 3 of a row of heads of dim `dim` (col % 4 == 0) for query row
+ * `row`: its two pairs' cosines and sines (negated for the inverse), `on` false outside rope's span.
+ * A loop whose column stays put loads them once (di_dev_rope4_apply per row). */
+struct di_rope4_coef {
+    float c0, s0, c1, s1;
+    bool on;
+};
+static __device__ __forceinline__ di_rope4_coef di_dev_rope4_coef(int col, int dim, const di_attn_rope &rope,
+                                                                  int64_t row, bool inverse) {
+    const int k = col % dim - rope.off;
+    if (!rope.cos || k < 0 || k >= rope.rot) return di_rope4_coef{0.0f, 0.0f, 0.0f, 0.0f, false};
+    const int64_t i = row * (rope.rot / 2) + k / 2;
+    const float s0 = rope.sin[i], s1 = rope.sin[i + 1];
+    return di_rope4_coef{rope.cos[i], inverse ? -s0 : s0, rope.cos[i + 1], inverse ? -s1 : s1, true};
+}
+static __device__ __forceinline__ void di_dev_rope4_apply(float4 &v, const di_rope4_coef &r) {
+    if (!r.on) return;
+    di_dev_rope_pair(v.x, v.y, r.c0, r.s0);
+    di_dev_rope_pair(v.z, v.w, r.c1, r.s1);
+}
 static __device__ __forceinline__ int di_dev_e4m3_to_int512(uint32_t b) {
     int ex = (b >> 3) & 15, man = b & 7;
     int mag = ex == 0 ? man : (8 + man) << (ex - 1);

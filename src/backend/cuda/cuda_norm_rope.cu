@@ -7,8 +7,7 @@
  * can differ in the last double bit, which changes the fp32 mean only within 2^-29 of a rounding
  * boundary. Everything after the mean is the CPU's fp32 expression.
  *
- * RoPE: one thread per rotated pair, the CPU's fp32 expression (two products, one add/sub, each
- * rounded; the library is built without mul+add contraction). Bit-exact. */
+ * RoPE: one thread per rotated pair, the CPU's fp32 expression (di_dev_rope_pair). Bit-exact. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -67,8 +66,9 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
                 const int k = (int)i - rq.off;
                 if (k >= 0 && k < rq.rot) {
                     const int half = rq.rot / 2, r = (int)blockIdx.x;
-                    const float c = rq.cos_rows[r * half + k / 2], sn = rq.sin_rows[r * half + k / 2];
-                    v = (k & 1) ? di_dev_bf16_round(partner * sn + v * c) : di_dev_bf16_round(v * c - partner * sn);
+                    float a = (k & 1) ? partner : v, b = (k & 1) ? v : partner; /* the pair */
+                    di_dev_rope_pair(a, b, rq.cos_rows[r * half + k / 2], rq.sin_rows[r * half + k / 2]);
+                    v = (k & 1) ? b : a;
                 }
                 float a = fabsf(v);
                 for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
@@ -140,10 +140,10 @@ __global__ void rope_kernel(float *x, int64_t rows, int64_t n_vec, int64_t strid
     const int i = (int)(idx % half);
     const int64_t v = idx / half, r = v / n_vec;
     float *p = x + v * stride + offset;
-    const float a = p[2 * i], b = p[2 * i + 1];
-    const float c = cos_rows[r * half + i], sn = inverse ? -sin_rows[r * half + i] : sin_rows[r * half + i];
-    p[2 * i] = di_dev_bf16_round(a * c - b * sn);
-    p[2 * i + 1] = di_dev_bf16_round(a * sn + b * c);
+    float a = p[2 * i], b = p[2 * i + 1];
+    di_dev_rope_pair(a, b, cos_rows[r * half + i], inverse ? -sin_rows[r * half + i] : sin_rows[r * half + i]);
+    p[2 * i] = a;
+    p[2 * i + 1] = b;
 }
 
 extern "C" void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,

@@ -149,16 +149,27 @@ size_t di_cuda_sparse_attn_ws_bytes(int64_t nq, int n_heads, int dim, int n_idx,
  * at least a row a multiprocessor a CTA a row (wgmma), else the fixed split;
  * DI_ATTN_SPLIT_WHOLE a CTA a row (tests of that case). */
 typedef enum { DI_ATTN_SPLIT_AUTO, DI_ATTN_SPLIT_FIXED, DI_ATTN_SPLIT_WHOLE } di_attn_split;
+/* RoPE folded into the tensor-core attention (NULL or cos NULL: none): q's values off .. off + rot
+ * of every head rotated as the kernel stages them, and the output's rotated back as it is written,
+ * each the bits of di_cuda_rope on q before and di_cuda_rope(inverse) on out after the call (q itself
+ * is left as it was). cos / sin [nq][rot / 2] of the call's rows; off % 4 == 0, rot % 4 == 0,
+ * off + rot <= dim (di_attn_rope_ok). */
+typedef struct di_attn_rope {
+    const float *cos, *sin;
+    int off, rot;
+} di_attn_rope;
+bool di_attn_rope_ok(int dim, int off, int rot);
 bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
                              int n_idx, const float *sink, float scale, float *out, int heads_per_block,
-                             di_attn_split split, cudaStream_t s);
+                             di_attn_split split, const di_attn_rope *rope, cudaStream_t s);
 /* The wgmma kernel (cuda_attention_wg.cu): 64 heads a CTA, head dim 512 (V4.1's shape): the same
  * operation in another summation order, within the same bound of the CPU; batch invariant under
  * DI_ATTN_SPLIT_FIXED. */
 bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows, int n_idx,
-                            const float *sink, float scale, float *out, di_attn_split split, cudaStream_t s);
+                            const float *sink, float scale, float *out, di_attn_split split, const di_attn_rope *rope,
+                            cudaStream_t s);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device

@@ -1,17 +1,19 @@
 /* Attention of one layer on the GPU: the twin of src/forward/attention.c. Query and own SWA
  * key/value, the compressor and indexer of source layers (gpu_indexer.c), the index lists built on
- * the device in the reference's order (gpu_kernels.cu), sparse attention with sinks (tensor cores,
- * or the CPU-exact kernels under DEEPINFER_GPU_EXACT=1), inverse RoPE,
- * the ring write, and the grouped output LoRA. */
+ * the device in the reference's order (gpu_kernels.cu; at decode they also write the rows into the
+ * SWA rings), sparse attention with sinks (tensor cores, which also apply q's RoPE and the output's
+ * inverse RoPE; or the CPU-exact kernels under DEEPINFER_GPU_EXACT=1), the ring write, and the
+ * grouped output LoRA. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "backend/cuda/gpu_internal.h"
 
-/* q [R, H*Dh] and own kv [R, Dh] (RoPE applied, kv on the FP8 grid); qr [R, q_lora_rank] the normed
- * q LoRA, with (qr_q non-NULL) its act_quant noted for wq_b and the indexer's idx_wq_b */
-static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const di_cuda_act_forms *qr_q, float *q,
-                 float *kv) {
+/* q [R, H*Dh] (RoPE applied unless the attention kernel applies it: rope_q false) and own kv [R, Dh]
+ * (RoPE applied, on the FP8 grid); qr [R, q_lora_rank] the normed q LoRA, with (qr_q non-NULL) its
+ * act_quant noted for wq_b and the indexer's idx_wq_b */
+static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const di_cuda_act_forms *qr_q, bool rope_q,
+                 float *q, float *kv) {
     const di_config *cf = &f->m->cfg;
     const int R = f->R, H = cf->num_attention_heads, Dh = cf->head_dim, rd = cf->qk_rope_head_dim;
     const float eps = (float)cf->rms_norm_eps;
@@ -24,7 +26,7 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const
     di_cuda_rmsnorm_q(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, qr_q, f->s);
     if (qr_q) di_cuda_act_forms_note(f->cx, qr, R, cf->q_lora_rank, *qr_q);
     gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
-    gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
+    if (rope_q) gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
     if (di_cuda_rmsnorm_rope_quant_supported(Dh, Dh - rd, rd)) { /* the three below in one launch */
         di_cuda_rmsnorm_rope_quant(tkv, L->attn.kv_norm, R, Dh, eps, Dh - rd, rd, f->d_cos[kind], f->d_sin[kind], kv,
                                    f->s);
@@ -37,7 +39,8 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const
     gpu_free(f, tkv);
 }
 
-/* Writes this call's SWA rows into each sequence's ring (after every row attended). */
+/* Writes this call's SWA rows into each sequence's ring (after every row attended; a decode step's
+ * rows are written by the list builder instead, gpu_list_args.write_rings). */
 static void ring_write(gpu_fwd *f, const di_layer *L, const float *kv) {
     const di_config *cf = &f->m->cfg;
     const di_batch *b = f->b;
@@ -104,8 +107,11 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
         qr_q.q = gpu_alloc(f, (size_t)R * cf->q_lora_rank);                             /* [R, q_lora] e4m3 */
         qr_q.scale = gpu_alloc(f, sizeof(float) * (size_t)R * (cf->q_lora_rank / 32)); /* [R, q_lora / 32] */
     }
+    /* the tensor-core kernels rotate q as they stage it and the output back as they write it */
+    const bool tc = !f->cx->exact && di_cuda_sparse_attn_mma_supported(H, Dh);
+    const bool rope_folded = tc && di_attn_rope_ok(Dh, Dh - rd, rd);
     gpu_stage(f, ST_ATTN_QKV);
-    q_kv(f, L, x, qr, quant_qr ? &qr_q : NULL, q, kv);
+    q_kv(f, L, x, qr, quant_qr ? &qr_q : NULL, !rope_folded, q, kv);
     gpu_stage(f, ST_COMPRESS);
     if (L->is_kv_source) gpu_compress(f, L, hL, x);
     gpu_stage(f, ST_INDEXER);
@@ -114,11 +120,13 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
 
     /* the list builder: per-call tables (gpu_fwd), this layer's rings and entry counts */
     const int ns = b->n_seqs;
-    const float **ring = di_xmalloc(sizeof(float *) * (size_t)ns);
+    float **ring = di_xmalloc(sizeof(float *) * (size_t)ns);
     int64_t *n_ent = di_xcalloc((size_t)ns, sizeof(int64_t));
+    bool one_row_each = true;
     for (int s = 0; s < ns; s++) {
         ring[s] = b->seqs[s]->swa[L->id];
         if (L->ratio > 0) n_ent[s] = b->seqs[s]->kv[L->kv_slot].n;
+        one_row_each = one_row_each && b->seq_n_rows[s] == 1;
     }
     const bool use_sel = L->ratio > 0 && L->index_slot >= 0 && f->sel_valid[L->index_slot];
     gpu_list_args a = {0};
@@ -142,22 +150,28 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
         a.entry_floats = b->seqs[0]->pool->entry_floats;
     }
     const int n_list = W + a.sel_len;
+    /* a decode step's ring write by the list builder: a row at position p replaces p - W, which only
+     * a later row of its own sequence could still need */
+    a.write_rings = one_row_each && n_list >= Dh / 4 && Dh % 4 == 0;
     const float **list = gpu_alloc(f, sizeof(float *) * (size_t)R * n_list); /* [R, n_list] */
     gpu_build_attn_lists(&a, R, n_list, list, f->s);
     const float scale = (float)(1.0 / sqrt((double)Dh));
-    if (!f->cx->exact && di_cuda_sparse_attn_mma_supported(H, Dh)) {
+    if (tc) {
         /* batch invariance: one kernel whatever the rows (the default picks by grid size) */
         const int hpb = f->m->batch_invariant && di_cuda_sparse_attn_wg_supported(H, Dh) ? 64 : 0;
+        const int kind = L->ratio > 0;
+        const di_attn_rope rope = {f->d_cos[kind], f->d_sin[kind], Dh - rd, rd};
         di_cuda_sparse_attn_mma(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, hpb,
-                                f->m->batch_invariant ? DI_ATTN_SPLIT_FIXED : DI_ATTN_SPLIT_AUTO, f->s);
+                                f->m->batch_invariant ? DI_ATTN_SPLIT_FIXED : DI_ATTN_SPLIT_AUTO,
+                                rope_folded ? &rope : NULL, f->s);
     } else { /* the CPU's sums, bit for bit */
         const int64_t slice = di_cuda_sparse_attn_slice_rows(R, H, Dh, n_list);
         float *ws = gpu_alloc(f, di_cuda_sparse_attn_ws_bytes(R, H, Dh, n_list, slice));
         di_cuda_sparse_attn_sliced(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, slice, ws, f->s);
         gpu_free(f, ws);
     }
-    gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
-    ring_write(f, L, kv);
+    if (!rope_folded) gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
+    if (!a.write_rings) ring_write(f, L, kv);
     gpu_stage(f, ST_ATTN_OUT);
     output_proj(f, &L->attn, o, out);
     gpu_stage(f, ST_OTHER);

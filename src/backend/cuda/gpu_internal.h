@@ -242,9 +242,11 @@ typedef struct gpu_list_args {
     const int64_t *row_pos;    /* [R] */
     const int64_t *seq_pos0;   /* [n_seqs] */
     const int *seq_row0, *seq_n_rows; /* [n_seqs] */
-    const float *const *ring;  /* [n_seqs] ring base of the layer */
+    float *const *ring;        /* [n_seqs] ring base of the layer */
     const float *kv;           /* [R, dh] this call's rows */
     int window, dh;
+    bool write_rings;          /* one row a sequence: each row's kv also goes into its ring slot (no row of
+                                * the call can need the entry it replaces); needs n_list >= dh / 4, dh % 4 == 0 */
     const int32_t *sel;        /* [R, sel_stride] or NULL */
     int sel_stride, sel_len;
     const int64_t *n_entries;  /* [n_seqs] compressed entries present */

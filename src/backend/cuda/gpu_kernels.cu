@@ -1,7 +1,8 @@
 /* Kernels of the GPU forward driver itself (gpu_internal.h): the attention index lists, built on
  * the device from the per-call tables and the indexer's selections in exactly the order of the
- * CPU's build_index_list (src/forward/attention.c), and the deterministic random fill that gives
- * config-only models (the benchmark's) their weights. */
+ * CPU's build_index_list (src/forward/attention.c; at decode the same launch writes the rows' kv
+ * into their SWA rings), and the deterministic random fill that gives config-only models (the
+ * benchmark's) their weights. */
 #include <stdint.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -10,7 +11,8 @@ extern "C" {
 #include "backend/cuda/gpu_internal.h"
 }
 
-/* one thread per (row, list entry) */
+/* one thread per (row, list entry); with write_rings the row's first dh / 4 threads also copy its kv
+ * row into the ring (a float4 each) */
 __global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const float **list) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * n_list) return;
@@ -44,6 +46,9 @@ __global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const f
         }
     }
     list[i] = out;
+    if (a.write_rings && j < a.dh / 4)
+        reinterpret_cast<float4 *>(a.ring[s] + (t % W) * (int64_t)a.dh)[j] =
+            reinterpret_cast<const float4 *>(a.kv + r * (int64_t)a.dh)[j];
 }
 
 extern "C" void gpu_build_attn_lists(const gpu_list_args *a, int64_t R, int n_list, const float **list,
