@@ -1311,7 +1311,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
     float *dl = (float *)dev_upload(logits, 4 * R * E), *db = (float *)dev_upload(bias, 4 * E);
     int32_t *dex = (int32_t *)dev_poisoned(4 * n), *dord = (int32_t *)dev_poisoned(4 * n);
     float *dwt = (float *)dev_poisoned(4 * n);
-    di_cuda_moe_route(dl, db, R, E, K, 1.5f, resident, dex, dwt, dord, 0);
+    di_cuda_moe_route(dl, 1, db, R, E, K, 1.5f, resident, dex, dwt, dord, 0);
     dev_download(gex.data(), dex, 4 * n);
     dev_download(gord.data(), dord, 4 * n);
     dev_download(gwt.data(), dwt, 4 * n);
@@ -1363,36 +1363,62 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
            (long long)R, G, K, (long long)bad_g);
     if (bad_g) g_fail++;
     else g_pass++;
-    /* routing and grouping in one call (one launch at <= 16 rows): the two launches' arrays, bit for bit */
-    {
+    /* routing and grouping in one call (one launch at <= 16 rows) from logits [ks][R, E] added in
+     * split order: every array it writes, downloaded */
+    struct routed {
+        std::vector<int32_t> ex, ord;
+        std::vector<float> wt, wts;
+        std::vector<int> off, act;
+        std::vector<void *> lists;
+    };
+    auto route_group = [&](const float *dlog, int ks) {
         int32_t *fex = (int32_t *)dev_poisoned(4 * n), *ford = (int32_t *)dev_poisoned(4 * n);
         float *fwt = (float *)dev_poisoned(4 * n), *fwts = (float *)dev_poisoned(4 * n);
         int *foff = (int *)dev_poisoned(4 * (G + 1)), *fact = (int *)dev_poisoned(4 * G);
         void **flists = (void **)dev_poisoned(sizeof(void *) * 2 * n);
-        di_cuda_moe_route_group(dl, db, R, E, K, 1.5f, resident, G, fex, fwt, ford, x, yg, D, foff, fact,
+        di_cuda_moe_route_group(dlog, ks, db, R, E, K, 1.5f, resident, G, fex, fwt, ford, x, yg, D, foff, fact,
                                 (const float **)flists, (const float **)flists + n, fwts, 0);
-        std::vector<int32_t> hex(n), hord(n);
-        std::vector<float> hwt(n), hwts(n);
-        std::vector<int> hoff(G + 1), hact(G);
-        std::vector<void *> hfl(2 * n);
-        dev_download(hex.data(), fex, 4 * n);
-        dev_download(hord.data(), ford, 4 * n);
-        dev_download(hwt.data(), fwt, 4 * n);
-        dev_download(hwts.data(), fwts, 4 * n);
-        dev_download(hoff.data(), foff, 4 * (G + 1));
-        dev_download(hact.data(), fact, 4 * G);
-        dev_download(hfl.data(), flists, sizeof(void *) * 2 * n);
-        int64_t bad_f = 0;
-        for (int64_t i = 0; i < n; i++)
-            bad_f += hex[i] != gex[i] || hord[i] != gord[i] || memcmp(&hwt[i], &gwt[i], 4) != 0 ||
-                     memcmp(&hwts[i], &hw[i], 4) != 0 || hfl[i] != hl[i] || hfl[n + i] != hl[n + i];
-        for (int e = 0; e <= G; e++) bad_f += hoff[e] != goff[e];
-        for (int e = 0; e < G; e++) bad_f += hact[e] != gact[e];
-        printf("%s  %-20s R=%lld E=%d K=%d  arrays differing from the two launches' %lld\n", bad_f ? "FAIL" : "PASS",
-               "moe_route_group", (long long)R, E, K, (long long)bad_f);
-        if (bad_f) g_fail++;
-        else g_pass++;
+        routed o{std::vector<int32_t>(n), std::vector<int32_t>(n), std::vector<float>(n), std::vector<float>(n),
+                 std::vector<int>(G + 1), std::vector<int>(G), std::vector<void *>(2 * n)};
+        dev_download(o.ex.data(), fex, 4 * n);
+        dev_download(o.ord.data(), ford, 4 * n);
+        dev_download(o.wt.data(), fwt, 4 * n);
+        dev_download(o.wts.data(), fwts, 4 * n);
+        dev_download(o.off.data(), foff, 4 * (G + 1));
+        dev_download(o.act.data(), fact, 4 * G);
+        dev_download(o.lists.data(), flists, sizeof(void *) * 2 * n);
         cudaFree(fex), cudaFree(ford), cudaFree(fwt), cudaFree(fwts), cudaFree(foff), cudaFree(fact), cudaFree(flists);
+        return o;
+    };
+    auto differing = [&](const routed &a, const routed &b) {
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += a.ex[i] != b.ex[i] || a.ord[i] != b.ord[i] || memcmp(&a.wt[i], &b.wt[i], 4) != 0 ||
+                   memcmp(&a.wts[i], &b.wts[i], 4) != 0 || a.lists[i] != b.lists[i] || a.lists[n + i] != b.lists[n + i];
+        for (int e = 0; e <= G; e++) bad += a.off[e] != b.off[e];
+        for (int e = 0; e < G; e++) bad += a.act[e] != b.act[e];
+        return bad;
+    };
+    auto report = [&](const char *name, int64_t bad) {
+        printf("%s  %-20s R=%lld E=%d K=%d  arrays differing %lld\n", bad ? "FAIL" : "PASS", name, (long long)R, E, K,
+               (long long)bad);
+        if (bad) g_fail++;
+        else g_pass++;
+    };
+    const routed fused = route_group(dl, 1);
+    report("moe_route_group", differing(fused, routed{gex, gord, gwt, hw, goff, gact, hl})); /* the two launches' */
+    {   /* the router's K splits (di_cuda_linear_w16_parts): the bits of routing their split-order sum */
+        const int ks = 3;
+        std::vector<float> parts((size_t)(ks * R * E)), sum((size_t)(R * E));
+        for (float &v : parts) v = rnd_normalish() * 2.0f;
+        for (int64_t i = 0; i < R * E; i++) {
+            float v = parts[i];
+            for (int k = 1; k < ks; k++) v += parts[k * R * E + i];
+            sum[i] = v;
+        }
+        float *dp = (float *)dev_upload(parts.data(), 4 * parts.size()), *ds = (float *)dev_upload(sum.data(), 4 * sum.size());
+        report("moe_route K splits", differing(route_group(dp, ks), route_group(ds, 1)));
+        cudaFree(dp), cudaFree(ds);
     }
     cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(yg);
     cudaFree(dact);

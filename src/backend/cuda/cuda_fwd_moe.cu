@@ -30,9 +30,26 @@ static unsigned ew_blocks(int64_t n) {
  * together and each of the K picks scans registers, not shared memory (17.1 -> 11.0 us a launch
  * at B = 1, docs/PERFORMANCE.md session 15); the scores stay in shared memory for lane 0's tail */
 #define ROUTE_PER (DI_MOE_ROUTE_MAX_E / 32)
-/* row r's routing on one warp; sc [DI_MOE_ROUTE_MAX_E] the warp's shared scores */
-static __device__ __forceinline__ void moe_route_row(const float *__restrict__ logits, const float *__restrict__ bias,
-                                                     int64_t r, int E, int K, float scale, int resident, float *sc,
+/* the router's K splits (di_cuda_linear_w16_parts) this kernel adds, at most */
+#define ROUTE_MAX_SPLITS 8
+
+/* logit i of logits [ksplit][n] fp32: the splits' partial sums added in split order (mm_reduce_kernel's
+ * sum, so that its launch is not needed), the loads issued together */
+static __device__ __forceinline__ float route_logit(const float *__restrict__ logits, int ksplit, int64_t n, int64_t i) {
+    float p[ROUTE_MAX_SPLITS];
+#pragma unroll
+    for (int k = 0; k < ROUTE_MAX_SPLITS; k++) p[k] = k < ksplit ? logits[k * n + i] : 0.0f;
+    float v = p[0];
+#pragma unroll
+    for (int k = 1; k < ROUTE_MAX_SPLITS; k++)
+        if (k < ksplit) v += p[k];
+    return v;
+}
+
+/* row r's routing on one warp from its logits z_row [E]; sc [DI_MOE_ROUTE_MAX_E] the warp's shared
+ * scores, which may be z_row (a lane reads its own experts' logits before it writes their scores) */
+static __device__ __forceinline__ void moe_route_row(const float *z_row, const float *__restrict__ bias, int64_t r,
+                                                     int E, int K, float scale, int resident, float *sc,
                                                      int32_t *__restrict__ expert, float *__restrict__ weight,
                                                      int32_t *__restrict__ order) {
     const int lane = threadIdx.x & 31;
@@ -42,7 +59,7 @@ static __device__ __forceinline__ void moe_route_row(const float *__restrict__ l
 #pragma unroll
         for (int i = 0; i < ROUTE_PER; i++) {
             const int e = lane + 32 * i;
-            z[i] = e < E ? logits[r * E + e] : 0.0f;
+            z[i] = e < E ? z_row[e] : 0.0f;
             bz[i] = e < E ? bias[e] : 0.0f;
         }
 #pragma unroll
@@ -94,26 +111,29 @@ static __device__ __forceinline__ void moe_route_row(const float *__restrict__ l
 }
 
 __global__ void __launch_bounds__(EW_THREADS)
-moe_route_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int64_t R, int E, int K,
+moe_route_kernel(const float *__restrict__ logits, int ksplit, const float *__restrict__ bias, int64_t R, int E, int K,
                  float scale, int resident, int32_t *__restrict__ expert, float *__restrict__ weight,
                  int32_t *__restrict__ order) {
     __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
-    const int warp = threadIdx.x >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
     if (r >= R) return; /* whole warps */
-    moe_route_row(logits, bias, r, E, K, scale, resident, score_s[warp], expert, weight, order);
+    for (int e = lane; e < E; e += 32) score_s[warp][e] = route_logit(logits, ksplit, R * E, r * E + e);
+    __syncwarp();
+    moe_route_row(score_s[warp], bias, r, E, K, scale, resident, score_s[warp], expert, weight, order);
 }
 
-extern "C" void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
-                                  int resident, int32_t *expert, float *weight, int32_t *order, cudaStream_t s) {
-    if (E > DI_MOE_ROUTE_MAX_E || K > DI_MOE_ROUTE_MAX_K || K > E) {
-        fprintf(stderr, "di_cuda_moe_route: %d experts, top %d exceeds %d / %d\n", E, K, DI_MOE_ROUTE_MAX_E,
-                DI_MOE_ROUTE_MAX_K);
+extern "C" void di_cuda_moe_route(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K,
+                                  float scale, int resident, int32_t *expert, float *weight, int32_t *order,
+                                  cudaStream_t s) {
+    if (E > DI_MOE_ROUTE_MAX_E || K > DI_MOE_ROUTE_MAX_K || K > E || ksplit < 1 || ksplit > ROUTE_MAX_SPLITS) {
+        fprintf(stderr, "di_cuda_moe_route: %d experts, top %d, %d K splits exceeds %d / %d / %d\n", E, K, ksplit,
+                DI_MOE_ROUTE_MAX_E, DI_MOE_ROUTE_MAX_K, ROUTE_MAX_SPLITS);
         abort();
     }
     if (R <= 0) return;
     moe_route_kernel<<<(unsigned)((R + EW_THREADS / 32 - 1) / (EW_THREADS / 32)), EW_THREADS, 0, s>>>(
-        logits, bias, R, E, K, scale, resident, expert, weight, order);
+        logits, ksplit, bias, R, E, K, scale, resident, expert, weight, order);
     DI_CUDA_LAUNCHED();
 }
 
@@ -213,7 +233,7 @@ moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ w
  * At B = 1 the three launches took ~17 us a layer, mostly their starts. */
 #define ROUTE_GROUP_MAX_ROWS 16
 __global__ void __launch_bounds__(GROUP_THREADS)
-moe_route_group_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int R, int E, int K,
+moe_route_group_kernel(const float *__restrict__ logits, int ksplit, const float *__restrict__ bias, int R, int E, int K,
                        float scale, int resident, int G, int32_t *__restrict__ expert, float *__restrict__ weight,
                        int32_t *__restrict__ order, const float *x, const float *yg, int64_t D,
                        int *__restrict__ row_off, int *__restrict__ active, const float **x_rows,
@@ -221,7 +241,9 @@ moe_route_group_kernel(const float *__restrict__ logits, const float *__restrict
     __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E];
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32], ex_s[ROUTE_GROUP_MAX_ROWS * DI_MOE_ROUTE_MAX_K];
     const int t = threadIdx.x, warp = t >> 5, n = R * K;
-    if (warp < R) moe_route_row(logits, bias, warp, E, K, scale, resident, score_s[warp], expert, weight, order);
+    for (int i = t; i < R * E; i += GROUP_THREADS) score_s[i / E][i % E] = route_logit(logits, ksplit, R * E, i);
+    __syncthreads();
+    if (warp < R) moe_route_row(score_s[warp], bias, warp, E, K, scale, resident, score_s[warp], expert, weight, order);
     cnt[t] = 0;
     __syncthreads(); /* the routes' global writes are visible to the block from here */
     if (t < n) {
@@ -243,18 +265,18 @@ moe_route_group_kernel(const float *__restrict__ logits, const float *__restrict
     }
 }
 
-extern "C" void di_cuda_moe_route_group(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
-                                        int resident, int G, int32_t *expert, float *weight, int32_t *order,
+extern "C" void di_cuda_moe_route_group(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K,
+                                        float scale, int resident, int G, int32_t *expert, float *weight, int32_t *order,
                                         const float *x, const float *yg, int64_t D, int *row_off, int *active,
                                         const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s) {
     if (R > ROUTE_GROUP_MAX_ROWS || G > GROUP_THREADS || E > DI_MOE_ROUTE_MAX_E || K > DI_MOE_ROUTE_MAX_K || K > E ||
-        R <= 0) {
-        di_cuda_moe_route(logits, bias, R, E, K, scale, resident, expert, weight, order, s);
+        R <= 0 || ksplit < 1 || ksplit > ROUTE_MAX_SPLITS) {
+        di_cuda_moe_route(logits, ksplit, bias, R, E, K, scale, resident, expert, weight, order, s);
         di_cuda_moe_group(expert, weight, R, K, G, x, yg, D, row_off, active, x_rows, slot_rows, wts, s);
         return;
     }
-    moe_route_group_kernel<<<1, GROUP_THREADS, 0, s>>>(logits, bias, (int)R, E, K, scale, resident, G, expert, weight,
-                                                       order, x, yg, D, row_off, active, x_rows, slot_rows, wts);
+    moe_route_group_kernel<<<1, GROUP_THREADS, 0, s>>>(logits, ksplit, bias, (int)R, E, K, scale, resident, G, expert,
+                                                       weight, order, x, yg, D, row_off, active, x_rows, slot_rows, wts);
     DI_CUDA_LAUNCHED();
 }
 

@@ -182,6 +182,11 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
  * bf16-rounded when out_bf16. _supported: BF16, K % 32 == 0, whole matrix, 16-byte aligned. */
 bool di_cuda_linear_w16_supported(const di_weight *w);
 void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16);
+/* The same with fp32 output, leaving a K split's reduce to the consumer: returns the partial sums
+ * [*ksplit][m, N] in the context's GEMM scratch (valid until its next linear; di_cuda_moe_route adds
+ * them), or y, written, with *ksplit = 1 */
+const float *di_cuda_linear_w16_parts(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y,
+                                      int *ksplit);
 
 /* ---- compressor and indexer (cuda_fwd_index.cu) ---- */
 /* ratio-2 compressor pairs (indexer.c di_fwd_compress): for i < n, d < dh
@@ -226,10 +231,12 @@ void di_cuda_cand_apply(float *score, int64_t R, int64_t P, int bs, const uint8_
 /* ---- MoE and Engram (cuda_fwd_moe.cu) ---- */
 #define DI_MOE_ROUTE_MAX_E 512
 #define DI_MOE_ROUTE_MAX_K 16
-/* Routing on the device (moe.c di_moe_route_row): logits [R, E] fp32, bias [E] -> expert, weight,
- * order [R, K] (order: slot indices by ascending expert id). resident > 0: the bench's EP-N proxy
- * (expert of slot j of row r = (r K + j) % resident, weights from the real scores). */
-void di_cuda_moe_route(const float *logits, const float *bias, int64_t R, int E, int K, float scale,
+/* Routing on the device (moe.c di_moe_route_row): logits [ksplit][R, E] fp32 (ksplit >= 1: the
+ * router's partial sums over its K splits, di_cuda_linear_w16_parts', added in split order as
+ * mm_reduce_kernel adds them), bias [E] -> expert, weight, order [R, K] (order: slot indices by
+ * ascending expert id). resident > 0: the bench's EP-N proxy (expert of slot j of row r =
+ * (r K + j) % resident, weights from the real scores). */
+void di_cuda_moe_route(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K, float scale,
                        int resident, int32_t *expert, float *weight, int32_t *order, cudaStream_t s);
 /* Groups the R*K assignments per expert (E <= 1024; rows ascending within an expert): row_off
  * [E + 1]; active [E] (or NULL) the experts that got rows in ascending order, then -1; per
@@ -242,7 +249,8 @@ void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, in
                        const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s);
 /* di_cuda_moe_route (E experts) then di_cuda_moe_group (G groups: the resident experts) on its output,
  * the same arrays and bits: in one launch for up to 16 rows (a decode step), else the two calls */
-void di_cuda_moe_route_group(const float *logits, const float *bias, int64_t R, int E, int K, float scale, int resident,
+void di_cuda_moe_route_group(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K, float scale,
+                             int resident,
                              int G, int32_t *expert, float *weight, int32_t *order, const float *x, const float *yg,
                              int64_t D, int *row_off, int *active, const float **x_rows, const float **slot_rows,
                              float *wts, cudaStream_t s);

@@ -310,6 +310,7 @@ struct mm_args {
     int split_blocks;  /* K blocks of 32 per split, a multiple of MM_SPLIT_UNIT */
     float *part;
     int64_t rows;      /* rows of y (all groups) */
+    bool keep_parts;   /* K split: the partial sums stay in part for the consumer (no reduce launch) */
 };
 
 /* y [rows, ldy] = the K splits' partial sums added in split order (then bf16-rounded) */
@@ -351,7 +352,7 @@ static int mm_ksplit(int64_t N, int64_t K, bool single_matrix, int *split_blocks
 
 /* K splits: y = their partial sums added in split order */
 static void reduce_splits(const mm_args &a, cudaStream_t s) {
-    if (a.ksplit <= 1) return;
+    if (a.ksplit <= 1 || a.keep_parts) return;
     const int64_t n = a.rows * a.ldy;
     mm_reduce_kernel<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(a.part, a.ksplit, n,
                                                                                               a.out_bf16, a.y);
@@ -630,10 +631,13 @@ bool di_cuda_linear_w16_supported(const di_weight *w) {
     return w->dtype == DI_DT_BF16 && w->cols % 32 == 0 && w->row0 == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
-/* y [m, N] = x [m, K] (bf16-exact values) @ W^T with BF16 weights, fp32 sums; bf16-rounded or not */
-void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16) {
+/* y [m, N] = x [m, K] (bf16-exact values) @ W^T with BF16 weights, fp32 sums; bf16-rounded or not; with
+ * keep_parts a K split's partial sums are left unreduced and returned (else y is) */
+static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16,
+                               bool keep_parts, int *ksplit_out) {
     cudaStream_t s = ctx->stream;
-    if (m <= 0 || w->rows <= 0) return;
+    *ksplit_out = 1;
+    if (m <= 0 || w->rows <= 0) return y;
     const int64_t K = w->cols, n_in = m * K;
     int split_blocks;
     const int ksplit = mm_ksplit(w->rows, K, true, &split_blocks);
@@ -643,12 +647,26 @@ void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, in
      * on the twin (session 16) */
     if (di_cuda_w16_twin_taken(ctx, w, m)) {
         di_cuda_gemv_w16(s, (const uint16_t *)w->data, w->rows, K, x, m, y, out_bf16, ksplit, split_blocks);
-        return;
+        return y;
     }
     float *part;
     uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     const uint16_t *xb = act_bf16(ctx, x, m, K, xs);
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
-                       out_bf16, {NULL, NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m};
+                       out_bf16, {NULL, NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m,
+                       keep_parts};
     run_cfg<MM_W16>(a, s);
+    if (!keep_parts || ksplit == 1) return y;
+    *ksplit_out = ksplit;
+    return part;
+}
+
+void di_cuda_linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y, bool out_bf16) {
+    int ksplit;
+    linear_w16(ctx, w, x, m, y, out_bf16, false, &ksplit);
+}
+
+const float *di_cuda_linear_w16_parts(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y,
+                                      int *ksplit) {
+    return linear_w16(ctx, w, x, m, y, false, true, ksplit);
 }

@@ -75,6 +75,14 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
 static float *moe_tail(gpu_fwd *f, const di_ffn_weights *fw, const float *x, const float *const *slot_rows,
                        const int32_t *d_order, float *out, float *shared_made);
 
+/* the routed experts' w1 (which 1) or w2 (2) of the first of the E resident experts that has weights
+ * here (their common shape), or NULL */
+static const di_weight *routed_shape(const di_ffn_weights *fw, int E, int which) {
+    for (int e = 0; e < E; e++)
+        if (fw->w1[e].data) return which == 1 ? &fw->w1[e] : &fw->w2[e];
+    return NULL;
+}
+
 /* The shared expert of x [R, D] on the side stream (gpu_model cx_side), forked from the main
  * stream here; moe_shared_join makes the main stream wait for it. Its kernels are the ones the main
  * stream would run, on the same operands, so the bits do not change; the routed experts' kernels
@@ -117,7 +125,13 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     float *shared_side = moe_shared_forked(f, fw, x); /* [R, D] or NULL: made by moe_tail */
     gpu_stage(f, ST_MOE_ROUTE);
     float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * fw->n_experts); /* [R, E] fp32 */
-    gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
+    /* the router's K splits are added by the routing kernel (their partial sums stay in the GEMM
+     * scratch, which nothing on this stream reuses before it) */
+    int ksplit = 1;
+    const float *logits = d_logits; /* [ksplit][R, E] */
+    if (di_cuda_linear_w16_supported(&fw->gate))
+        logits = di_cuda_linear_w16_parts(f->cx, &fw->gate, x, R, d_logits, &ksplit);
+    else gpu_linear(f, &fw->gate, x, R, d_logits, DI_LIN_F32);
     int32_t *d_expert = gpu_alloc(f, sizeof(int32_t) * (size_t)n); /* [R, K] */
     int32_t *d_order = gpu_alloc(f, sizeof(int32_t) * (size_t)n);  /* [R, K] */
     float *d_weight = gpu_alloc(f, sizeof(float) * (size_t)n);     /* [R, K] */
@@ -127,21 +141,20 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const float **x_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);     /* [R*K] expert order -> row of x */
     const float **slot_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);  /* [R, K] slot -> row of yg */
     float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);                /* [R*K] */
-    di_cuda_moe_route_group(d_logits, f->g->hc[L->id].gate_bias, R, fw->n_experts, K,
+    di_cuda_moe_route_group(logits, ksplit, f->g->hc[L->id].gate_bias, R, fw->n_experts, K,
                             (float)m->cfg.routed_scaling_factor, m->proxy.resident_experts, E, d_expert, d_weight,
                             d_order, x, yg, D, d_off, d_active, x_rows, slot_rows, d_wts, f->s);
     gpu_stage(f, ST_MOE_EXPERTS);
     const uint8_t *const *d_wp = f->g->hc[L->id].expert_ptrs; /* [6][E] */
-    const di_weight *shape1 = NULL, *shape2 = NULL;
-    for (int e = 0; e < E && !shape1; e++)
-        if (fw->w1[e].data) shape1 = &fw->w1[e], shape2 = &fw->w2[e];
+    const di_weight *shape1 = routed_shape(fw, E, 1), *shape2 = routed_shape(fw, E, 2);
     if (!shape1) di_die("MoE: layer %d has no expert weights on this device", L->id);
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
-    /* w1 and w3 over the same rows (x's, in expert order through x_rows): quantised once */
+    /* w1 and w3 over the same rows (x's, in expert order through x_rows): quantised once, or x's
+     * digits made by its producer (gpu_moe_input_digits) read through the list */
     di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R,
-                                      NULL, x_rows, g, u);
+                                      x, x_rows, g, u);
     const di_act_form w2_form = di_cuda_linear_act_form(f->cx, shape2, true, E, n, R);
     di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, w2_form);
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
