@@ -873,6 +873,27 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool na
     dev_download(a, yb, sizeof(float) * (size_t)n);
     dev_download(b, ref_b, sizeof(float) * (size_t)n);
     compare("gemv_imma.pair_b", shp, a, b, n, "exact");
+    { /* the same list over a buffer whose producer made its digits (the FFN input's, by hc_block_in):
+       * the twin reads them through the list, no gathered copy */
+        const int64_t nb = K / 32;
+        di_cuda_act_forms made = {NULL};
+        made.digits = (uint8_t *)dev_poisoned((size_t)(3 * M * K));
+        made.digit_scale = (float *)dev_poisoned(sizeof(float) * (size_t)(M * nb));
+        di_cuda_act_quant_digits(xp, NULL, nb, M * nb, made.digits, made.digit_scale, 0);
+        di_cuda_act_forms_note(&g_cx, xp, M, K, made);
+        CK(cudaMemset(ya, 0xff, sizeof(float) * (size_t)n));
+        CK(cudaMemset(yb, 0xff, sizeof(float) * (size_t)n));
+        di_cuda_linear_quant_grouped_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M,
+                                          max_rows, xp, d_xr, ya, yb);
+        di_cuda_act_forms_forget(&g_cx, xp);
+        dev_download(a, ya, sizeof(float) * (size_t)n);
+        dev_download(b, ref_a, sizeof(float) * (size_t)n);
+        compare("gemv_imma.pair_a made digits", shp, a, b, n, "exact");
+        dev_download(a, yb, sizeof(float) * (size_t)n);
+        dev_download(b, ref_b, sizeof(float) * (size_t)n);
+        compare("gemv_imma.pair_b made digits", shp, a, b, n, "exact");
+        cudaFree(made.digits), cudaFree(made.digit_scale);
+    }
     g_cx.fp4_imma = false;
     if (!taken) { /* a case meant for the int8 twin that does not reach it */
         printf("FAIL  gemv_imma: %s does not take the int8 kernel\n", shp);

@@ -65,7 +65,9 @@ void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, cons
                                   int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 /* The same for two weight sets over one x (the experts' w1 and w3), x quantised once: the bits of
  * two di_cuda_linear_quant_grouped calls. x_rows (or NULL): x's rows through a device list [rows]
- * instead (x unused), which only the tensor-core path takes (not exact mode: an error there). */
+ * instead, which only the tensor-core path takes (not exact mode: an error there); x (or NULL) is
+ * then the buffer they point into, whose forms its producer may have noted (the int8 twin reads
+ * its digits through the list). */
 void di_cuda_linear_quant_grouped_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
                                        const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
                                        const uint8_t *const *wscale_b, const int *row_off, const int *active,
@@ -93,7 +95,7 @@ void di_cuda_linear_mma(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t 
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
 /* Two grouped weight sets of one shape over the same x (the experts' w1 and w3): x quantised once;
  * y_a, y_b the bits of two di_cuda_linear_mma calls. x_rows (or NULL): x's rows through a device
- * list [rows] (x unused; di_cuda_act_quant_e4m3's rows). */
+ * list [rows] (di_cuda_act_quant_e4m3's rows; x, or NULL, the buffer they point into, as above). */
 void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
                              const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
                              const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
@@ -153,9 +155,11 @@ void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const d
 bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows);
 void di_cuda_act_quant_digits(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks,
                               uint8_t *dg, float *xs, cudaStream_t s);
+/* x_rows (or NULL): the rows' digits through the MoE's row list instead, row p's those of row
+ * (x_rows[p] - x_base) / K of xd / xs (the FFN input's own digits, made by its producer) */
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
-                           const float *xs);
+                           const float *xs, const float *const *x_rows, const float *x_base);
 /* di_cuda_linear_w16 takes its twin (below) for this weight and m rows: large matrices (the head) at
  * a few rows (cuda_linear_mma.cu W16_TWIN_*) */
 bool di_cuda_w16_twin_taken(const di_cuda_ctx *ctx, const di_weight *w, int64_t m);

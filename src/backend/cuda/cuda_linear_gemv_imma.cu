@@ -18,7 +18,9 @@
  * experts' calls (groups) never split K. Within a block sum the order of the k does not matter (the
  * sum is exact), so a lane takes the weight word its own loads bring: lane 4g + t reads word t
  * (k 8t..8t+7) of rows g and g + 8 of each 16-byte block, and the digit columns in shared memory
- * are stored in plain k order, which puts the same k in B's fragment.
+ * are stored in plain k order, which puts the same k in B's fragment. The digits are gathered into
+ * expert order by act_quant_digits_kernel, or (x_rows) read in place through the MoE's row list
+ * where the FFN input's producer made them (hc_block_in: one launch less a layer at B = 1).
  *
  * Layout: a block of 8 warps, each 16 feature rows of one matrix (a launch may run w1 and
  * w3 over the same rows, as the f16 twin does), for TT (1, 2 or 4) token rows of one group. Its
@@ -80,6 +82,8 @@ struct gi_mat {
 struct gi_args {
     const uint8_t *xd; /* [rows][K / 32][3][32] int8 digits (act_quant_digits_kernel's) */
     const float *xs;   /* [rows][K / 32] their scales times 2^-10 */
+    const float *const *x_rows; /* NULL, or row p's digits are those of row (x_rows[p] - x_base) / K */
+    const float *x_base;
     int64_t M, K;
     const int *row_off, *active; /* groups: [n_groups + 1], slot -> group or NULL */
     gi_mat mat[DI_GEMV_MAX_MATS];
@@ -93,8 +97,11 @@ struct gi_ring {
     uint32_t sc[2][GI_STEP / 4];
 };
 
-/* shared memory of a block of TT token rows: T0, T1 (96 TT bytes a K block) and the scales */
-static __host__ __device__ size_t gi_smem_bytes(int tt, int64_t K) { return (size_t)(K / 32) * (size_t)tt * (96 + 4); }
+/* shared memory of a block of TT token rows: T0, T1 (96 TT bytes a K block), the scales and the rows'
+ * digit rows (4 ints) */
+static __host__ __device__ size_t gi_smem_bytes(int tt, int64_t K) {
+    return (size_t)(K / 32) * (size_t)tt * (96 + 4) + 16;
+}
 static int gi_tokens(int64_t max_rows) { return max_rows <= 1 ? 1 : max_rows <= 2 ? 2 : 4; }
 
 template <int TT>
@@ -109,18 +116,27 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
     const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
     const uint8_t *xd = a.xd;
     const float *xsg = a.xs;
-    int64_t M = a.M;
+    int64_t M = a.M, m_first = 0; /* the group's first row */
     const int64_t m0 = (int64_t)blockIdx.y * TT;
     if (a.row_off) { /* this block's group */
         int gi, r0;
         if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M)) return;
         wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
         wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
-        xd += (int64_t)r0 * nb * 96;
-        xsg += (int64_t)r0 * nb;
+        if (!a.x_rows) {
+            xd += (int64_t)r0 * nb * 96;
+            xsg += (int64_t)r0 * nb;
+        }
         y += (int64_t)r0 * N;
+        m_first = r0;
     }
     const int rows = M - m0 < TT ? (int)(M - m0) : TT;
+    int *dig_row_s = reinterpret_cast<int *>(reinterpret_cast<uint8_t *>(gi_smem) + gi_smem_bytes(TT, K) - 16);
+    if (threadIdx.x < TT) { /* the digit rows of the block's TT token rows */
+        const int64_t p = m0 + (threadIdx.x < rows ? threadIdx.x : 0);
+        dig_row_s[threadIdx.x] = a.x_rows ? (int)((a.x_rows[m_first + p] - a.x_base) / K) : (int)p;
+    }
+    __syncthreads();
     uint8_t *t0 = reinterpret_cast<uint8_t *>(gi_smem);   /* [nb][2 TT][32] digits 0, 1 */
     uint8_t *t1 = t0 + nb * 2 * TT * 32;                  /* [nb][TT][32] digit 2 */
     float *xs = reinterpret_cast<float *>(t1 + nb * TT * 32); /* [nb][TT] */
@@ -170,11 +186,11 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
         const int r = i / (nbi * 6), rem = i - r * nbi * 6, b = rem / 6;
         const int u = rem - 6 * b, dgt = u >> 1, half = u & 1;
         uint8_t *dst = dgt < 2 ? t0 + (b * 2 * TT + 2 * r + dgt) * 32 + 16 * half : t1 + (b * TT + r) * 32 + 16 * half;
-        di_cp_async16(dst, r < rows ? xd + ((m0 + r) * nb + b) * 96 + 32 * dgt + 16 * half : xd, r < rows);
+        di_cp_async16(dst, r < rows ? xd + ((int64_t)dig_row_s[r] * nb + b) * 96 + 32 * dgt + 16 * half : xd, r < rows);
     }
     for (int i = threadIdx.x; i < TT * nbi; i += blockDim.x) { /* xs[j][r] = row r's scale j */
         const int r = i % TT;
-        di_cp_async4(xs + i, xsg + (m0 + (r < rows ? r : 0)) * nb + i / TT, r < rows);
+        di_cp_async4(xs + i, xsg + (int64_t)dig_row_s[r < rows ? r : 0] * nb + i / TT, r < rows);
     }
     di_cp_async_commit();
     di_cp_async_wait<0>();
@@ -266,14 +282,14 @@ static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
 }
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
-                           const float *xs) {
+                           const float *xs, const float *const *x_rows, const float *x_base) {
     if (rows <= 0 || max_rows <= 0 || n_mats <= 0) return;
     if (n_mats > DI_GEMV_MAX_MATS || !di_cuda_gemv_imma_ok(K, max_rows)) { /* a caller's bug */
         fprintf(stderr, "di_cuda_gemv_fp4_imma: %d matrices, K %lld, %lld rows: not this kernel's call\n", n_mats,
                 (long long)K, (long long)max_rows);
         abort();
     }
-    gi_args a = {xd, xs, max_rows, K, row_off, active, {}, 0};
+    gi_args a = {xd, xs, x_rows, x_base, max_rows, K, row_off, active, {}, 0};
     for (int i = 0; i < n_mats; i++) {
         if (mats[i].N <= 0) continue;
         if (mats[i].ksplit != 1) {

@@ -433,6 +433,13 @@ extern "C" const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ct
     return NULL;
 }
 
+/* the forms of x [any rows, K] (the buffer a row list points into), or NULL */
+static const di_cuda_act_forms *act_forms_of(const di_cuda_ctx *ctx, const float *x, int64_t K) {
+    for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+        if (ctx->act_forms[i].x == x && ctx->act_forms[i].K == K) return &ctx->act_forms[i].forms;
+    return NULL;
+}
+
 /* x [rows, K]'s act_quant codes made by its producer, or NULL */
 static const di_cuda_act_forms *act_codes_made(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K) {
     const di_cuda_act_forms *f = di_cuda_act_forms_find(ctx, x, rows, K);
@@ -508,18 +515,21 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
                              N, &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
-    const di_cuda_act_forms *made = x_rows ? NULL : di_cuda_act_forms_find(ctx, x, rows, K);
+    /* x's forms made by its producer; through a row list only its digits are read (in place) */
+    const di_cuda_act_forms *made = x_rows ? act_forms_of(ctx, x, K) : di_cuda_act_forms_find(ctx, x, rows, K);
+    const float *const *digit_rows = NULL; /* the int8 twin reads made's digits through x_rows */
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
-    else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale;
+    else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale, digit_rows = x_rows;
     else if (imma) di_cuda_act_quant_digits(x, x_rows, nb, rows * nb, xq, xsc, s);
-    else if (made && made->q) xq = made->q, xsc = made->scale;
+    else if (made && made->q && !x_rows) xq = made->q, xsc = made->scale;
     else di_cuda_act_quant_e4m3(x, x_rows, nb, rows * nb, xq, xsc, s);
     if (twin) {
         di_gemv_mat mats[DI_GEMV_MAX_MATS];
         for (int m = 0; m < n_mats; m++)
             mats[m] = di_gemv_mat{N, wdata ? wdata[m] : NULL, wscale ? wscale[m] : NULL, wdata_g ? wdata_g[m] : NULL,
                                   wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
-        if (imma) di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc);
+        if (imma)
+            di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x);
         else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
         return;
     }

@@ -610,7 +610,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
         return;
     }
     /* and y's other forms (d % 32 == 0): act_quant(y, 32), a warp's 32 lanes taking 32 quads, 8 lanes a
-     * 32-value block; y's bf16 bits */
+     * 32-value block (with digits, also as the int8 twin's digits); y's bf16 bits */
     const int quads = (int)(d / 4);
     for (int q0 = warp * 32; q0 < quads; q0 += HB_WORKERS) { /* warp-uniform: the block max is a shuffle */
         const int q = q0 + lane, k = 4 * q;
@@ -630,6 +630,8 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
             *reinterpret_cast<uint32_t *>(yf.q + tok * d + k) = codes;
             if ((lane & 7) == 0) yf.scale[tok * (d / 32) + q / 8] = sc;
         }
+        if (yf.digits) /* the int8 twin's digits of the same codes (act_quant_digits_kernel's) */
+            di_act_digits_store(codes, sc, tok * quads + q, reinterpret_cast<uint32_t *>(yf.digits), yf.digit_scale);
         if (yf.bf16) /* di_cuda_f32_to_bf16's bits */
             *reinterpret_cast<uint2 *>(yf.bf16 + tok * d + k) =
                 make_uint2(di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16,
@@ -648,7 +650,8 @@ static void hc_block_in(const float *x, int64_t T, int n, int64_t d, const float
                         cudaStream_t s, const hc_post_src *made_by) {
     if (T <= 0) return;
     if (!di_cuda_hc_block_in_supported(T, n, d) ||
-        (yq && (d % 32 != 0 || (uintptr_t)y % 16 != 0 || yq->digits || (!yq->q) != (!yq->scale)))) {
+        (yq && (d % 32 != 0 || (uintptr_t)y % 16 != 0 || (!yq->q) != (!yq->scale) ||
+                (!yq->digits) != (!yq->digit_scale) || (yq->digits && !yq->q)))) {
         fprintf(stderr, "di_cuda_hc_block_in: T = %lld, n = %d, d = %lld%s not supported\n", (long long)T, n,
                 (long long)d, yq ? " with the rows' other forms" : "");
         abort();

@@ -191,7 +191,8 @@ void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p,
  * (T <= 32, n * n <= 32, d <= 5,120). */
 bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d);
 /* yq (NULL: none; else d % 32 == 0, y 16-byte aligned): also y's other forms where not NULL
- * (di_cuda_act_forms: act_quant(y, 32)'s codes and scales, y's bf16 bits) */
+ * (di_cuda_act_forms: act_quant(y, 32)'s codes and scales, their int8-twin digits -- only with
+ * the codes --, y's bf16 bits) */
 void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
                          const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
                          float *pre_out, float *post, float *comb, float *y, const di_cuda_act_forms *yq, void *ws,

@@ -211,6 +211,11 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
         sub_q.bf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D);        /* [R, D] */
     }
     const di_cuda_act_forms *yq = quant_in ? &sub_q : NULL;
+    di_cuda_act_forms ffn_q = sub_q; /* the FFN input's: also the routed experts' digits where they read them */
+    if (quant_in && gpu_moe_input_digits(f, L)) {
+        ffn_q.digits = gpu_alloc(f, (size_t)(3 * R * D));                          /* [R, D / 32][3][32] int8 */
+        ffn_q.digit_scale = gpu_alloc(f, sizeof(float) * (size_t)R * (D / 32)); /* [R, D / 32] */
+    }
 
     gpu_debug(f, "pre_mix_in", l, pre, (int64_t)R * n);
     gpu_stage(f, ST_MHC);
@@ -236,7 +241,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_stage(f, ST_MHC);
     const di_cuda_hc_post_ops attn_post = {sub_out, X, a_post, a_comb, Y, NULL, NULL, NULL, 0};
     hc_post_then_in(f, &attn_post, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb,
-                    sub_in, yq);
+                    sub_in, quant_in ? &ffn_q : NULL);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe_combine moe_c = {0}; /* with defer: the MoE's combine left for the next block's input to make */
     const bool combine_later = defer && gpu_moe_deferred(f, L, sub_in, &moe_c);
@@ -262,6 +267,8 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_free(f, sub_q.q);
     gpu_free(f, sub_q.scale);
     gpu_free(f, sub_q.bf16);
+    gpu_free(f, ffn_q.digits);
+    gpu_free(f, ffn_q.digit_scale);
 }
 
 /* Final hc collapse, norm and head for the rows that want logits; logits go to the host batch. */

@@ -229,6 +229,10 @@ typedef struct {
 /* gpu_moe without its combine launch where the device path runs (else false: call gpu_moe) */
 bool gpu_moe_deferred(gpu_fwd *f, const di_layer *L, const float *x, gpu_moe_combine *c);
 void gpu_moe_combine_free(gpu_fwd *f, gpu_moe_combine *c);
+/* whether the routed experts' w1 / w3 of this step read the FFN input's int8-twin digits: its
+ * producer then makes them (di_cuda_act_forms.digits) and the twin reads them through the MoE's
+ * row list, with no gathering launch */
+bool gpu_moe_input_digits(const gpu_fwd *f, const di_layer *L);
 void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X);
 
 /* ---- kernels of the driver (gpu_kernels.cu) ---- */

@@ -204,6 +204,13 @@ static bool moe_on_device(const gpu_fwd *f, const di_layer *L) {
            L->ffn.top_k <= DI_MOE_ROUTE_MAX_K;
 }
 
+bool gpu_moe_input_digits(const gpu_fwd *f, const di_layer *L) {
+    if (!moe_on_device(f, L)) return false;
+    const int E = gpu_resident_experts(f->m, &L->ffn);
+    const di_weight *w1 = routed_shape(&L->ffn, E, 1);
+    return w1 && di_cuda_linear_act_form(f->cx, w1, true, E, (int64_t)f->R * L->ffn.top_k, f->R) == DI_ACT_FORM_DIGITS;
+}
+
 bool gpu_moe_deferred(gpu_fwd *f, const di_layer *L, const float *x, gpu_moe_combine *c) {
     if (!moe_on_device(f, L) || L->ffn.top_k > DI_CUDA_COMBINE_MAX_K || f->m->cfg.hidden_size % 4 != 0) return false;
     moe_device(f, L, x, NULL, c);
