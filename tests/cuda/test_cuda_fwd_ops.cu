@@ -1216,16 +1216,42 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
     float *dx = (float *)dev_upload(x, 4 * m * lda), *dy = (float *)dev_poisoned(4 * m * ldy);
     g_cx.wgmma = true;
     if (di_cuda_wgmma_taken(&g_cx, false, K, m)) {
-        di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+        di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
         dev_download(got, dy, 4 * m * ldy);
         check_bf16w8("linear_bf16w8 wgmma", c, x, got, m, K, rank, G);
     }
     g_cx.wgmma = false;
-    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
     dev_download(got, dy, 4 * m * ldy);
     check_bf16w8("linear_bf16w8", c, x, got, m, K, rank, G);
+    { /* with y's act_quant made by the twin's K-split sum (wo_a's codes for wo_b): the same y, and the
+       * bytes of act_quant on that y */
+        const int64_t nb = m * ldy / 32;
+        uint8_t *dq = (uint8_t *)dev_poisoned(m * ldy), *rq = (uint8_t *)dev_poisoned(m * ldy);
+        float *ds = (float *)dev_poisoned(4 * nb), *rs = (float *)dev_poisoned(4 * nb);
+        const di_cuda_act_forms yf = {dq, ds, NULL, NULL, NULL};
+        CK(cudaMemset(dy, 0xff, 4 * m * ldy));
+        if (di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, &yf)) {
+            char shape[96];
+            snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d", (long long)m, (long long)K, (long long)rank, G);
+            dev_download(one, dy, 4 * m * ldy);
+            compare("linear_bf16w8 +codes y", shape, one, got, m * ldy, "exact");
+            di_cuda_act_quant_e4m3(dy, NULL, 0, nb, rq, rs, 0);
+            float *a = (float *)malloc(4 * m * ldy), *b = (float *)malloc(4 * m * ldy);
+            uint8_t *qa = (uint8_t *)malloc(m * ldy), *qb = (uint8_t *)malloc(m * ldy);
+            dev_download(qa, rq, m * ldy);
+            dev_download(qb, dq, m * ldy);
+            for (int64_t i = 0; i < m * ldy; i++) a[i] = qa[i], b[i] = qb[i]; /* the bytes as values */
+            compare("linear_bf16w8 +codes", shape, b, a, m * ldy, "exact");
+            dev_download(a, rs, 4 * nb);
+            dev_download(b, ds, 4 * nb);
+            compare("linear_bf16w8 +scales", shape, b, a, nb, "exact");
+            free(a), free(b), free(qa), free(qb);
+        }
+        cudaFree(dq), cudaFree(rq), cudaFree(ds), cudaFree(rs);
+    }
     /* rows alone = the m-row call (groups never split K) */
-    for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy);
+    for (int64_t r = 0; r < m; r++) di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx + r * lda, lda, 1, dy + r * ldy, ldy, NULL);
     dev_download(one, dy, 4 * m * ldy);
     char shape[96];
     snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (alone vs batch)", (long long)m, (long long)K,
@@ -1233,7 +1259,7 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
     compare("linear_bf16w8 batch", shape, one, got, m * ldy, "batch-inv");
     /* the decode-sized twin (taken at m <= DI_GEMV_MAX_ROWS, K % 128 == 0) against the tiled kernel */
     g_cx.tiled_only = true;
-    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy);
+    di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
     g_cx.tiled_only = false;
     dev_download(one, dy, 4 * m * ldy);
     snprintf(shape, sizeof shape, "M=%lld K=%lld rank=%lld G=%d (%s)", (long long)m, (long long)K, (long long)rank, G,

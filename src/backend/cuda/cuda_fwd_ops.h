@@ -168,9 +168,12 @@ bool di_cuda_w16_twin_taken(const di_cuda_ctx *ctx, const di_weight *w, int64_t 
 void di_cuda_gemv_w16(cudaStream_t s, const uint16_t *wdata, int64_t N, int64_t K, const float *x, int64_t m, float *y,
                       bool out_bf16, int ksplit, int split_blocks);
 /* di_cuda_linear_bf16w8's twin: wdata / wscale from the weight's first row (row0) */
+/* yq / ysc (or NULL): act_quant(y, 32)'s codes [m, ldy] and scales [m, ldy / 32] too, made with the
+ * K splits' sum (the bits of di_cuda_act_quant_e4m3 on y); needs di_cuda_gemv_codes_ok */
+bool di_cuda_gemv_codes_ok(int64_t N, int64_t ldy, int ksplit);
 void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *wscale, int64_t rows_per_group,
                          int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,
-                         int ksplit, int split_blocks);
+                         int ksplit, int split_blocks, uint8_t *yq, float *ysc);
 
 /* bf16 activations x FP8 weights on tensor cores (DI_LIN_BF16, the attention's wo_a): for group
  * g < n_groups, y[:, g*rows_per_group ..] (row stride ldy) = bf16(x[:, g*w->cols ..] (row stride
@@ -180,8 +183,11 @@ void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *ws
  * with scales, K % 32 == 0, row0 % 32 == 0, and with several groups rows_per_group % 32 == 0 (each
  * group starts on a scale block). */
 bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group, int n_groups, int64_t lda);
-void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
-                           const float *x, int64_t lda, int64_t m, float *y, int64_t ldy);
+/* yq (or NULL): where the decode twin runs with a K split (wo_a at decode), y's act_quant codes and
+ * scales are made by the same launch into yq->q / yq->scale, and true is returned (else false,
+ * yq untouched) */
+bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
+                           const float *x, int64_t lda, int64_t m, float *y, int64_t ldy, const di_cuda_act_forms *yq);
 /* bf16 activations x BF16 weights on tensor cores: y [m, N] = x [m, K] (bf16-exact) @ W^T, fp32 sums,
  * bf16-rounded when out_bf16. _supported: BF16, K % 32 == 0, whole matrix, 16-byte aligned. */
 bool di_cuda_linear_w16_supported(const di_weight *w);

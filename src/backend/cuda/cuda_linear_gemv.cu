@@ -91,6 +91,10 @@ struct gv_args {
     int n_mats;
     int xrows;     /* activation rows staged per block: min(MT, max_rows) rounded up to even */
     bool out_bf16; /* outputs rounded to bf16 (else fp32: W16's plain F32 mode) */
+    /* or NULL: act_quant(y, 32) too, codes [rows, ldy] and scales [rows, ldy / 32], made by the K
+     * splits' sum (one matrix, ksplit > 1, gv_codes_ok: wo_a's output for wo_b) */
+    uint8_t *yq;
+    float *ysc;
 };
 
 /* FP4: the register ring's weight words (a lane pair's two words of rows g, g + 8 per block: this
@@ -146,6 +150,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     float *y = pick(a.mat[0].y, a.mat[1].y);
     const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
     const int64_t m0 = (int64_t)blockIdx.y * MT;
+    int64_t y_off = 0; /* y's offset from the matrix's y (the codes' too) */
     if (a.row_off) { /* this block's group (uniform over the block) */
         int gi, r0;
         if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M)) return;
@@ -154,14 +159,15 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         x += (int64_t)r0 * a.lda;
         xqg += (int64_t)r0 * K;
         xsg += (int64_t)r0 * nb;
-        y += (int64_t)r0 * ldy;
+        y_off = (int64_t)r0 * ldy;
     } else if (blockIdx.z) { /* block-diagonal slice (N % 32 == 0) */
         const int64_t gi = blockIdx.z;
         x += gi * K;
         wdata += gi * N * K;
         wscale += gi * (N / 32) * nb;
-        y += gi * N;
+        y_off = gi * N;
     }
+    y += y_off;
     int rows = M - m0 < MT ? (int)(M - m0) : MT;
     rows = rows < xrows ? rows : xrows; /* xrows >= every block's rows (the launcher's bound) */
     uint8_t *xq = reinterpret_cast<uint8_t *>(gv_smem); /* [xrows][xrow] rows m0..: f16, e4m3 codes or (A16) bf16 */
@@ -481,6 +487,24 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     __syncthreads();
     /* the splits' partial sums added in split order, then rounded (mm_reduce_kernel's order) */
     const int per_split = tiles_per_block * MT * GV_TILE;
+    if (a.yq) { /* and act_quant(y, 32): a warp a 32-feature block of a token, a lane a feature */
+        const int fblocks = tiles_per_block * GV_TILE / 32;
+        const int64_t c0 = (int64_t)bx * tiles_per_block * GV_TILE; /* the block's first feature */
+        for (int u = warp; u < MT * fblocks; u += blockDim.x / 32) {
+            const int tok = u / fblocks, fl = u % fblocks * 32 + lane;
+            if (tok >= rows || c0 + fl - lane >= N) continue; /* uniform over the warp (N % 32 == 0) */
+            const int i = (fl / GV_TILE * MT + tok) * GV_TILE + fl % GV_TILE;
+            float v = part[i];
+            for (int k = 1; k < ksplit; k++) v += part[k * per_split + i];
+            v = a.out_bf16 ? di_dev_bf16_round(v) : v;
+            const int64_t e = (m0 + tok) * ldy + c0 + fl;
+            y[e] = v;
+            float sc;
+            a.yq[y_off + e] = di_act_quant_e4m3_x1(v, &sc);
+            if (lane == 0) a.ysc[(y_off + e) / 32] = sc;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < per_split; i += blockDim.x) {
         const int tl = i / (MT * GV_TILE), tok = i / GV_TILE % MT, f = i % GV_TILE;
         const int64_t c = ((int64_t)bx * tiles_per_block + tl) * GV_TILE + f;
@@ -561,12 +585,21 @@ void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const d
     else gv_run<GV_FP8>(a, max_rows, rows_per_group, slots, s);
 }
 
+bool di_cuda_gemv_codes_ok(int64_t N, int64_t ldy, int ksplit) {
+    return ksplit > 1 && gv_tiles_per_block(ksplit) * GV_TILE % 32 == 0 && N % 32 == 0 && ldy % 32 == 0;
+}
+
 void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *wscale, int64_t rows_per_group,
                          int n_groups, int64_t K, const float *x, int64_t lda, int64_t m, float *y, int64_t ldy,
-                         int ksplit, int split_blocks) {
+                         int ksplit, int split_blocks, uint8_t *yq, float *ysc) {
     if (m <= 0 || rows_per_group <= 0) return;
+    if (yq && !di_cuda_gemv_codes_ok(rows_per_group, ldy, ksplit)) { /* a caller's bug */
+        fprintf(stderr, "di_cuda_gemv_bf16w8: no act_quant epilogue for N %lld, ldy %lld, %d K splits\n",
+                (long long)rows_per_group, (long long)ldy, ksplit);
+        abort();
+    }
     const di_gemv_mat one = {rows_per_group, wdata, wscale, NULL, NULL, ksplit, split_blocks, y};
-    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0, true};
+    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0, true, yq, ysc};
     gv_run<GV_A16>(a, m, m, n_groups, s);
 }
 

@@ -597,18 +597,20 @@ bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group,
 
 /* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:
  * n_groups diagonal blocks of the FP8 weight `w` (rows_per_group rows each, from w->row0) */
-void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
-                           const float *x, int64_t lda, int64_t m, float *y, int64_t ldy) {
+bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
+                           const float *x, int64_t lda, int64_t m, float *y, int64_t ldy, const di_cuda_act_forms *yq) {
     cudaStream_t s = ctx->stream;
-    if (m <= 0 || rows_per_group <= 0) return;
+    if (m <= 0 || rows_per_group <= 0) return false;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
     int ksplit = n_groups > 1 ? mm_ksplit_n(nb, MM_SLICE_SPLITS, &split_blocks)
                               : mm_ksplit(rows_per_group, K, true, &split_blocks);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
-        di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks);
-        return;
+        const bool codes = yq && yq->q && yq->scale && di_cuda_gemv_codes_ok(rows_per_group, ldy, ksplit);
+        di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks,
+                            codes ? yq->q : NULL, codes ? yq->scale : NULL);
+        return codes;
     }
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m); /* past the twin's rows */
     if (wg) ksplit = wg_ksplit(rows_per_group * n_groups, m, K, ksplit, &split_blocks);
@@ -621,9 +623,10 @@ void di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
         di_wg_gemm(false, xb, lda, m, m, rows_per_group, K, wd, ws, y, ldy, a.grp, n_groups, m, ksplit, split_blocks,
                    part, s);
         reduce_splits(a, s);
-        return;
+        return false;
     }
     run_cfg<MM_A16>(a, s);
+    return false;
 }
 
 /* BF16 linears on the decode twin: at least this many output features, at most this many rows */

@@ -71,9 +71,20 @@ static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, fl
     wg.rows = rank;
     wg.cols = gcols;
     if (!f->cx->exact && di_cuda_linear_bf16w8_supported(&wg, rank, G, (int64_t)G * gcols)) {
-        /* all groups in one tensor-core launch, reading o and writing cat in place */
-        di_cuda_linear_bf16w8(f->cx, &wg, rank, G, o, (int64_t)G * gcols, R, cat, (int64_t)G * rank);
+        /* all groups in one tensor-core launch, reading o and writing cat in place; at decode the same
+         * launch makes cat's act_quant for wo_b */
+        di_cuda_act_forms cat_q = {NULL}; /* all NULL */
+        if (di_cuda_linear_act_form(f->cx, &a->wo_b, false, 1, R, R) == DI_ACT_FORM_E4M3) {
+            cat_q.q = gpu_alloc(f, (size_t)R * G * rank);                             /* [R, G*rank] e4m3 */
+            cat_q.scale = gpu_alloc(f, sizeof(float) * (size_t)R * (G * rank / 32)); /* [R, G*rank / 32] */
+        }
+        if (di_cuda_linear_bf16w8(f->cx, &wg, rank, G, o, (int64_t)G * gcols, R, cat, (int64_t)G * rank,
+                                  cat_q.q ? &cat_q : NULL))
+            di_cuda_act_forms_note(f->cx, cat, R, (int64_t)G * rank, cat_q);
         gpu_linear(f, &a->wo_b, cat, R, out, DI_LIN_QUANT);
+        di_cuda_act_forms_forget(f->cx, cat);
+        gpu_free(f, cat_q.q);
+        gpu_free(f, cat_q.scale);
         gpu_free(f, cat);
         return;
     }

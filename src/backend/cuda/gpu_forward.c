@@ -62,7 +62,7 @@ void gpu_linear(const gpu_fwd *f, const di_weight *w, const float *x, int64_t m,
             return;
         }
         if (mode == DI_LIN_BF16 && di_cuda_linear_bf16w8_supported(w, w->rows, 1, w->cols)) {
-            di_cuda_linear_bf16w8(f->cx, w, w->rows, 1, x, w->cols, m, y, w->rows);
+            di_cuda_linear_bf16w8(f->cx, w, w->rows, 1, x, w->cols, m, y, w->rows, NULL);
             return;
         }
     }
