@@ -521,6 +521,48 @@ static void test_rmsnorm_rope_quant(int64_t m, int64_t d, int rot) {
     free(x), free(a), free(b), free(cs), free(sn), free(w);
 }
 
+/* the attention's q norm (with its codes) and kv norm + rope + quant in one launch against the two
+ * calls: the same bits in all four outputs */
+static void test_rmsnorm_q_kv(int64_t m, int64_t dq, int64_t dkv, int rot) {
+    const int64_t half = rot / 2, off = dkv - rot;
+    float *xq = (float *)malloc(4 * m * dq), *xkv = (float *)malloc(4 * m * dkv);
+    float *cs = (float *)malloc(4 * m * half), *sn = (float *)malloc(4 * m * half);
+    uint16_t *wq = (uint16_t *)malloc(2 * dq), *wkv = (uint16_t *)malloc(2 * dkv);
+    fill_wide(xq, m * dq, 2.0f);
+    fill_wide(xkv, m * dkv, 2.0f);
+    for (int64_t i = 0; i < dq; i++) wq[i] = di_f32_to_bf16(0.5f + rnd_unit());
+    for (int64_t i = 0; i < dkv; i++) wkv[i] = di_f32_to_bf16(0.5f + rnd_unit());
+    for (int64_t i = 0; i < m * half; i++) {
+        const float th = rnd_unit() * 6.2831853f;
+        cs[i] = cosf(th), sn[i] = sinf(th);
+    }
+    float *dxq = (float *)dev_upload(xq, 4 * m * dq), *dxkv = (float *)dev_upload(xkv, 4 * m * dkv);
+    float *dc = (float *)dev_upload(cs, 4 * m * half), *ds = (float *)dev_upload(sn, 4 * m * half);
+    uint16_t *dwq = (uint16_t *)dev_upload(wq, 2 * dq), *dwkv = (uint16_t *)dev_upload(wkv, 2 * dkv);
+    float *y[2][2]; /* [separate, one launch][q, kv] */
+    di_cuda_act_forms f[2];
+    for (int v = 0; v < 2; v++) {
+        y[v][0] = (float *)dev_poisoned(4 * m * dq), y[v][1] = (float *)dev_poisoned(4 * m * dkv);
+        f[v] = di_cuda_act_forms{(uint8_t *)dev_poisoned(m * dq), (float *)dev_poisoned(4 * m * dq / 32), NULL, NULL, NULL};
+    }
+    di_cuda_rmsnorm_q(dxq, dwq, m, dq, 1e-20f, y[0][0], &f[0], 0);
+    di_cuda_rmsnorm_rope_quant(dxkv, dwkv, m, dkv, 1e-20f, off, rot, dc, ds, y[0][1], 0);
+    di_cuda_rmsnorm_q_kv(m, 1e-20f, dxq, dwq, dq, y[1][0], &f[1], dxkv, dwkv, dkv, off, rot, dc, ds, y[1][1], 0);
+    char shape[80];
+    snprintf(shape, sizeof shape, "M=%lld Dq=%lld Dkv=%lld rot=%d", (long long)m, (long long)dq, (long long)dkv, rot);
+    float *a = (float *)malloc(4 * m * (dq > dkv ? dq : dkv)), *b = (float *)malloc(4 * m * (dq > dkv ? dq : dkv));
+    dev_download(a, y[0][0], 4 * m * dq);
+    dev_download(b, y[1][0], 4 * m * dq);
+    compare("rmsnorm_q_kv q", shape, b, a, m, dq, CRIT_EXACT);
+    compare_act_q("rmsnorm_q_kv q", shape, y[0][0], &f[1], m, dq);
+    dev_download(a, y[0][1], 4 * m * dkv);
+    dev_download(b, y[1][1], 4 * m * dkv);
+    compare("rmsnorm_q_kv kv", shape, b, a, m, dkv, CRIT_EXACT);
+    for (int v = 0; v < 2; v++) cudaFree(y[v][0]), cudaFree(y[v][1]), cudaFree(f[v].q), cudaFree(f[v].scale);
+    cudaFree(dxq), cudaFree(dxkv), cudaFree(dc), cudaFree(ds), cudaFree(dwq), cudaFree(dwkv);
+    free(xq), free(xkv), free(cs), free(sn), free(wq), free(wkv), free(a), free(b);
+}
+
 /* ---- sparse attention ---- */
 /* Per-element bound on |tensor-core attention - CPU attention| for one (row, head): o = sum_j
  * bf16(p_j) v_j / den. The two differ in summation order only:
@@ -1024,6 +1066,8 @@ static void run_quick(void) {
     test_rope(2, 4, 128, 64, 64, false);
     test_rmsnorm_rope_quant(3, 64, 16);  /* the tiny model's kv */
     test_rmsnorm_rope_quant(5, 512, 64); /* V4.1's */
+    test_rmsnorm_q_kv(3, 96, 64, 16);    /* the tiny model's q and kv norms in one launch */
+    test_rmsnorm_q_kv(5, 1280, 512, 64); /* V4.1's */
     test_attention(2, 8, 512, 130, 200, 10);
     test_attention(1, 64, 512, 128 + 512, 4096, 5);         /* the real shape, decode batch 1 */
     test_attention(3, 24, 64, 300, 500, 10, 2);             /* 24 heads, tail of 44, NULL run 2 */
@@ -1117,6 +1161,8 @@ static void run_full(void) {
     test_rope(8, 64, 512, 448, 64, false);
     test_rope(8, 64, 512, 448, 64, true);
     test_rope(5, 32, 128, 64, 64, false);
+    test_rmsnorm_rope_quant(64, 512, 64);
+    test_rmsnorm_q_kv(64, 1280, 512, 64);
 
     test_attention(4, 64, 512, 128 + 512, 4096, 5);
     test_attention(3, 64, 512, 100, 300, 30);

@@ -5,7 +5,8 @@
  * warp shuffles adds the partial sums. For bf16 inputs each square is exact in double and the sum is exact whenever
  * the squares span fewer than ~37 binades, so both orders give the same double; otherwise they
  * can differ in the last double bit, which changes the fp32 mean only within 2^-29 of a rounding
- * boundary. Everything after the mean is the CPU's fp32 expression.
+ * boundary. Everything after the mean is the CPU's fp32 expression. A launch may run two norms
+ * (norm_job: the attention's q and kv norms, one launch a layer less at decode).
  *
  * RoPE: one thread per rotated pair, the CPU's fp32 expression (di_dev_rope_pair). Bit-exact. */
 #include "backend/cuda/cuda_common.cuh"
@@ -32,12 +33,31 @@ struct norm_rope_quant {
     const float *cos_rows, *sin_rows; /* [rows][rot / 2] */
 };
 
+/* one RMSNorm over rows of d values, x -> y [rows, d] with w [d] bf16 bits; yq / ysc (or NULL): y's
+ * act_quant codes and scales too (PER > 0, d % 32 == 0); rq: the kv epilogue */
+struct norm_job {
+    const float *x;
+    const uint16_t *w;
+    int64_t d;
+    float *y;
+    uint8_t *yq;
+    float *ysc;
+    norm_rope_quant rq;
+};
+
+/* block b < m0: row b of job j0; else row b - m0 of job j1 (two norms of one layer in one launch) */
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
-               float *__restrict__ y, uint8_t *__restrict__ yq, float *__restrict__ ysc, norm_rope_quant rq) {
+rmsnorm_kernel(norm_job j0, norm_job j1, unsigned m0, float eps) {
     __shared__ double warp_sum[NORM_THREADS / 32];
-    const float *xr = x + (int64_t)blockIdx.x * d;
+    const bool second = blockIdx.x >= m0; /* uniform over the block */
+    const norm_job j = second ? j1 : j0;
+    const int64_t row = blockIdx.x - (second ? m0 : 0u), d = j.d;
+    const uint16_t *__restrict__ w = j.w;
+    const norm_rope_quant rq = j.rq;
+    uint8_t *__restrict__ yq = j.yq;
+    float *__restrict__ ysc = j.ysc;
+    const float *xr = j.x + row * d;
     double ss = 0.0;
     float xv[PER ? PER : 1], wv[PER ? PER : 1];
     if (PER) {
@@ -55,7 +75,7 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
     }
     const float mean = (float)(di_dev_norm_block_sum(ss, warp_sum, NORM_THREADS / 32) / (double)d);
     const float inv = 1.0f / sqrtf(mean + eps);
-    float *yr = y + (int64_t)blockIdx.x * d;
+    float *yr = j.y + row * d;
     if (PER) {
 #pragma unroll
         for (int j = 0; j < PER; j++) {
@@ -65,7 +85,7 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
                 const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
                 const int k = (int)i - rq.off;
                 if (k >= 0 && k < rq.rot) {
-                    const int half = rq.rot / 2, r = (int)blockIdx.x;
+                    const int half = rq.rot / 2, r = (int)row;
                     float a = (k & 1) ? partner : v, b = (k & 1) ? v : partner; /* the pair */
                     di_dev_rope_pair(a, b, rq.cos_rows[r * half + k / 2], rq.sin_rows[r * half + k / 2]);
                     v = (k & 1) ? b : a;
@@ -78,8 +98,8 @@ rmsnorm_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int6
             /* act_quant(y, 32) (d % 32 == 0): the warp's 32 values of this j are one block, all in or out */
             if (yq && (i & ~31) < d) {
                 float sc;
-                yq[(int64_t)blockIdx.x * d + i] = di_act_quant_e4m3_x1(v, &sc);
-                if ((threadIdx.x & 31) == 0) ysc[(int64_t)blockIdx.x * (d / 32) + i / 32] = sc;
+                yq[row * d + i] = di_act_quant_e4m3_x1(v, &sc);
+                if ((threadIdx.x & 31) == 0) ysc[row * (d / 32) + i / 32] = sc;
             }
         }
     } else {
@@ -103,13 +123,11 @@ extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_
                 (long long)d);
         abort();
     }
-    uint8_t *q = yq ? yq->q : nullptr;
-    float *qs = yq ? yq->scale : nullptr;
+    const norm_job job = {x, w_bf16, d, y, yq ? yq->q : nullptr, yq ? yq->scale : nullptr, norm_rope_quant{}};
     if (d <= NORM_THREADS * NORM_PER)
-        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, q, qs, norm_rope_quant{});
+        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
     else
-        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, nullptr, nullptr,
-                                                               norm_rope_quant{});
+        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
     DI_CUDA_LAUNCHED();
 }
 
@@ -127,8 +145,25 @@ extern "C" void di_cuda_rmsnorm_rope_quant(const float *x, const uint16_t *w_bf1
                 rot_dim, (long long)offset);
         abort();
     }
-    const norm_rope_quant rq = {true, (int)offset, rot_dim, cos_rows, sin_rows};
-    rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, nullptr, nullptr, rq);
+    const norm_job job = {x, w_bf16, d, y, nullptr, nullptr, {true, (int)offset, rot_dim, cos_rows, sin_rows}};
+    rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
+    DI_CUDA_LAUNCHED();
+}
+
+extern "C" void di_cuda_rmsnorm_q_kv(int64_t m, float eps, const float *xq, const uint16_t *wq, int64_t dq, float *yq,
+                                     const di_cuda_act_forms *fq, const float *xkv, const uint16_t *wkv, int64_t dkv,
+                                     int64_t offset, int rot_dim, const float *cos_rows, const float *sin_rows,
+                                     float *ykv, cudaStream_t s) {
+    if (m <= 0) return;
+    if (!di_cuda_rmsnorm_q_supported(dq) || !di_cuda_rmsnorm_rope_quant_supported(dkv, offset, rot_dim) ||
+        (fq && (!fq->q || !fq->scale || fq->bf16 || fq->digits))) {
+        fprintf(stderr, "di_cuda_rmsnorm_q_kv: q rows of %lld, kv rows of %lld (rotation %d at %lld) not supported\n",
+                (long long)dq, (long long)dkv, rot_dim, (long long)offset);
+        abort();
+    }
+    const norm_job q = {xq, wq, dq, yq, fq ? fq->q : nullptr, fq ? fq->scale : nullptr, norm_rope_quant{}};
+    const norm_job kv = {xkv, wkv, dkv, ykv, nullptr, nullptr, {true, (int)offset, rot_dim, cos_rows, sin_rows}};
+    rmsnorm_kernel<NORM_PER><<<(unsigned)(2 * m), NORM_THREADS, 0, s>>>(q, kv, (unsigned)m, eps);
     DI_CUDA_LAUNCHED();
 }
 

@@ -111,6 +111,13 @@ bool di_cuda_rmsnorm_rope_quant_supported(int64_t d, int64_t offset, int rot_dim
 void di_cuda_rmsnorm_rope_quant(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps,
                                 int64_t offset, int rot_dim, const float *cos_rows, const float *sin_rows, float *y,
                                 cudaStream_t s);
+/* di_cuda_rmsnorm_q (xq [m, dq] -> yq, with fq's codes or none) and di_cuda_rmsnorm_rope_quant (xkv
+ * [m, dkv] -> ykv) in one launch -- the attention's q and kv norms, which read the two outputs of one
+ * GEMV launch: the bits of the two calls. Needs what both need. */
+void di_cuda_rmsnorm_q_kv(int64_t m, float eps, const float *xq, const uint16_t *wq, int64_t dq, float *yq,
+                          const di_cuda_act_forms *fq, const float *xkv, const uint16_t *wkv, int64_t dkv,
+                          int64_t offset, int rot_dim, const float *cos_rows, const float *sin_rows, float *ykv,
+                          cudaStream_t s);
 /* x [rows, n_vec, stride]: in place rotation of the rot_dim values from `offset` of each vector,
  * interleaved pairs; cos/sin [rows, rot_dim/2] (the table row of each row's position) */
 void di_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,

@@ -23,18 +23,25 @@ static void q_kv(gpu_fwd *f, const di_layer *L, const float *x, float *qr, const
     const di_weight *w[2] = {&L->attn.wq_a, &L->attn.wkv};                /* both read x: one launch */
     float *const t[2] = {tq, tkv};
     gpu_linear_quant_set(f, 2, w, x, R, t);
-    di_cuda_rmsnorm_q(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, qr_q, f->s);
+    /* kv: RMSNorm, RoPE and act_quant in one kernel; with the q norm in the same launch where both fit */
+    const bool kv_fused = di_cuda_rmsnorm_rope_quant_supported(Dh, Dh - rd, rd);
+    if (kv_fused && di_cuda_rmsnorm_q_supported(cf->q_lora_rank)) {
+        di_cuda_rmsnorm_q_kv(R, eps, tq, L->attn.q_norm, cf->q_lora_rank, qr, qr_q, tkv, L->attn.kv_norm, Dh, Dh - rd,
+                             rd, f->d_cos[kind], f->d_sin[kind], kv, f->s);
+    } else {
+        di_cuda_rmsnorm_q(tq, L->attn.q_norm, R, cf->q_lora_rank, eps, qr, qr_q, f->s);
+        if (kv_fused) {
+            di_cuda_rmsnorm_rope_quant(tkv, L->attn.kv_norm, R, Dh, eps, Dh - rd, rd, f->d_cos[kind], f->d_sin[kind],
+                                       kv, f->s);
+        } else {
+            di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
+            gpu_rope_rows(f, kind, kv, 1, Dh, Dh - rd, false);
+            di_cuda_act_quant_inplace(kv, (int64_t)R * Dh, 32, f->s);
+        }
+    }
     if (qr_q) di_cuda_act_forms_note(f->cx, qr, R, cf->q_lora_rank, *qr_q);
     gpu_linear(f, &L->attn.wq_b, qr, R, q, DI_LIN_QUANT);
     if (rope_q) gpu_rope_rows(f, kind, q, H, Dh, Dh - rd, false);
-    if (di_cuda_rmsnorm_rope_quant_supported(Dh, Dh - rd, rd)) { /* the three below in one launch */
-        di_cuda_rmsnorm_rope_quant(tkv, L->attn.kv_norm, R, Dh, eps, Dh - rd, rd, f->d_cos[kind], f->d_sin[kind], kv,
-                                   f->s);
-    } else {
-        di_cuda_rmsnorm(tkv, L->attn.kv_norm, R, Dh, eps, kv, f->s);
-        gpu_rope_rows(f, kind, kv, 1, Dh, Dh - rd, false);
-        di_cuda_act_quant_inplace(kv, (int64_t)R * Dh, 32, f->s);
-    }
     gpu_free(f, tq);
     gpu_free(f, tkv);
 }
