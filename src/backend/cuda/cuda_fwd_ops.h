@@ -260,10 +260,9 @@ void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, in
 /* di_cuda_moe_route (E experts) then di_cuda_moe_group (G groups: the resident experts) on its output,
  * the same arrays and bits: in one launch for up to 16 rows (a decode step), else the two calls */
 void di_cuda_moe_route_group(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K, float scale,
-                             int resident,
-                             int G, int32_t *expert, float *weight, int32_t *order, const float *x, const float *yg,
-                             int64_t D, int *row_off, int *active, const float **x_rows, const float **slot_rows,
-                             float *wts, cudaStream_t s);
+                             int resident, int G, int32_t *expert, float *weight, int32_t *order, const float *x,
+                             const float *yg, int64_t D, int *row_off, int *active, const float **x_rows,
+                             const float **slot_rows, float *wts, cudaStream_t s);
 /* SwiGLU (moe.c expert_ffn): h[r, i] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]),
  * silu(v) = v / (1 + expf(-v)) (glibc expf twin); g, u, h [n, inter]; wt [n] or NULL. h may
  * alias g. */

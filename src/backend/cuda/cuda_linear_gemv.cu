@@ -487,16 +487,18 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     __syncthreads();
     /* the splits' partial sums added in split order, then rounded (mm_reduce_kernel's order) */
     const int per_split = tiles_per_block * MT * GV_TILE;
+    auto split_sum = [&](int i) {
+        float v = part[i];
+        for (int k = 1; k < ksplit; k++) v += part[k * per_split + i];
+        return a.out_bf16 ? di_dev_bf16_round(v) : v;
+    };
     if (a.yq) { /* and act_quant(y, 32): a warp a 32-feature block of a token, a lane a feature */
         const int fblocks = tiles_per_block * GV_TILE / 32;
         const int64_t c0 = (int64_t)bx * tiles_per_block * GV_TILE; /* the block's first feature */
         for (int u = warp; u < MT * fblocks; u += blockDim.x / 32) {
             const int tok = u / fblocks, fl = u % fblocks * 32 + lane;
             if (tok >= rows || c0 + fl - lane >= N) continue; /* uniform over the warp (N % 32 == 0) */
-            const int i = (fl / GV_TILE * MT + tok) * GV_TILE + fl % GV_TILE;
-            float v = part[i];
-            for (int k = 1; k < ksplit; k++) v += part[k * per_split + i];
-            v = a.out_bf16 ? di_dev_bf16_round(v) : v;
+            const float v = split_sum((fl / GV_TILE * MT + tok) * GV_TILE + fl % GV_TILE);
             const int64_t e = (m0 + tok) * ldy + c0 + fl;
             y[e] = v;
             float sc;
@@ -509,9 +511,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         const int tl = i / (MT * GV_TILE), tok = i / GV_TILE % MT, f = i % GV_TILE;
         const int64_t c = ((int64_t)bx * tiles_per_block + tl) * GV_TILE + f;
         if (tok >= rows || c >= N) continue;
-        float v = part[i];
-        for (int k = 1; k < ksplit; k++) v += part[k * per_split + i];
-        y[(m0 + tok) * ldy + c] = a.out_bf16 ? di_dev_bf16_round(v) : v;
+        y[(m0 + tok) * ldy + c] = split_sum(i);
     }
 }
 

@@ -425,19 +425,17 @@ extern "C" void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x) {
         if (ctx->act_forms[i].x == x) ctx->act_forms[i].x = NULL;
 }
 
-extern "C" const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const float *x, int64_t rows,
-                                                           int64_t K) {
+/* the noted forms of x [rows, K] (rows < 0: any rows -- the buffer a row list points into), or NULL */
+static const di_cuda_act_forms *act_forms_lookup(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K) {
     for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
-        if (ctx->act_forms[i].x == x && ctx->act_forms[i].rows == rows && ctx->act_forms[i].K == K)
+        if (ctx->act_forms[i].x == x && (rows < 0 || ctx->act_forms[i].rows == rows) && ctx->act_forms[i].K == K)
             return &ctx->act_forms[i].forms;
     return NULL;
 }
 
-/* the forms of x [any rows, K] (the buffer a row list points into), or NULL */
-static const di_cuda_act_forms *act_forms_of(const di_cuda_ctx *ctx, const float *x, int64_t K) {
-    for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
-        if (ctx->act_forms[i].x == x && ctx->act_forms[i].K == K) return &ctx->act_forms[i].forms;
-    return NULL;
+extern "C" const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const float *x, int64_t rows,
+                                                           int64_t K) {
+    return act_forms_lookup(ctx, x, rows, K);
 }
 
 /* x [rows, K]'s act_quant codes made by its producer, or NULL */
@@ -516,7 +514,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
                              N, &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     /* x's forms made by its producer; through a row list only its digits are read (in place) */
-    const di_cuda_act_forms *made = x_rows ? act_forms_of(ctx, x, K) : di_cuda_act_forms_find(ctx, x, rows, K);
+    const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K);
     const float *const *digit_rows = NULL; /* the int8 twin reads made's digits through x_rows */
     if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale, digit_rows = x_rows;

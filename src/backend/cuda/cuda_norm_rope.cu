@@ -115,10 +115,15 @@ extern "C" void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t 
 
 extern "C" bool di_cuda_rmsnorm_q_supported(int64_t d) { return d % 32 == 0 && d <= NORM_THREADS * NORM_PER; }
 
+/* the norm's other forms: none, or exactly the codes and their scales */
+static bool codes_only(const di_cuda_act_forms *yq) {
+    return !yq || (yq->q && yq->scale && !yq->bf16 && !yq->digits);
+}
+
 extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
                                   const di_cuda_act_forms *yq, cudaStream_t s) {
     if (m <= 0) return;
-    if (yq && (!di_cuda_rmsnorm_q_supported(d) || !yq->q || !yq->scale || yq->bf16 || yq->digits)) {
+    if (yq && (!di_cuda_rmsnorm_q_supported(d) || !codes_only(yq))) {
         fprintf(stderr, "di_cuda_rmsnorm_q: rows of %lld values (or forms other than the codes) not supported\n",
                 (long long)d);
         abort();
@@ -156,7 +161,7 @@ extern "C" void di_cuda_rmsnorm_q_kv(int64_t m, float eps, const float *xq, cons
                                      float *ykv, cudaStream_t s) {
     if (m <= 0) return;
     if (!di_cuda_rmsnorm_q_supported(dq) || !di_cuda_rmsnorm_rope_quant_supported(dkv, offset, rot_dim) ||
-        (fq && (!fq->q || !fq->scale || fq->bf16 || fq->digits))) {
+        !codes_only(fq)) {
         fprintf(stderr, "di_cuda_rmsnorm_q_kv: q rows of %lld, kv rows of %lld (rotation %d at %lld) not supported\n",
                 (long long)dq, (long long)dkv, rot_dim, (long long)offset);
         abort();
