@@ -1503,6 +1503,10 @@ static void run_imma_quick(void) {
     test_gemv_imma(384, 200, imma4, 8);
     test_gemv_imma(640, 64, imma5, 5);
     test_gemv_imma(256, 40, imma2, 6, true);
+    /* one row a group (gemv_fp4_imma_row_kernel): an odd number of 4-block quads (a last step of
+     * one), and a NaN scale in the first step */
+    test_gemv_imma(640, 40, imma1, 6);
+    test_gemv_imma(384, 40, imma1, 6, true);
 }
 
 static void run_quick(void) {
@@ -1629,6 +1633,9 @@ static void run_full(bool head) {
     test_gemv_imma(5120, 2304, e1, 48);
     test_gemv_imma(2304, 5120, e1, 48);
     test_gemv_imma(5120, 2304, e16, 48);
+    int e48[48]; /* every expert one row (B = 8 of EP-8): the one-row kernel on several waves */
+    for (int i = 0; i < 48; i++) e48[i] = 1;
+    test_gemv_imma(5120, 2304, e48, 48);
     /* the wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
      * single matrices (K splits), and one whose halves fill the GPU twice over (no K split) */
     int e64[8], e300[4];

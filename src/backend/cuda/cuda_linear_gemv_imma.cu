@@ -104,38 +104,55 @@ static __host__ __device__ size_t gi_smem_bytes(int tt, int64_t K) {
 }
 static int gi_tokens(int64_t max_rows) { return max_rows <= 1 ? 1 : max_rows <= 2 ? 2 : 4; }
 
+/* what a block works on: its matrix (uniform over the block; matrix 1's blocks after matrix 0's
+ * along grid.x), its group's weights, digit rows and outputs */
+struct gi_block {
+    const uint8_t *wdata, *wscale, *xd; /* xd, xsg: the group's first row (not x_rows) */
+    const float *xsg;
+    float *y;         /* the group's first output row */
+    int64_t N, M;     /* the matrix's features, the group's rows */
+    int64_t m_first;  /* the group's first row of the call */
+    unsigned bx;      /* the block's index within its matrix */
+};
+/* false where the block has no rows (its group is inactive, or shorter than m0) */
+static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int64_t m0, gi_block *b) {
+    const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
+    const gi_mat &mt = a.mat[second ? 1 : 0];
+    *b = gi_block{mt.wdata, mt.wscale, a.xd, a.xs, mt.y, mt.N, a.M, 0,
+                  blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u)};
+    if (!a.row_off) return m0 < b->M;
+    int gi, r0;
+    if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &b->M)) return false;
+    b->wdata = mt.wdata_g[gi];
+    b->wscale = mt.wscale_g[gi];
+    if (!a.x_rows) {
+        b->xd += (int64_t)r0 * (a.K / 32) * 96;
+        b->xsg += (int64_t)r0 * (a.K / 32);
+    }
+    b->y += (int64_t)r0 * b->N;
+    b->m_first = r0;
+    return true;
+}
+/* the digit row (of xd / xsg) of the group's row p */
+static __device__ __forceinline__ int gi_digit_row(const gi_args &a, const gi_block &b, int64_t p) {
+    return a.x_rows ? (int)((a.x_rows[b.m_first + p] - a.x_base) / a.K) : (int)p;
+}
+
 template <int TT>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_kernel(gi_args a) {
     extern __shared__ int4 gi_smem[];
-    /* this block's matrix (uniform over the block), fields picked one by one */
-    const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
-    auto pick = [&](auto v0, auto v1) { return second ? v1 : v0; };
-    const int64_t N = pick(a.mat[0].N, a.mat[1].N), K = a.K, nb = K / 32;
-    const unsigned bx = blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u);
-    float *y = pick(a.mat[0].y, a.mat[1].y);
-    const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
-    const uint8_t *xd = a.xd;
-    const float *xsg = a.xs;
-    int64_t M = a.M, m_first = 0; /* the group's first row */
     const int64_t m0 = (int64_t)blockIdx.y * TT;
-    if (a.row_off) { /* this block's group */
-        int gi, r0;
-        if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M)) return;
-        wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
-        wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
-        if (!a.x_rows) {
-            xd += (int64_t)r0 * nb * 96;
-            xsg += (int64_t)r0 * nb;
-        }
-        y += (int64_t)r0 * N;
-        m_first = r0;
-    }
+    gi_block blk;
+    if (!gi_block_of(a, m0, &blk)) return;
+    const int64_t N = blk.N, K = a.K, nb = K / 32, M = blk.M;
+    const unsigned bx = blk.bx;
+    float *y = blk.y;
+    const uint8_t *wdata = blk.wdata, *wscale = blk.wscale, *xd = blk.xd;
+    const float *xsg = blk.xsg;
     const int rows = M - m0 < TT ? (int)(M - m0) : TT;
     int *dig_row_s = reinterpret_cast<int *>(reinterpret_cast<uint8_t *>(gi_smem) + gi_smem_bytes(TT, K) - 16);
-    if (threadIdx.x < TT) { /* the digit rows of the block's TT token rows */
-        const int64_t p = m0 + (threadIdx.x < rows ? threadIdx.x : 0);
-        dig_row_s[threadIdx.x] = a.x_rows ? (int)((a.x_rows[m_first + p] - a.x_base) / K) : (int)p;
-    }
+    if (threadIdx.x < TT) /* the digit rows of the block's TT token rows */
+        dig_row_s[threadIdx.x] = gi_digit_row(a, blk, m0 + (threadIdx.x < rows ? threadIdx.x : 0));
     __syncthreads();
     uint8_t *t0 = reinterpret_cast<uint8_t *>(gi_smem);   /* [nb][2 TT][32] digits 0, 1 */
     uint8_t *t1 = t0 + nb * 2 * TT * 32;                  /* [nb][TT][32] digit 2 */
@@ -259,16 +276,184 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
     if (n0 + g + 8 < N) y[(m0 + t) * N + n0 + g + 8] = di_dev_bf16_round(acc1);
 }
 
-bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
-    return K % 128 == 0 && gi_smem_bytes(gi_tokens(max_rows), K) <= GI_SMEM_MAX;
+/* One token row a block (every group of the call has at most one row: the routed experts at B = 1).
+ * gemv_fp4_imma_kernel's lanes load 4-byte words: each warp load touches 8 rows, half a 32-byte
+ * sector each, and ncu had the L1 80% busy on them (docs/PERFORMANCE.md, session 21). Here a lane
+ * loads 16-byte blocks -- lane 4g + t block 4c + t of rows g and g + 8, a quad of four K blocks a
+ * warp load -- and the mma sums four blocks at once, each through its own output columns: in the
+ * quad's mma i lane t holds word i (k 8i..8i+7) of its block, and B's column 2t' + d holds digit d of
+ * block 4c + t' where lane t' brings it (k rows 4t'.., 16 + 4t'..) and zeros elsewhere, so column
+ * 2t' + d sums only block t''s products; four mmas (i = 0..3) accumulate a quad's whole blocks, exact
+ * in int32 as before. One mma for digits 0 / 1 (columns 2t' + d), one for digit 2 (columns 2t'). A
+ * lane then holds its block's sums of rows g, g + 8 in c0..c3 (column 2t, 2t + 1 its own block): the
+ * block sums and their scales xs * ws go round the quad's four lanes by shuffles and every lane folds
+ * the four in block order -- the same fma chain, so the same bits as gemv_fp4_imma_kernel<1>.
+ * B's zeros are a 32-byte zero row in shared memory that the other lanes' pointers stay on. */
+#define GR_QUADS 2 /* quads a step of the weight register ring (8 K blocks, as GI_STEP; 4 with 2 blocks a
+                    * multiprocessor, and loads with an L2::256B hint, were no faster: session 24) */
+
+static __host__ __device__ size_t gr_smem_bytes(int64_t K) { /* digits [nb][96], xs [nb], zeros, the row */
+    return (size_t)(K / 32) * 100 + 48;
 }
 
+__global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_row_kernel(gi_args a) {
+    constexpr int H = 2; /* rows g, g + 8 of a lane */
+    extern __shared__ int4 gi_smem[];
+    const int64_t m0 = blockIdx.y;
+    gi_block blk;
+    if (!gi_block_of(a, m0, &blk)) return;
+    const int64_t N = blk.N, K = a.K, nb = K / 32;
+    const int nbi = (int)nb, nq = nbi / 4; /* K % 128 == 0 */
+    uint8_t *dg = reinterpret_cast<uint8_t *>(gi_smem);               /* [nb][3][32] the row's digits */
+    float *xs = reinterpret_cast<float *>(dg + nb * 96);              /* [nb] their scales times 2^-10 */
+    uint32_t *zeros = reinterpret_cast<uint32_t *>(xs + nb);          /* [8] */
+    int *dig_row_s = reinterpret_cast<int *>(zeros + 8);
+    if (threadIdx.x == 0) dig_row_s[0] = gi_digit_row(a, blk, m0);
+    if (threadIdx.x < 8) zeros[threadIdx.x] = 0u;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t n0 = ((int64_t)blk.bx * GI_WARPS + warp) * 16;
+    const bool busy = n0 < N; /* uniform over the warp */
+
+    /* the ring: a slot holds a quad's block t of rows g, g + 8 and their scale words (rows past N
+     * read row N - 1; their outputs are never stored) */
+    struct gr_ring {
+        uint4 w[GR_QUADS][H];
+        uint32_t sc[GR_QUADS][H];
+    };
+    const uint8_t *wp[H], *sp[H];
+#pragma unroll
+    for (int h = 0; h < H; h++) {
+        const int64_t n = n0 + 8 * h + g < N ? n0 + 8 * h + g : N - 1;
+        wp[h] = blk.wdata + n * (K / 2) + 16 * t;
+        sp[h] = blk.wscale + n * nb;
+    }
+    auto load_quad = [&](gr_ring &st, int j) {
+#pragma unroll
+        for (int h = 0; h < H; h++) {
+            st.w[j][h] = __ldg(reinterpret_cast<const uint4 *>(wp[h] + 64 * j));
+            st.sc[j][h] = __ldg(reinterpret_cast<const uint32_t *>(sp[h] + 4 * j));
+        }
+    };
+    auto advance = [&]() {
+#pragma unroll
+        for (int h = 0; h < H; h++) wp[h] += 64 * GR_QUADS, sp[h] += 4 * GR_QUADS;
+    };
+    gr_ring st;
+#pragma unroll
+    for (int j = 0; j < GR_QUADS; j++)
+#pragma unroll
+        for (int h = 0; h < H; h++) st.sc[j][h] = 0x7f7f7f7fu; /* past K: plain */
+    if (busy) {
+#pragma unroll
+        for (int j = 0; j < GR_QUADS; j++)
+            if (j < nq) load_quad(st, j);
+        advance();
+    }
+
+    /* the row's digits and scales while the first weights load (cp.async, 32-bit indices) */
+    const uint8_t *xd = blk.xd + (int64_t)dig_row_s[0] * nb * 96;
+    for (int i = threadIdx.x; i < nbi * 6; i += blockDim.x) di_cp_async16(dg + 16 * i, xd + 16 * i, true);
+    for (int i = threadIdx.x; i < nbi; i += blockDim.x) di_cp_async4(xs + i, blk.xsg + (int64_t)dig_row_s[0] * nb + i, true);
+    di_cp_async_commit();
+    di_cp_async_wait<0>();
+    __syncthreads();
+
+    /* B's owners: column g = 2t' + d of the digits-0 / 1 mma is lane t' = g / 2's digit g % 2; column
+     * g = 2t' of the digit-2 mma lane t''s digit 2 (odd columns zero). A quad later: 4 blocks on */
+    const bool own01 = t == g >> 1, own2 = !(g & 1) && t == g >> 1;
+    const uint8_t *b01 = own01 ? dg + 96 * t + 32 * (g & 1) : reinterpret_cast<const uint8_t *>(zeros);
+    const uint8_t *b2 = own2 ? dg + 96 * t + 64 : reinterpret_cast<const uint8_t *>(zeros);
+    const int b01_step = own01 ? 384 : 0, b2_step = own2 ? 384 : 0;
+    const uint32_t byte_t = 0x4440u | (uint32_t)t; /* __byte_perm selector: byte t of a word */
+    float acc[H] = {}; /* features n0 + g, n0 + g + 8 (every lane of the group the same) */
+    auto plain_step = [&]() { /* every scale byte of the step (every lane's) in 1..254 */
+        uint32_t odd = 0;
+#pragma unroll
+        for (int j = 0; j < GR_QUADS; j++)
+#pragma unroll
+            for (int h = 0; h < H; h++) {
+                const uint32_t v = st.sc[j][h];
+                odd |= ((v - 0x01010101u) & ~v) | ((~v - 0x01010101u) & v);
+            }
+        return !__ballot_sync(0xffffffffu, (odd & 0x80808080u) != 0);
+    };
+    /* one step of GR_QUADS quads from quad q, refilling each slot with quad q + GR_QUADS + j while
+     * those exist; `full` when all its quads are in K; `plain`: plain_step() */
+    auto step = [&](int q, auto full, auto plain) {
+        const int refill = decltype(full)::value ? nq - q - GR_QUADS : 0;
+#pragma unroll
+        for (int j = 0; j < GR_QUADS; j++) {
+            const int qj = q + j;
+            if (!decltype(full)::value && qj >= nq) break; /* uniform */
+            int d01[4] = {0, 0, 0, 0}, d2[4] = {0, 0, 0, 0};
+            uint32_t w[H][4], sc[H];
+#pragma unroll
+            for (int h = 0; h < H; h++) {
+                w[h][0] = st.w[j][h].x, w[h][1] = st.w[j][h].y, w[h][2] = st.w[j][h].z, w[h][3] = st.w[j][h].w;
+                sc[h] = __byte_perm(st.sc[j][h], 0u, byte_t);
+            }
+            if (j < refill) load_quad(st, j);
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* word i of the lane's block: a0 / a2 row g, a1 / a3 row g + 8 */
+                uint32_t af[4];
+                di_e2m1x8_to_s8x8(w[0][i], &af[0], &af[2]);
+                di_e2m1x8_to_s8x8(w[1][i], &af[1], &af[3]);
+                const uint2 q01 = *reinterpret_cast<const uint2 *>(b01 + qj * b01_step + 8 * i);
+                const uint2 q2 = *reinterpret_cast<const uint2 *>(b2 + qj * b2_step + 8 * i);
+                const uint32_t bf01[2] = {q01.x, q01.y}, bf2[2] = {q2.x, q2.y};
+                di_mma_s8_16832_acc(d01, af, bf01);
+                di_mma_s8_16832_acc(d2, af, bf2);
+            }
+            /* the lane's block 4 qj + t: sums of its rows and their multipliers */
+            auto scale = [&](uint32_t e) {
+                return decltype(plain)::value ? __uint_as_float(e << 23) : di_dev_e8m0((uint8_t)e);
+            };
+            const float xv = xs[4 * qj + t];
+#pragma unroll
+            for (int h = 0; h < H; h++) {
+                const float sh = __int2float_rn(d01[2 * h] + d01[2 * h + 1] * 128 + d2[2 * h] * 16384);
+                const float mh = xv * scale(sc[h]);
+#pragma unroll
+                for (int r = 0; r < 4; r++) { /* blocks in K order: lane r of the group holds block 4 qj + r */
+                    const int src = (lane & ~3) | r;
+                    acc[h] = __fmaf_rn(__shfl_sync(0xffffffffu, sh, src), __shfl_sync(0xffffffffu, mh, src), acc[h]);
+                }
+            }
+        }
+        advance();
+    };
+    for (int q = 0; busy && q < nq; q += GR_QUADS) {
+        const bool plain = plain_step();
+        if (q + GR_QUADS <= nq) {
+            if (plain) step(q, std::true_type(), std::true_type());
+            else step(q, std::true_type(), std::false_type());
+        } else {
+            if (plain) step(q, std::false_type(), std::true_type());
+            else step(q, std::false_type(), std::false_type());
+        }
+    }
+    if (!busy || t != 0) return;
+#pragma unroll
+    for (int h = 0; h < H; h++)
+        if (n0 + g + 8 * h < N) blk.y[m0 * N + n0 + g + 8 * h] = di_dev_bf16_round(acc[h]);
+}
+
+static size_t gi_launch_smem(int tt, int64_t K) { return tt == 1 ? gr_smem_bytes(K) : gi_smem_bytes(tt, K); }
+
+bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
+    return K % 128 == 0 && gi_launch_smem(gi_tokens(max_rows), K) <= GI_SMEM_MAX;
+}
+
+/* tt token rows a block: gemv_fp4_imma_row_kernel for one, else gemv_fp4_imma_kernel<tt> */
 template <int TT>
 static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
+    void (*kernel)(gi_args);
+    if constexpr (TT == 1) kernel = gemv_fp4_imma_row_kernel;
+    else kernel = gemv_fp4_imma_kernel<TT>;
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_fp4_imma_kernel<TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           GI_SMEM_MAX));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, GI_SMEM_MAX));
         attr_set = true;
     }
     unsigned blocks = 0;
@@ -277,7 +462,7 @@ static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
         blocks += (unsigned)a.mat[i].blocks;
     }
     const dim3 grid(blocks, (unsigned)((max_rows + TT - 1) / TT), (unsigned)slots);
-    gemv_fp4_imma_kernel<TT><<<grid, GI_WARPS * 32, gi_smem_bytes(TT, a.K), s>>>(a);
+    kernel<<<grid, GI_WARPS * 32, gi_launch_smem(TT, a.K), s>>>(a);
     DI_CUDA_LAUNCHED();
 }
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,

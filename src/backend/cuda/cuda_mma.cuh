@@ -39,6 +39,13 @@ static __device__ __forceinline__ void di_mma_s8_16832(int d[4], const uint32_t 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
 }
 
+/* d += A(16x32 s8) * B(32x8 s8), int32 (exact while the sums fit): di_mma_s8_16832 accumulating */
+static __device__ __forceinline__ void di_mma_s8_16832_acc(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 /* fp64 m8n8k4: d = A (8x4) B (4x8) + c. Lane 4g + t holds a = A[g][t], b = B[t][g] and
  * d[0 / 1] = D[g][2t / 2t + 1] */
 static __device__ __forceinline__ void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {

@@ -74,6 +74,13 @@ static inline void di_mma_s8_16832(int d[4], const uint32_t a[4], const uint32_t
     }
 }
 
+/* s8 m16n8k32 accumulating into d */
+static inline void di_mma_s8_16832_acc(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+    int p[4];
+    di_mma_s8_16832(p, a, b);
+    for (int i = 0; i < 4; i++) d[i] += p[i];
+}
+
 /* fp64 m8n8k4: every lane's a and b through the warp, then c + the four products by fma in k order */
 static inline void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {
     const unsigned lane = emu::flat_tid() & 31;
