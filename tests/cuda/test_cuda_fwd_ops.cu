@@ -462,7 +462,24 @@ static void test_candidates(int64_t R, int64_t P, int bs, int keep_max, int64_t 
     free(sref), free(sgot);
 }
 
+/* act_quant made beside a kernel's output (dq's bytes, ds's nb scales) against the act_quant launch's
+ * (rq, rs) on the same output, exact: the bytes compared as values. names: the bytes', the scales' */
+static void compare_quant_forms(const char *names[2], const char *shape, const uint8_t *dq, const float *ds,
+                                const uint8_t *rq, const float *rs, int64_t bytes, int64_t nb) {
+    float *a = (float *)malloc(4 * bytes), *b = (float *)malloc(4 * bytes);
+    uint8_t *qa = (uint8_t *)malloc(bytes), *qb = (uint8_t *)malloc(bytes);
+    dev_download(qa, rq, bytes);
+    dev_download(qb, dq, bytes);
+    for (int64_t i = 0; i < bytes; i++) a[i] = qa[i], b[i] = qb[i];
+    compare(names[0], shape, b, a, bytes, "exact");
+    dev_download(a, rs, 4 * nb);
+    dev_download(b, ds, 4 * nb);
+    compare(names[1], shape, b, a, nb, "exact");
+    free(a), free(b), free(qa), free(qb);
+}
+
 /* ---- MoE, Engram ---- */
+
 /* moe.c expert_ffn's SwiGLU loop; `alias`: h written over g */
 static void test_swiglu(int64_t n, int64_t inter, bool with_wt, bool alias) {
     const float lim = 10.0f;
@@ -498,18 +515,13 @@ static void test_swiglu(int64_t n, int64_t inter, bool with_wt, bool alias) {
         float *h2 = alias ? dg2 : dh2;
         if (form) di_cuda_act_quant_digits(h2, NULL, 0, nb, rq, rs, 0);
         else di_cuda_act_quant_e4m3(h2, NULL, 0, nb, rq, rs, 0);
-        float *a = (float *)malloc(4 * bytes), *b = (float *)malloc(4 * bytes);
-        uint8_t *qa = (uint8_t *)malloc(bytes), *qb = (uint8_t *)malloc(bytes);
+        float *a = (float *)malloc(4 * n * inter);
         dev_download(a, h2, 4 * n * inter);
         compare(form ? "swiglu_forms(digits).h" : "swiglu_forms(e4m3).h", shape, a, ref, n * inter, "exact");
-        dev_download(qa, rq, bytes);
-        dev_download(qb, dq, bytes);
-        for (int64_t i = 0; i < bytes; i++) a[i] = qa[i], b[i] = qb[i]; /* the bytes as values */
-        compare(form ? "swiglu_forms digits" : "swiglu_forms codes", shape, b, a, bytes, "exact");
-        dev_download(a, rs, 4 * nb);
-        dev_download(b, ds, 4 * nb);
-        compare(form ? "swiglu_forms digit scales" : "swiglu_forms scales", shape, b, a, nb, "exact");
-        free(a), free(b), free(qa), free(qb);
+        free(a);
+        const char *digit_names[2] = {"swiglu_forms digits", "swiglu_forms digit scales"};
+        const char *code_names[2] = {"swiglu_forms codes", "swiglu_forms scales"};
+        compare_quant_forms(form ? digit_names : code_names, shape, dq, ds, rq, rs, bytes, nb);
         cudaFree(dq), cudaFree(rq), cudaFree(ds), cudaFree(rs), cudaFree(dh2), cudaFree(dg2);
     }
     cudaFree(dg), cudaFree(du), cudaFree(dwt);
@@ -1237,16 +1249,8 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
             dev_download(one, dy, 4 * m * ldy);
             compare("linear_bf16w8 +codes y", shape, one, got, m * ldy, "exact");
             di_cuda_act_quant_e4m3(dy, NULL, 0, nb, rq, rs, 0);
-            float *a = (float *)malloc(4 * m * ldy), *b = (float *)malloc(4 * m * ldy);
-            uint8_t *qa = (uint8_t *)malloc(m * ldy), *qb = (uint8_t *)malloc(m * ldy);
-            dev_download(qa, rq, m * ldy);
-            dev_download(qb, dq, m * ldy);
-            for (int64_t i = 0; i < m * ldy; i++) a[i] = qa[i], b[i] = qb[i]; /* the bytes as values */
-            compare("linear_bf16w8 +codes", shape, b, a, m * ldy, "exact");
-            dev_download(a, rs, 4 * nb);
-            dev_download(b, ds, 4 * nb);
-            compare("linear_bf16w8 +scales", shape, b, a, nb, "exact");
-            free(a), free(b), free(qa), free(qb);
+            const char *names[2] = {"linear_bf16w8 +codes", "linear_bf16w8 +scales"};
+            compare_quant_forms(names, shape, dq, ds, rq, rs, m * ldy, nb);
         }
         cudaFree(dq), cudaFree(rq), cudaFree(ds), cudaFree(rs);
     }
