@@ -23,7 +23,8 @@
  * where the FFN input's producer made them (hc_block_in: one launch less a layer at B = 1).
  *
  * Layout: a block of 8 warps, each 16 feature rows of one matrix (a launch may run w1 and
- * w3 over the same rows, as the f16 twin does), for TT (1, 2 or 4) token rows of one group. Its
+ * w3 over the same rows, as the f16 twin does), for TT (2 or 4) token rows of one group; calls whose
+ * groups have one row each take gemv_fp4_imma_row_kernel (below: 16-byte weight loads). Its
  * shared memory holds the TT rows' digits for the whole K as two mma B tiles a K block: T0
  * [nb][2 TT][32] (column 2r = d0, 2r + 1 = d1 of token r) and T1 [nb][TT][32] (d2 of token r at
  * column r); lane 4g + t reads column g of T0 and g / 2 of T1 (columns past the tokens alias others:
@@ -34,7 +35,8 @@
  * di_dev_e8m0's seven (its cases 0 and 255 keep their own path).
  *
  * Measured (H200, EP-8 rank proxy at 4K context; docs/PERFORMANCE.md, session 18): w1 + w3 at B = 1
- * 51.4 -> 40.4 us a layer, w2 29.5 -> 22.0; decode B = 8 33.2 -> 30.3 ms, B = 32 37.9 -> 34.4. */
+ * 51.4 -> 40.4 us a layer, w2 29.5 -> 22.0; decode B = 8 33.2 -> 30.3 ms, B = 32 37.9 -> 34.4. The
+ * one-row kernel (session 24): w1 + w3 41.7 -> 37.6 us, w2 22.2 -> 20.0. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -287,8 +289,11 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
  * in int32 as before. One mma for digits 0 / 1 (columns 2t' + d), one for digit 2 (columns 2t'). A
  * lane then holds its block's sums of rows g, g + 8 in c0..c3 (column 2t, 2t + 1 its own block): the
  * block sums and their scales xs * ws go round the quad's four lanes by shuffles and every lane folds
- * the four in block order -- the same fma chain, so the same bits as gemv_fp4_imma_kernel<1>.
- * B's zeros are a 32-byte zero row in shared memory that the other lanes' pointers stay on. */
+ * the four in block order -- the same fma chain, so the same bits as gemv_fp4_imma_kernel at one
+ * row (and the exact kernel's). B's zeros are a 32-byte zero row in shared memory that the other
+ * lanes' pointers stay on. Measured and not kept (session 24): 8-row warps (twice the warps: slower),
+ * the signs' products summed apart (23% fewer instructions: no faster), digits laid out without
+ * bank conflicts (no faster). */
 #define GR_QUADS 2 /* quads a step of the weight register ring (8 K blocks, as GI_STEP; 4 with 2 blocks a
                     * multiprocessor, and loads with an L2::256B hint, were no faster: session 24) */
 
