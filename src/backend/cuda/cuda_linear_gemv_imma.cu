@@ -140,6 +140,19 @@ static __device__ __forceinline__ int gi_digit_row(const gi_args &a, const gi_bl
     return a.x_rows ? (int)((a.x_rows[b.m_first + p] - a.x_base) / a.K) : (int)p;
 }
 
+/* a ring step of the kernels below, step(i, full, plain), with its two flags as compile-time types: full
+ * when the whole step lies in K (no bound check inside), plain when its scale bytes are all in 1..254 */
+template <class Step, class I>
+static __device__ __forceinline__ void gi_run_step(Step &step, I i, bool full, bool plain) {
+    if (full) {
+        if (plain) step(i, std::true_type(), std::true_type());
+        else step(i, std::true_type(), std::false_type());
+    } else {
+        if (plain) step(i, std::false_type(), std::true_type());
+        else step(i, std::false_type(), std::false_type());
+    }
+}
+
 template <int TT>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_kernel(gi_args a) {
     extern __shared__ int4 gi_smem[];
@@ -263,16 +276,7 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
         }
         advance();
     };
-    for (int64_t b = 0; busy && b < nb; b += GI_STEP) {
-        const bool plain = plain_step();
-        if (b + GI_STEP <= nb) {
-            if (plain) step(b, std::true_type(), std::true_type());
-            else step(b, std::true_type(), std::false_type());
-        } else {
-            if (plain) step(b, std::false_type(), std::true_type());
-            else step(b, std::false_type(), std::false_type());
-        }
-    }
+    for (int64_t b = 0; busy && b < nb; b += GI_STEP) gi_run_step(step, b, b + GI_STEP <= nb, plain_step());
     if (!busy || t >= rows) return;
     if (n0 + g < N) y[(m0 + t) * N + n0 + g] = di_dev_bf16_round(acc0);
     if (n0 + g + 8 < N) y[(m0 + t) * N + n0 + g + 8] = di_dev_bf16_round(acc1);
@@ -428,16 +432,7 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
         }
         advance();
     };
-    for (int q = 0; busy && q < nq; q += GR_QUADS) {
-        const bool plain = plain_step();
-        if (q + GR_QUADS <= nq) {
-            if (plain) step(q, std::true_type(), std::true_type());
-            else step(q, std::true_type(), std::false_type());
-        } else {
-            if (plain) step(q, std::false_type(), std::true_type());
-            else step(q, std::false_type(), std::false_type());
-        }
-    }
+    for (int q = 0; busy && q < nq; q += GR_QUADS) gi_run_step(step, q, q + GR_QUADS <= nq, plain_step());
     if (!busy || t != 0) return;
 #pragma unroll
     for (int h = 0; h < H; h++)
