@@ -143,8 +143,6 @@ static __device__ __forceinline__ float di_dev_act_value(float x, float s) {
     return di_dev_bf16_round(di_dev_e4m3_rne(di_dev_clampf(x / s, -448.0f, 448.0f)) * s);
 }
 
-/* e4m3 code -> the value times 2^9 as an integer (|v| <= 448 * 512): exact integer arithmetic
- * for the GEMM block sums. NaN codes (0x7f/0xff) never occur in checkpoints; they map to 0. */
 /* RoPE of one pair, the CPU's fp32 expression (two products, one add / sub, each result rounded
  * to bf16; no contraction, -fmad=false): (a, b) rotated by the angle of cosine c and sine sn (sn
  * negated for the inverse). rope_kernel, the kv norm's epilogue and the attention kernels' folded
@@ -184,6 +182,8 @@ static __device__ __forceinline__ void di_dev_rope4_apply(float4 &v, const di_ro
     di_dev_rope_pair(v.x, v.y, r.c0, r.s0);
     di_dev_rope_pair(v.z, v.w, r.c1, r.s1);
 }
+/* e4m3 code -> the value times 2^9 as an integer (|v| <= 448 * 512): exact integer arithmetic
+ * for the GEMM block sums. NaN codes (0x7f/0xff) never occur in checkpoints; they map to 0. */
 static __device__ __forceinline__ int di_dev_e4m3_to_int512(uint32_t b) {
     int ex = (b >> 3) & 15, man = b & 7;
     int mag = ex == 0 ? man : (8 + man) << (ex - 1);
