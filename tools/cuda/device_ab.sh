@@ -7,30 +7,42 @@
 # prefill rows' ms per step (column 5) and % of roofline per round.
 #     AB_OLD=exp/old AB_ROUNDS=3 BENCH="--bench-batch 1,256 --bench-max-context 4096" \
 #         bash tools/cuda/device_ab.sh
+# AB_OLD may name several folders (space-separated: "exp/main exp/variant"): each is a variant of
+# its own, built into its own tree and benched in the same rounds, named by the folder's last part.
 # The first device call of a change usually pairs this with its parity run:
 #     bash tools/cuda/device_model_run.sh --only parity && AB_OLD=exp/old bash tools/cuda/device_ab.sh
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/deepinfer-device-out}"
-OLD_FILES="${AB_OLD:?AB_OLD: a folder holding the old versions of the changed files}"
+OLD_SETS="${AB_OLD:?AB_OLD: a folder holding the old versions of the changed files (or several)}"
 ROUNDS="${AB_ROUNDS:-3}"
 BENCH="${BENCH:---bench-batch 1,32 --bench-max-context 4096 --bench-max-prefill 512}"
 mkdir -p "$OUT"
 bash tools/cuda/device_model_run.sh --only none | tail -1
-OLD_TREE=/tmp/deepinfer-ab-old
-rm -rf "$OLD_TREE" && mkdir -p "$OLD_TREE"
-tar --exclude=./build --exclude=./build-dev --exclude=./build-cuda --exclude="./$OLD_FILES" -cf - . |
-    tar -xf - -C "$OLD_TREE"
-(cd "$OLD_FILES" && find . -type f) | while read -r f; do cp "$OLD_FILES/$f" "$OLD_TREE/$f"; done
-(cd "$OLD_TREE" && OUT=/tmp/deepinfer-ab-old-out bash tools/cuda/device_model_run.sh --only none | tail -1)
+excludes=(--exclude=./build --exclude=./build-dev --exclude=./build-cuda)
+for set in $OLD_SETS; do excludes+=("--exclude=./$set"); done
+sides=()
+dirs=()
+for set in $OLD_SETS; do # one tree a variant: /tmp/deepinfer-ab-old (the first; as before), -old-<name>
+    name=$(basename "$set")
+    tree=/tmp/deepinfer-ab-old
+    [ ${#sides[@]} -gt 0 ] && tree="/tmp/deepinfer-ab-old-$name"
+    rm -rf "$tree" && mkdir -p "$tree"
+    tar "${excludes[@]}" -cf - . | tar -xf - -C "$tree"
+    (cd "$set" && find . -type f) | while read -r f; do cp "$set/$f" "$tree/$f"; done
+    (cd "$tree" && OUT="$tree-out" bash tools/cuda/device_model_run.sh --only none | tail -1)
+    sides+=("$name")
+    dirs+=("$tree")
+done
+sides+=(new)
+dirs+=(.)
+[ ${#sides[@]} -eq 2 ] && sides[0]=old
 export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu DEEPINFER_ACCELERATOR=nvidia
 for i in $(seq "$ROUNDS"); do
-    for side in old new; do
-        dir=.
-        [ "$side" = old ] && dir="$OLD_TREE"
+    for j in "${!sides[@]}"; do
         # shellcheck disable=SC2086
-        r=$("$dir/build-dev/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
+        r=$("${dirs[$j]}/build-dev/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
             grep "^| decode\|^| prefill" | awk -F'|' '{printf "%s%s@%s %s (%s) ", $2, $3, $4, $5, $11}')
-        echo "round $i $side: $r"
+        echo "round $i ${sides[$j]}: $r"
     done
 done
