@@ -917,6 +917,57 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool na
     free(hx), free(a), free(b);
 }
 
+/* the int8 twin's one-row kernel making the w1 / w3 pair's SwiGLU itself (di_cuda_linear_mma_pair_swiglu)
+ * against the pair and di_cuda_swiglu_forms' digits on its outputs, bit for bit: h, the digits, their
+ * scales; over x's rows through a list (the MoE's gather), with and without the rows' weights */
+static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, bool with_wt) {
+    grp_case c = grp_make(DI_DT_I8, K, N, rows, G);
+    const int M = c.M, max_rows = c.max_rows;
+    const int64_t n = (int64_t)M * N, nb = n / 32;
+    const float lim = 10.0f;
+    float *hx = (float *)malloc(sizeof(float) * (size_t)M * K), *hw = (float *)malloc(sizeof(float) * (size_t)M);
+    fill_wide(hx, (int64_t)M * K, 1.0f);
+    for (int i = 0; i < M; i++) hw[i] = 0.25f + rnd_unit();
+    float *x = (float *)dev_upload(hx, sizeof(float) * (size_t)M * K), *wt = (float *)dev_upload(hw, sizeof(float) * (size_t)M);
+    float *xp;
+    const float **d_xr = rows_reversed(x, M, K, &xp);
+    std::vector<void *> rwd(c.wd.rbegin(), c.wd.rend()), rws(c.ws.rbegin(), c.ws.rend());
+    const uint8_t **d_rwd = (const uint8_t **)dev_upload(rwd.data(), sizeof(void *) * G);
+    const uint8_t **d_rws = (const uint8_t **)dev_upload(rws.data(), sizeof(void *) * G);
+    char shp[112];
+    snprintf(shp, sizeof shp, "fp4 G=%d M=%d max=%d K=%lld N=%lld%s", G, M, max_rows, (long long)K, (long long)N,
+             with_wt ? " wt" : "");
+    g_cx.fp4_imma = true;
+    /* the reference: the pair, then the SwiGLU with its digits */
+    float *ya = (float *)dev_poisoned(sizeof(float) * (size_t)n), *yb = (float *)dev_poisoned(sizeof(float) * (size_t)n);
+    di_cuda_linear_quant_grouped_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M, max_rows,
+                                      NULL, d_xr, ya, yb);
+    uint8_t *rq = (uint8_t *)dev_poisoned(3 * n), *dq = (uint8_t *)dev_poisoned(3 * n);
+    float *rs = (float *)dev_poisoned(4 * nb), *ds = (float *)dev_poisoned(4 * nb), *h = (float *)dev_poisoned(4 * n);
+    const di_cuda_act_forms ref_forms = {NULL, NULL, NULL, rq, rs};
+    di_cuda_swiglu_forms(ya, yb, M, N, lim, with_wt ? wt : NULL, ya, &ref_forms, 0);
+    const di_gemv_swiglu sw = {lim, with_wt ? wt : NULL, h, dq, ds};
+    const bool taken = di_cuda_linear_mma_pair_swiglu(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M,
+                                                      max_rows, NULL, d_xr, &sw);
+    g_cx.fp4_imma = false;
+    if (!taken) {
+        printf("FAIL  gemv_imma_swiglu: %s does not take the one-row kernel\n", shp);
+        g_fail++;
+    } else {
+        float *a = host_poisoned(n), *b = host_poisoned(n);
+        dev_download(a, h, sizeof(float) * (size_t)n);
+        dev_download(b, ya, sizeof(float) * (size_t)n);
+        compare("gemv_imma_swiglu.h", shp, a, b, n, "exact");
+        const char *names[2] = {"gemv_imma_swiglu digits", "gemv_imma_swiglu digit scales"};
+        compare_quant_forms(names, shp, dq, ds, rq, rs, 3 * n, nb);
+        free(a), free(b);
+    }
+    cudaFree(ya), cudaFree(yb), cudaFree(rq), cudaFree(dq), cudaFree(rs), cudaFree(ds), cudaFree(h);
+    cudaFree(xp), cudaFree((void *)d_xr), cudaFree((void *)d_rwd), cudaFree((void *)d_rws), cudaFree(x), cudaFree(wt);
+    grp_free(&c);
+    free(hx), free(hw);
+}
+
 /* ---- two single matrices of one K over the same rows in one twin launch (di_cuda_linear_mma_set:
  * wq_a and wkv, the shared expert's w1 and w3), each output against its matrix alone on the tiled
  * kernel, bit for bit; N0 and N1 differ in their K splits, so the launch's blocks differ in warps ---- */
@@ -1511,6 +1562,8 @@ static void run_imma_quick(void) {
      * one), and a NaN scale in the first step */
     test_gemv_imma(640, 40, imma1, 6);
     test_gemv_imma(384, 40, imma1, 6, true);
+    test_gemv_imma_swiglu(256, 128, imma1, 6, true);
+    test_gemv_imma_swiglu(640, 64, imma1, 6, false);
 }
 
 static void run_quick(void) {
@@ -1640,6 +1693,7 @@ static void run_full(bool head) {
     int e48[48]; /* every expert one row (B = 8 of EP-8): the one-row kernel on several waves */
     for (int i = 0; i < 48; i++) e48[i] = 1;
     test_gemv_imma(5120, 2304, e48, 48);
+    test_gemv_imma_swiglu(5120, 2304, e1, 48, true); /* the routed experts' w1 / w3 at B = 1 */
     /* the wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
      * single matrices (K splits), and one whose halves fill the GPU twice over (no K split) */
     int e64[8], e300[4];

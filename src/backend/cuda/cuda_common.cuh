@@ -241,6 +241,15 @@ static __device__ __forceinline__ float di_dev_expf(float x) {
     return (float)y;
 }
 
+/* one SwiGLU output: bf16(silu(min(g, L)) * clamp(u, -L, L) [* w]) (wt: whether the row weight w
+ * applies; moe.c expert_ffn) */
+static __device__ __forceinline__ float di_dev_swiglu(float g, float u, float lim, bool wt, float w) {
+    const float gv = fminf(g, lim), uv = di_dev_clampf(u, -lim, lim);
+    float v = gv / (1.0f + di_dev_expf(-gv)) * uv;
+    if (wt) v *= w;
+    return di_dev_bf16_round(v);
+}
+
 /* RMSNorm's block sum of the double partial sums of the first `warps` warps (the block's other threads
  * only pass the barriers), a fixed tree: butterflies within each warp, then warp 0 over the warps'
  * sums. warp_sum: [warps] shared doubles. Every thread gets the total. */

@@ -295,21 +295,13 @@ extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, in
     DI_CUDA_LAUNCHED();
 }
 
-/* one SwiGLU output: bf16(silu(min(g, L)) * clamp(u, -L, L) [* w]) (wt: whether the row weight w applies) */
-static __device__ __forceinline__ float swiglu_value(float g, float u, float lim, bool wt, float w) {
-    const float gv = fminf(g, lim), uv = di_dev_clampf(u, -lim, lim);
-    float v = gv / (1.0f + di_dev_expf(-gv)) * uv;
-    if (wt) v *= w;
-    return di_dev_bf16_round(v);
-}
-
 /* h [n, inter] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]); h may alias g */
 __global__ void __launch_bounds__(EW_THREADS)
 swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,
               const float *__restrict__ wt, float *h) {
     const int64_t total = n * inter;
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < total; i += (int64_t)gridDim.x * EW_THREADS)
-        h[i] = swiglu_value(g[i], u[i], lim, wt != nullptr, wt ? wt[i / inter] : 1.0f);
+        h[i] = di_dev_swiglu(g[i], u[i], lim, wt != nullptr, wt ? wt[i / inter] : 1.0f);
 }
 
 extern "C" void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_t inter, float limit,
@@ -334,8 +326,8 @@ swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int6
         const float4 g4 = reinterpret_cast<const float4 *>(g)[i], u4 = reinterpret_cast<const float4 *>(u)[i];
         const bool has_w = wt != nullptr;
         const float w = has_w ? wt[4 * i / inter] : 1.0f;
-        v = make_float4(swiglu_value(g4.x, u4.x, lim, has_w, w), swiglu_value(g4.y, u4.y, lim, has_w, w),
-                        swiglu_value(g4.z, u4.z, lim, has_w, w), swiglu_value(g4.w, u4.w, lim, has_w, w));
+        v = make_float4(di_dev_swiglu(g4.x, u4.x, lim, has_w, w), di_dev_swiglu(g4.y, u4.y, lim, has_w, w),
+                        di_dev_swiglu(g4.z, u4.z, lim, has_w, w), di_dev_swiglu(g4.w, u4.w, lim, has_w, w));
         reinterpret_cast<float4 *>(h)[i] = v;
     }
     float sc;

@@ -155,11 +155,31 @@ void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const d
 bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows);
 void di_cuda_act_quant_digits(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks,
                               uint8_t *dg, float *xs, cudaStream_t s);
+/* The SwiGLU of a w1 / w3 pair's outputs made by the launch that computes them: h = di_cuda_swiglu_forms'
+ * h (over g = matrix 0's output, u = matrix 1's) and its int8-twin digits, the same bits; the two
+ * outputs themselves are not written. Only the one-row kernel takes it (di_cuda_gemv_imma_swiglu_ok). */
+typedef struct {
+    float limit;
+    const float *wt;    /* [rows] the rows' weights, or NULL */
+    float *h;           /* [rows, N] */
+    uint8_t *digits;    /* [rows, N / 32][3][32] */
+    float *digit_scale; /* [rows, N / 32] */
+} di_gemv_swiglu;
+bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows);
 /* x_rows (or NULL): the rows' digits through the MoE's row list instead, row p's those of row
- * (x_rows[p] - x_base) / K of xd / xs (the FFN input's own digits, made by its producer) */
+ * (x_rows[p] - x_base) / K of xd / xs (the FFN input's own digits, made by its producer). sw (or
+ * NULL): two matrices' SwiGLU instead of their outputs (needs di_cuda_gemv_imma_swiglu_ok) */
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
-                           const float *xs, const float *const *x_rows, const float *x_base);
+                           const float *xs, const float *const *x_rows, const float *x_base, const di_gemv_swiglu *sw);
+/* di_cuda_linear_mma_pair (the experts' w1 / w3 over x) and then di_cuda_swiglu_forms' digits on its two
+ * outputs, in one launch where the pair takes the one-row int8 kernel: true, sw's h, digits and
+ * scales written (not the pair's outputs); false, and nothing done, otherwise */
+bool di_cuda_linear_mma_pair_swiglu(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
+                                    const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
+                                    const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
+                                    int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows,
+                                    const di_gemv_swiglu *sw);
 /* di_cuda_linear_w16 takes its twin (below) for this weight and m rows: large matrices (the head) at
  * a few rows (cuda_linear_mma.cu W16_TWIN_*) */
 bool di_cuda_w16_twin_taken(const di_cuda_ctx *ctx, const di_weight *w, int64_t m);

@@ -90,6 +90,7 @@ struct gi_args {
     const int *row_off, *active; /* groups: [n_groups + 1], slot -> group or NULL */
     gi_mat mat[DI_GEMV_MAX_MATS];
     int n_mats;
+    di_gemv_swiglu sw; /* h NULL, or the SwiGLU of matrices 0 and 1 (the one-row kernel) */
 };
 
 /* the weight register ring: lane 4g + t's word t of rows g, g + 8 a block, and their scale words
@@ -116,12 +117,11 @@ struct gi_block {
     int64_t m_first;  /* the group's first row of the call */
     unsigned bx;      /* the block's index within its matrix */
 };
-/* false where the block has no rows (its group is inactive, or shorter than m0) */
-static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int64_t m0, gi_block *b) {
-    const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
-    const gi_mat &mt = a.mat[second ? 1 : 0];
-    *b = gi_block{mt.wdata, mt.wscale, a.xd, a.xs, mt.y, mt.N, a.M, 0,
-                  blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u)};
+/* false where the block has no rows (its group is inactive, or shorter than m0); matrix `mat`, block
+ * bx of it */
+static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int mat, unsigned bx, int64_t m0, gi_block *b) {
+    const gi_mat &mt = a.mat[mat];
+    *b = gi_block{mt.wdata, mt.wscale, a.xd, a.xs, mt.y, mt.N, a.M, 0, bx};
     if (!a.row_off) return m0 < b->M;
     int gi, r0;
     if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &b->M)) return false;
@@ -134,6 +134,11 @@ static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int64_t m0,
     b->y += (int64_t)r0 * b->N;
     b->m_first = r0;
     return true;
+}
+/* gi_block_of for the matrix of this block (matrix 1's blocks after matrix 0's along grid.x) */
+static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int64_t m0, gi_block *b) {
+    const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
+    return gi_block_of(a, second ? 1 : 0, blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u), m0, b);
 }
 /* the digit row (of xd / xsg) of the group's row p */
 static __device__ __forceinline__ int gi_digit_row(const gi_args &a, const gi_block &b, int64_t p) {
@@ -301,16 +306,24 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
 #define GR_QUADS 2 /* quads a step of the weight register ring (8 K blocks, as GI_STEP; 4 with 2 blocks a
                     * multiprocessor, and loads with an L2::256B hint, were no faster: session 24) */
 
-static __host__ __device__ size_t gr_smem_bytes(int64_t K) { /* digits [nb][96], xs [nb], zeros, the row */
-    return (size_t)(K / 32) * 100 + 48;
+#define GR_SW_FEATURES (GI_WARPS * 8) /* features of both matrices a block makes the SwiGLU of (4 warps each) */
+
+/* digits [nb][96], xs [nb], zeros, the row; then (SW) the block's two outputs [2][GR_SW_FEATURES] */
+static __host__ __device__ size_t gr_smem_bytes(int64_t K, bool sw) {
+    return (size_t)(K / 32) * 100 + 48 + (sw ? 2 * GR_SW_FEATURES * sizeof(float) : 0);
 }
 
+/* SW (a.sw.h set): warps 0-3 take 64 features of matrix 0 and warps 4-7 the same of matrix 1; the
+ * block then makes their SwiGLU, h's act_quant digits and scales, as swiglu_forms_kernel does, by
+ * its first warp (8 lanes a 32-value block) */
+template <bool SW>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_row_kernel(gi_args a) {
     constexpr int H = 2; /* rows g, g + 8 of a lane */
     extern __shared__ int4 gi_smem[];
     const int64_t m0 = blockIdx.y;
+    const int mat = SW ? (int)(threadIdx.x >> 5) / (GI_WARPS / 2) : 0; /* SW: the warp's matrix */
     gi_block blk;
-    if (!gi_block_of(a, m0, &blk)) return;
+    if (!(SW ? gi_block_of(a, mat, blockIdx.x, m0, &blk) : gi_block_of(a, m0, &blk))) return; /* uniform */
     const int64_t N = blk.N, K = a.K, nb = K / 32;
     const int nbi = (int)nb, nq = nbi / 4; /* K % 128 == 0 */
     uint8_t *dg = reinterpret_cast<uint8_t *>(gi_smem);               /* [nb][3][32] the row's digits */
@@ -321,8 +334,9 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
     if (threadIdx.x < 8) zeros[threadIdx.x] = 0u;
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t n0 = ((int64_t)blk.bx * GI_WARPS + warp) * 16;
-    const bool busy = n0 < N; /* uniform over the warp */
+    const int64_t n0 = SW ? (int64_t)blk.bx * GR_SW_FEATURES + 16 * (warp % (GI_WARPS / 2))
+                          : ((int64_t)blk.bx * GI_WARPS + warp) * 16;
+    const bool busy = n0 < N; /* uniform over the warp; SW: every warp (N % GR_SW_FEATURES == 0) */
 
     /* the ring: a slot holds a quad's block t of rows g, g + 8 and their scale words (rows past N
      * read row N - 1; their outputs are never stored) */
@@ -433,23 +447,57 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
         advance();
     };
     for (int q = 0; busy && q < nq; q += GR_QUADS) gi_run_step(step, q, q + GR_QUADS <= nq, plain_step());
-    if (!busy || t != 0) return;
+    if (!SW) {
+        if (!busy || t != 0) return;
 #pragma unroll
-    for (int h = 0; h < H; h++)
-        if (n0 + g + 8 * h < N) blk.y[m0 * N + n0 + g + 8 * h] = di_dev_bf16_round(acc[h]);
+        for (int h = 0; h < H; h++)
+            if (n0 + g + 8 * h < N) blk.y[m0 * N + n0 + g + 8 * h] = di_dev_bf16_round(acc[h]);
+        return;
+    }
+    /* the two outputs, bf16-rounded as stored, then the SwiGLU of value f = 4 lane .. 4 lane + 3 */
+    float *gu = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(gi_smem) + gr_smem_bytes(K, false)); /* [2][64] */
+    if (t == 0) {
+#pragma unroll
+        for (int h = 0; h < H; h++) gu[mat * GR_SW_FEATURES + (n0 - (int64_t)blk.bx * GR_SW_FEATURES) + g + 8 * h] = di_dev_bf16_round(acc[h]);
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    const int64_t row = blk.m_first + m0; /* the call's row: h's, wt's */
+    const bool in = lane < GR_SW_FEATURES / 4;
+    const int f = 4 * (lane % (GR_SW_FEATURES / 4));
+    const bool has_w = a.sw.wt != nullptr;
+    const float w = has_w ? a.sw.wt[row] : 1.0f, lim = a.sw.limit;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* lanes past the features: blocks of their own */
+    if (in)
+        v = make_float4(di_dev_swiglu(gu[f], gu[GR_SW_FEATURES + f], lim, has_w, w),
+                        di_dev_swiglu(gu[f + 1], gu[GR_SW_FEATURES + f + 1], lim, has_w, w),
+                        di_dev_swiglu(gu[f + 2], gu[GR_SW_FEATURES + f + 2], lim, has_w, w),
+                        di_dev_swiglu(gu[f + 3], gu[GR_SW_FEATURES + f + 3], lim, has_w, w));
+    float sc;
+    const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
+    if (!in) return;
+    const int64_t at = row * N + (int64_t)blk.bx * GR_SW_FEATURES + f; /* h's value index */
+    *reinterpret_cast<float4 *>(a.sw.h + at) = v;
+    di_act_digits_store(codes, sc, at / 4, reinterpret_cast<uint32_t *>(a.sw.digits), a.sw.digit_scale);
 }
 
-static size_t gi_launch_smem(int tt, int64_t K) { return tt == 1 ? gr_smem_bytes(K) : gi_smem_bytes(tt, K); }
+static size_t gi_launch_smem(int tt, int64_t K, bool sw) { return tt == 1 ? gr_smem_bytes(K, sw) : gi_smem_bytes(tt, K); }
 
 bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
-    return K % 128 == 0 && gi_launch_smem(gi_tokens(max_rows), K) <= GI_SMEM_MAX;
+    return K % 128 == 0 && gi_launch_smem(gi_tokens(max_rows), K, false) <= GI_SMEM_MAX;
 }
 
-/* tt token rows a block: gemv_fp4_imma_row_kernel for one, else gemv_fp4_imma_kernel<tt> */
-template <int TT>
+bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows) {
+    return K % 128 == 0 && N % GR_SW_FEATURES == 0 && gi_tokens(max_rows) == 1 &&
+           gr_smem_bytes(K, true) <= GI_SMEM_MAX;
+}
+
+/* tt token rows a block: gemv_fp4_imma_row_kernel for one (SW: with the SwiGLU), else
+ * gemv_fp4_imma_kernel<tt> */
+template <int TT, bool SW = false>
 static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
     void (*kernel)(gi_args);
-    if constexpr (TT == 1) kernel = gemv_fp4_imma_row_kernel;
+    if constexpr (TT == 1) kernel = gemv_fp4_imma_row_kernel<SW>;
     else kernel = gemv_fp4_imma_kernel<TT>;
     static bool attr_set;
     if (!attr_set) {
@@ -461,20 +509,26 @@ static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
         a.mat[i].blocks = (int)((a.mat[i].N + 16 * GI_WARPS - 1) / (16 * GI_WARPS));
         blocks += (unsigned)a.mat[i].blocks;
     }
+    if (SW) blocks = (unsigned)(a.mat[0].N / GR_SW_FEATURES); /* both matrices' features a block */
     const dim3 grid(blocks, (unsigned)((max_rows + TT - 1) / TT), (unsigned)slots);
-    kernel<<<grid, GI_WARPS * 32, gi_launch_smem(TT, a.K), s>>>(a);
+    kernel<<<grid, GI_WARPS * 32, gi_launch_smem(TT, a.K, SW), s>>>(a);
     DI_CUDA_LAUNCHED();
 }
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
-                           const float *xs, const float *const *x_rows, const float *x_base) {
+                           const float *xs, const float *const *x_rows, const float *x_base, const di_gemv_swiglu *sw) {
     if (rows <= 0 || max_rows <= 0 || n_mats <= 0) return;
+    if (sw && (n_mats != 2 || mats[0].N != mats[1].N || !di_cuda_gemv_imma_swiglu_ok(K, mats[0].N, max_rows))) {
+        fprintf(stderr, "di_cuda_gemv_fp4_imma: the SwiGLU of %d matrices of %lld features, %lld rows: not supported\n",
+                n_mats, (long long)mats[0].N, (long long)max_rows);
+        abort();
+    }
     if (n_mats > DI_GEMV_MAX_MATS || !di_cuda_gemv_imma_ok(K, max_rows)) { /* a caller's bug */
         fprintf(stderr, "di_cuda_gemv_fp4_imma: %d matrices, K %lld, %lld rows: not this kernel's call\n", n_mats,
                 (long long)K, (long long)max_rows);
         abort();
     }
-    gi_args a = {xd, xs, x_rows, x_base, max_rows, K, row_off, active, {}, 0};
+    gi_args a = {xd, xs, x_rows, x_base, max_rows, K, row_off, active, {}, 0, sw ? *sw : di_gemv_swiglu{}};
     for (int i = 0; i < n_mats; i++) {
         if (mats[i].N <= 0) continue;
         if (mats[i].ksplit != 1) {
@@ -486,6 +540,10 @@ void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_
     }
     if (!a.n_mats) return;
     const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
+    if (sw) {
+        gi_launch<1, true>(a, max_rows, slots, s);
+        return;
+    }
     switch (gi_tokens(max_rows)) {
     case 1: gi_launch<1>(a, max_rows, slots, s); break;
     case 2: gi_launch<2>(a, max_rows, slots, s); break;

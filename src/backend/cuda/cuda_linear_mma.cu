@@ -496,11 +496,13 @@ di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *sha
 
 /* x [rows, K] (all groups' rows; or through the row list x_rows) quantised once, then the GEMM of
  * every group, for each of n_mats (<= DI_GEMV_MAX_MATS) weight sets (same shape) into y[m]: at
- * decode sizes one twin launch for all of them */
+ * decode sizes one twin launch for all of them. sw (or NULL): the int8 twin makes two sets'
+ * SwiGLU instead (the caller checked that it takes the call) */
 static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats, const uint8_t *const *wdata,
                             const uint8_t *const *wscale, const uint8_t *const *const *wdata_g,
                             const uint8_t *const *const *wscale_g, const int *row_off, const int *active, int n_groups,
-                            int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *const *y) {
+                            int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows, float *const *y,
+                            const di_gemv_swiglu *sw = nullptr) {
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
@@ -527,7 +529,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
             mats[m] = di_gemv_mat{N, wdata ? wdata[m] : NULL, wscale ? wscale[m] : NULL, wdata_g ? wdata_g[m] : NULL,
                                   wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
         if (imma)
-            di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x);
+            di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x, sw);
         else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
         return;
     }
@@ -560,6 +562,20 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
     const uint8_t *const *wd[2] = {wdata_a, wdata_b}, *const *ws[2] = {wscale_a, wscale_b};
     float *const y[2] = {y_a, y_b};
     linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, x_rows, y);
+}
+
+bool di_cuda_linear_mma_pair_swiglu(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata_a,
+                                    const uint8_t *const *wscale_a, const uint8_t *const *wdata_b,
+                                    const uint8_t *const *wscale_b, const int *row_off, const int *active, int n_groups,
+                                    int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows,
+                                    const di_gemv_swiglu *sw) {
+    if (ctx->exact || !di_cuda_linear_mma_supported(shape) || rows <= 0 || max_rows <= 0) return false;
+    const mm_plan plan = linear_plan(ctx, shape, row_off != NULL, n_groups, rows, max_rows);
+    if (!plan.imma || !di_cuda_gemv_imma_swiglu_ok(shape->cols, shape->rows, max_rows)) return false;
+    const uint8_t *const *wd[2] = {wdata_a, wdata_b}, *const *ws[2] = {wscale_a, wscale_b};
+    float *const y[2] = {sw->h, sw->h}; /* not written */
+    linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, x_rows, y, sw);
+    return true;
 }
 
 bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, const float *x, int64_t m,

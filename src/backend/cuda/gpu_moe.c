@@ -23,17 +23,12 @@
 #include "backend/cuda/gpu_internal.h"
 #include "forward/host_steps.h"
 
-/* h [n, inter] = SwiGLU(g, u) [* wt] over g, with (where w2's linear takes one: `form`) h's act_quant
- * made by the same launch and noted for w2 (di_cuda_act_forms_note; the caller forgets it). Returns
- * the forms' buffers (all NULL if none) for the caller to free. */
-static di_cuda_act_forms swiglu_for(gpu_fwd *f, float *g, const float *u, int64_t n, int64_t inter, const float *wt,
-                                    di_act_form form) {
+/* the buffers of h's act_quant [n, inter] in the form w2's linear takes (`form`; all NULL for none,
+ * or where the SwiGLU cannot make them), for the caller to free (forms_free) */
+static di_cuda_act_forms swiglu_forms_alloc(gpu_fwd *f, const float *g, const float *u, int64_t n, int64_t inter,
+                                            di_act_form form) {
     di_cuda_act_forms forms = {NULL}; /* all NULL */
-    const float lim = (float)f->m->cfg.swiglu_limit;
-    if (form == DI_ACT_FORM_NONE || !di_cuda_swiglu_forms_supported(g, u, inter, g)) {
-        di_cuda_swiglu(g, u, n, inter, lim, wt, g, f->s);
-        return forms;
-    }
+    if (form == DI_ACT_FORM_NONE || !di_cuda_swiglu_forms_supported(g, u, inter, g)) return forms;
     const int64_t nb = n * inter / 32;
     float *scale = gpu_alloc(f, sizeof(float) * (size_t)nb); /* [n, inter / 32] */
     if (form == DI_ACT_FORM_DIGITS) {
@@ -43,9 +38,20 @@ static di_cuda_act_forms swiglu_for(gpu_fwd *f, float *g, const float *u, int64_
         forms.q = gpu_alloc(f, (size_t)(n * inter)); /* [n, inter] e4m3 */
         forms.scale = scale;
     }
-    di_cuda_swiglu_forms(g, u, n, inter, lim, wt, g, &forms, f->s);
-    di_cuda_act_forms_note(f->cx, g, n, inter, forms);
     return forms;
+}
+
+/* h [n, inter] = SwiGLU(g, u) [* wt] over g, with h's act_quant into forms (swiglu_forms_alloc's) made
+ * by the same launch and noted for w2 (di_cuda_act_forms_note; the caller forgets it) */
+static void swiglu_run(gpu_fwd *f, float *g, const float *u, int64_t n, int64_t inter, const float *wt,
+                       const di_cuda_act_forms *forms) {
+    const float lim = (float)f->m->cfg.swiglu_limit;
+    if (!forms->q && !forms->digits) {
+        di_cuda_swiglu(g, u, n, inter, lim, wt, g, f->s);
+        return;
+    }
+    di_cuda_swiglu_forms(g, u, n, inter, lim, wt, g, forms, f->s);
+    di_cuda_act_forms_note(f->cx, g, n, inter, *forms);
 }
 
 static void forms_free(gpu_fwd *f, const float *x, di_cuda_act_forms *forms) {
@@ -65,7 +71,8 @@ static void expert_ffn(gpu_fwd *f, const di_weight *w1, const di_weight *w2, con
     const di_weight *w13[2] = {w1, w3}; /* both read x: one launch */
     float *const gu[2] = {g, u};
     gpu_linear_quant_set(f, 2, w13, x, n, gu);
-    di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, wt, di_cuda_linear_act_form(f->cx, w2, false, 1, n, n));
+    di_cuda_act_forms h_forms = swiglu_forms_alloc(f, g, u, n, inter, di_cuda_linear_act_form(f->cx, w2, false, 1, n, n));
+    swiglu_run(f, g, u, n, inter, wt, &h_forms);
     gpu_linear(f, w2, g, n, y, DI_LIN_QUANT);
     forms_free(f, g, &h_forms);
     gpu_free(f, g);
@@ -152,11 +159,19 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
     /* w1 and w3 over the same rows (x's, in expert order through x_rows): quantised once, or x's
-     * digits made by its producer (gpu_moe_input_digits) read through the list */
-    di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E, n, R,
-                                      x, x_rows, g, u);
+     * digits made by its producer (gpu_moe_input_digits) read through the list; then the SwiGLU over
+     * g. At one row an expert on the int8 twin, its launch makes the SwiGLU (h over g) and h's digits */
     const di_act_form w2_form = di_cuda_linear_act_form(f->cx, shape2, true, E, n, R);
-    di_cuda_act_forms h_forms = swiglu_for(f, g, u, n, inter, d_wts, w2_form);
+    di_cuda_act_forms h_forms = swiglu_forms_alloc(f, g, u, n, inter, w2_form);
+    const di_gemv_swiglu sw = {(float)m->cfg.swiglu_limit, d_wts, g, h_forms.digits, h_forms.digit_scale};
+    if (h_forms.digits && di_cuda_linear_mma_pair_swiglu(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off,
+                                                         d_active, E, n, R, x, x_rows, &sw)) {
+        di_cuda_act_forms_note(f->cx, g, n, inter, h_forms);
+    } else {
+        di_cuda_linear_quant_grouped_pair(f->cx, shape1, d_wp, d_wp + E, d_wp + 2 * E, d_wp + 3 * E, d_off, d_active, E,
+                                          n, R, x, x_rows, g, u);
+        swiglu_run(f, g, u, n, inter, d_wts, &h_forms);
+    }
     di_cuda_linear_quant_grouped(f->cx, shape2, d_wp + 4 * E, d_wp + 5 * E, d_off, d_active, E, n, R, g, yg);
     forms_free(f, g, &h_forms);
     if (shared_side) moe_shared_join(f);
