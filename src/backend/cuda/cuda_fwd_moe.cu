@@ -46,32 +46,25 @@ static __device__ __forceinline__ float route_logit(const float *__restrict__ lo
     return v;
 }
 
-/* row r's routing on one warp from its logits z_row [E]; sc [DI_MOE_ROUTE_MAX_E] the warp's shared
- * scores, which may be z_row (a lane reads its own experts' logits before it writes their scores) */
-static __device__ __forceinline__ void moe_route_row(const float *z_row, const float *__restrict__ bias, int64_t r,
-                                                     int E, int K, float scale, int resident, float *sc,
-                                                     int32_t *__restrict__ expert, float *__restrict__ weight,
-                                                     int32_t *__restrict__ order) {
+/* an expert's score: sqrt(softplus(z)) as di_moe_route_row computes it */
+static __device__ __forceinline__ float route_score(float z) {
+    return sqrtf(z > 20.0f ? z : log1pf(di_dev_expf(z)));
+}
+
+/* row r's routing on one warp from its scores sc [E] (route_score, written before the call and made
+ * visible to the warp); bias [E] in global or shared memory. ex_s (or NULL): the row's K experts
+ * also into shared memory, for the block that groups them */
+static __device__ __forceinline__ void moe_route_row(const float *sc, const float *bias, int64_t r, int E, int K,
+                                                     float scale, int resident, int32_t *__restrict__ expert,
+                                                     float *__restrict__ weight, int32_t *__restrict__ order,
+                                                     int *ex_s) {
     const int lane = threadIdx.x & 31;
     float bi[ROUTE_PER]; /* biased scores of experts lane + 32 i; -inf past E and once taken */
-    {
-        float z[ROUTE_PER], bz[ROUTE_PER];
 #pragma unroll
-        for (int i = 0; i < ROUTE_PER; i++) {
-            const int e = lane + 32 * i;
-            z[i] = e < E ? z_row[e] : 0.0f;
-            bz[i] = e < E ? bias[e] : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < ROUTE_PER; i++) {
-            const int e = lane + 32 * i;
-            const float sp = z[i] > 20.0f ? z[i] : log1pf(di_dev_expf(z[i]));
-            const float s = sqrtf(sp);
-            if (e < E) sc[e] = s;
-            bi[i] = e < E ? s + bz[i] : -INFINITY;
-        }
+    for (int i = 0; i < ROUTE_PER; i++) {
+        const int e = lane + 32 * i;
+        bi[i] = e < E ? sc[e] + bias[e] : -INFINITY;
     }
-    __syncwarp();
     /* pick j lands in lane j's register (K <= 32): no per-thread arrays, which sat in local memory */
     int mine = -1;
     for (int j = 0; j < K; j++) { /* the highest biased score not taken; the lower expert on ties */
@@ -106,6 +99,7 @@ static __device__ __forceinline__ void moe_route_row(const float *z_row, const f
     }
     if (lane >= K) return;
     expert[r * K + lane] = ex;
+    if (ex_s) ex_s[r * K + lane] = ex;
     weight[r * K + lane] = wv / (sum + 1e-20f) * scale;
     order[r * K + pos] = lane;
 }
@@ -118,9 +112,9 @@ moe_route_kernel(const float *__restrict__ logits, int ksplit, const float *__re
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
     if (r >= R) return; /* whole warps */
-    for (int e = lane; e < E; e += 32) score_s[warp][e] = route_logit(logits, ksplit, R * E, r * E + e);
+    for (int e = lane; e < E; e += 32) score_s[warp][e] = route_score(route_logit(logits, ksplit, R * E, r * E + e));
     __syncwarp();
-    moe_route_row(score_s[warp], bias, r, E, K, scale, resident, score_s[warp], expert, weight, order);
+    moe_route_row(score_s[warp], bias, r, E, K, scale, resident, expert, weight, order, nullptr);
 }
 
 extern "C" void di_cuda_moe_route(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K,
@@ -146,7 +140,10 @@ extern "C" void di_cuda_moe_route(const float *logits, int ksplit, const float *
 #define GROUP_THREADS 1024 /* moe_count_kernel: one thread per expert (E <= GROUP_THREADS) */
 #define PLACE_THREADS 512
 
-/* exclusive prefix of v over the block (blockDim.x == GROUP_THREADS) in thread order; *total the sum */
+/* exclusive prefix of v over the block (blockDim.x == GROUP_THREADS) in thread order; *total the sum.
+ * The warps' sums are prefixed by a shuffle scan, a lane a warp (a loop over the 32 sums in every
+ * thread was half the routing kernel's instructions at B = 1) */
+static_assert(GROUP_THREADS / 32 == 32, "group_block_scan: a lane for each warp's sum");
 static __device__ int group_block_scan(int v, int *warp_s, int *total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int inc = v;
@@ -157,13 +154,14 @@ static __device__ int group_block_scan(int v, int *warp_s, int *total) {
     __syncthreads(); /* warp_s may still be read by a previous scan */
     if (lane == 31) warp_s[warp] = inc;
     __syncthreads();
-    int before = 0, all = 0;
-    for (int w = 0; w < GROUP_THREADS / 32; w++) {
-        before += w < warp ? warp_s[w] : 0;
-        all += warp_s[w];
+    const int ws = warp_s[lane];
+    int wi = ws; /* warps 0 .. lane's sums */
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, wi, o);
+        if (lane >= o) wi += u;
     }
-    *total = all;
-    return before + inc - v;
+    *total = __shfl_sync(0xffffffffu, wi, 31);
+    return __shfl_sync(0xffffffffu, wi - ws, warp) + inc - v;
 }
 
 /* thread t's expert count c (G experts) -> row_off [G + 1] and the active list (the experts with rows
@@ -238,18 +236,17 @@ moe_route_group_kernel(const float *__restrict__ logits, int ksplit, const float
                        int32_t *__restrict__ order, const float *x, const float *yg, int64_t D,
                        int *__restrict__ row_off, int *__restrict__ active, const float **x_rows,
                        const float **slot_rows, float *__restrict__ wts) {
-    __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E];
+    __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E], bias_s[DI_MOE_ROUTE_MAX_E];
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32], ex_s[ROUTE_GROUP_MAX_ROWS * DI_MOE_ROUTE_MAX_K];
     const int t = threadIdx.x, warp = t >> 5, n = R * K;
-    for (int i = t; i < R * E; i += GROUP_THREADS) score_s[i / E][i % E] = route_logit(logits, ksplit, R * E, i);
-    __syncthreads();
-    if (warp < R) moe_route_row(score_s[warp], bias, warp, E, K, scale, resident, score_s[warp], expert, weight, order);
+    /* every thread: scores and biases, so that the routing warps start from shared memory */
+    for (int i = t; i < R * E; i += GROUP_THREADS) score_s[i / E][i % E] = route_score(route_logit(logits, ksplit, R * E, i));
+    for (int e = t; e < E; e += GROUP_THREADS) bias_s[e] = bias[e];
     cnt[t] = 0;
-    __syncthreads(); /* the routes' global writes are visible to the block from here */
-    if (t < n) {
-        ex_s[t] = expert[t];
-        atomicAdd(&cnt[ex_s[t]], 1);
-    }
+    __syncthreads();
+    if (warp < R) moe_route_row(score_s[warp], bias_s, warp, E, K, scale, resident, expert, weight, order, ex_s);
+    __syncthreads();
+    if (t < n) atomicAdd(&cnt[ex_s[t]], 1);
     __syncthreads();
     const int off = group_offsets(t < G ? cnt[t] : 0, G, warp_s, row_off, active);
     __syncthreads(); /* cnt is reused for the offsets */
