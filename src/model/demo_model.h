@@ -29,8 +29,26 @@
  * tokenizer.json, tokenizer_config.json and the stamp file. */
 di_status di_demo_model_write(const char *dir, di_err *err);
 
+/* The widths a variant of the demo model may change; every other setting stays the demo model's.
+ * Tests use wider variants to reach kernels that the demo model's shapes never take (the CUDA
+ * backend's int8 FP4 expert twin needs K % 128 == 0, its fused SwiGLU inter % 64 == 0). */
+typedef struct di_demo_model_dims {
+    int hidden_size;           /* a multiple of 32 (FP8 / FP4 scale blocks) */
+    int moe_intermediate_size; /* a multiple of 32 */
+} di_demo_model_dims;
+/* The demo model's own widths. */
+#define DI_DEMO_MODEL_DIMS ((di_demo_model_dims){.hidden_size = 64, .moe_intermediate_size = 96})
+
+/* di_demo_model_write with other widths: the same config otherwise, weights drawn by the same rules
+ * (their fan-ins follow the widths). With DI_DEMO_MODEL_DIMS it is di_demo_model_write, byte for
+ * byte. Any other widths make a model that is not the demo model: its stamp names the widths, so
+ * di_demo_model_is_current is false for it (and di_demo_model_ensure would replace it). */
+di_status di_demo_model_write_dims(const char *dir, const di_demo_model_dims *dims, di_err *err);
+
 /* The config.json text of the demo model (malloc'ed; caller frees). */
 di_status di_demo_model_config_json(char **out, di_err *err);
+/* The same with other widths (di_demo_model_write_dims's config). */
+di_status di_demo_model_config_json_dims(const di_demo_model_dims *dims, char **out, di_err *err);
 
 /* True when `dir` holds a complete demo model of DI_DEMO_MODEL_VERSION (its stamp file matches). */
 bool di_demo_model_is_current(const char *dir);
