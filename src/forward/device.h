@@ -24,6 +24,16 @@ typedef struct di_graph_stats {
     int64_t spill_chunks;  /* device memory taken while capturing because the arena was full */
 } di_graph_stats;
 
+/* How often forward calls took some of a device's fast paths since attach, so that a test can tell
+ * that a path it means to check ran (and did not fall back). Counted on the host as each launch is
+ * issued; a call run as a CUDA graph is captured anew every time (kept graphs are updated from the
+ * new capture), so graph calls count as eager ones do. */
+typedef struct di_device_path_counts {
+    int64_t fp4_imma;        /* routed-expert (FP4) GEMM calls on the int8 twin, any of its kernels */
+    int64_t fp4_imma_row;    /* of which on its one-row kernel (at most one row an expert) */
+    int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU and w2's digits too */
+} di_device_path_counts;
+
 typedef struct di_device_backend {
     const char *name;                                      /* "cuda" */
     di_mem_ops mem;                                        /* zeroed alloc, release, D2D copy */
@@ -50,6 +60,8 @@ typedef struct di_device_backend {
     void (*step_times)(const di_model *m, double *gpu_ms, double *idle_ms);
     /* CUDA graphs since attach (NULL: the backend has none) */
     void (*graph_stats)(const di_model *m, di_graph_stats *out);
+    /* fast-path counts since attach (NULL: the backend keeps none) */
+    void (*path_counts)(const di_model *m, di_device_path_counts *out);
     /* brackets the work an external profiler records when started with capture off (Nsight
      * Compute's --profile-from-start off: tools/cuda/device_profile.sh); NULL: none */
     void (*profiler_range)(bool on);

@@ -528,9 +528,12 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
         for (int m = 0; m < n_mats; m++)
             mats[m] = di_gemv_mat{N, wdata ? wdata[m] : NULL, wscale ? wscale[m] : NULL, wdata_g ? wdata_g[m] : NULL,
                                   wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
-        if (imma)
+        if (imma) {
+            ctx->counts.fp4_imma++;
+            ctx->counts.fp4_imma_row += max_rows <= 1; /* its one-row kernel (gi_tokens) */
+            ctx->counts.fp4_imma_swiglu += sw != nullptr;
             di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x, sw);
-        else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
+        } else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
         return;
     }
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */

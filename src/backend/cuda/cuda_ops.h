@@ -38,6 +38,14 @@ typedef struct {
 } di_cuda_act_forms;
 
 #define DI_CUDA_ACT_FORMS_SLOTS 2 /* a sublayer's input and one buffer inside it (the attention's q LoRA) */
+/* How often the linears on a context chose some fast paths: counted on the host as the launch is
+ * issued (or captured into a CUDA graph: once per capture, which every graph call makes), for tests
+ * that must know a path ran (di_device_path_counts in forward/device.h sums the contexts) */
+typedef struct {
+    int64_t fp4_imma;        /* FP4 expert calls on the int8 twin (cuda_linear_gemv_imma.cu), any kernel */
+    int64_t fp4_imma_row;    /* of which on its one-row kernel (at most one row a group) */
+    int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU (di_cuda_linear_mma_pair_swiglu) */
+} di_cuda_path_counts;
 typedef struct di_cuda_ctx {
     cudaStream_t stream;
     void *blas;          /* cublasHandle_t */
@@ -60,6 +68,7 @@ typedef struct di_cuda_ctx {
         di_cuda_act_forms forms;
     } act_forms[DI_CUDA_ACT_FORMS_SLOTS];
     int act_forms_next; /* the slot a note of a new x takes */
+    di_cuda_path_counts counts;
 } di_cuda_ctx;
 
 /* x [rows, K]'s other forms are in `forms` (see act_forms); a new x takes the oldest slot */

@@ -504,6 +504,18 @@ static void profiler_range(bool on) {
     GPU_CK(on ? cudaProfilerStart() : cudaProfilerStop());
 }
 
+/* both streams' contexts (the side one runs the shared expert) */
+static void path_counts(const di_model *m, di_device_path_counts *out) {
+    const gpu_model *g = m->dev;
+    const di_cuda_path_counts *c[2] = {&g->cx.counts, &g->cx_side.counts};
+    *out = (di_device_path_counts){0};
+    for (int i = 0; i < 2; i++) {
+        out->fp4_imma += c[i]->fp4_imma;
+        out->fp4_imma_row += c[i]->fp4_imma_row;
+        out->fp4_imma_swiglu += c[i]->fp4_imma_swiglu;
+    }
+}
+
 static const di_device_backend cuda_backend = {
     .name = "cuda",
     .mem = {mem_alloc, mem_release, mem_copy, down},
@@ -521,6 +533,7 @@ static const di_device_backend cuda_backend = {
     .n_profile_stages = ST_COUNT,
     .step_times = gpu_step_times,
     .graph_stats = gpu_graph_stats,
+    .path_counts = path_counts,
     .profiler_range = profiler_range,
     .host_alloc = result_alloc,
     .host_free = result_free,
