@@ -6,8 +6,9 @@
 #   2. the per-op parity suites (test_cuda_ops, test_cuda_fwd_ops),
 #   3. the model tests on the GPU (DEEPINFER_ACCELERATOR=nvidia): the v41-tiny fixture in replay,
 #      free and greedy modes and through the engine, chunked = one-shot, batch invariance (default
-#      and DEEPINFER_BATCH_INVARIANT=1), CUDA graphs = eager launches (test_device_graphs) and the
-#      fixture again with DEEPINFER_ENFORCE_EAGER=1,
+#      and DEEPINFER_BATCH_INVARIANT=1), CUDA graphs = eager launches (test_device_graphs), a wide
+#      demo-model variant against the CPU (test_wide_model_gpu: the int8 expert twin and its fused
+#      SwiGLU) and the fixture again with DEEPINFER_ENFORCE_EAGER=1,
 #   4. compute-sanitizer memcheck and racecheck on a fixture run,
 #   5. `deepinfer bench` (the whole-model EP-8 rank proxy) and a generate demo on the bundled model.
 # Logs land in $OUT, packed into $OUT/logs.tar.gz at the end (the device tool returns 8 files;
@@ -103,6 +104,9 @@ if want fixture; then
     # CUDA graphs: graph = eager bit for bit, kept graphs reused; the fixture with every kernel launched directly
     run device_graphs 300 $B/test_device_graphs
     grep -E "graphs:|calls|CHECK|differ" "$OUT/device_graphs.log" | head -10
+    # the routed experts' int8 twin and its fused SwiGLU end to end (widths the fixture does not reach)
+    run wide_model 300 $B/test_wide_model_gpu
+    grep -E "prompt|twin|argmax agreement|CHECK|SKIPPED" "$OUT/wide_model.log" | head -50
     DEEPINFER_ENFORCE_EAGER=1 run fixture_tiny_eager 300 $B/test_fixture_tiny
     grep -E "CHECK" "$OUT/fixture_tiny_eager.log" | head -10
     unset DEEPINFER_ACCELERATOR
