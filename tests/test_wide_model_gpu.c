@@ -72,7 +72,7 @@ typedef struct reference {
 
 static int total_rows(const reference *ref, int i) { return ref->len[i] + N_DECODE; }
 
-/* BOS, then ids from a fixed LCG, below the engram-compressed vocabulary's size (any id works) */
+/* BOS, then ids 3..99002 from a fixed LCG (any ids would do: the weights are random) */
 static void make_prompts(reference *ref) {
     uint64_t x = 0x77696465ull; /* "wide" */
     for (int i = 0; i < N_PROMPTS; i++) {
