@@ -45,6 +45,15 @@ extern "C" bool di_cuda_ctx_init(di_cuda_ctx *ctx) {
     return true;
 }
 
+extern "C" void di_cuda_ctx_set_priority(di_cuda_ctx *ctx, bool low) {
+    int least = 0, greatest = 0; /* numerically least >= greatest */
+    DI_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    DI_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    DI_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
+    DI_CUDA_CHECK(cudaStreamCreateWithPriority(&ctx->stream, cudaStreamDefault, low ? least : greatest));
+    DI_CUBLAS_CHECK(cublasSetStream((cublasHandle_t)ctx->blas, ctx->stream));
+}
+
 extern "C" void di_cuda_ctx_release_retired(di_cuda_ctx *ctx) {
     for (int i = 0; i < ctx->n_retired; i++) DI_CUDA_CHECK(cudaFree(ctx->retired[i]));
     ctx->n_retired = 0;

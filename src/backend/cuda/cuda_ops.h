@@ -80,6 +80,9 @@ const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const fl
 
 /* Returns false (and leaves *ctx zeroed) when no CUDA device is usable. */
 bool di_cuda_ctx_init(di_cuda_ctx *ctx);
+/* The context's stream made anew with the device's greatest (low = false) or least (true) priority:
+ * the block scheduler starts a pending block of a higher-priority stream first (gpu_backend.c attach) */
+void di_cuda_ctx_set_priority(di_cuda_ctx *ctx, bool low);
 void di_cuda_ctx_free(di_cuda_ctx *ctx);
 /* Scratch of at least `bytes` (valid until the next call on this context). */
 void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes);

@@ -434,6 +434,12 @@ static di_status attach(di_model *m, di_err *err) {
         free(g);
         return di_errf(err, DI_EUNSUPPORTED, "no usable CUDA device (second stream)");
     }
+    /* the main stream's blocks first: the routed experts' chain (router, routing, the int8 twin) is
+     * mostly one-block and latency-bound, and without priorities the shared expert's GEMV blocks on
+     * the side stream could hold the multiprocessors it waits for (B = 1: session 22 and session 25
+     * call 6 found the side stream slower or bimodal without them; docs/PERFORMANCE.md session 25) */
+    di_cuda_ctx_set_priority(&g->cx, false);
+    di_cuda_ctx_set_priority(&g->cx_side, true);
     g->cx_side.exact = g->cx.exact;
     g->cx_side.wgmma = g->cx.wgmma;
     g->cx_side.fp4_imma = g->cx.fp4_imma;

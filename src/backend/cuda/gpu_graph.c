@@ -147,7 +147,8 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
         gs->stats.updated++;
         gs->stats.update_s += t2 - t1;
     } else {
-        GPU_CK(cudaGraphInstantiate(&exec, graph, 0));
+        /* the kernel nodes keep the priority of the stream they were captured from (gpu_backend.c attach) */
+        GPU_CK(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
         gs->stats.instantiated++;
         gs->stats.instantiate_s += now_s() - t2;
     }

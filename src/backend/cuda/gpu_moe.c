@@ -10,8 +10,8 @@
  * each row's arithmetic that of a single-matrix call); the combine kernel adds the slots in
  * ascending expert id, then the shared expert, and rounds once, as the CPU does. An
  * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
- * routing; the bench routes only to resident experts. From SIDE_MIN_ROWS rows the shared expert
- * runs on a second stream beside the routed experts (moe_shared_forked), and where the next block
+ * routing; the bench routes only to resident experts. The shared expert runs on a second stream
+ * (of lower priority) beside the routed experts (moe_shared_forked), and where the next block
  * takes it the combine is left to that block's mix-sum kernel (gpu_moe_deferred).
  *
  * Engram: hash rows are computed on the host (model/engram_consts.h) from the token history and
@@ -94,12 +94,11 @@ static const di_weight *routed_shape(const di_ffn_weights *fw, int E, int which)
  * stream here; moe_shared_join makes the main stream wait for it. Its kernels are the ones the main
  * stream would run, on the same operands, so the bits do not change; the routed experts' kernels
  * run meanwhile. Returns its output [R, D] (ready after the join), or NULL (nothing launched) where
- * the side stream is not used: the stage profile, which times stages on the main stream, and steps
- * of fewer than SIDE_MIN_ROWS rows (H200, session 22: B = 8 / 16 / 32 -0.2 / -0.3 / -1.1 ms a step,
- * B = 1 ~+0.8). */
-#define SIDE_MIN_ROWS 8
+ * the side stream is not used: the stage profile, which times stages on the main stream. (H200,
+ * session 22: B = 8 / 16 / 32 -0.2 / -0.3 / -1.1 ms a step; B = 1 slower or bimodal until the side
+ * stream got the lower priority, session 25: -0.35 ms.) */
 static float *moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const float *x) {
-    if (gpu_profiling() || f->R < SIDE_MIN_ROWS) return NULL;
+    if (gpu_profiling()) return NULL;
     float *shared = gpu_alloc(f, sizeof(float) * (size_t)f->R * f->m->cfg.hidden_size); /* [R, D] */
     di_cuda_ctx *side = f->cx_side;
     GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
