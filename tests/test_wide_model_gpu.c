@@ -300,8 +300,9 @@ int main(void) {
     cpu_reference(cpu, &ref);
     if (sel == DI_EUNSUPPORTED) {
         printf("SKIPPED: %s (the GPU half needs the CUDA backend and a GPU; the CPU half ran)\n", why);
+    } else if (!gpu->dev_backend || !gpu->dev_backend->path_counts) {
+        CHECKF(false, "backend %s keeps no path counts", di_model_backend_name(gpu));
     } else {
-        CHECK(gpu->dev_backend && gpu->dev_backend->path_counts);
         printf("GPU (%s, default numerics%s) against the CPU:\n", di_model_backend_name(gpu),
                set->enforce_eager ? ", eager" : "");
         check_paths("single, replay", gpu_run(gpu, &ref, false, true), false);
