@@ -14,7 +14,8 @@
 # -k matches the function name without template arguments; one instantiation by its mangled name:
 # "--kernel-name-base mangled -k regex:ILb1ELi64E" is wg_gemm_kernel<true, 64> (a demangled regex
 # with "<" matched nothing in session 12). For stall samples per SASS instruction ncu documents
-# "--section SourceCounters --page source --print-source sass" (not yet tried here).
+# "--section SourceCounters --page source --print-source sass"; tools/cuda/ncu_sass_mix.py folds that
+# text into each launch's warp instructions by opcode and its most executed instructions (session 25).
 # Output: $OUT/profile-TAG.txt (the table, also on stdout) and $OUT/profile-TAG.csv.gz (ncu's rows).
 set -u
 cd "$(dirname "$0")/../.."
