@@ -59,6 +59,7 @@ enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpy
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
 #define cudaStreamNonBlocking 1
+#define cudaStreamDefault 0
 struct cudaDeviceProp {
     char name[256];
     int major, minor, multiProcessorCount, l2CacheSize;
@@ -280,6 +281,8 @@ cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t e);

@@ -93,6 +93,7 @@ static inline cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, 
     (void)e, (void)g, (void)i;
     return cudaErrorNotSupported;
 }
+#define cudaGraphInstantiateFlagUseNodePriority 8
 static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
     (void)e, (void)g, (void)flags;
     return cudaErrorNotSupported;
