@@ -249,6 +249,11 @@ static __device__ __forceinline__ float di_dev_swiglu(float g, float u, float li
     if (wt) v *= w;
     return di_dev_bf16_round(v);
 }
+/* di_dev_swiglu of four values of one row (weight w where wt) */
+static __device__ __forceinline__ float4 di_dev_swiglu4(float4 g, float4 u, float lim, bool wt, float w) {
+    return make_float4(di_dev_swiglu(g.x, u.x, lim, wt, w), di_dev_swiglu(g.y, u.y, lim, wt, w),
+                       di_dev_swiglu(g.z, u.z, lim, wt, w), di_dev_swiglu(g.w, u.w, lim, wt, w));
+}
 
 /* RMSNorm's block sum of the double partial sums of the first `warps` warps (the block's other threads
  * only pass the barriers), a fixed tree: butterflies within each warp, then warp 0 over the warps'

@@ -323,8 +323,7 @@ swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int6
         const float4 g4 = reinterpret_cast<const float4 *>(g)[i], u4 = reinterpret_cast<const float4 *>(u)[i];
         const bool has_w = wt != nullptr;
         const float w = has_w ? wt[4 * i / inter] : 1.0f;
-        v = make_float4(di_dev_swiglu(g4.x, u4.x, lim, has_w, w), di_dev_swiglu(g4.y, u4.y, lim, has_w, w),
-                        di_dev_swiglu(g4.z, u4.z, lim, has_w, w), di_dev_swiglu(g4.w, u4.w, lim, has_w, w));
+        v = di_dev_swiglu4(g4, u4, lim, has_w, w);
         reinterpret_cast<float4 *>(h)[i] = v;
     }
     float sc;

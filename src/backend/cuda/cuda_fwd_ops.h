@@ -166,6 +166,8 @@ typedef struct {
     float *digit_scale; /* [rows, N / 32] */
 } di_gemv_swiglu;
 bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows);
+/* the call takes the one-row kernel (every group at most one row) */
+bool di_cuda_gemv_imma_one_row(int64_t max_rows);
 /* x_rows (or NULL): the rows' digits through the MoE's row list instead, row p's those of row
  * (x_rows[p] - x_base) / K of xd / xs (the FFN input's own digits, made by its producer). sw (or
  * NULL): two matrices' SwiGLU instead of their outputs (needs di_cuda_gemv_imma_swiglu_ok) */

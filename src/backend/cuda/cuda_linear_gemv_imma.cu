@@ -468,11 +468,9 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
     const bool has_w = a.sw.wt != nullptr;
     const float w = has_w ? a.sw.wt[row] : 1.0f, lim = a.sw.limit;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* lanes past the features: blocks of their own */
-    if (in)
-        v = make_float4(di_dev_swiglu(gu[f], gu[GR_SW_FEATURES + f], lim, has_w, w),
-                        di_dev_swiglu(gu[f + 1], gu[GR_SW_FEATURES + f + 1], lim, has_w, w),
-                        di_dev_swiglu(gu[f + 2], gu[GR_SW_FEATURES + f + 2], lim, has_w, w),
-                        di_dev_swiglu(gu[f + 3], gu[GR_SW_FEATURES + f + 3], lim, has_w, w));
+    if (in) /* gu is 16-byte aligned: nb % 4 == 0 */
+        v = di_dev_swiglu4(*reinterpret_cast<const float4 *>(gu + f),
+                           *reinterpret_cast<const float4 *>(gu + GR_SW_FEATURES + f), lim, has_w, w);
     float sc;
     const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
     if (!in) return;
@@ -487,8 +485,10 @@ bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
     return K % 128 == 0 && gi_launch_smem(gi_tokens(max_rows), K, false) <= GI_SMEM_MAX;
 }
 
+bool di_cuda_gemv_imma_one_row(int64_t max_rows) { return gi_tokens(max_rows) == 1; }
+
 bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows) {
-    return K % 128 == 0 && N % GR_SW_FEATURES == 0 && gi_tokens(max_rows) == 1 &&
+    return K % 128 == 0 && N % GR_SW_FEATURES == 0 && di_cuda_gemv_imma_one_row(max_rows) &&
            gr_smem_bytes(K, true) <= GI_SMEM_MAX;
 }
 

@@ -530,7 +530,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
                                   wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
         if (imma) {
             ctx->counts.fp4_imma++;
-            ctx->counts.fp4_imma_row += max_rows <= 1; /* its one-row kernel (gi_tokens) */
+            ctx->counts.fp4_imma_row += di_cuda_gemv_imma_one_row(max_rows);
             ctx->counts.fp4_imma_swiglu += sw != nullptr;
             di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x, sw);
         } else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
