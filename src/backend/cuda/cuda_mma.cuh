@@ -197,9 +197,13 @@ static __device__ __forceinline__ uint32_t di_act_quant_e4m3_x4(float4 v, float 
     for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     const float sc = di_dev_act_scale(m);
     *scale = sc;
+    /* q / sc as q * (1 / sc): sc is a power of two in [2^-22, 2^120] (di_dev_act_scale), so 1 / sc is
+     * exact and both are the correctly rounded q 2^-e -- the same bits, one division instead of four
+     * (an infinite amax makes sc +inf: 0 or NaN either way) */
+    const float inv = 1.0f / sc;
     float q[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) q[i] = di_dev_clampf(q[i] / sc, -448.0f, 448.0f);
+    for (int i = 0; i < 4; i++) q[i] = di_dev_clampf(q[i] * inv, -448.0f, 448.0f);
 #ifdef DI_CUDA_EMU_H
     uint32_t codes = 0;
 #pragma unroll
