@@ -9,6 +9,12 @@
 #         bash tools/cuda/device_ab.sh
 # AB_OLD may name several folders (space-separated: "exp/main exp/variant"): each is a variant of
 # its own, built into its own tree and benched in the same rounds, named by the folder's last part.
+# Branches against the tree (each variant folder holds a branch's versions of the files it changes;
+# rebase the branches on the tree's commit first):
+#     for b in wip/x wip/y; do d=exp/${b#wip/}; git diff --name-only "$(git merge-base HEAD "$b")" "$b" |
+#         while read -r f; do mkdir -p "$d/$(dirname "$f")" && git show "$b:$f" > "$d/$f"; done; done
+#     AB_OLD="exp/x exp/y" bash tools/cuda/device_ab.sh      (the tree itself is "new")
+# Each variant's tree stays built at /tmp/deepinfer-ab-old(-<name>) for its own tests afterwards.
 # The first device call of a change usually pairs this with its parity run:
 #     bash tools/cuda/device_model_run.sh --only parity && AB_OLD=exp/old bash tools/cuda/device_ab.sh
 set -u
