@@ -578,8 +578,11 @@ di_status di_demo_model_write_dims(const char *dir, const di_demo_model_dims *di
     const bool standard = dims->hidden_size == DI_DEMO_MODEL_DIMS.hidden_size &&
                           dims->moe_intermediate_size == DI_DEMO_MODEL_DIMS.moe_intermediate_size;
     char stamp[512];
-    variant_stamp(dims, stamp, sizeof stamp);
-    const char *stamp_text = standard ? k_stamp_text : stamp;
+    const char *stamp_text = k_stamp_text;
+    if (!standard) {
+        variant_stamp(dims, stamp, sizeof stamp);
+        stamp_text = stamp;
+    }
     if (!st) st = write_file(dir, DI_DEMO_MODEL_STAMP, stamp_text, strlen(stamp_text), err);
     if (st) return di_err_prefix(err, "demo model");
     return DI_OK;

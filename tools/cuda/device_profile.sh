@@ -15,7 +15,8 @@
 # "--kernel-name-base mangled -k regex:ILb1ELi64E" is wg_gemm_kernel<true, 64> (a demangled regex
 # with "<" matched nothing in session 12). For stall samples per SASS instruction ncu documents
 # "--section SourceCounters --page source --print-source sass"; tools/cuda/ncu_sass_mix.py folds that
-# text into each launch's warp instructions by opcode and its most executed instructions (session 25).
+# text into each launch's warp instructions by opcode, its most executed instructions (--top) and its
+# most stalled ones (--stalls).
 # Output: $OUT/profile-TAG.txt (the table, also on stdout) and $OUT/profile-TAG.csv.gz (ncu's rows).
 set -u
 cd "$(dirname "$0")/../.."
