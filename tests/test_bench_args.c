@@ -1,6 +1,7 @@
 /* `deepinfer bench --bench-batch`: the list of decode batch sizes is parsed before the GPU
  * benchmark does any work (a typo must not cost a device run): defaults, lists in any order with
- * repeats, and every malformed form refused with an error naming the flag. */
+ * repeats, and every malformed form refused with an error naming the flag. The context range
+ * (--bench-min-context .. --bench-max-context) likewise. */
 #include <stdbool.h>
 
 #include "cli/commands.h"
@@ -35,5 +36,12 @@ int main(void) {
     const char *bad[] = {"1,64,", ",1", "1,,8", "x", "1,x", "8 ,1", " 8", "-1", "0,8", "257", "1,300",
                          "99999999999999999999", "1.5", "0x10"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_error(bad[i]);
+    di_err err = {0};
+    CHECK(di_bench_check_contexts(4096, 131072, &err) == DI_OK);
+    CHECK(di_bench_check_contexts(131072, 131072, &err) == DI_OK);
+    CHECK(di_bench_check_contexts(0, 0, &err) == DI_OK); /* prefill rows only */
+    CHECKF(di_bench_check_contexts(131072, 4096, &err) == DI_EINVAL && strstr(err.msg, "--bench-min-context") &&
+               strstr(err.msg, "--bench-max-context"),
+           "min above max was not refused with a clear error (%s)", err.msg);
     return TEST_SUMMARY();
 }

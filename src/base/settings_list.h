@@ -73,6 +73,9 @@ DI_SETTING(ep_ranks, INT, "--ep-ranks", NULL, "8",
 DI_SETTING(quick, BOOL, "--quick", NULL, "0", "bench on a GPU: fewer steps, quicker ceilings")
 DI_SETTING(bench_max_context, INT, "--bench-max-context", NULL, "131072",
            "bench on a GPU: decode rows up to this context (4096, 32768, 131072)")
+DI_SETTING(bench_min_context, INT, "--bench-min-context", NULL, "4096",
+           "bench on a GPU: decode rows from this context (the first that runs gets the eager-launch and "
+           "stage-profile rows and the profiler range)")
 DI_SETTING(bench_max_prefill, INT, "--bench-max-prefill", NULL, "16384",
            "bench on a GPU: prefill rows up to this many new tokens (512, 4096, 16384)")
 DI_SETTING(bench_batch, STR, "--bench-batch", NULL, "",

@@ -373,10 +373,21 @@ di_status di_bench_parse_batches(const char *spec, int *out, int *n, di_err *err
     return DI_OK;
 }
 
+di_status di_bench_check_contexts(int64_t min_context, int64_t max_context, di_err *err) {
+    if (min_context > max_context)
+        return di_errf(err, DI_EINVAL, "--bench-min-context %lld is above --bench-max-context %lld: no decode row would run",
+                       (long long)min_context, (long long)max_context);
+    return DI_OK;
+}
+
 int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     di_err err = {0};
     int Bs[DI_BENCH_MAX_BATCH], n_B = 0; /* decode batch sizes, ascending: checked before any work */
     if (di_bench_parse_batches(s->bench_batch, Bs, &n_B, &err)) {
+        fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+        return 1;
+    }
+    if (di_bench_check_contexts(s->bench_min_context, s->bench_max_context, &err)) {
         fprintf(stderr, "deepinfer bench: %s\n", err.msg);
         return 1;
     }
@@ -444,7 +455,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
         if (ci == 1) /* after 4K decode: the rows that matter most first */
             bench_prefill(m, &cl, logits, budget_s, deadline, s->bench_max_prefill);
-        if (ctxs[ci] > s->bench_max_context) continue;
+        if (ctxs[ci] > s->bench_max_context || ctxs[ci] < s->bench_min_context) continue;
+        const bool first_ctx = ci == 0 || ctxs[ci - 1] < s->bench_min_context; /* the first that runs */
         bool slow = false;
         for (int bi = 0; bi < n_B; bi++) {
             const int B = Bs[bi];
@@ -475,7 +487,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             if (!make_states(m, &pool, B, ctx, 2 * steps + 6, st, &err)) {
                 step_timing tm;
                 n_t = time_decode_steps(m, st, B, steps, budget_s, logits, 0, false, t, &tm, &slow, &err);
-                if (n_t == steps && ci == 0 && g_n_step_rows < MAX_STEP_ROWS) {
+                if (n_t == steps && first_ctx && g_n_step_rows < MAX_STEP_ROWS) {
                     /* the same states, every kernel launched directly (the graphs' gain) */
                     step_timing te;
                     double te_wall[16];
@@ -490,7 +502,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     }
                     m->device_graphs = graphs;
                 }
-                if (n_t == steps && ci == 0 && (B == 1 || B == 64 || B == 128 || B == 256)) { /* where the time goes */
+                if (n_t == steps && first_ctx && (B == 1 || B == 64 || B == 128 || B == 256)) { /* where the time goes */
                     char what[64];
                     snprintf(what, sizeof what, "decode B = %d at context %lld", B, (long long)ctx);
                     profile_call(m, st, B, 1, logits, what);

@@ -30,5 +30,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend);
  * DI_BENCH_MAX_BATCH entries). A malformed list is DI_EINVAL naming the flag and the text. */
 #define DI_BENCH_MAX_BATCH 256
 di_status di_bench_parse_batches(const char *spec, int *out, int *n, di_err *err);
+/* --bench-min-context above --bench-max-context is DI_EINVAL naming both flags */
+di_status di_bench_check_contexts(int64_t min_context, int64_t max_context, di_err *err);
 
 #endif
