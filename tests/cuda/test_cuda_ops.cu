@@ -16,7 +16,7 @@
  *   bound      exactly): |gpu - cpu| <= (K + 1) 2^-24 sum_k |x_k w_k|, plus 1 bf16 ulp in BF16 mode
  * Prints "SKIPPED: no CUDA device" and exits 0 where no GPU is present; exits 1 on any FAIL.
  * `test_cuda_ops --quick` runs small shapes only (for compute-sanitizer); `--attn` the attention
- * cases of the real shape (the wgmma kernel's) alone, `--mhc` the mHC cases. */
+ * cases of the real shape (the wgmma kernel's) alone, `--mhc` the mHC cases, `--topk` small top-k cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1002,11 +1002,13 @@ static void test_index_score(int64_t R, int64_t P, int nh, int idim) {
     free(qi), free(w), free(keys), free(ref), free(got), free(vis);
 }
 
-/* scores drawn from `levels` distinct bf16 values (many exact ties), some -inf, one +inf */
+/* scores drawn from `levels` distinct bf16 values (many exact ties), or (0) any bf16 value, or (-1) any
+ * fp32 value (ties rare: the select stops within the score's bits); some -inf, one +inf */
 static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
     float *s = (float *)malloc(4 * R * P);
     for (int64_t i = 0; i < R * P; i++) {
-        float v = levels > 0 ? (float)(rnd_u64() % levels) * 0.125f - 1.0f : di_bf16_round(rnd_normalish());
+        float v = levels > 0 ? (float)(rnd_u64() % levels) * 0.125f - 1.0f
+                             : levels == 0 ? di_bf16_round(rnd_normalish()) : rnd_normalish();
         if (v == 0.0f && (rnd_u64() & 1)) v = -0.0f;
         s[i] = (int)(rnd_u64() % 100) < pct_ninf ? -INFINITY : v;
     }
@@ -1087,6 +1089,19 @@ static void run_quick(void) {
     test_mhc(3, 4, 64);   /* the tiny model's: a chunk of the mix sums spans the 4 copies of hc_post */
     test_index_score(2, 100, 32, 128);
     test_topk(2, 3000, 512, 20, 5);
+}
+
+/* top-k selections of every kind of tie, small enough for the CPU emulator: --topk (and the full run) */
+static void run_topk_quick(void) {
+    test_topk(3, 2048, 512, -1, 0);  /* fp32 scores: the select stops early */
+    test_topk(2, 5000, 512, -1, 10);
+    test_topk(2, 700, 512, -1, 50);  /* fewer selectable scores than k */
+    test_topk(2, 3000, 512, 20, 5);  /* many exact ties: every pass */
+    test_topk(1, 1000, 16, 0, 0);
+    /* the row held in registers, KPT scores a thread, at the sizes' edges; then the global passes */
+    test_topk(1, 1024, 512, -1, 0);   /* KPT 1, full */
+    test_topk(1, 4096, 2048, 50, 1);  /* KPT 4, full, many ties */
+    test_topk(1, 4097, 512, -1, 0);   /* the global passes, just past */
 }
 
 /* the mHC cases alone (small and real shapes): --mhc */
@@ -1196,6 +1211,7 @@ static void run_full(void) {
     test_topk(3, 2048, 512, 0, 0);
     test_topk(2, 300, 512, 7, 20);
     test_topk(2, 100000, 1024, 1000, 1);
+    run_topk_quick();
 }
 
 int main(int argc, char **argv) {
@@ -1208,6 +1224,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "--mhc")) run_mhc();
     else if (!strcmp(mode, "--attn")) run_attn();
+    else if (!strcmp(mode, "--topk")) run_topk_quick();
     else if (!strcmp(mode, "--quick")) run_quick();
     else run_full();
     di_cuda_ctx_free(&g_ctx);
