@@ -2,53 +2,134 @@
 # A / B of a change on the device machine: the working tree ("new") against the same tree with the
 # files under $AB_OLD put back ("old": the changed files' previous versions, at their repository
 # paths under that folder, e.g. exp/old/src/backend/cuda/x.cu -- an untracked folder travels to the
-# device with the tree). Builds both (device_model_run.sh's build stage), then runs the bench on
-# each in turn, AB_ROUNDS times, so drift of the machine hits both alike; prints the decode and
-# prefill rows' ms per step (column 5) and % of roofline per round.
+# device with the tree). Builds the tree (device_model_run.sh's build stage), then each variant in
+# the same build folder: its files copied in, an incremental build (seconds: only what they touch),
+# its binaries set aside under /tmp/deepinfer-ab/<name>/, the tree's files put back. Then, each on
+# every side: the tests of $AB_TESTS, per-kernel times of $AB_NCU, and the bench AB_ROUNDS times,
+# sides alternated so drift of the machine hits all alike (decode and prefill rows' ms per step,
+# column 5, and % of roofline).
 #     AB_OLD=exp/old AB_ROUNDS=3 BENCH="--bench-batch 1,256 --bench-max-context 4096" \
 #         bash tools/cuda/device_ab.sh
 # AB_OLD may name several folders (space-separated: "exp/main exp/variant"): each is a variant of
-# its own, built into its own tree and benched in the same rounds, named by the folder's last part.
-# Branches against the tree (each variant folder holds a branch's versions of the files it changes;
-# rebase the branches on the tree's commit first):
-#     for b in wip/x wip/y; do d=exp/${b#wip/}; git diff --name-only "$(git merge-base HEAD "$b")" "$b" |
+# its own, named by the folder's last part. Branches against the tree (each variant folder holds a
+# branch's versions of the files it changes; rebase the branches on the tree's commit first):
+#     for b in wip/x wip/y; do d=exp/${b#wip/}; git diff --name-only HEAD "$b" |
 #         while read -r f; do mkdir -p "$d/$(dirname "$f")" && git show "$b:$f" > "$d/$f"; done; done
 #     AB_OLD="exp/x exp/y" bash tools/cuda/device_ab.sh      (the tree itself is "new")
-# Each variant's tree stays built at /tmp/deepinfer-ab-old(-<name>) for its own tests afterwards.
+# AB_TESTS: test commands separated by ';', each run on every side from the tree's root with that
+#     side's binary (e.g. "test_cuda_ops --topk; test_fixture_tiny"; DEEPINFER_ACCELERATOR=nvidia).
+# AB_NCU: a kernel-name regex: each side's bench (BENCH's arguments) under ncu, kernels matching it
+#     timed (gpu__time_duration, --clock-control none) and summed per kernel and grid: mean us a
+#     launch, side by side -- steadier than step times for a change to a few kernels.
+# AB_BINS: the binaries set aside (default deepinfer and the test binaries AB_TESTS names).
 # The first device call of a change usually pairs this with its parity run:
 #     bash tools/cuda/device_model_run.sh --only parity && AB_OLD=exp/old bash tools/cuda/device_ab.sh
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT="${OUT:-/tmp/deepinfer-device-out}"
 OLD_SETS="${AB_OLD:?AB_OLD: a folder holding the old versions of the changed files (or several)}"
 ROUNDS="${AB_ROUNDS:-3}"
 BENCH="${BENCH:---bench-batch 1,32 --bench-max-context 4096 --bench-max-prefill 512}"
+STASH=/tmp/deepinfer-ab
+T0=$(date +%s)
+log() { echo "[device_ab $(($(date +%s) - T0))s] $*"; }
 mkdir -p "$OUT"
 bash tools/cuda/device_model_run.sh --only none | tail -1
-excludes=(--exclude=./build --exclude=./build-dev --exclude=./build-cuda)
-for set in $OLD_SETS; do excludes+=("--exclude=./$set"); done
+[ -x build-dev/deepinfer ] || exit 1
+export PATH="$PATH:/usr/local/cuda/bin"
+bins="deepinfer ${AB_BINS:-}"
+IFS=';' read -ra tests <<<"${AB_TESTS:-}"
+for t in "${tests[@]}"; do # each test's binary: the command's first word
+    read -ra words <<<"$t"
+    [ ${#words[@]} -gt 0 ] && bins="$bins ${words[0]}"
+done
+set_aside() { # name: this build's binaries to $STASH/name
+    rm -rf "${STASH:?}/$1" && mkdir -p "$STASH/$1"
+    for b in $bins; do cp "build-dev/$b" "$STASH/$1/" || return 1; done
+}
+rm -rf "$STASH/tree" && mkdir -p "$STASH/tree" && : >"$STASH/tree-absent"
+set_aside new || exit 1
+for set in $OLD_SETS; do # the tree's own versions of every file a variant replaces (or adds)
+    (cd "$set" && find . -type f) | while read -r f; do
+        if [ -f "$f" ]; then mkdir -p "$STASH/tree/$(dirname "$f")" && cp "$f" "$STASH/tree/$f"; else echo "$f" >>"$STASH/tree-absent"; fi
+    done
+done
+restore_tree() {
+    (cd "$STASH/tree" && find . -type f) | while read -r f; do cp "$STASH/tree/$f" "$f" && touch "$f"; done
+    while read -r f; do rm -f "$f"; done <"$STASH/tree-absent"
+}
 sides=()
-dirs=()
-for set in $OLD_SETS; do # one tree a variant: /tmp/deepinfer-ab-old (the first; as before), -old-<name>
+for set in $OLD_SETS; do
     name=$(basename "$set")
-    tree=/tmp/deepinfer-ab-old
-    [ ${#sides[@]} -gt 0 ] && tree="/tmp/deepinfer-ab-old-$name"
-    rm -rf "$tree" && mkdir -p "$tree"
-    tar "${excludes[@]}" -cf - . | tar -xf - -C "$tree"
-    (cd "$set" && find . -type f) | while read -r f; do cp "$set/$f" "$tree/$f"; done
-    (cd "$tree" && OUT="$tree-out" bash tools/cuda/device_model_run.sh --only none | tail -1)
-    sides+=("$name")
-    dirs+=("$tree")
+    [ ${#sides[@]} -eq 0 ] && [ "$(echo $OLD_SETS | wc -w)" -eq 1 ] && name=old
+    (cd "$set" && find . -type f) | while read -r f; do cp "$set/$f" "$f"; done
+    if cmake --build build-dev -j "$(nproc)" >"$OUT/build-ab-$name.log" 2>&1 && set_aside "$name"; then
+        log "$name built"
+        sides+=("$name")
+    else
+        log "$name: BUILD FAILED (tail of build-ab-$name.log):"
+        grep -E "error" "$OUT/build-ab-$name.log" | head -10
+    fi
+    restore_tree
 done
 sides+=(new)
-dirs+=(.)
-[ ${#sides[@]} -eq 2 ] && sides[0]=old
+cmake --build build-dev -j "$(nproc)" >"$OUT/build-ab-tree.log" 2>&1 || log "the tree's rebuild failed"
 export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu DEEPINFER_ACCELERATOR=nvidia
-for i in $(seq "$ROUNDS"); do
-    for j in "${!sides[@]}"; do
+
+for t in "${tests[@]}"; do
+    read -ra words <<<"$t"
+    [ ${#words[@]} -gt 0 ] || continue
+    for side in "${sides[@]}"; do
+        logf="$OUT/test-$side-${words[0]}.log"
+        timeout "${AB_TEST_TIMEOUT:-300}" "$STASH/$side/${words[0]}" "${words[@]:1}" >"$logf" 2>&1
+        log "$side ${words[*]}: exit $? $(grep -E 'passed|PASS|FAIL|SKIPPED' "$logf" | tail -1)"
+        grep -m5 "^FAIL" "$logf"
+    done
+done
+
+if [ -n "${AB_NCU:-}" ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
-        r=$("${dirs[$j]}/build-dev/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
+        timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off --clock-control none \
+            --metrics gpu__time_duration.sum --csv -k "regex:$AB_NCU" \
+            "$STASH/$side/deepinfer" bench --backend cuda --quick $BENCH >"$OUT/ncu-ab-$side.csv" 2>/dev/null
+        log "ncu $side: exit $?"
+    done
+    python3 - "$OUT" "${sides[@]}" <<'PY'
+import csv, collections, sys
+out, sides = sys.argv[1], sys.argv[2:]
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+table = collections.defaultdict(dict)  # (kernel, grid, block) -> side -> (launches, mean us)
+for side in sides:
+    try:
+        rows = [l for l in open(f"{out}/ncu-ab-{side}.csv", errors="replace") if l.startswith('"')]
+    except OSError:
+        continue
+    agg = collections.defaultdict(lambda: [0, 0.0])
+    for r in csv.DictReader(rows):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        k = r["Kernel Name"].replace("void ", "", 1)
+        j = k.find("(", k.rfind(">") + 1 if ">" in k else 0)
+        key = ((k[:j] if j >= 0 else k)[:70], r["Grid Size"], r["Block Size"])
+        agg[key][0] += 1
+        agg[key][1] += float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1e-3)
+    for key, (n, us) in agg.items():
+        table[key][side] = (n, us / n)
+print("| kernel | grid | block | " + " | ".join(f"{s} (n, mean us)" for s in sides) + " |")
+print("|---|---|---|" + "---|" * len(sides))
+for key in sorted(table):
+    cells = [f"{table[key][s][0]}, {table[key][s][1]:.2f}" if s in table[key] else "-" for s in sides]
+    print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+PY
+fi
+
+for i in $(seq "$ROUNDS"); do
+    for side in "${sides[@]}"; do
+        # shellcheck disable=SC2086
+        r=$("$STASH/$side/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
             grep "^| decode\|^| prefill" | awk -F'|' '{printf "%s%s@%s %s (%s) ", $2, $3, $4, $5, $11}')
-        echo "round $i ${sides[$j]}: $r"
+        echo "round $i $side: $r"
     done
 done
