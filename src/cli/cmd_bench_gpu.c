@@ -375,7 +375,8 @@ di_status di_bench_parse_batches(const char *spec, int *out, int *n, di_err *err
 
 di_status di_bench_check_contexts(int64_t min_context, int64_t max_context, di_err *err) {
     if (min_context > max_context)
-        return di_errf(err, DI_EINVAL, "--bench-min-context %lld is above --bench-max-context %lld: no decode row would run",
+        return di_errf(err, DI_EINVAL,
+                       "--bench-min-context %lld is above --bench-max-context %lld: no decode row would run",
                        (long long)min_context, (long long)max_context);
     return DI_OK;
 }
@@ -502,7 +503,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     }
                     m->device_graphs = graphs;
                 }
-                if (n_t == steps && first_ctx && (B == 1 || B == 64 || B == 128 || B == 256)) { /* where the time goes */
+                /* where the time goes */
+                if (n_t == steps && first_ctx && (B == 1 || B == 64 || B == 128 || B == 256)) {
                     char what[64];
                     snprintf(what, sizeof what, "decode B = %d at context %lld", B, (long long)ctx);
                     profile_call(m, st, B, 1, logits, what);

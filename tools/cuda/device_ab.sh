@@ -51,7 +51,9 @@ rm -rf "$STASH/tree" && mkdir -p "$STASH/tree" && : >"$STASH/tree-absent"
 set_aside new || exit 1
 for set in $OLD_SETS; do # the tree's own versions of every file a variant replaces (or adds)
     (cd "$set" && find . -type f) | while read -r f; do
-        if [ -f "$f" ]; then mkdir -p "$STASH/tree/$(dirname "$f")" && cp "$f" "$STASH/tree/$f"; else echo "$f" >>"$STASH/tree-absent"; fi
+        if [ -f "$f" ]; then
+            mkdir -p "$STASH/tree/$(dirname "$f")" && cp "$f" "$STASH/tree/$f"
+        else echo "$f" >>"$STASH/tree-absent"; fi
     done
 done
 restore_tree() {
