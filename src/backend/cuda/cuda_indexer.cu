@@ -109,45 +109,62 @@ static __device__ void topk_compact_step(bool sel, int64_t t, int32_t *out, int 
     __syncthreads();
 }
 
+/* A block's shared state through a select: the warp sums, the pass's histogram, the digits chosen
+ * so far (thr), the keys still needed within them, the compaction's base, whether it is done. */
+struct topk_shared {
+    int red[TOPK_THREADS / 32];
+    int hist[TOPK_BINS];
+    unsigned long long thr;
+    int need, base;
+    bool done;
+};
+
+/* A radix pass opens with the histogram cleared and closes with warp 0's digit; every thread
+ * calls both and then reads the new threshold and need. Returns whether the select is done
+ * (uniform: read after the barrier, written again only by a later pass). */
+static __device__ void topk_pass_open(topk_shared *sh) {
+    for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) sh->hist[i] = 0;
+    __syncthreads();
+}
+static __device__ bool topk_pass_close(topk_shared *sh, unsigned long long *thr, int *need, int shift, int lane,
+                                       int warp) {
+    __syncthreads();
+    if (warp == 0) topk_choose_digit(sh->hist, *thr, *need, shift, lane, &sh->thr, &sh->need, &sh->done);
+    __syncthreads();
+    *thr = sh->thr;
+    *need = sh->need;
+    return sh->done;
+}
+
 /* Rows of any length: every pass reads the scores from global memory. */
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__restrict__ out_all) {
-    __shared__ int red[TOPK_THREADS / 32];
-    __shared__ int hist[TOPK_BINS];
-    __shared__ unsigned long long thr_s;
-    __shared__ int need_s, base_s;
-    __shared__ bool done_s;
+    __shared__ topk_shared sh;
     const float *score = score_all + (int64_t)blockIdx.x * P;
     int32_t *out = out_all + (int64_t)blockIdx.x * k;
     int nvalid = 0;
     for (int64_t t = threadIdx.x; t < P; t += TOPK_THREADS) nvalid += topk_key(score, t) != 0ull;
-    nvalid = block_sum_int(nvalid, red);
+    nvalid = block_sum_int(nvalid, sh.red);
     const int kk = nvalid < k ? nvalid : k;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     /* the kk-th largest key, a digit of TOPK_RADIX bits a pass from the top: among the keys that
      * match the digits chosen so far, `need` of them are still to be taken */
     unsigned long long thr = 0ull;
     int need = kk;
-    if (threadIdx.x == 0) done_s = false;
+    if (threadIdx.x == 0) sh.done = false;
     for (int shift = 64 - TOPK_RADIX; kk > 0 && shift >= 0; shift -= TOPK_RADIX) {
-        for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) hist[i] = 0;
-        __syncthreads();
+        topk_pass_open(&sh);
         const unsigned long long hi = shift + TOPK_RADIX >= 64 ? 0ull : ~0ull << (shift + TOPK_RADIX);
-        for (int64_t t = threadIdx.x; t < P; t += TOPK_THREADS) topk_count(hist, topk_key(score, t), thr, hi, shift);
-        __syncthreads();
-        if (warp == 0) topk_choose_digit(hist, thr, need, shift, lane, &thr_s, &need_s, &done_s);
-        __syncthreads();
-        thr = thr_s;
-        need = need_s;
-        if (done_s) break; /* uniform: read after the barrier, written again only by a later pass */
+        for (int64_t t = threadIdx.x; t < P; t += TOPK_THREADS) topk_count(sh.hist, topk_key(score, t), thr, hi, shift);
+        if (topk_pass_close(&sh, &thr, &need, shift, lane, warp)) break;
     }
     /* ordered compaction of the keys >= thr (exactly kk of them: keys are distinct) */
-    if (threadIdx.x == 0) base_s = 0;
+    if (threadIdx.x == 0) sh.base = 0;
     __syncthreads();
     for (int64_t c0 = 0; kk > 0 && c0 < P; c0 += TOPK_THREADS) {
         const int64_t t = c0 + threadIdx.x;
         const unsigned long long key = t < P ? topk_key(score, t) : 0ull;
-        topk_compact_step(key != 0ull && key >= thr, t, out, red, &base_s, lane, warp);
+        topk_compact_step(key != 0ull && key >= thr, t, out, sh.red, &sh.base, lane, warp);
     }
     for (int j = kk + threadIdx.x; j < k; j += TOPK_THREADS) out[j] = -1;
 }
@@ -156,11 +173,7 @@ topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__re
 template <int KPT>
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_reg_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__restrict__ out_all) {
-    __shared__ int red[TOPK_THREADS / 32];
-    __shared__ int hist[TOPK_BINS];
-    __shared__ unsigned long long thr_s;
-    __shared__ int need_s, base_s;
-    __shared__ bool done_s;
+    __shared__ topk_shared sh;
     const float *score = score_all + (int64_t)blockIdx.x * P;
     int32_t *out = out_all + (int64_t)blockIdx.x * k;
     uint32_t bits[KPT]; /* [KPT] order-preserving score bits, 0: not selectable or past the row */
@@ -172,34 +185,28 @@ topk_reg_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *
     }
 #pragma unroll
     for (int j = 0; j < KPT; j++) nvalid += bits[j] != 0u;
-    nvalid = block_sum_int(nvalid, red);
+    nvalid = block_sum_int(nvalid, sh.red);
     const int kk = nvalid < k ? nvalid : k;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     unsigned long long thr = 0ull;
     int need = kk;
-    if (threadIdx.x == 0) done_s = false;
+    if (threadIdx.x == 0) sh.done = false;
     for (int shift = 64 - TOPK_RADIX; kk > 0 && shift >= 0; shift -= TOPK_RADIX) {
-        for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) hist[i] = 0;
-        __syncthreads();
+        topk_pass_open(&sh);
         const unsigned long long hi = shift + TOPK_RADIX >= 64 ? 0ull : ~0ull << (shift + TOPK_RADIX);
 #pragma unroll
         for (int j = 0; j < KPT; j++)
-            topk_count(hist, topk_key_of(bits[j], (int64_t)j * TOPK_THREADS + threadIdx.x), thr, hi, shift);
-        __syncthreads();
-        if (warp == 0) topk_choose_digit(hist, thr, need, shift, lane, &thr_s, &need_s, &done_s);
-        __syncthreads();
-        thr = thr_s;
-        need = need_s;
-        if (done_s) break;
+            topk_count(sh.hist, topk_key_of(bits[j], (int64_t)j * TOPK_THREADS + threadIdx.x), thr, hi, shift);
+        if (topk_pass_close(&sh, &thr, &need, shift, lane, warp)) break;
     }
-    if (threadIdx.x == 0) base_s = 0;
+    if (threadIdx.x == 0) sh.base = 0;
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
         if (kk == 0 || (int64_t)j * TOPK_THREADS >= P) break; /* uniform */
         const int64_t t = (int64_t)j * TOPK_THREADS + threadIdx.x;
         const unsigned long long key = topk_key_of(bits[j], t);
-        topk_compact_step(key != 0ull && key >= thr, t, out, red, &base_s, lane, warp);
+        topk_compact_step(key != 0ull && key >= thr, t, out, sh.red, &sh.base, lane, warp);
     }
     for (int j = kk + threadIdx.x; j < k; j += TOPK_THREADS) out[j] = -1;
 }
