@@ -57,19 +57,20 @@ for set in $OLD_SETS; do # the tree's own versions of every file a variant repla
     done
 done
 restore_tree() {
-    (cd "$STASH/tree" && find . -type f) | while read -r f; do cp "$STASH/tree/$f" "$f" && touch "$f"; done
+    (cd "$STASH/tree" && find . -type f) | while read -r f; do cp "$STASH/tree/$f" "$f"; done # mtime: now
     while read -r f; do rm -f "$f"; done <"$STASH/tree-absent"
 }
 sides=()
+n_sets=$(wc -w <<<"$OLD_SETS")
 for set in $OLD_SETS; do
     name=$(basename "$set")
-    [ ${#sides[@]} -eq 0 ] && [ "$(echo $OLD_SETS | wc -w)" -eq 1 ] && name=old
+    [ "$n_sets" -eq 1 ] && name=old
     (cd "$set" && find . -type f) | while read -r f; do cp "$set/$f" "$f"; done
     if cmake --build build-dev -j "$(nproc)" >"$OUT/build-ab-$name.log" 2>&1 && set_aside "$name"; then
         log "$name built"
         sides+=("$name")
     else
-        log "$name: BUILD FAILED (tail of build-ab-$name.log):"
+        log "$name: BUILD FAILED (errors of build-ab-$name.log):"
         grep -E "error" "$OUT/build-ab-$name.log" | head -10
     fi
     restore_tree
