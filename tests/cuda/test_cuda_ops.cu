@@ -1016,26 +1016,33 @@ static void test_topk(int64_t R, int64_t P, int k, int levels, int pct_ninf) {
     int32_t *ref = (int32_t *)malloc(4 * R * k), *got = (int32_t *)malloc(4 * R * k);
     for (int64_t r = 0; r < R; r++) di_cpu_topk_select(s + r * P, P, k, ref + r * k);
     float *ds = (float *)dev_upload(s, 4 * R * P);
-    int32_t *dout = (int32_t *)dev_poisoned_with(4 * R * k, 0x7f); /* not -1, the padding value */
-    di_cuda_topk(ds, R, P, k, dout, 0);
-    dev_download(got, dout, 4 * R * k);
-    int64_t ndiff = 0, first = -1;
-    for (int64_t i = 0; i < R * k; i++)
-        if (got[i] != ref[i]) {
-            ndiff++;
-            if (first < 0) first = i;
+    const size_t scratch_bytes = di_cuda_topk_scratch_bytes(R, P, k);
+    /* one block a row, then (where the rows are long enough) in stages; scratch poisoned too */
+    for (int staged = 0; staged <= (scratch_bytes > 0); staged++) {
+        void *scratch = staged ? dev_poisoned_with(scratch_bytes, 0x5a) : NULL;
+        int32_t *dout = (int32_t *)dev_poisoned_with(4 * R * k, 0x7f); /* not -1, the padding value */
+        di_cuda_topk(ds, R, P, k, dout, scratch, 0);
+        dev_download(got, dout, 4 * R * k);
+        int64_t ndiff = 0, first = -1;
+        for (int64_t i = 0; i < R * k; i++)
+            if (got[i] != ref[i]) {
+                ndiff++;
+                if (first < 0) first = i;
+            }
+        printf("%s  %-22s R=%lld P=%lld k=%d levels=%d -inf=%d%% %s%*s differing %lld / %lld  [exact]\n",
+               ndiff ? "FAIL" : "PASS", "topk", (long long)R, (long long)P, k, levels, pct_ninf,
+               staged ? "staged" : "1 block", 2, "", (long long)ndiff, (long long)(R * k));
+        if (ndiff) {
+            g_fail++;
+            printf("      first difference at row %lld slot %lld: gpu %d cpu %d\n", (long long)(first / k),
+                   (long long)(first % k), got[first], ref[first]);
+        } else {
+            g_pass++;
         }
-    printf("%s  %-22s R=%lld P=%lld k=%d levels=%d -inf=%d%%%*s differing %lld / %lld  [exact]\n",
-           ndiff ? "FAIL" : "PASS", "topk", (long long)R, (long long)P, k, levels, pct_ninf, 2, "",
-           (long long)ndiff, (long long)(R * k));
-    if (ndiff) {
-        g_fail++;
-        printf("      first difference at row %lld slot %lld: gpu %d cpu %d\n", (long long)(first / k),
-               (long long)(first % k), got[first], ref[first]);
-    } else {
-        g_pass++;
+        cudaFree(dout);
+        if (scratch) cudaFree(scratch);
     }
-    cudaFree(ds), cudaFree(dout);
+    cudaFree(ds);
     free(s), free(ref), free(got);
 }
 
@@ -1101,7 +1108,11 @@ static void run_topk_quick(void) {
     /* the row held in registers, KPT scores a thread, at the sizes' edges; then the global passes */
     test_topk(1, 1024, 512, -1, 0);   /* KPT 1, full */
     test_topk(1, 4096, 2048, 50, 1);  /* KPT 4, full, many ties */
-    test_topk(1, 4097, 512, -1, 0);   /* the global passes, just past */
+    test_topk(1, 4097, 512, -1, 0);   /* the global passes (staged: two chunks), just past */
+    test_topk(2, 32768, 512, 0, 1);   /* two stages: 8 chunks, then 4,096 candidates */
+    test_topk(1, 40000, 1024, 30, 2); /* three stages: 10 chunks, 3 of the 10,240 candidates, 3,072 */
+    test_topk(1, 9000, 2048, -1, 60); /* k at half a chunk: 3 chunks, 2 of 6,144, 4,096; few valid */
+    test_topk(1, 12000, 2049, -1, 0); /* k past half a chunk: one block */
 }
 
 /* the mHC cases alone (small and real shapes): --mhc */
@@ -1211,6 +1222,7 @@ static void run_full(void) {
     test_topk(3, 2048, 512, 0, 0);
     test_topk(2, 300, 512, 7, 20);
     test_topk(2, 100000, 1024, 1000, 1);
+    test_topk(300, 100000, 1024, 1000, 1); /* staged rows in two groups (the scratch's 64 MB cap) */
     run_topk_quick();
 }
 

@@ -13,8 +13,9 @@
  *      rows) on the mma.sync tiles and on the wgmma kernel: TFLOP/s and % of the BF16 / FP8 rates.
  *   5. (--gemv alone) the decode GEMVs at B = 1 and 8 from HBM, from the L2, and after an L2
  *      prefetch overlapped with another kernel.
- * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm | --gemv]
- * (--gemm: the ceilings and part 4 only; --gemv: the ceilings and part 5 only) */
+ *   6. (--topk alone) the indexer's top-512 at rows of 1K-128K scores, one block a row against stages.
+ * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm | --gemv |
+ * --topk] (--gemm: the ceilings and part 4 only; --gemv: the ceilings and part 5 only; --topk: part 6) */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -302,6 +303,8 @@ struct misc_arg {
     uint16_t *w16;
     const float *const *rows;
     int32_t *sel;
+    void *scratch; /* top-k's candidate lists (NULL: one block a row) */
+    int64_t P;     /* top-k's row length (--topk) */
 };
 static void run_misc(void *p, int rep) {
     misc_arg *a = (misc_arg *)p;
@@ -310,7 +313,8 @@ static void run_misc(void *p, int rep) {
     case 1: di_cuda_act_quant_inplace(a->y, a->m * 5120, 32, 0); break;
     case 2: di_cuda_sparse_attn(a->x, a->m, 64, 512, a->rows, 640, a->sink, 0.0441941738f, a->y, 0); break;
     case 3: di_cuda_index_score(a->x, a->sink, a->y, a->m, 8192, 32, 128, NULL, a->score, 0); break;
-    case 4: di_cuda_topk(a->score, a->m, 8192, 512, a->sel, 0); break;
+    case 4: di_cuda_topk(a->score, a->m, 8192, 512, a->sel, a->scratch, 0); break;
+    case 5: di_cuda_topk(a->score, a->m, a->P, 512, a->sel, a->scratch, 0); break;
     }
 }
 
@@ -363,16 +367,49 @@ static void bench_misc(int64_t m) {
         di_cuda_time_ms(run_misc, &a, 10, 5), g_fp8_tflops);
     snprintf(shape, sizeof shape, "B=%lld P=8192 k=512", (long long)m);
     a.op = 4;
+    CK(cudaMalloc(&a.scratch, di_cuda_topk_scratch_bytes(m, 8192, 512) + 16));
     row("topk", shape, m * 8192.0 * 4 + m * 512.0 * 4, 0, di_cuda_time_ms(run_misc, &a, 10, 5), 0);
     cudaFree(a.x), cudaFree(a.sink), cudaFree(a.y), cudaFree(a.score), cudaFree(a.sel), cudaFree(a.w16);
+    cudaFree(a.scratch);
+}
+
+/* --topk: the indexer's top-512 over rows of P scores, one block a row against the stages (the
+ * candidate lists of di_cuda_topk's scratch), for B rows; scores random fp32 (real ones are bf16,
+ * with more ties: tests/cuda/test_cuda_ops.cu checks those) */
+static void bench_topk(void) {
+    printf("Top-512 of rows of P scores: one block a row against stages (median us a call, launches included)\n");
+    printf("  %6s %8s %12s %12s %8s\n", "rows", "P", "1 block us", "staged us", "ratio");
+    const int64_t Ps[7] = {1024, 4096, 8192, 16384, 32768, 65536, 131072}, Bs[2] = {1, 8};
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 7; i++) {
+            misc_arg a;
+            memset(&a, 0, sizeof a);
+            a.op = 5, a.m = Bs[b], a.P = Ps[i];
+            a.score = di_cuda_dalloc_random_f32((size_t)a.m * a.P);
+            CK(cudaMalloc(&a.sel, (size_t)a.m * 512 * 4));
+            const double one = di_cuda_time_ms(run_misc, &a, 20, 5);
+            const size_t bytes = di_cuda_topk_scratch_bytes(a.m, a.P, 512);
+            double staged = one;
+            if (bytes) {
+                CK(cudaMalloc(&a.scratch, bytes));
+                staged = di_cuda_time_ms(run_misc, &a, 20, 5);
+                cudaFree(a.scratch);
+            }
+            char st[16] = "(same)";
+            if (bytes) snprintf(st, sizeof st, "%.1f", 1e3 * staged);
+            printf("  %6lld %8lld %12.1f %12s %8.2f\n", (long long)a.m, (long long)a.P, 1e3 * one, st, one / staged);
+            cudaFree(a.score), cudaFree(a.sel);
+        }
+    printf("\n");
 }
 
 int main(int argc, char **argv) {
-    int gemm_only = 0, gemv_only = 0;
+    int gemm_only = 0, gemv_only = 0, topk_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         if (!strcmp(argv[i], "--gemv")) gemv_only = 1;
+        if (!strcmp(argv[i], "--topk")) topk_only = 1;
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -390,6 +427,11 @@ int main(int argc, char **argv) {
     g_bf16_tflops = ceil.bf16_tflops;
     g_fp8_tflops = ceil.fp8_tflops;
 
+    if (topk_only) {
+        bench_topk();
+        di_cuda_ctx_free(&g_ctx);
+        return 0;
+    }
     if (gemv_only) {
         bench_gemv_all();
         di_cuda_ctx_free(&g_ctx);

@@ -14,11 +14,16 @@
  * Rows of up to TOPK_MAX_KPT * 1,024 scores are read once into registers, KPT a thread, all loads
  * in flight together (topk_reg_kernel), and each pass reads registers: ncu on the H200 (session 27,
  * the bench's rows at 4K) 4.1 us for KPT 1 and 12.9 for KPT 4 against 16.5 for the global passes.
- * Longer rows keep the global passes (topk_kernel), whose time is one L2 round trip a key after
- * another (a 32K row ~210 us): KPT 8 ran 17.5 us against 16.5 -- with the loads gone, the first
- * passes' atomics (similar scores share their top digits: every key on one or two bins) set the
- * time -- though KPT 32 on a 32K row ran 48 us against 210. Aggregating a warp's equal bins
- * (ballot rounds or __match_any_sync) made the global passes slower (380 / 284 us against 210). */
+ * Longer rows go in stages when the caller gives scratch (di_cuda_topk_scratch_bytes): chunks of
+ * 4,096 scores a block on the register kernel, each chunk's top k to a candidate list of 64-bit
+ * keys, then the top k of the lists (chunked again while longer than a chunk) -- a 32K row is 8
+ * blocks at once and one over 4,096 candidates. Exact: a key of the row's top k is in its chunk's
+ * top k, and the lists keep entry order (ascending positions). Without scratch they take the
+ * global passes (topk_kernel), whose time is one L2 round trip a key after another (a 32K row ~210
+ * us): KPT 8 ran 17.5 us against 16.5 -- with the loads gone, the first passes' atomics (similar
+ * scores share their top digits: every key on one or two bins) set the time -- though KPT 32 on a
+ * 32K row ran 48 us against 210. Aggregating a warp's equal bins (ballot rounds or
+ * __match_any_sync) made the global passes slower (380 / 284 us against 210). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -26,6 +31,7 @@
 #define TOPK_RADIX 8 /* key bits decided per pass */
 #define TOPK_BINS (1 << TOPK_RADIX)
 #define TOPK_MAX_KPT 4 /* scores a thread in registers */
+#define TOPK_STAGE_MIN_P 4096 /* longer rows go in stages (with scratch) */
 
 /* The order-preserving bits of a score; 0 for scores that can never be selected (-inf, NaN). */
 static __device__ __forceinline__ uint32_t topk_bits(float v) {
@@ -89,17 +95,16 @@ static __device__ void topk_choose_digit(const int *hist, unsigned long long thr
         }
 }
 
-/* One chunk of the ordered compaction: position t, if selected, goes to out at its rank among the
- * selected positions so far (base_s, advanced here). Every thread calls, chunks in position order. */
-static __device__ void topk_compact_step(bool sel, int64_t t, int32_t *out, int *red, int *base_s, int lane,
-                                         int warp) {
+/* One round of the ordered compaction: returns the output slot of this thread's entry (used only
+ * when sel) -- its rank among the entries selected in earlier rounds (base_s, advanced here) and
+ * before it in this one. Every thread calls, rounds in entry order. */
+static __device__ int topk_compact_slot(bool sel, int *red, int *base_s, int lane, int warp) {
     const unsigned ballot = __ballot_sync(0xffffffffu, sel);
     __syncthreads();
     if (lane == 0) red[warp] = __popc(ballot);
     __syncthreads();
     int before = *base_s;
     for (int i = 0; i < warp; i++) before += red[i];
-    if (sel) out[before + __popc(ballot & ((1u << lane) - 1u))] = (int32_t)t;
     __syncthreads();
     if (threadIdx.x == 0) {
         int tot = 0;
@@ -107,6 +112,7 @@ static __device__ void topk_compact_step(bool sel, int64_t t, int32_t *out, int 
         *base_s += tot;
     }
     __syncthreads();
+    return before + __popc(ballot & ((1u << lane) - 1u));
 }
 
 /* A block's shared state through a select: the warp sums, the pass's histogram, the digits chosen
@@ -164,27 +170,35 @@ topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__re
     for (int64_t c0 = 0; kk > 0 && c0 < P; c0 += TOPK_THREADS) {
         const int64_t t = c0 + threadIdx.x;
         const unsigned long long key = t < P ? topk_key(score, t) : 0ull;
-        topk_compact_step(key != 0ull && key >= thr, t, out, sh.red, &sh.base, lane, warp);
+        const bool sel = key != 0ull && key >= thr;
+        const int slot = topk_compact_slot(sel, sh.red, &sh.base, lane, warp);
+        if (sel) out[slot] = (int32_t)t;
     }
     for (int j = kk + threadIdx.x; j < k; j += TOPK_THREADS) out[j] = -1;
 }
 
-/* Rows of P <= KPT * TOPK_THREADS: thread i holds the bits of positions j * TOPK_THREADS + i. */
-template <int KPT>
+/* One chunk of a row (or the whole row) held in registers, KPT keys a thread: key j of thread i is
+ * the chunk's entry j * TOPK_THREADS + i. The row is fp32 scores (IN_KEYS false: an entry's
+ * position is its index in the row) or a candidate list of 64-bit keys a previous stage wrote
+ * (IN_KEYS: positions inside the keys, 0 for none). Grid (chunks, rows): block (c, r) takes entries
+ * [c * chunk, (c + 1) * chunk) of row r (len entries a row). OUT_KEYS: the chunk's top k as keys,
+ * in entry order, to out + (r * chunks + c) * k, 0-padded (the next stage's candidates); else its
+ * positions to out + r * k, -1 padded (one chunk a row). */
+template <int KPT, bool IN_KEYS, bool OUT_KEYS>
 __global__ void __launch_bounds__(TOPK_THREADS)
-topk_reg_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__restrict__ out_all) {
+topk_reg_kernel(const void *__restrict__ in_all, int64_t len, int chunk, int k, void *__restrict__ out_all) {
     __shared__ topk_shared sh;
-    const float *score = score_all + (int64_t)blockIdx.x * P;
-    int32_t *out = out_all + (int64_t)blockIdx.x * k;
-    uint32_t bits[KPT]; /* [KPT] order-preserving score bits, 0: not selectable or past the row */
+    const int64_t r = blockIdx.y, e0 = (int64_t)blockIdx.x * chunk; /* the block's first entry */
+    const int64_t n = len - e0 < chunk ? len - e0 : chunk;           /* entries of this chunk */
+    unsigned long long key[KPT]; /* [KPT] sort keys, 0: not selectable or past the chunk */
     int nvalid = 0;
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
-        const int64_t t = (int64_t)j * TOPK_THREADS + threadIdx.x;
-        bits[j] = t < P ? topk_bits(score[t]) : 0u;
+        const int64_t i = (int64_t)j * TOPK_THREADS + threadIdx.x, e = e0 + i;
+        if (IN_KEYS) key[j] = i < n ? static_cast<const unsigned long long *>(in_all)[r * len + e] : 0ull;
+        else key[j] = i < n ? topk_key(static_cast<const float *>(in_all) + r * len, e) : 0ull;
+        nvalid += key[j] != 0ull;
     }
-#pragma unroll
-    for (int j = 0; j < KPT; j++) nvalid += bits[j] != 0u;
     nvalid = block_sum_int(nvalid, sh.red);
     const int kk = nvalid < k ? nvalid : k;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -195,33 +209,95 @@ topk_reg_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *
         topk_pass_open(&sh);
         const unsigned long long hi = shift + TOPK_RADIX >= 64 ? 0ull : ~0ull << (shift + TOPK_RADIX);
 #pragma unroll
-        for (int j = 0; j < KPT; j++)
-            topk_count(sh.hist, topk_key_of(bits[j], (int64_t)j * TOPK_THREADS + threadIdx.x), thr, hi, shift);
+        for (int j = 0; j < KPT; j++) topk_count(sh.hist, key[j], thr, hi, shift);
         if (topk_pass_close(&sh, &thr, &need, shift, lane, warp)) break;
     }
     if (threadIdx.x == 0) sh.base = 0;
     __syncthreads();
+    unsigned long long *const out_keys = static_cast<unsigned long long *>(out_all) + (r * gridDim.x + blockIdx.x) * k;
+    int32_t *const out_pos = static_cast<int32_t *>(out_all) + r * k;
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
-        if (kk == 0 || (int64_t)j * TOPK_THREADS >= P) break; /* uniform */
-        const int64_t t = (int64_t)j * TOPK_THREADS + threadIdx.x;
-        const unsigned long long key = topk_key_of(bits[j], t);
-        topk_compact_step(key != 0ull && key >= thr, t, out, sh.red, &sh.base, lane, warp);
+        if (kk == 0 || (int64_t)j * TOPK_THREADS >= n) break; /* uniform */
+        const bool sel = key[j] != 0ull && key[j] >= thr;
+        const int slot = topk_compact_slot(sel, sh.red, &sh.base, lane, warp);
+        if (!sel) continue;
+        if (OUT_KEYS) out_keys[slot] = key[j];
+        else out_pos[slot] = (int32_t)(0xffffffffu - (uint32_t)key[j]); /* the key's position */
     }
-    for (int j = kk + threadIdx.x; j < k; j += TOPK_THREADS) out[j] = -1;
+    for (int j = kk + threadIdx.x; j < k; j += TOPK_THREADS) {
+        if (OUT_KEYS) out_keys[j] = 0ull;
+        else out_pos[j] = -1;
+    }
 }
 
-extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, cudaStream_t s) {
+/* A row is selected in stages when it is longer than one chunk and a chunk's top k at most halves
+ * it: a key of the row's top k is among its chunk's top k, so the row's top k is the top k of
+ * the chunks' lists (in entry order, so ascending positions), themselves chunked again while
+ * longer than a chunk. A 32K row: 8 blocks of 4,096 scores, then one over 8 x 512 candidates. */
+#define TOPK_CHUNK (TOPK_THREADS * TOPK_MAX_KPT)
+#define TOPK_SCRATCH_MAX ((size_t)64 << 20) /* bytes of candidate lists: rows in groups beyond it */
+
+static bool topk_staged(int64_t P, int k) { return P > TOPK_STAGE_MIN_P && 2 * (int64_t)k <= TOPK_CHUNK; }
+static int64_t topk_chunks(int64_t len) { return (len + TOPK_CHUNK - 1) / TOPK_CHUNK; }
+/* bytes of one row's candidate lists: the first stage's, and the second's (the later stages reuse
+ * the two in turn: each list at most half the one before) */
+static size_t topk_row_scratch(int64_t P, int k) {
+    const int64_t first = topk_chunks(P) * k;
+    return sizeof(unsigned long long) * (size_t)(first + topk_chunks(first) * k);
+}
+
+extern "C" size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k) {
+    if (R <= 0 || k <= 0 || !topk_staged(P, k)) return 0;
+    const size_t row = topk_row_scratch(P, k), group = TOPK_SCRATCH_MAX / row > 0 ? TOPK_SCRATCH_MAX / row : 1;
+    return row * ((size_t)R < group ? (size_t)R : group);
+}
+
+/* rows of one block: the register kernels up to TOPK_CHUNK entries, the global passes beyond */
+static void topk_one_block(const void *in, bool in_keys, int64_t R, int64_t len, int k, int32_t *out, cudaStream_t s) {
+    const dim3 g(1, (unsigned)R);
+    const int64_t per = (len + TOPK_THREADS - 1) / TOPK_THREADS; /* entries a thread */
+    const int c = (int)(len < TOPK_CHUNK ? len : TOPK_CHUNK);
+    if (in_keys && per <= 1) topk_reg_kernel<1, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else if (in_keys && per <= 2) topk_reg_kernel<2, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else if (in_keys) topk_reg_kernel<TOPK_MAX_KPT, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else if (per <= 1) topk_reg_kernel<1, false, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else if (per <= 2) topk_reg_kernel<2, false, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else if (per <= TOPK_MAX_KPT)
+        topk_reg_kernel<TOPK_MAX_KPT, false, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else topk_kernel<<<(unsigned)R, TOPK_THREADS, 0, s>>>(static_cast<const float *>(in), len, k, out);
+    DI_CUDA_LAUNCHED();
+}
+
+extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, void *scratch,
+                             cudaStream_t s) {
     if (R <= 0 || k <= 0) return;
     if (P >= 0xffffffffll) {
         fprintf(stderr, "di_cuda_topk: %lld positions exceed the 32-bit key\n", (long long)P);
         abort();
     }
-    const unsigned g = (unsigned)R;
-    const int64_t per = (P + TOPK_THREADS - 1) / TOPK_THREADS; /* scores a thread */
-    if (per <= 1) topk_reg_kernel<1><<<g, TOPK_THREADS, 0, s>>>(score, P, k, out);
-    else if (per <= 2) topk_reg_kernel<2><<<g, TOPK_THREADS, 0, s>>>(score, P, k, out);
-    else if (per <= TOPK_MAX_KPT) topk_reg_kernel<TOPK_MAX_KPT><<<g, TOPK_THREADS, 0, s>>>(score, P, k, out);
-    else topk_kernel<<<g, TOPK_THREADS, 0, s>>>(score, P, k, out);
-    DI_CUDA_LAUNCHED();
+    if (!scratch || !topk_staged(P, k)) {
+        topk_one_block(score, false, R, P, k, out, s);
+        return;
+    }
+    const size_t row = topk_row_scratch(P, k);
+    const int64_t group = (int64_t)(di_cuda_topk_scratch_bytes(R, P, k) / row); /* rows a pass */
+    unsigned long long *const list0 = static_cast<unsigned long long *>(scratch); /* [group][chunks(P) * k] */
+    unsigned long long *const list1 = list0 + group * topk_chunks(P) * k;        /* [group][its chunks * k] */
+    for (int64_t r0 = 0; r0 < R; r0 += group) {
+        const int64_t rows = R - r0 < group ? R - r0 : group;
+        int64_t len = topk_chunks(P) * k; /* the candidates a row after the first stage */
+        topk_reg_kernel<TOPK_MAX_KPT, false, true><<<dim3((unsigned)topk_chunks(P), (unsigned)rows), TOPK_THREADS, 0,
+                                                      s>>>(score + r0 * P, P, TOPK_CHUNK, k, list0);
+        DI_CUDA_LAUNCHED();
+        unsigned long long *cur = list0, *next = list1;
+        for (; len > TOPK_CHUNK; len = topk_chunks(len) * k) {
+            topk_reg_kernel<TOPK_MAX_KPT, true, true><<<dim3((unsigned)topk_chunks(len), (unsigned)rows),
+                                                        TOPK_THREADS, 0, s>>>(cur, len, TOPK_CHUNK, k, next);
+            DI_CUDA_LAUNCHED();
+            unsigned long long *const t = cur;
+            cur = next, next = t;
+        }
+        topk_one_block(cur, true, rows, len, k, out + r0 * k, s);
+    }
 }

@@ -247,8 +247,11 @@ void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, in
 void di_cuda_index_score(const float *qi, const float *w, const float *keys, int64_t R, int64_t P,
                          int nh, int idim, const int64_t *visible, float *score, cudaStream_t s);
 /* score [R, P] -> out [R, k]: positions of the k highest scores (> -inf), ascending; exact ties
- * to the lower position; -1 padded */
-void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, cudaStream_t s);
+ * to the lower position; -1 padded. scratch: di_cuda_topk_scratch_bytes(R, P, k) bytes of device
+ * memory for long rows' candidate lists (selected in stages); NULL (or 0 bytes needed): one block
+ * a row. The same selection either way. */
+size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k);
+void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, void *scratch, cudaStream_t s);
 
 #ifdef __cplusplus
 }
