@@ -1604,6 +1604,9 @@ static void run_quick(void) {
     test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
     test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false); /* a part-filled head tile, rows past a CTA */
     test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);     /* the tiny model's heads and dims */
+    test_index_score_paged(1, 700, 32, 128, 16, 656, 520, false); /* one row: a CTA's 8 warps share it */
+    test_index_score_paged(2, 300, 8, 64, 8, 200, 3, false);      /* two rows, 4 warps each */
+    test_index_score_paged(3, 500, 20, 96, 16, 400, 8, false);    /* three rows on a CTA of four slots */
     test_candidates(4, 300, 8, 10, 0);
     test_candidates(3, 45, 8, 64, 4);
 
@@ -1756,6 +1759,9 @@ int main(int argc, char **argv) {
         test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
         test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false);
         test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);
+        test_index_score_paged(1, 700, 32, 128, 16, 656, 520, false); /* one row: a CTA's 8 warps share it */
+        test_index_score_paged(2, 300, 8, 64, 8, 200, 3, false);      /* two rows, 4 warps each */
+        test_index_score_paged(3, 500, 20, 96, 16, 400, 8, false);    /* three rows on a CTA of four slots */
     }
     else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping and combine alone, one prefill-sized;
                                                          grouped GEMMs of x's rows through a list */

@@ -16,10 +16,14 @@
  * than ~2^40, far beyond anything fp4_act_quant of real activations gives; the tests compare bit
  * for bit on wide-range data.
  *
- * Layout: one warp per query row (all its heads: 16 a m-tile, A = q as bf16 in shared memory, staged
- * once, its fragments by ldmatrix), keys in n8 tiles as B, straight from the row's paged pool (each
- * lane loads key g's dims of its fragment; the warps of a CTA are consecutive rows of mostly one
- * sequence, so a key tile is read from L2 once and from L1 after). Keys at or past the row's live
+ * Layout: one warp per query row and part of the keys (all the row's heads: 16 a m-tile, A = q as
+ * bf16 in shared memory, staged once a CTA, its fragments by ldmatrix), keys in n8 tiles as B,
+ * straight from the row's paged pool (each lane loads key g's dims of its fragment; the warps of a
+ * CTA are consecutive rows of mostly one sequence, so a key tile is read from L2 once and from L1
+ * after). With fewer rows than warps (decode at small B) the rows share the CTA's warps, each warp
+ * on its part of the CTA's keys: at B = 1 a CTA ran one warp (the 7 others returned at once), 3 a
+ * multiprocessor, and each staged the row's q alone (169 us a launch over 32K keys at 128K context,
+ * session 27). Keys at or past the row's live
  * count (its sequence's keys, its visible prefix) are not computed: they score -inf, as in the
  * CUDA-core kernel. The kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them);
  * with q's 64 fragment registers a thread (150 in all) one CTA fit a multiprocessor, 8 warps to hide
@@ -48,21 +52,38 @@ static __device__ __forceinline__ uint32_t im_load2(const float *p) {
     return di_bf16x2_of_exact(p[0], p[1]);
 }
 
-/* grid (ceil(P / kc), ceil(R / IM_WARPS)): warp = (query row, chunk of kc keys, a multiple of
- * 8 IM_NT); blocks NULL: key t is entry t (contiguous keys); V2: entry_floats and key_offset even
- * (8-byte key loads) */
-template <bool V2>
+/* grid (ceil(P / kc), ceil(R / rpc)): a CTA takes rpc query rows (1, 2, 4 or IM_WARPS) and a chunk
+ * of kc keys (a multiple of 8 IM_NT wpr); warp w works on row w % rpc, on the w / rpc-th part of
+ * the chunk (wpr = IM_WARPS / rpc warps a row, kc / wpr keys each). blocks NULL: key t is entry t
+ * (contiguous keys); V2: entry_floats and key_offset even (8-byte key loads) */
+template <bool V2, bool SHARED>
 __global__ void __launch_bounds__(IM_WARPS * 32, IM_BLOCKS_PER_SM)
 index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
                        const int32_t *__restrict__ blocks, int block_entries, int entry_floats, int key_offset,
                        int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
-                       float *__restrict__ score, di_index_rows rows, int kc) {
+                       float *__restrict__ score, di_index_rows rows, int kc, int rpc_arg) {
     extern __shared__ uint4 im_smem[];
-    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int64_t r = (int64_t)blockIdx.y * IM_WARPS + (threadIdx.x >> 5);
-    uint16_t *q_s = /* this warp's [32 heads][IM_Q_STRIDE] */
-        reinterpret_cast<uint16_t *>(im_smem) + (threadIdx.x >> 5) * IM_MAX_HEADS * IM_Q_STRIDE;
-    const int64_t k0 = (int64_t)blockIdx.x * kc, k1 = k0 + kc < P ? k0 + kc : P; /* this warp's keys */
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, warp = threadIdx.x >> 5;
+    const int rpc = SHARED ? rpc_arg : IM_WARPS, wpr = IM_WARPS / rpc, kcw = kc / wpr;
+    const int mt_n = nh > 16 ? 2 : 1;
+    const int64_t r = (int64_t)blockIdx.y * rpc + warp % rpc;
+    uint16_t *const q_s = reinterpret_cast<uint16_t *>(im_smem) + (warp % rpc) * IM_MAX_HEADS * IM_Q_STRIDE;
+    /* this warp's keys: [k0, k1) (one warp a row: the CTA's chunk, which starts before P) */
+    const int64_t c0 = (int64_t)blockIdx.x * kc + (SHARED ? (int64_t)(warp / rpc) * kcw : 0);
+    const int64_t k0 = !SHARED || c0 < P ? c0 : P, k1 = c0 + kcw < P ? c0 + kcw : P;
+    if (SHARED) { /* rows shared by warps: staged once, by the whole CTA (the layout below) */
+        const int row_pairs = 16 * mt_n * (idim / 2);
+        for (int i = threadIdx.x; i < rpc * row_pairs; i += IM_WARPS * 32) {
+            const int slot = i / row_pairs, h = i % row_pairs / (idim / 2), c = i % (idim / 2);
+            const int64_t rr = (int64_t)blockIdx.y * rpc + slot;
+            if (rr >= R) continue;
+            const float2 q = *reinterpret_cast<const float2 *>(qi + (rr * nh + (h < nh ? h : 0)) * idim + 2 * c);
+            *reinterpret_cast<uint32_t *>(reinterpret_cast<uint16_t *>(im_smem) +
+                                          (slot * IM_MAX_HEADS + h) * IM_Q_STRIDE + 2 * c) =
+                h < nh ? di_bf16x2_of_exact(q.x, q.y) : 0u;
+        }
+        __syncthreads();
+    }
     if (r >= R) return;
     int64_t live = P;
     if (rows.pool) {
@@ -74,21 +95,22 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
     if (live < 0) live = 0;
     float *const srow = score + r * P;
     const int64_t stop = live < k1 ? live : k1; /* keys computed: [k0, stop) */
-    if (stop <= k0) { /* the whole chunk is past the row's live keys */
+    if (stop <= k0) { /* the whole part is past the row's live keys */
         for (int64_t t = k0 + lane; t < k1; t += 32) srow[t] = -INFINITY;
         return;
     }
-    const int ks_n = idim / 16, mt_n = nh > 16 ? 2 : 1;
-
-    /* A: q's heads x dims as bf16 pairs (heads past nh zero), staged by the warp; fragments by ldmatrix:
-     * lane l addresses head 16 mt + l % 16, dims 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x dims
-     * 2 t4 (+ 8) */
-    for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) {
-        const int h = i / (idim / 2), c = i % (idim / 2);
-        const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
-        *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + 2 * c) = h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
+    /* A: q's heads x dims as bf16 pairs (heads past nh zero) in the row's slot, [32 heads]
+     * [IM_Q_STRIDE]; fragments by ldmatrix: lane l addresses head 16 mt + l % 16, dims 16 ks + 8 (l / 16)
+     * -> a0..a3 = heads g, g + 8 x dims 2 t4 (+ 8). A warp a row stages it alone. */
+    if (!SHARED) {
+        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) {
+            const int h = i / (idim / 2), c = i % (idim / 2);
+            const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
+            *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + 2 * c) = h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
+        }
+        __syncwarp();
     }
-    __syncwarp();
+    const int ks_n = idim / 16;
     const uint16_t *qa = q_s + (lane % 16) * IM_Q_STRIDE + 8 * (lane / 16);
     float wh[2][2];
 #pragma unroll
@@ -167,31 +189,35 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
     }
     if (R <= 0 || P <= 0) return;
     const di_index_rows none = {NULL, NULL, NULL};
+    typedef void (*kernel_fn)(const float *, const float *, const float *, const int32_t *, int, int, int, int64_t,
+                              int64_t, int, int, const int64_t *, float *, di_index_rows, int, int);
+    static const kernel_fn kernels[2][2] = { /* [8-byte loads][rows sharing a CTA's warps] */
+        {index_score_mma_kernel<false, false>, index_score_mma_kernel<false, true>},
+        {index_score_mma_kernel<true, false>, index_score_mma_kernel<true, true>}};
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(index_score_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)IM_SMEM));
-        DI_CUDA_CHECK(cudaFuncSetAttribute(index_score_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)IM_SMEM));
+        for (int i = 0; i < 4; i++)
+            DI_CUDA_CHECK(cudaFuncSetAttribute(kernels[i / 2][i % 2], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)IM_SMEM));
         attr_set = true;
     }
+    /* rows a CTA: fewer rows than warps share the warps (each on its part of the keys) */
+    int rpc = 1;
+    while (rpc < IM_WARPS && rpc < R) rpc *= 2;
+    const int wpr = IM_WARPS / rpc;
     /* split the keys while the rows alone leave resident CTAs unused (decode: a warp per row would walk
      * all its keys alone), into as many chunks as one wave holds; each score is computed the same
      * whatever the split */
-    const int64_t step = 8 * IM_NT, tiles = (P + step - 1) / step, row_groups = (R + IM_WARPS - 1) / IM_WARPS;
+    const int64_t step = 8 * IM_NT, tiles = (P + step - 1) / step, row_groups = (R + rpc - 1) / rpc;
     int64_t chunks = (int64_t)di_cuda_sm_count() * IM_BLOCKS_PER_SM / row_groups;
     if (chunks < 1) chunks = 1;
     if (chunks > tiles) chunks = tiles;
-    const int kc = (int)((tiles + chunks - 1) / chunks * step);
+    const int64_t warp_tiles = (tiles + chunks * wpr - 1) / (chunks * wpr); /* key steps a warp */
+    const int kc = (int)(warp_tiles * wpr * step);
     const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)row_groups);
-    if ((entry_floats | key_offset) % 2 == 0)
-        index_score_mma_kernel<true><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries,
-                                                                          entry_floats, key_offset, R, P, nh, idim,
-                                                                          visible, score, rows ? *rows : none, kc);
-    else
-        index_score_mma_kernel<false><<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries,
-                                                                           entry_floats, key_offset, R, P, nh, idim,
-                                                                           visible, score, rows ? *rows : none, kc);
+    const kernel_fn kernel = kernels[(entry_floats | key_offset) % 2 == 0][rpc < IM_WARPS];
+    kernel<<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries, entry_floats, key_offset, R, P, nh,
+                                               idim, visible, score, rows ? *rows : none, kc, rpc);
     DI_CUDA_LAUNCHED();
 }
 
