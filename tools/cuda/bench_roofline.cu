@@ -13,7 +13,8 @@
  *      rows) on the mma.sync tiles and on the wgmma kernel: TFLOP/s and % of the BF16 / FP8 rates.
  *   5. (--gemv alone) the decode GEMVs at B = 1 and 8 from HBM, from the L2, and after an L2
  *      prefetch overlapped with another kernel.
- *   6. (--topk alone) the indexer's top-512 at rows of 1K-128K scores, one block a row against stages.
+ *   6. (--topk alone) the indexer's top-512 at rows of 1K-128K scores, 1-128 rows: one block a row
+ *      against stages, and which the cost model picks.
  * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm | --gemv |
  * --topk] (--gemm: the ceilings and part 4 only; --gemv: the ceilings and part 5 only; --topk: part 6) */
 #include <cublasLt.h>
@@ -377,10 +378,11 @@ static void bench_misc(int64_t m) {
  * candidate lists of di_cuda_topk's scratch), for B rows; scores random fp32 (real ones are bf16,
  * with more ties: tests/cuda/test_cuda_ops.cu checks those) */
 static void bench_topk(void) {
-    printf("Top-512 of rows of P scores: one block a row against stages (median us a call, launches included)\n");
-    printf("  %6s %8s %12s %12s %8s\n", "rows", "P", "1 block us", "staged us", "ratio");
-    const int64_t Ps[7] = {1024, 4096, 8192, 16384, 32768, 65536, 131072}, Bs[2] = {1, 8};
-    for (int b = 0; b < 2; b++)
+    printf("Top-512 of rows of P scores: one block a row against stages (median us a call, launches included;\n"
+           "chosen: what di_cuda_topk's cost model picks given scratch)\n");
+    printf("  %6s %8s %12s %12s %8s %8s\n", "rows", "P", "1 block us", "staged us", "ratio", "chosen");
+    const int64_t Ps[7] = {1024, 4096, 8192, 16384, 32768, 65536, 131072}, Bs[4] = {1, 8, 64, 128};
+    for (int b = 0; b < 4; b++)
         for (int i = 0; i < 7; i++) {
             misc_arg a;
             memset(&a, 0, sizeof a);
@@ -388,6 +390,8 @@ static void bench_topk(void) {
             a.score = di_cuda_dalloc_random_f32((size_t)a.m * a.P);
             CK(cudaMalloc(&a.sel, (size_t)a.m * 512 * 4));
             const double one = di_cuda_time_ms(run_misc, &a, 20, 5);
+            const bool chosen = di_cuda_topk_scratch_bytes(a.m, a.P, 512) > 0;
+            di_cuda_topk_always_stage(true);
             const size_t bytes = di_cuda_topk_scratch_bytes(a.m, a.P, 512);
             double staged = one;
             if (bytes) {
@@ -395,9 +399,11 @@ static void bench_topk(void) {
                 staged = di_cuda_time_ms(run_misc, &a, 20, 5);
                 cudaFree(a.scratch);
             }
+            di_cuda_topk_always_stage(false);
             char st[16] = "(same)";
             if (bytes) snprintf(st, sizeof st, "%.1f", 1e3 * staged);
-            printf("  %6lld %8lld %12.1f %12s %8.2f\n", (long long)a.m, (long long)a.P, 1e3 * one, st, one / staged);
+            printf("  %6lld %8lld %12.1f %12s %8.2f %8s\n", (long long)a.m, (long long)a.P, 1e3 * one, st, one / staged,
+                   chosen ? "staged" : "1 block");
             cudaFree(a.score), cudaFree(a.sel);
         }
     printf("\n");

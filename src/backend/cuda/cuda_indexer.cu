@@ -238,8 +238,31 @@ topk_reg_kernel(const void *__restrict__ in_all, int64_t len, int chunk, int k, 
 #define TOPK_CHUNK (TOPK_THREADS * TOPK_MAX_KPT)
 #define TOPK_SCRATCH_MAX ((size_t)64 << 20) /* bytes of candidate lists: rows in groups beyond it */
 
-static bool topk_staged(int64_t P, int k) { return P > TOPK_STAGE_MIN_P && 2 * (int64_t)k <= TOPK_CHUNK; }
 static int64_t topk_chunks(int64_t len) { return (len + TOPK_CHUNK - 1) / TOPK_CHUNK; }
+static bool g_topk_always_stage; /* tests: stage wherever it is possible */
+extern "C" void di_cuda_topk_always_stage(bool on) { g_topk_always_stage = on; }
+
+/* Whether R rows of P scores go in stages: possible past one chunk with 2 k <= a chunk; worth it
+ * while the stages cost less than the global passes, one block a row. A cost model fitted to ncu
+ * times in the decode step on the H200 (session 28; docs/PERFORMANCE.md): a stage of n blocks
+ * ~8 us + 5.9 us x n / SMs (128-1,152 blocks: 14-59 us); the global passes ~15 us + 1.4 us a
+ * 1,024 scores a wave of rows (a 32K row 60 us, 131K ~200), slower as R x P grows past the L2
+ * (128 rows of 131K: 381 us in deepinfer-cuda-bench --topk). So B = 64 at 32K stages (~58 us
+ * against 59), B = 128 does not (89 against 60: 9 chunks x 128 rows), B <= 8 does from 8K scores
+ * (19 against 26 us at 8K, 35 against 200 at 131K). */
+static bool topk_staged(int64_t R, int64_t P, int k) {
+    if (P <= TOPK_STAGE_MIN_P || 2 * (int64_t)k > TOPK_CHUNK) return false;
+    if (g_topk_always_stage) return true;
+    const double sms = (double)di_cuda_sm_count();
+    double staged_us = 0.0;
+    int64_t len = P;
+    for (; len > TOPK_CHUNK; len = topk_chunks(len) * k) staged_us += 8.0 + 5.9 * (double)(R * topk_chunks(len)) / sms;
+    staged_us += 8.0 + 5.9 * (double)R / sms; /* the last stage: a block a row */
+    const double global_us = (15.0 + 1.4 * (double)P / 1024.0) * ceil((double)R / sms) *
+                             (1.0 + (double)R * (double)P / (double)(1 << 24));
+    return staged_us < global_us;
+}
+
 /* bytes of one row's candidate lists: the first stage's, and the second's (the later stages reuse
  * the two in turn: each list at most half the one before) */
 static size_t topk_row_scratch(int64_t P, int k) {
@@ -248,7 +271,7 @@ static size_t topk_row_scratch(int64_t P, int k) {
 }
 
 extern "C" size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k) {
-    if (R <= 0 || k <= 0 || !topk_staged(P, k)) return 0;
+    if (R <= 0 || k <= 0 || !topk_staged(R, P, k)) return 0;
     const size_t row = topk_row_scratch(P, k), group = TOPK_SCRATCH_MAX / row > 0 ? TOPK_SCRATCH_MAX / row : 1;
     return row * ((size_t)R < group ? (size_t)R : group);
 }
@@ -276,7 +299,7 @@ extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, in
         fprintf(stderr, "di_cuda_topk: %lld positions exceed the 32-bit key\n", (long long)P);
         abort();
     }
-    if (!scratch || !topk_staged(P, k)) {
+    if (!scratch || !topk_staged(R, P, k)) {
         topk_one_block(score, false, R, P, k, out, s);
         return;
     }

@@ -248,9 +248,11 @@ void di_cuda_index_score(const float *qi, const float *w, const float *keys, int
                          int nh, int idim, const int64_t *visible, float *score, cudaStream_t s);
 /* score [R, P] -> out [R, k]: positions of the k highest scores (> -inf), ascending; exact ties
  * to the lower position; -1 padded. scratch: di_cuda_topk_scratch_bytes(R, P, k) bytes of device
- * memory for long rows' candidate lists (selected in stages); NULL (or 0 bytes needed): one block
- * a row. The same selection either way. */
+ * memory for long rows' candidate lists (selected in stages where that is faster); NULL (or 0
+ * bytes needed): one block a row. The same selection either way. */
 size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k);
+/* tests: stage every row that can be (not only where stages are measured faster) */
+void di_cuda_topk_always_stage(bool on);
 void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, int32_t *out, void *scratch, cudaStream_t s);
 
 #ifdef __cplusplus
