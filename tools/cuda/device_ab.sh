@@ -136,3 +136,13 @@ for i in $(seq "$ROUNDS"); do
         echo "round $i $side: $r"
     done
 done
+# the device tool brings back at most 8 files: this script's logs and ncu tables travel as one
+# archive (tar xzf ab-logs.tar.gz; ab-logs-2.tar.gz, ... after an earlier run of the same call)
+# unless KEEP_LOGS=1 leaves them loose
+files=$(cd "$OUT" && ls build-ab-*.log test-*.log ncu-ab-*.csv 2>/dev/null; true)
+if [ "${KEEP_LOGS:-0}" != 1 ] && [ -n "$files" ]; then
+    A=ab-logs.tar.gz n=2
+    while [ -e "$OUT/$A" ]; do A=ab-logs-$n.tar.gz n=$((n + 1)); done
+    # shellcheck disable=SC2086
+    (cd "$OUT" && tar czf "$A" $files && rm -f $files)
+fi
