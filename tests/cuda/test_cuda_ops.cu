@@ -1225,6 +1225,7 @@ static void run_full(void) {
     test_topk(2, 300, 512, 7, 20);
     test_topk(2, 100000, 1024, 1000, 1);
     test_topk(300, 100000, 1024, 1000, 1); /* staged rows in two groups (the scratch's 64 MB cap) */
+    test_topk(70000, 40, 8, 0, 0);         /* more rows than a grid's y (65,535): rows go on x */
     run_topk_quick();
 }
 

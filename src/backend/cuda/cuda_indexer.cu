@@ -180,15 +180,16 @@ topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__re
 /* One chunk of a row (or the whole row) held in registers, KPT keys a thread: key j of thread i is
  * the chunk's entry j * TOPK_THREADS + i. The row is fp32 scores (IN_KEYS false: an entry's
  * position is its index in the row) or a candidate list of 64-bit keys a previous stage wrote
- * (IN_KEYS: positions inside the keys, 0 for none). Grid (chunks, rows): block (c, r) takes entries
- * [c * chunk, (c + 1) * chunk) of row r (len entries a row). OUT_KEYS: the chunk's top k as keys,
- * in entry order, to out + (r * chunks + c) * k, 0-padded (the next stage's candidates); else its
- * positions to out + r * k, -1 padded (one chunk a row). */
+ * (IN_KEYS: positions inside the keys, 0 for none). Grid (rows, chunks) -- rows on x, whose limit
+ * is 2^31 - 1, not y's 65,535: block (r, c) takes entries [c * chunk, (c + 1) * chunk) of row r (len
+ * entries a row). OUT_KEYS: the chunk's top k as keys, in entry order, to out + (r * chunks + c) *
+ * k, 0-padded (the next stage's candidates); else its positions to out + r * k, -1 padded (one
+ * chunk a row). */
 template <int KPT, bool IN_KEYS, bool OUT_KEYS>
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_reg_kernel(const void *__restrict__ in_all, int64_t len, int chunk, int k, void *__restrict__ out_all) {
     __shared__ topk_shared sh;
-    const int64_t r = blockIdx.y, e0 = (int64_t)blockIdx.x * chunk; /* the block's first entry */
+    const int64_t r = blockIdx.x, e0 = (int64_t)blockIdx.y * chunk; /* the block's first entry */
     const int64_t n = len - e0 < chunk ? len - e0 : chunk;           /* entries of this chunk */
     unsigned long long key[KPT]; /* [KPT] sort keys, 0: not selectable or past the chunk */
     int nvalid = 0;
@@ -214,7 +215,7 @@ topk_reg_kernel(const void *__restrict__ in_all, int64_t len, int chunk, int k, 
     }
     if (threadIdx.x == 0) sh.base = 0;
     __syncthreads();
-    unsigned long long *const out_keys = static_cast<unsigned long long *>(out_all) + (r * gridDim.x + blockIdx.x) * k;
+    unsigned long long *const out_keys = static_cast<unsigned long long *>(out_all) + (r * gridDim.y + blockIdx.y) * k;
     int32_t *const out_pos = static_cast<int32_t *>(out_all) + r * k;
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
@@ -251,7 +252,7 @@ extern "C" void di_cuda_topk_always_stage(bool on) { g_topk_always_stage = on; }
  * against 59), B = 128 does not (89 against 60: 9 chunks x 128 rows), B <= 8 does from 8K scores
  * (19 against 26 us at 8K, 35 against 200 at 131K). */
 static bool topk_staged(int64_t R, int64_t P, int k) {
-    if (P <= TOPK_STAGE_MIN_P || 2 * (int64_t)k > TOPK_CHUNK) return false;
+    if (P <= TOPK_STAGE_MIN_P || 2 * (int64_t)k > TOPK_CHUNK || topk_chunks(P) > 65535 /* grid.y */) return false;
     if (g_topk_always_stage) return true;
     const double sms = (double)di_cuda_sm_count();
     double staged_us = 0.0;
@@ -278,7 +279,7 @@ extern "C" size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k) {
 
 /* rows of one block: the register kernels up to TOPK_CHUNK entries, the global passes beyond */
 static void topk_one_block(const void *in, bool in_keys, int64_t R, int64_t len, int k, int32_t *out, cudaStream_t s) {
-    const dim3 g(1, (unsigned)R);
+    const dim3 g((unsigned)R, 1);
     const int64_t per = (len + TOPK_THREADS - 1) / TOPK_THREADS; /* entries a thread */
     const int c = (int)(len < TOPK_CHUNK ? len : TOPK_CHUNK);
     if (in_keys && per <= 1) topk_reg_kernel<1, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
@@ -310,12 +311,12 @@ extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, in
     for (int64_t r0 = 0; r0 < R; r0 += group) {
         const int64_t rows = R - r0 < group ? R - r0 : group;
         int64_t len = topk_chunks(P) * k; /* the candidates a row after the first stage */
-        topk_reg_kernel<TOPK_MAX_KPT, false, true><<<dim3((unsigned)topk_chunks(P), (unsigned)rows), TOPK_THREADS, 0,
+        topk_reg_kernel<TOPK_MAX_KPT, false, true><<<dim3((unsigned)rows, (unsigned)topk_chunks(P)), TOPK_THREADS, 0,
                                                       s>>>(score + r0 * P, P, TOPK_CHUNK, k, list0);
         DI_CUDA_LAUNCHED();
         unsigned long long *cur = list0, *next = list1;
         for (; len > TOPK_CHUNK; len = topk_chunks(len) * k) {
-            topk_reg_kernel<TOPK_MAX_KPT, true, true><<<dim3((unsigned)topk_chunks(len), (unsigned)rows),
+            topk_reg_kernel<TOPK_MAX_KPT, true, true><<<dim3((unsigned)rows, (unsigned)topk_chunks(len)),
                                                         TOPK_THREADS, 0, s>>>(cur, len, TOPK_CHUNK, k, next);
             DI_CUDA_LAUNCHED();
             unsigned long long *const t = cur;
