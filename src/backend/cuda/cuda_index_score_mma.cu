@@ -22,10 +22,9 @@
  * CTA are consecutive rows of mostly one sequence, so a key tile is read from L2 once and from L1
  * after). With fewer rows than warps (decode at small B) the rows share the CTA's warps, each warp
  * on its part of the CTA's keys: at B = 1 a CTA ran one warp (the 7 others returned at once), 3 a
- * multiprocessor, and each staged the row's q alone (169 us a launch over 32K keys at 128K context,
- * session 27). Keys at or past the row's live
- * count (its sequence's keys, its visible prefix) are not computed: they score -inf, as in the
- * CUDA-core kernel. The kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them);
+ * multiprocessor, each staging the row's q alone -- 96 / 170 us a launch over 64K / 131K keys at
+ * 128K context, now 31 / 47 (session 28). Keys at or past the row's live count (its sequence's
+ * keys, its visible prefix) are not computed: they score -inf, as in the CUDA-core kernel. The kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them);
  * with q's 64 fragment registers a thread (150 in all) one CTA fit a multiprocessor, 8 warps to hide
  * that latency: 496-994 us a launch at B = 256, DRAM 12% busy. From shared memory (8.5 KB a row)
  * IM_BLOCKS_PER_SM CTAs fit, and the key chunks are sized so that a decode launch is one wave. */
