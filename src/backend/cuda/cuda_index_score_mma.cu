@@ -24,10 +24,11 @@
  * on its part of the CTA's keys: at B = 1 a CTA ran one warp (the 7 others returned at once), 3 a
  * multiprocessor, each staging the row's q alone -- 96 / 170 us a launch over 64K / 131K keys at
  * 128K context, now 31 / 47 (session 28). Keys at or past the row's live count (its sequence's
- * keys, its visible prefix) are not computed: they score -inf, as in the CUDA-core kernel. The kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them);
- * with q's 64 fragment registers a thread (150 in all) one CTA fit a multiprocessor, 8 warps to hide
- * that latency: 496-994 us a launch at B = 256, DRAM 12% busy. From shared memory (8.5 KB a row)
- * IM_BLOCKS_PER_SM CTAs fit, and the key chunks are sized so that a decode launch is one wave. */
+ * keys, its visible prefix) are not computed: they score -inf, as in the CUDA-core kernel. The
+ * kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them); with q's 64 fragment
+ * registers a thread (150 in all) one CTA fit a multiprocessor, 8 warps to hide that latency:
+ * 496-994 us a launch at B = 256, DRAM 12% busy. From shared memory (8.5 KB a row) IM_BLOCKS_PER_SM
+ * CTAs fit, and the key chunks are sized so that a decode launch is one wave. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
@@ -51,6 +52,15 @@ static __device__ __forceinline__ uint32_t im_load2(const float *p) {
     return di_bf16x2_of_exact(p[0], p[1]);
 }
 
+/* A: pair i of query row r's q (head i / (idim / 2), dims 2 (i % (idim / 2)), + 1) as bf16 into the
+ * row's [32 heads][IM_Q_STRIDE] in shared memory, q_s (heads past nh zero) */
+static __device__ __forceinline__ void im_stage_q_pair(const float *__restrict__ qi, int64_t r, int nh, int idim, int i,
+                                                       uint16_t *q_s) {
+    const int h = i / (idim / 2), c = i % (idim / 2);
+    const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
+    *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + 2 * c) = h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
+}
+
 /* grid (ceil(P / kc), ceil(R / rpc)): a CTA takes rpc query rows (1, 2, 4 or IM_WARPS) and a chunk
  * of kc keys (a multiple of 8 IM_NT wpr); warp w works on row w % rpc, on the w / rpc-th part of
  * the chunk (wpr = IM_WARPS / rpc warps a row, kc / wpr keys each). blocks NULL: key t is entry t
@@ -70,16 +80,14 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
     /* this warp's keys: [k0, k1) (one warp a row: the CTA's chunk, which starts before P) */
     const int64_t c0 = (int64_t)blockIdx.x * kc + (SHARED ? (int64_t)(warp / rpc) * kcw : 0);
     const int64_t k0 = !SHARED || c0 < P ? c0 : P, k1 = c0 + kcw < P ? c0 + kcw : P;
-    if (SHARED) { /* rows shared by warps: staged once, by the whole CTA (the layout below) */
+    if (SHARED) { /* rows shared by warps: their q staged once, by the whole CTA */
         const int row_pairs = 16 * mt_n * (idim / 2);
         for (int i = threadIdx.x; i < rpc * row_pairs; i += IM_WARPS * 32) {
-            const int slot = i / row_pairs, h = i % row_pairs / (idim / 2), c = i % (idim / 2);
+            const int slot = i / row_pairs;
             const int64_t rr = (int64_t)blockIdx.y * rpc + slot;
-            if (rr >= R) continue;
-            const float2 q = *reinterpret_cast<const float2 *>(qi + (rr * nh + (h < nh ? h : 0)) * idim + 2 * c);
-            *reinterpret_cast<uint32_t *>(reinterpret_cast<uint16_t *>(im_smem) +
-                                          (slot * IM_MAX_HEADS + h) * IM_Q_STRIDE + 2 * c) =
-                h < nh ? di_bf16x2_of_exact(q.x, q.y) : 0u;
+            if (rr < R)
+                im_stage_q_pair(qi, rr, nh, idim, i % row_pairs,
+                                reinterpret_cast<uint16_t *>(im_smem) + slot * IM_MAX_HEADS * IM_Q_STRIDE);
         }
         __syncthreads();
     }
@@ -98,15 +106,10 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
         for (int64_t t = k0 + lane; t < k1; t += 32) srow[t] = -INFINITY;
         return;
     }
-    /* A: q's heads x dims as bf16 pairs (heads past nh zero) in the row's slot, [32 heads]
-     * [IM_Q_STRIDE]; fragments by ldmatrix: lane l addresses head 16 mt + l % 16, dims 16 ks + 8 (l / 16)
-     * -> a0..a3 = heads g, g + 8 x dims 2 t4 (+ 8). A warp a row stages it alone. */
+    /* A (q's heads x dims in the row's slot); fragments by ldmatrix: lane l addresses head 16 mt + l % 16,
+     * dims 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x dims 2 t4 (+ 8). A warp a row stages it alone. */
     if (!SHARED) {
-        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) {
-            const int h = i / (idim / 2), c = i % (idim / 2);
-            const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
-            *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + 2 * c) = h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
-        }
+        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) im_stage_q_pair(qi, r, nh, idim, i, q_s);
         __syncwarp();
     }
     const int ks_n = idim / 16;

@@ -271,25 +271,38 @@ static size_t topk_row_scratch(int64_t P, int k) {
     return sizeof(unsigned long long) * (size_t)(first + topk_chunks(first) * k);
 }
 
-extern "C" size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k) {
-    if (R <= 0 || k <= 0 || !topk_staged(R, P, k)) return 0;
-    const size_t row = topk_row_scratch(P, k), group = TOPK_SCRATCH_MAX / row > 0 ? TOPK_SCRATCH_MAX / row : 1;
-    return row * ((size_t)R < group ? (size_t)R : group);
+/* rows whose candidate lists fit TOPK_SCRATCH_MAX together (at least one) */
+static int64_t topk_group_rows(int64_t R, size_t row) {
+    const int64_t fit = (int64_t)(TOPK_SCRATCH_MAX / row);
+    return R < fit ? R : fit > 0 ? fit : 1;
 }
 
-/* rows of one block: the register kernels up to TOPK_CHUNK entries, the global passes beyond */
-static void topk_one_block(const void *in, bool in_keys, int64_t R, int64_t len, int k, int32_t *out, cudaStream_t s) {
+extern "C" size_t di_cuda_topk_scratch_bytes(int64_t R, int64_t P, int k) {
+    if (R <= 0 || k <= 0 || !topk_staged(R, P, k)) return 0;
+    const size_t row = topk_row_scratch(P, k);
+    return row * (size_t)topk_group_rows(R, row);
+}
+
+/* R rows of len entries (fp32 scores, or IN_KEYS 64-bit keys) on the register kernel, one block a
+ * row; false (nothing launched) past TOPK_CHUNK entries */
+template <bool IN_KEYS>
+static bool topk_reg_launch(const void *in, int64_t R, int64_t len, int k, int32_t *out, cudaStream_t s) {
     const dim3 g((unsigned)R, 1);
     const int64_t per = (len + TOPK_THREADS - 1) / TOPK_THREADS; /* entries a thread */
     const int c = (int)(len < TOPK_CHUNK ? len : TOPK_CHUNK);
-    if (in_keys && per <= 1) topk_reg_kernel<1, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
-    else if (in_keys && per <= 2) topk_reg_kernel<2, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
-    else if (in_keys) topk_reg_kernel<TOPK_MAX_KPT, true, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
-    else if (per <= 1) topk_reg_kernel<1, false, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
-    else if (per <= 2) topk_reg_kernel<2, false, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    if (per <= 1) topk_reg_kernel<1, IN_KEYS, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else if (per <= 2) topk_reg_kernel<2, IN_KEYS, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
     else if (per <= TOPK_MAX_KPT)
-        topk_reg_kernel<TOPK_MAX_KPT, false, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
-    else topk_kernel<<<(unsigned)R, TOPK_THREADS, 0, s>>>(static_cast<const float *>(in), len, k, out);
+        topk_reg_kernel<TOPK_MAX_KPT, IN_KEYS, false><<<g, TOPK_THREADS, 0, s>>>(in, len, c, k, out);
+    else return false;
+    return true;
+}
+
+/* rows of scores, one block a row: the register kernels up to TOPK_CHUNK scores, the global passes
+ * beyond */
+static void topk_one_block(const float *score, int64_t R, int64_t P, int k, int32_t *out, cudaStream_t s) {
+    if (!topk_reg_launch<false>(score, R, P, k, out, s))
+        topk_kernel<<<(unsigned)R, TOPK_THREADS, 0, s>>>(score, P, k, out);
     DI_CUDA_LAUNCHED();
 }
 
@@ -301,11 +314,10 @@ extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, in
         abort();
     }
     if (!scratch || !topk_staged(R, P, k)) {
-        topk_one_block(score, false, R, P, k, out, s);
+        topk_one_block(score, R, P, k, out, s);
         return;
     }
-    const size_t row = topk_row_scratch(P, k);
-    const int64_t group = (int64_t)(di_cuda_topk_scratch_bytes(R, P, k) / row); /* rows a pass */
+    const int64_t group = topk_group_rows(R, topk_row_scratch(P, k)); /* rows a pass */
     unsigned long long *const list0 = static_cast<unsigned long long *>(scratch); /* [group][chunks(P) * k] */
     unsigned long long *const list1 = list0 + group * topk_chunks(P) * k;        /* [group][its chunks * k] */
     for (int64_t r0 = 0; r0 < R; r0 += group) {
@@ -322,6 +334,7 @@ extern "C" void di_cuda_topk(const float *score, int64_t R, int64_t P, int k, in
             unsigned long long *const t = cur;
             cur = next, next = t;
         }
-        topk_one_block(cur, true, rows, len, k, out + r0 * k, s);
+        topk_reg_launch<true>(cur, rows, len, k, out + r0 * k, s); /* len <= TOPK_CHUNK: launches */
+        DI_CUDA_LAUNCHED();
     }
 }

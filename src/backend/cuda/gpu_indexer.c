@@ -141,6 +141,13 @@ void gpu_compress(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float
     gpu_free(f, z);
 }
 
+/* top k of R rows of P scores ([R, P] -> out [R, k]), long rows in stages over arena scratch */
+static void gpu_topk(gpu_fwd *f, const float *score, int R, int64_t P, int k, int32_t *out) {
+    void *scratch = gpu_alloc(f, di_cuda_topk_scratch_bytes(R, P, k));
+    di_cuda_topk(score, R, P, k, out, scratch, f->s);
+    gpu_free(f, scratch);
+}
+
 void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, const float *qr) {
     (void)hL;
     const di_model *m = f->m;
@@ -206,9 +213,7 @@ void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float 
                 for (int j = 0; j < R; j++)
                     gpu_debug(f, "candidate_block_score_row", cf->candidate_source_layer_id, bscore + (size_t)j * nb,
                               (row_keys[j] + bs - 1) / bs);
-            void *scratch = gpu_alloc(f, di_cuda_topk_scratch_bytes(R, nb, keep));
-            di_cuda_topk(bscore, R, nb, keep, blocks, scratch, f->s);
-            gpu_free(f, scratch);
+            gpu_topk(f, bscore, R, nb, keep, blocks);
             di_cuda_cand_flags(blocks, R, keep, nb, flags, f->s);
         }
         gpu_free(f, f->d_cand);
@@ -221,9 +226,7 @@ void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float 
         di_cuda_cand_apply(score, R, Pmax, bs, f->d_cand, f->cand_nb, f->s);
     if (b->debug_fn)
         for (int j = 0; j < R; j++) gpu_debug(f, "index_score_row", L->id, score + (size_t)j * Pmax, row_keys[j]);
-    void *scratch = gpu_alloc(f, di_cuda_topk_scratch_bytes(R, Pmax, K));
-    di_cuda_topk(score, R, Pmax, K, sel, scratch, f->s);
-    gpu_free(f, scratch);
+    gpu_topk(f, score, R, Pmax, K, sel);
     gpu_free(f, score);
     gpu_free(f, d_visible);
     gpu_free(f, (void *)rows.pool);
