@@ -1566,6 +1566,17 @@ static void run_imma_quick(void) {
     test_gemv_imma_swiglu(640, 64, imma1, 6, false);
 }
 
+/* the index-score cases (small shapes; the CPU emulator runs them): in the quick run and --index */
+static void run_index_quick(void) {
+    test_index_score_paged(2, 100, 32, 128, 16, 656, 520, false);
+    test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
+    test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false); /* a part-filled head tile, rows past a CTA */
+    test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);     /* the tiny model's heads and dims */
+    test_index_score_paged(1, 700, 32, 128, 16, 656, 520, false); /* one row: a CTA's 8 warps share it */
+    test_index_score_paged(2, 300, 8, 64, 8, 200, 3, false);      /* two rows, 4 warps each */
+    test_index_score_paged(3, 500, 20, 96, 16, 400, 8, false);    /* three rows on a CTA of four slots */
+}
+
 static void run_quick(void) {
     test_moe_route(5, 16, 4, 0);
     test_moe_route(37, 40, 6, 12);
@@ -1600,13 +1611,7 @@ static void run_quick(void) {
     test_linear_batch_inv(DI_DT_F32, DI_LIN_F32, 96, 8);
 
     test_cmp_pair(6, 512);
-    test_index_score_paged(2, 100, 32, 128, 16, 656, 520, false);
-    test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
-    test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false); /* a part-filled head tile, rows past a CTA */
-    test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);     /* the tiny model's heads and dims */
-    test_index_score_paged(1, 700, 32, 128, 16, 656, 520, false); /* one row: a CTA's 8 warps share it */
-    test_index_score_paged(2, 300, 8, 64, 8, 200, 3, false);      /* two rows, 4 warps each */
-    test_index_score_paged(3, 500, 20, 96, 16, 400, 8, false);    /* three rows on a CTA of four slots */
+    run_index_quick();
     test_candidates(4, 300, 8, 10, 0);
     test_candidates(3, 45, 8, 64, 4);
 
@@ -1755,14 +1760,7 @@ int main(int argc, char **argv) {
     if (quick) run_quick();
     else if (argc > 1 && !strcmp(argv[1], "--wgmma")) run_wgmma_quick();
     else if (argc > 1 && !strcmp(argv[1], "--imma")) run_imma_quick();
-    else if (argc > 1 && !strcmp(argv[1], "--index")) { /* the index-score cases alone */
-        test_index_score_paged(3, 37, 8, 64, 8, 200, 3, true);
-        test_index_score_paged(13, 150, 20, 96, 16, 400, 8, false);
-        test_index_score_paged(9, 64, 8, 32, 4, 72, 40, false);
-        test_index_score_paged(1, 700, 32, 128, 16, 656, 520, false); /* one row: a CTA's 8 warps share it */
-        test_index_score_paged(2, 300, 8, 64, 8, 200, 3, false);      /* two rows, 4 warps each */
-        test_index_score_paged(3, 500, 20, 96, 16, 400, 8, false);    /* three rows on a CTA of four slots */
-    }
+    else if (argc > 1 && !strcmp(argv[1], "--index")) run_index_quick(); /* the index-score cases alone */
     else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping and combine alone, one prefill-sized;
                                                          grouped GEMMs of x's rows through a list */
         test_moe_route(5, 16, 4, 0);
