@@ -28,7 +28,11 @@
  * kernel waits on its key loads (ncu, B = 256: 71% of stall samples on them); with q's 64 fragment
  * registers a thread (150 in all) one CTA fit a multiprocessor, 8 warps to hide that latency:
  * 496-994 us a launch at B = 256, DRAM 12% busy. From shared memory (8.5 KB a row) IM_BLOCKS_PER_SM
- * CTAs fit, and the key chunks are sized so that a decode launch is one wave. */
+ * CTAs fit, and the key chunks are sized so that a decode launch is one wave. A warp's key load
+ * touches 8 keys' rows, 32 bytes of each, and without a hint the L2 fetched those sectors from DRAM
+ * piecemeal: the 8-byte key loads carry an L2::256B prefetch (ncu, 128K context, session 29: B = 8
+ * a 131K-key launch 257 -> 209 us, 64K keys 141 -> 116; B = 1 47 -> 41, 30.5 -> 27.3; L2::128B
+ * gained less). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
@@ -43,10 +47,16 @@
                                           * fall in distinct bank groups) */
 #define IM_SMEM ((size_t)IM_WARPS * IM_MAX_HEADS * IM_Q_STRIDE * 2)
 
+/* key dims p[0], p[1] as a bf16 pair (exact: the keys are on the FP4 grid) */
 template <bool V2>
 static __device__ __forceinline__ uint32_t im_load2(const float *p) {
     if (V2) {
+#ifdef DI_CUDA_EMU_H
         const float2 v = *reinterpret_cast<const float2 *>(p);
+#else
+        float2 v;
+        asm("ld.global.nc.L2::256B.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
+#endif
         return di_bf16x2_of_exact(v.x, v.y);
     }
     return di_bf16x2_of_exact(p[0], p[1]);
