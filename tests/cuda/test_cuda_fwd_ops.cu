@@ -1575,6 +1575,10 @@ static void run_index_quick(void) {
     test_index_score_paged(1, 700, 32, 128, 16, 656, 520, false); /* one row: a CTA's 8 warps share it */
     test_index_score_paged(2, 300, 8, 64, 8, 200, 3, false);      /* two rows, 4 warps each */
     test_index_score_paged(3, 500, 20, 96, 16, 400, 8, false);    /* three rows on a CTA of four slots */
+    /* entries aligned to 8 bytes only: the 8-byte key loads (the others above: 16-byte loads of a
+     * permuted k, or scalar loads) */
+    test_index_score_paged(9, 200, 32, 128, 16, 658, 522, false);
+    test_index_score_paged(1, 300, 32, 128, 16, 658, 522, false);
 }
 
 static void run_quick(void) {

@@ -32,7 +32,8 @@
  * touches 8 keys' rows, 32 bytes of each, and without a hint the L2 fetched those sectors from DRAM
  * piecemeal: the 8-byte key loads carry an L2::256B prefetch (ncu, 128K context, session 29: B = 8
  * a 131K-key launch 257 -> 209 us, 64K keys 141 -> 116; B = 1 47 -> 41, 30.5 -> 27.3; L2::128B
- * gained less). */
+ * gained less). Where the entries allow, a lane's loads are 16 bytes (im_load_b), half as many:
+ * B = 8 209 -> 182 us, B = 64 (8 launches of 64 rows x 64K keys) 1,212 -> 1,032, B = 1 40 -> 36. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
@@ -47,35 +48,72 @@
                                           * fall in distinct bank groups) */
 #define IM_SMEM ((size_t)IM_WARPS * IM_MAX_HEADS * IM_Q_STRIDE * 2)
 
-/* key dims p[0], p[1] as a bf16 pair (exact: the keys are on the FP4 grid) */
-template <bool V2>
-static __device__ __forceinline__ uint32_t im_load2(const float *p) {
-    if (V2) {
+/* A key's dims as the mma's B fragments, LW floats a load (1, 2 or 4: what the entries' alignment
+ * allows). LW 1 / 2: lane 4g + t4 loads dims 2 t4, + 1 (b0) and 2 t4 + 8, + 9 (b1) of each 16, the
+ * fragment's own k. LW 4: one 16-byte load of dims 4 t4 .. 4 t4 + 3 (b0 the first pair, b1 the
+ * second), half the load instructions: the k16 step then pairs fragment position 2 t4 (+ 1) with
+ * dim 4 t4 (+ 1) and 8 + 2 t4 (+ 1) with 4 t4 + 2 (+ 3), and q is staged in that order (im_q_pos).
+ * Dims stay in their 32-block, whose fp32 sum is exact in any order, so the scores are the same. */
+static __device__ __forceinline__ float2 im_ldg2(const float *p) {
 #ifdef DI_CUDA_EMU_H
-        const float2 v = *reinterpret_cast<const float2 *>(p);
+    return *reinterpret_cast<const float2 *>(p);
 #else
-        float2 v;
-        asm("ld.global.nc.L2::256B.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
+    float2 v;
+    asm("ld.global.nc.L2::256B.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
+    return v;
 #endif
-        return di_bf16x2_of_exact(v.x, v.y);
+}
+static __device__ __forceinline__ float4 im_ldg4(const float *p) {
+#ifdef DI_CUDA_EMU_H
+    return *reinterpret_cast<const float4 *>(p);
+#else
+    float4 v;
+    asm("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+#endif
+}
+/* b[0], b[1] of k16 step ks from kt (the key's dims at this lane's first: + 2 t4, or + 4 t4 for LW 4);
+ * zero unless ok */
+template <int LW>
+static __device__ __forceinline__ void im_load_b(const float *kt, int ks, bool ok, uint32_t b[2]) {
+    if (LW == 4) {
+        const float4 v = ok ? im_ldg4(kt + 16 * ks) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b[0] = di_bf16x2_of_exact(v.x, v.y);
+        b[1] = di_bf16x2_of_exact(v.z, v.w);
+    } else {
+        auto pair = [&](const float *p) {
+            if (LW == 2) {
+                const float2 v = im_ldg2(p);
+                return di_bf16x2_of_exact(v.x, v.y);
+            }
+            return di_bf16x2_of_exact(p[0], p[1]);
+        };
+        b[0] = ok ? pair(kt + 16 * ks) : 0u;
+        b[1] = ok ? pair(kt + 16 * ks + 8) : 0u;
     }
-    return di_bf16x2_of_exact(p[0], p[1]);
+}
+/* the staged position of q's dims 2c, 2c + 1 (LW 4: pair j of a 16-dim chunk, dims 4 (j / 2) + 2 (j % 2),
+ * goes where im_load_b's b0 (j even) or b1 (j odd) meets it) */
+static __device__ __forceinline__ int im_q_pos(int c, bool lw4) {
+    const int j = c & 7;
+    return lw4 ? 16 * (c >> 3) + 8 * (j & 1) + (j & ~1) : 2 * c;
 }
 
 /* A: pair i of query row r's q (head i / (idim / 2), dims 2 (i % (idim / 2)), + 1) as bf16 into the
- * row's [32 heads][IM_Q_STRIDE] in shared memory, q_s (heads past nh zero) */
+ * row's [32 heads][IM_Q_STRIDE] in shared memory, q_s (heads past nh zero), at im_q_pos */
 static __device__ __forceinline__ void im_stage_q_pair(const float *__restrict__ qi, int64_t r, int nh, int idim, int i,
-                                                       uint16_t *q_s) {
+                                                       bool lw4, uint16_t *q_s) {
     const int h = i / (idim / 2), c = i % (idim / 2);
     const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
-    *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + 2 * c) = h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
+    *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + im_q_pos(c, lw4)) =
+        h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
 }
 
 /* grid (ceil(P / kc), ceil(R / rpc)): a CTA takes rpc query rows (1, 2, 4 or IM_WARPS) and a chunk
  * of kc keys (a multiple of 8 IM_NT wpr); warp w works on row w % rpc, on the w / rpc-th part of
  * the chunk (wpr = IM_WARPS / rpc warps a row, kc / wpr keys each). blocks NULL: key t is entry t
- * (contiguous keys); V2: entry_floats and key_offset even (8-byte key loads) */
-template <bool V2, bool SHARED>
+ * (contiguous keys); LW: floats a key load (entry_floats and key_offset multiples of it) */
+template <int LW, bool SHARED>
 __global__ void __launch_bounds__(IM_WARPS * 32, IM_BLOCKS_PER_SM)
 index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
                        const int32_t *__restrict__ blocks, int block_entries, int entry_floats, int key_offset,
@@ -96,7 +134,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
             const int slot = i / row_pairs;
             const int64_t rr = (int64_t)blockIdx.y * rpc + slot;
             if (rr < R)
-                im_stage_q_pair(qi, rr, nh, idim, i % row_pairs,
+                im_stage_q_pair(qi, rr, nh, idim, i % row_pairs, LW == 4,
                                 reinterpret_cast<uint16_t *>(im_smem) + slot * IM_MAX_HEADS * IM_Q_STRIDE);
         }
         __syncthreads();
@@ -119,7 +157,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
     /* A (q's heads x dims in the row's slot); fragments by ldmatrix: lane l addresses head 16 mt + l % 16,
      * dims 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x dims 2 t4 (+ 8). A warp a row stages it alone. */
     if (!SHARED) {
-        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) im_stage_q_pair(qi, r, nh, idim, i, q_s);
+        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) im_stage_q_pair(qi, r, nh, idim, i, LW == 4, q_s);
         __syncwarp();
     }
     const int ks_n = idim / 16;
@@ -135,7 +173,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
 
     int64_t t0 = k0;
     for (; t0 < stop; t0 += 8 * IM_NT) {
-        /* B: key t0 + 8 j + g, dims 16 ks + 2 t4 (+ 8); keys past live are zero */
+        /* B: key t0 + 8 j + g, its fragment of k16 step ks (im_load_b); keys past live are zero */
         uint32_t b[IM_NT][IM_MAX_KS][2];
 #pragma unroll
         for (int j = 0; j < IM_NT; j++) {
@@ -143,13 +181,9 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
             const bool ok = t < live;
             const int tt = ok ? (int)t : 0; /* P < 2^31 */
             const int64_t entry = blocks ? (int64_t)blocks[tt / block_entries] * block_entries + tt % block_entries : tt;
-            const float *kt = pool + entry * entry_floats + key_offset + 2 * t4;
+            const float *kt = pool + entry * entry_floats + key_offset + (LW == 4 ? 4 : 2) * t4;
 #pragma unroll
-            for (int ks = 0; ks < IM_MAX_KS; ks++) {
-                const bool k_ok = ok && ks < ks_n;
-                b[j][ks][0] = k_ok ? im_load2<V2>(kt + 16 * ks) : 0u;
-                b[j][ks][1] = k_ok ? im_load2<V2>(kt + 16 * ks + 8) : 0u;
-            }
+            for (int ks = 0; ks < IM_MAX_KS; ks++) im_load_b<LW>(kt, ks, ok && ks < ks_n, b[j][ks]);
         }
 #pragma unroll
         for (int j = 0; j < IM_NT; j++) {
@@ -203,12 +237,13 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
     const di_index_rows none = {NULL, NULL, NULL};
     typedef void (*kernel_fn)(const float *, const float *, const float *, const int32_t *, int, int, int, int64_t,
                               int64_t, int, int, const int64_t *, float *, di_index_rows, int, int);
-    static const kernel_fn kernels[2][2] = { /* [8-byte loads][rows sharing a CTA's warps] */
-        {index_score_mma_kernel<false, false>, index_score_mma_kernel<false, true>},
-        {index_score_mma_kernel<true, false>, index_score_mma_kernel<true, true>}};
+    static const kernel_fn kernels[3][2] = { /* [4-, 8-, 16-byte key loads][rows sharing a CTA's warps] */
+        {index_score_mma_kernel<1, false>, index_score_mma_kernel<1, true>},
+        {index_score_mma_kernel<2, false>, index_score_mma_kernel<2, true>},
+        {index_score_mma_kernel<4, false>, index_score_mma_kernel<4, true>}};
     static bool attr_set;
     if (!attr_set) {
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
             DI_CUDA_CHECK(cudaFuncSetAttribute(kernels[i / 2][i % 2], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)IM_SMEM));
         attr_set = true;
@@ -227,7 +262,10 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
     const int64_t warp_tiles = (tiles + chunks * wpr - 1) / (chunks * wpr); /* key steps a warp */
     const int kc = (int)(warp_tiles * wpr * step);
     const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)row_groups);
-    const kernel_fn kernel = kernels[(entry_floats | key_offset) % 2 == 0][rpc < IM_WARPS];
+    /* key loads as wide as the entries allow (paged pools: device allocations, 256-byte aligned) */
+    const int align = entry_floats | key_offset;
+    const bool lw4 = align % 4 == 0 && (rows || (uintptr_t)pool % 16 == 0);
+    const kernel_fn kernel = kernels[lw4 ? 2 : align % 2 == 0 ? 1 : 0][rpc < IM_WARPS];
     kernel<<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries, entry_floats, key_offset, R, P, nh,
                                                idim, visible, score, rows ? *rows : none, kc, rpc);
     DI_CUDA_LAUNCHED();
