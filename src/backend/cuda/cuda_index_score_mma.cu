@@ -33,7 +33,8 @@
  * piecemeal: the 8-byte key loads carry an L2::256B prefetch (ncu, 128K context, session 29: B = 8
  * a 131K-key launch 257 -> 209 us, 64K keys 141 -> 116; B = 1 47 -> 41, 30.5 -> 27.3; L2::128B
  * gained less). Where the entries allow, a lane's loads are 16 bytes (im_load_b), half as many:
- * B = 8 209 -> 182 us, B = 64 (8 launches of 64 rows x 64K keys) 1,212 -> 1,032, B = 1 40 -> 36. */
+ * B = 8 209 -> 182 us, B = 64 (64 rows of 64K or 131K keys) 1,212 -> 1,032 on average (~3.4 TB/s of
+ * keys, 81% of the copy rate), B = 1 40 -> 36. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
@@ -155,7 +156,8 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
         return;
     }
     /* A (q's heads x dims in the row's slot); fragments by ldmatrix: lane l addresses head 16 mt + l % 16,
-     * dims 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x dims 2 t4 (+ 8). A warp a row stages it alone. */
+     * positions 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x positions 2 t4 (+ 8) (the dims im_q_pos put
+     * there). A warp a row stages it alone. */
     if (!SHARED) {
         for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) im_stage_q_pair(qi, r, nh, idim, i, LW == 4, q_s);
         __syncwarp();
