@@ -686,6 +686,42 @@ static void grp_free(grp_case *c) {
     cudaFree((void *)c->d_wd), cudaFree((void *)c->d_ws), cudaFree(c->d_off), cudaFree(c->d_act);
 }
 
+/* the row-tile list of G groups at offsets off (di_group_tiles, as the grouping kernels make it): each
+ * group's bt-row tiles {group, first row, rows, tile's first row}, groups ascending, then group -1
+ * entries up to cap; false where the tiles overrun cap (di_group_tiles_cap too small) */
+static bool want_tile_list(const std::vector<int> &off, int G, int bt, int cap, std::vector<int> *l) {
+    l->clear();
+    for (int g = 0; g < G; g++)
+        for (int m0 = 0; m0 < off[g + 1] - off[g]; m0 += bt) l->insert(l->end(), {g, off[g], off[g + 1] - off[g], m0});
+    const bool fits = (int)l->size() <= 4 * cap;
+    while ((int)l->size() < 4 * cap) l->insert(l->end(), {-1, 0, 0, 0});
+    return fits;
+}
+
+/* c's list of the tiles a grouped call of its shape launches over (di_cuda_linear_group_tile),
+ * built on the host and noted on g_cx for c.d_off (list NULL where the call takes none); then
+ * grp_tiles_drop */
+static di_group_tiles grp_tiles(const grp_case &c) {
+    const int G = (int)c.wd.size();
+    di_group_tiles t = {NULL, di_cuda_linear_group_tile(&g_cx, &c.shape, G, c.M, c.max_rows), 0};
+    t.cap = di_group_tiles_cap(t.bt, G, c.M, c.max_rows);
+    std::vector<int> l;
+    if (t.bt <= 0 || t.cap <= 0) return t;
+    if (!want_tile_list(c.off, G, t.bt, t.cap, &l)) {
+        printf("FAIL  group_tiles_cap: %d tiles of %d rows > cap %d\n", (int)l.size() / 4, t.bt, t.cap);
+        g_fail++;
+        return di_group_tiles{NULL, 0, 0};
+    }
+    t.list = (int *)dev_upload(l.data(), sizeof(int) * l.size());
+    di_cuda_group_tiles_note(&g_cx, c.d_off, &t, 1);
+    return t;
+}
+static void grp_tiles_drop(const grp_case &c, di_group_tiles *t) {
+    di_cuda_group_tiles_forget(&g_cx, c.d_off);
+    cudaFree(t->list);
+    t->list = NULL;
+}
+
 /* x [M, K] on the device copied to *copy row i at M - 1 - i, and the device list of its rows in
  * x's order (the MoE's gather: rows through a list, anywhere) */
 static const float **rows_reversed(const float *x, int M, int64_t K, float **copy) {
@@ -805,12 +841,14 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
              (long long)K, (long long)N, odd_scales ? " odd-scales" : "",
              di_cuda_gemv_ok(false, !single, K, per_group < max_rows ? per_group : max_rows, 1) ? "" : " NOT-TWIN");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
-    /* groups: with and without the active list */
-    for (int variant = 0; variant < (single ? 1 : 2); variant++) {
+    /* groups: with and without the active list, and through a row-tile list */
+    for (int variant = 0; variant < (single ? 1 : 3); variant++) {
         const int with_active = variant & 1;
         float *y[2];
         for (int tiled = 0; tiled < 2; tiled++) {
             g_cx.tiled_only = tiled;
+            di_group_tiles tl = {NULL, 0, 0};
+            if (variant == 2 && !tiled) tl = grp_tiles(c);
             y[tiled] = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
             if (single)
                 di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL,
@@ -818,11 +856,16 @@ static void test_gemv_twin(di_dtype dt, int64_t K, int64_t N, const int *rows, i
             else
                 di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, with_active ? c.d_act : NULL, ng,
                                    M, max_rows, x, y[tiled]);
+            if (variant == 2 && !tiled && !tl.list) {
+                printf("FAIL  gemv_twin.tiles: %s takes no tile list\n", shp);
+                g_fail++;
+            }
+            if (tl.list) grp_tiles_drop(c, &tl);
         }
         g_cx.tiled_only = false;
         dev_download(a, y[0], sizeof(float) * (size_t)M * N);
         dev_download(b, y[1], sizeof(float) * (size_t)M * N);
-        static const char *names[2] = {"gemv_twin", "gemv_twin.active"};
+        static const char *names[3] = {"gemv_twin", "gemv_twin.active", "gemv_twin.tiles"};
         compare(names[variant], shp, a, b, (int64_t)M * N, "twin");
         cudaFree(y[0]), cudaFree(y[1]);
     }
@@ -866,12 +909,19 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool na
     g_cx.fp4_imma = true;
     float *a = host_poisoned(n), *b = host_poisoned(n);
     dev_download(b, ref_a, sizeof(float) * (size_t)n);
-    for (int with_active = 0; with_active < 2; with_active++) {
+    for (int variant = 0; variant < 3; variant++) { /* the slots, the active list, a row-tile list */
         float *y = (float *)dev_poisoned(sizeof(float) * (size_t)n);
-        di_cuda_linear_quant_grouped(&g_cx, &c.shape, c.d_wd, c.d_ws, c.d_off, with_active ? c.d_act : NULL, G, M,
-                                     max_rows, x, y);
+        di_group_tiles tl = {NULL, 0, 0};
+        if (variant == 2 && !(tl = grp_tiles(c)).list) {
+            printf("FAIL  gemv_imma.tiles: %s takes no tile list\n", shp);
+            g_fail++;
+        }
+        di_cuda_linear_quant_grouped(&g_cx, &c.shape, c.d_wd, c.d_ws, c.d_off, variant ? c.d_act : NULL, G, M, max_rows,
+                                     x, y);
+        if (tl.list) grp_tiles_drop(c, &tl);
         dev_download(a, y, sizeof(float) * (size_t)n);
-        compare(with_active ? "gemv_imma.active" : "gemv_imma", shp, a, b, n, "exact");
+        static const char *names[3] = {"gemv_imma", "gemv_imma.active", "gemv_imma.tiles"};
+        compare(names[variant], shp, a, b, n, "exact");
         cudaFree(y);
     }
     /* the pair over x's rows through a list */
@@ -885,6 +935,20 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool na
     dev_download(a, yb, sizeof(float) * (size_t)n);
     dev_download(b, ref_b, sizeof(float) * (size_t)n);
     compare("gemv_imma.pair_b", shp, a, b, n, "exact");
+    { /* the pair over the row list through a row-tile list */
+        di_group_tiles tl = grp_tiles(c);
+        CK(cudaMemset(ya, 0xff, sizeof(float) * (size_t)n));
+        CK(cudaMemset(yb, 0xff, sizeof(float) * (size_t)n));
+        di_cuda_linear_quant_grouped_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M,
+                                          max_rows, NULL, d_xr, ya, yb);
+        if (tl.list) grp_tiles_drop(c, &tl);
+        dev_download(a, yb, sizeof(float) * (size_t)n);
+        compare("gemv_imma.pair_b tiles", shp, a, b, n, "exact");
+        dev_download(a, ya, sizeof(float) * (size_t)n);
+        dev_download(b, ref_a, sizeof(float) * (size_t)n);
+        compare("gemv_imma.pair_a tiles", shp, a, b, n, "exact");
+        dev_download(b, ref_b, sizeof(float) * (size_t)n);
+    }
     { /* the same list over a buffer whose producer made its digits (the FFN input's, by hc_block_in):
        * the twin reads them through the list, no gathered copy */
         const int64_t nb = K / 32;
@@ -919,8 +983,9 @@ static void test_gemv_imma(int64_t K, int64_t N, const int *rows, int G, bool na
 
 /* the int8 twin's one-row kernel making the w1 / w3 pair's SwiGLU itself (di_cuda_linear_mma_pair_swiglu)
  * against the pair and di_cuda_swiglu_forms' digits on its outputs, bit for bit: h, the digits, their
- * scales; over x's rows through a list (the MoE's gather), with and without the rows' weights */
-static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, bool with_wt) {
+ * scales; over x's rows through a list (the MoE's gather), with and without the rows' weights.
+ * tiles: through a row-tile list of one-row tiles (groups of up to a few rows, one a group on average) */
+static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, bool with_wt, bool tiles = false) {
     grp_case c = grp_make(DI_DT_I8, K, N, rows, G);
     const int M = c.M, max_rows = c.max_rows;
     const int64_t n = (int64_t)M * N, nb = n / 32;
@@ -935,8 +1000,8 @@ static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, 
     const uint8_t **d_rwd = (const uint8_t **)dev_upload(rwd.data(), sizeof(void *) * G);
     const uint8_t **d_rws = (const uint8_t **)dev_upload(rws.data(), sizeof(void *) * G);
     char shp[112];
-    snprintf(shp, sizeof shp, "fp4 G=%d M=%d max=%d K=%lld N=%lld%s", G, M, max_rows, (long long)K, (long long)N,
-             with_wt ? " wt" : "");
+    snprintf(shp, sizeof shp, "fp4 G=%d M=%d max=%d K=%lld N=%lld%s%s", G, M, max_rows, (long long)K, (long long)N,
+             with_wt ? " wt" : "", tiles ? " tiles" : "");
     g_cx.fp4_imma = true;
     /* the reference: the pair, then the SwiGLU with its digits */
     float *ya = (float *)dev_poisoned(sizeof(float) * (size_t)n), *yb = (float *)dev_poisoned(sizeof(float) * (size_t)n);
@@ -947,8 +1012,15 @@ static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, 
     const di_cuda_act_forms ref_forms = {NULL, NULL, NULL, rq, rs};
     di_cuda_swiglu_forms(ya, yb, M, N, lim, with_wt ? wt : NULL, ya, &ref_forms, 0);
     const di_gemv_swiglu sw = {lim, with_wt ? wt : NULL, h, dq, ds};
+    di_group_tiles tl = {NULL, 0, 0};
+    if (tiles) tl = grp_tiles(c);
+    if (tiles && tl.bt != 1) {
+        printf("FAIL  gemv_imma_swiglu: %s lists tiles of %d rows (1 wanted)\n", shp, tl.bt);
+        g_fail++;
+    }
     const bool taken = di_cuda_linear_mma_pair_swiglu(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, G, M,
                                                       max_rows, NULL, d_xr, &sw);
+    if (tl.list) grp_tiles_drop(c, &tl);
     g_cx.fp4_imma = false;
     if (!taken) {
         printf("FAIL  gemv_imma_swiglu: %s does not take the one-row kernel\n", shp);
@@ -1053,16 +1125,22 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
         }
     }
     dev_download(b, yr, sizeof(float) * (size_t)M * N);
-    for (int variant = 0; variant < (single ? 1 : 2); variant++) {
+    for (int variant = 0; variant < (single ? 1 : 3); variant++) { /* groups: the active list, a row-tile list */
         float *y = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+        di_group_tiles tl = {NULL, 0, 0};
+        if (variant == 2 && !(tl = grp_tiles(c)).list) {
+            printf("FAIL  wgmma_grouping.tiles: %s takes no tile list\n", shp);
+            g_fail++;
+        }
         if (single)
             di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL,
                                1, M, M, x, y);
         else
             di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, variant ? c.d_act : NULL, ng, M,
                                max_rows, x, y);
+        if (tl.list) grp_tiles_drop(c, &tl);
         dev_download(a, y, sizeof(float) * (size_t)M * N);
-        static const char *names[2] = {"wgmma_grouping", "wgmma_grouping.active"};
+        static const char *names[3] = {"wgmma_grouping", "wgmma_grouping.active", "wgmma_grouping.tiles"};
         compare(names[variant], shp, a, b, (int64_t)M * N, "exact");
         cudaFree(y);
     }
@@ -1442,7 +1520,22 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
     float *x = (float *)dev_poisoned(4 * R * D), *yg = (float *)dev_poisoned(4 * n * D), *wts = (float *)dev_poisoned(4 * n);
     int *doff = (int *)dev_poisoned(4 * (G + 1)), *dact = (int *)dev_poisoned(4 * G);
     void **lists = (void **)dev_poisoned(sizeof(void *) * 2 * n); /* x_rows, slot_rows */
-    di_cuda_moe_group(dex, dwt, R, K, G, x, yg, D, doff, dact, (const float **)lists, (const float **)lists + n, wts, 0);
+    /* two row-tile lists: of one row (every group's rows a tile each) and of 3 */
+    di_group_tiles tiles[2] = {{NULL, 1, 0}, {NULL, 3, 0}};
+    for (di_group_tiles &t : tiles) {
+        t.cap = di_group_tiles_cap(t.bt, G, n, R);
+        t.list = (int *)dev_poisoned(4 * sizeof(int) * (size_t)(t.cap > 0 ? t.cap : 1));
+    }
+    di_cuda_moe_group(dex, dwt, R, K, G, x, yg, D, doff, dact, (const float **)lists, (const float **)lists + n, wts,
+                      tiles, 2, 0);
+    /* a list downloaded against the one the offsets give (want_tile_list): entries differing */
+    auto tiles_differing = [&](const di_group_tiles &t, const std::vector<int> &offs) {
+        std::vector<int> want, got(4 * (size_t)t.cap);
+        int64_t bad = want_tile_list(offs, G, t.bt, t.cap, &want) ? 0 : 1; /* cap too small */
+        dev_download(got.data(), t.list, sizeof(int) * got.size());
+        for (size_t i = 0; i < got.size() && i < want.size(); i++) bad += got[i] != want[i];
+        return bad;
+    };
     std::vector<void *> hl(2 * n);
     std::vector<float> hw(n);
     std::vector<int> gact(G);
@@ -1461,7 +1554,8 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
         const int64_t a = want_src[p], r = a / K;
         bad_g += hl[p] != (void *)(x + r * D) || hl[n + a] != (void *)(yg + p * D) || memcmp(&hw[p], &gwt[a], 4) != 0;
     }
-    printf("%s  %-20s R=%lld E=%d K=%d  offsets/lists differing %lld\n", bad_g ? "FAIL" : "PASS", "moe_group",
+    for (const di_group_tiles &t : tiles) bad_g += tiles_differing(t, off);
+    printf("%s  %-20s R=%lld E=%d K=%d  offsets/lists/tiles differing %lld\n", bad_g ? "FAIL" : "PASS", "moe_group",
            (long long)R, G, K, (long long)bad_g);
     if (bad_g) g_fail++;
     else g_pass++;
@@ -1472,6 +1566,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
         std::vector<float> wt, wts;
         std::vector<int> off, act;
         std::vector<void *> lists;
+        int64_t tiles_bad; /* the row-tile lists' entries against those of off */
     };
     auto route_group = [&](const float *dlog, int ks) {
         int32_t *fex = (int32_t *)dev_poisoned(4 * n), *ford = (int32_t *)dev_poisoned(4 * n);
@@ -1479,9 +1574,9 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
         int *foff = (int *)dev_poisoned(4 * (G + 1)), *fact = (int *)dev_poisoned(4 * G);
         void **flists = (void **)dev_poisoned(sizeof(void *) * 2 * n);
         di_cuda_moe_route_group(dlog, ks, db, R, E, K, 1.5f, resident, G, fex, fwt, ford, x, yg, D, foff, fact,
-                                (const float **)flists, (const float **)flists + n, fwts, 0);
+                                (const float **)flists, (const float **)flists + n, fwts, tiles, 2, 0);
         routed o{std::vector<int32_t>(n), std::vector<int32_t>(n), std::vector<float>(n), std::vector<float>(n),
-                 std::vector<int>(G + 1), std::vector<int>(G), std::vector<void *>(2 * n)};
+                 std::vector<int>(G + 1), std::vector<int>(G), std::vector<void *>(2 * n), 0};
         dev_download(o.ex.data(), fex, 4 * n);
         dev_download(o.ord.data(), ford, 4 * n);
         dev_download(o.wt.data(), fwt, 4 * n);
@@ -1489,6 +1584,8 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
         dev_download(o.off.data(), foff, 4 * (G + 1));
         dev_download(o.act.data(), fact, 4 * G);
         dev_download(o.lists.data(), flists, sizeof(void *) * 2 * n);
+        o.tiles_bad = 0;
+        for (const di_group_tiles &t : tiles) o.tiles_bad += tiles_differing(t, o.off);
         cudaFree(fex), cudaFree(ford), cudaFree(fwt), cudaFree(fwts), cudaFree(foff), cudaFree(fact), cudaFree(flists);
         return o;
     };
@@ -1499,7 +1596,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
                    memcmp(&a.wts[i], &b.wts[i], 4) != 0 || a.lists[i] != b.lists[i] || a.lists[n + i] != b.lists[n + i];
         for (int e = 0; e <= G; e++) bad += a.off[e] != b.off[e];
         for (int e = 0; e < G; e++) bad += a.act[e] != b.act[e];
-        return bad;
+        return bad + a.tiles_bad + b.tiles_bad;
     };
     auto report = [&](const char *name, int64_t bad) {
         printf("%s  %-20s R=%lld E=%d K=%d  arrays differing %lld\n", bad ? "FAIL" : "PASS", name, (long long)R, E, K,
@@ -1508,7 +1605,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
         else g_pass++;
     };
     const routed fused = route_group(dl, 1);
-    report("moe_route_group", differing(fused, routed{gex, gord, gwt, hw, goff, gact, hl})); /* the two launches' */
+    report("moe_route_group", differing(fused, routed{gex, gord, gwt, hw, goff, gact, hl, 0})); /* the two launches' */
     {   /* the router's K splits (di_cuda_linear_w16_parts): the bits of routing their split-order sum */
         const int ks = 3;
         std::vector<float> parts((size_t)(ks * R * E)), sum((size_t)(R * E));
@@ -1524,7 +1621,7 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
     }
     cudaFree(dl), cudaFree(db), cudaFree(dex), cudaFree(dord), cudaFree(dwt), cudaFree(x), cudaFree(yg);
     cudaFree(dact);
-    cudaFree(wts), cudaFree(doff), cudaFree(lists);
+    cudaFree(wts), cudaFree(doff), cudaFree(lists), cudaFree(tiles[0].list), cudaFree(tiles[1].list);
     free(logits), free(bias);
 }
 
@@ -1564,6 +1661,7 @@ static void run_imma_quick(void) {
     test_gemv_imma(384, 40, imma1, 6, true);
     test_gemv_imma_swiglu(256, 128, imma1, 6, true);
     test_gemv_imma_swiglu(640, 64, imma1, 6, false);
+    test_gemv_imma_swiglu(256, 128, imma2, 6, true, true); /* one-row tiles of groups of up to 2 rows */
 }
 
 /* the index-score cases (small shapes; the CPU emulator runs them): in the quick run and --index */
@@ -1706,6 +1804,10 @@ static void run_full(bool head) {
     for (int i = 0; i < 48; i++) e48[i] = 1;
     test_gemv_imma(5120, 2304, e48, 48);
     test_gemv_imma_swiglu(5120, 2304, e1, 48, true); /* the routed experts' w1 / w3 at B = 1 */
+    int e48b[48]; /* B = 8 of EP-8 as routing leaves it: some experts 2 rows, some none, one on average */
+    for (int i = 0; i < 48; i++) e48b[i] = i % 12 == 5 ? 2 : i % 12 == 7 ? 0 : 1;
+    test_gemv_imma_swiglu(5120, 2304, e48b, 48, true, true);
+    test_gemv_imma(5120, 2304, e48b, 48);
     /* the wgmma kernel at prefill: 8 experts of 64 rows and 4 of 300, wq_a / wo_b-like
      * single matrices (K splits), and one whose halves fill the GPU twice over (no K split) */
     int e64[8], e300[4];

@@ -109,6 +109,17 @@ static __device__ __forceinline__ bool di_dev_twin_group(const int *row_off, con
     return m0 < *M;
 }
 
+/* A grouped launch's block over a row-tile list (di_group_tiles: tiles [cap][4] ints): entry tz gives
+ * the block's group gi, the group's first row r0 and rows M, and the block's first row m0 within the
+ * group; false for an entry past the list's tiles (group -1). Uniform over the block. */
+static __device__ __forceinline__ bool di_dev_tile_entry(const int *tiles, int tz, int *gi, int *r0, int64_t *M,
+                                                         int64_t *m0) {
+    const int4 e = __ldg(reinterpret_cast<const int4 *>(tiles) + tz);
+    if (e.x < 0) return false;
+    *gi = e.x, *r0 = e.y, *M = e.z, *m0 = e.w;
+    return true;
+}
+
 /* A run of up to 64 list entries (cnt of them at lr; NULL = no entry) with its live entries moved
  * to rows[0 .. live), in list order, by one warp (every lane calls); returns live. Where a list
  * has its NULLs (they move with a prefill's chunking) then changes no sum of the attention

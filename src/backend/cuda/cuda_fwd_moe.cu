@@ -164,9 +164,21 @@ static __device__ int group_block_scan(int v, int *warp_s, int *total) {
     return __shfl_sync(0xffffffffu, wi - ws, warp) + inc - v;
 }
 
-/* thread t's expert count c (G experts) -> row_off [G + 1] and the active list (the experts with rows
- * ascending, then -1; NULL: none); returns expert t's offset */
-static __device__ int group_offsets(int c, int G, int *warp_s, int *__restrict__ row_off, int *__restrict__ active) {
+/* the row-tile lists a grouping kernel writes (di_group_tiles; list NULL: none), by value */
+struct group_tile_lists {
+    di_group_tiles l[DI_GROUP_TILE_LISTS];
+};
+static group_tile_lists tile_lists_of(const di_group_tiles *tiles, int n_tiles) {
+    group_tile_lists t = {};
+    for (int i = 0; i < n_tiles && i < DI_GROUP_TILE_LISTS; i++) t.l[i] = tiles[i];
+    return t;
+}
+
+/* thread t's expert count c (G experts) -> row_off [G + 1], the active list (the experts with rows
+ * ascending, then -1; NULL: none) and the tile lists (expert t's tiles at its tiles' prefix, then
+ * group -1 to the list's end); returns expert t's offset */
+static __device__ int group_offsets(int c, int G, int *warp_s, int *__restrict__ row_off, int *__restrict__ active,
+                                    const group_tile_lists &tiles) {
     const int t = threadIdx.x;
     int total, n_act;
     const int off = group_block_scan(c, warp_s, &total);
@@ -177,19 +189,29 @@ static __device__ int group_offsets(int c, int G, int *warp_s, int *__restrict__
         if (c > 0) active[slot] = t;
         if (t >= n_act) active[t] = -1;
     }
+    for (int i = 0; i < DI_GROUP_TILE_LISTS; i++) {
+        const di_group_tiles tl = tiles.l[i];
+        if (!tl.list) continue; /* uniform: a kernel parameter */
+        const int n = t < G ? (c + tl.bt - 1) / tl.bt : 0;
+        int n_tiles;
+        const int first = group_block_scan(n, warp_s, &n_tiles);
+        int4 *list = reinterpret_cast<int4 *>(tl.list);
+        for (int j = 0; j < n && first + j < tl.cap; j++) list[first + j] = int4{t, off, c, j * tl.bt};
+        for (int e = n_tiles + t; e < tl.cap; e += blockDim.x) list[e] = int4{-1, 0, 0, 0};
+    }
     return off;
 }
 
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_count_kernel(const int32_t *__restrict__ expert, int64_t n, int E, int *__restrict__ row_off,
-                 int *__restrict__ active) {
+                 int *__restrict__ active, group_tile_lists tiles) {
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32];
     const int t = threadIdx.x;
     cnt[t] = 0;
     __syncthreads();
     for (int64_t i = t; i < n; i += GROUP_THREADS) atomicAdd(&cnt[expert[i]], 1);
     __syncthreads();
-    group_offsets(t < E ? cnt[t] : 0, E, warp_s, row_off, active);
+    group_offsets(t < E ? cnt[t] : 0, E, warp_s, row_off, active, tiles);
 }
 
 /* block e: expert e's assignments to positions row_off[e] .. row_off[e + 1] */
@@ -235,7 +257,7 @@ moe_route_group_kernel(const float *__restrict__ logits, int ksplit, const float
                        float scale, int resident, int G, int32_t *__restrict__ expert, float *__restrict__ weight,
                        int32_t *__restrict__ order, const float *x, const float *yg, int64_t D,
                        int *__restrict__ row_off, int *__restrict__ active, const float **x_rows,
-                       const float **slot_rows, float *__restrict__ wts) {
+                       const float **slot_rows, float *__restrict__ wts, group_tile_lists tiles) {
     __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E], bias_s[DI_MOE_ROUTE_MAX_E];
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32], ex_s[ROUTE_GROUP_MAX_ROWS * DI_MOE_ROUTE_MAX_K];
     const int t = threadIdx.x, warp = t >> 5, n = R * K;
@@ -248,7 +270,7 @@ moe_route_group_kernel(const float *__restrict__ logits, int ksplit, const float
     __syncthreads();
     if (t < n) atomicAdd(&cnt[ex_s[t]], 1);
     __syncthreads();
-    const int off = group_offsets(t < G ? cnt[t] : 0, G, warp_s, row_off, active);
+    const int off = group_offsets(t < G ? cnt[t] : 0, G, warp_s, row_off, active, tiles);
     __syncthreads(); /* cnt is reused for the offsets */
     if (t < G) cnt[t] = off;
     __syncthreads();
@@ -265,26 +287,29 @@ moe_route_group_kernel(const float *__restrict__ logits, int ksplit, const float
 extern "C" void di_cuda_moe_route_group(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K,
                                         float scale, int resident, int G, int32_t *expert, float *weight, int32_t *order,
                                         const float *x, const float *yg, int64_t D, int *row_off, int *active,
-                                        const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s) {
+                                        const float **x_rows, const float **slot_rows, float *wts,
+                                        const di_group_tiles *tiles, int n_tiles, cudaStream_t s) {
     if (R > ROUTE_GROUP_MAX_ROWS || G > GROUP_THREADS || E > DI_MOE_ROUTE_MAX_E || K > DI_MOE_ROUTE_MAX_K || K > E ||
         R <= 0 || ksplit < 1 || ksplit > ROUTE_MAX_SPLITS) {
         di_cuda_moe_route(logits, ksplit, bias, R, E, K, scale, resident, expert, weight, order, s);
-        di_cuda_moe_group(expert, weight, R, K, G, x, yg, D, row_off, active, x_rows, slot_rows, wts, s);
+        di_cuda_moe_group(expert, weight, R, K, G, x, yg, D, row_off, active, x_rows, slot_rows, wts, tiles, n_tiles, s);
         return;
     }
     moe_route_group_kernel<<<1, GROUP_THREADS, 0, s>>>(logits, ksplit, bias, (int)R, E, K, scale, resident, G, expert,
-                                                       weight, order, x, yg, D, row_off, active, x_rows, slot_rows, wts);
+                                                       weight, order, x, yg, D, row_off, active, x_rows, slot_rows, wts,
+                                                       tile_lists_of(tiles, n_tiles));
     DI_CUDA_LAUNCHED();
 }
 
 extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
                                   const float *x, const float *yg, int64_t D, int *row_off, int *active,
-                                  const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s) {
+                                  const float **x_rows, const float **slot_rows, float *wts,
+                                  const di_group_tiles *tiles, int n_tiles, cudaStream_t s) {
     if (E > GROUP_THREADS) {
         fprintf(stderr, "di_cuda_moe_group: %d experts exceed %d\n", E, GROUP_THREADS);
         abort();
     }
-    moe_count_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, R * K, E, row_off, active);
+    moe_count_kernel<<<1, GROUP_THREADS, 0, s>>>(expert, R * K, E, row_off, active, tile_lists_of(tiles, n_tiles));
     DI_CUDA_LAUNCHED();
     if (R * K <= 0 || E <= 0) return;
     moe_place_kernel<<<(unsigned)E, PLACE_THREADS, 0, s>>>(expert, weight, R * K, K, x, yg, D, row_off, x_rows,

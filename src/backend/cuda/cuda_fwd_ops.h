@@ -107,6 +107,12 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
 typedef enum { DI_ACT_FORM_NONE, DI_ACT_FORM_E4M3, DI_ACT_FORM_DIGITS } di_act_form;
 di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups,
                                     int64_t rows, int64_t max_rows);
+/* the rows of the tiles a grouped call of this shape (rows in n_groups groups, none past max_rows)
+ * launches over when a row-tile list of them is noted for its row_off (di_cuda_group_tiles_note);
+ * 0 where its kernel takes no list (exact mode, the mma.sync tiles). The grouping kernels make
+ * the list (di_cuda_moe_group's tiles); without one the call launches over its groups' slots. */
+int di_cuda_linear_group_tile(const di_cuda_ctx *ctx, const di_weight *shape, int n_groups, int64_t rows,
+                              int64_t max_rows);
 
 /* Single matrices of one K and dtype over the same x (wq_a and wkv; the shared expert's w1 and w3):
  * at the decode twin's sizes x is quantised once and one twin launch runs all n (<=
@@ -145,7 +151,10 @@ typedef struct {
 } di_gemv_mat;
 void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
-                        const uint8_t *xq, const float *xs);
+                        const uint8_t *xq, const float *xs, const di_group_tiles *tiles);
+/* the rows of a block of di_cuda_gemv_quant for rows_per_group: a row-tile list (tiles, or NULL)
+ * for the groups' blocks has tiles of at most that many rows */
+int di_cuda_gemv_tile(int64_t rows_per_group);
 /* FP4 groups of at most DI_GEMV_IMMA_ROWS rows on average (the routed experts at decode) with
  * ctx->fp4_imma (outside batch-invariant mode): cuda_linear_gemv_imma.cu, exact block sums on int8
  * tensor cores -- the CPU's bits, not the f16 twin's. xd / xs: di_cuda_act_quant_digits's
@@ -168,12 +177,16 @@ typedef struct {
 bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows);
 /* the call takes the one-row kernel (every group at most one row) */
 bool di_cuda_gemv_imma_one_row(int64_t max_rows);
+/* the token rows of the int8 twin's blocks for groups of rows_per_group rows (over a row-tile list:
+ * tiles of at most that many rows; without one the blocks take the largest group's, max_rows) */
+int di_cuda_gemv_imma_tile(int64_t rows_per_group);
 /* x_rows (or NULL): the rows' digits through the MoE's row list instead, row p's those of row
  * (x_rows[p] - x_base) / K of xd / xs (the FFN input's own digits, made by its producer). sw (or
  * NULL): two matrices' SwiGLU instead of their outputs (needs di_cuda_gemv_imma_swiglu_ok) */
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
-                           const float *xs, const float *const *x_rows, const float *x_base, const di_gemv_swiglu *sw);
+                           const float *xs, const float *const *x_rows, const float *x_base, const di_gemv_swiglu *sw,
+                           const di_group_tiles *tiles);
 /* di_cuda_linear_mma_pair (the experts' w1 / w3 over x) and then di_cuda_swiglu_forms' digits on its two
  * outputs, in one launch where the pair takes the one-row int8 kernel: true, sw's h, digits and
  * scales written (not the pair's outputs); false, and nothing done, otherwise */
@@ -275,16 +288,19 @@ void di_cuda_moe_route(const float *logits, int ksplit, const float *bias, int64
  * position p in expert order: x_rows[p] the token's row of x [R, D] (the grouped GEMMs read it
  * through this list: no gathered copy) and wts[p] the slot weight; per assignment i = r K + j:
  * slot_rows[i] = yg + p D, its expert output's row (di_cuda_moe_combine reads it there: no
- * scatter). All device arrays. */
+ * scatter); and the n_tiles (<= DI_GROUP_TILE_LISTS, host array) row-tile lists of `tiles`, each
+ * of cap >= di_group_tiles_cap(bt, E, R * K, R) entries. All other arrays are device arrays. */
 void di_cuda_moe_group(const int32_t *expert, const float *weight, int64_t R, int K, int E,
                        const float *x, const float *yg, int64_t D, int *row_off, int *active,
-                       const float **x_rows, const float **slot_rows, float *wts, cudaStream_t s);
+                       const float **x_rows, const float **slot_rows, float *wts, const di_group_tiles *tiles,
+                       int n_tiles, cudaStream_t s);
 /* di_cuda_moe_route (E experts) then di_cuda_moe_group (G groups: the resident experts) on its output,
  * the same arrays and bits: in one launch for up to 16 rows (a decode step), else the two calls */
 void di_cuda_moe_route_group(const float *logits, int ksplit, const float *bias, int64_t R, int E, int K, float scale,
                              int resident, int G, int32_t *expert, float *weight, int32_t *order, const float *x,
                              const float *yg, int64_t D, int *row_off, int *active, const float **x_rows,
-                             const float **slot_rows, float *wts, cudaStream_t s);
+                             const float **slot_rows, float *wts, const di_group_tiles *tiles, int n_tiles,
+                             cudaStream_t s);
 /* SwiGLU (moe.c expert_ffn): h[r, i] = bf16(silu(min(g, L)) * clamp(u, -L, L) [* wt[r]]),
  * silu(v) = v / (1 + expf(-v)) (glibc expf twin); g, u, h [n, inter]; wt [n] or NULL. h may
  * alias g. */

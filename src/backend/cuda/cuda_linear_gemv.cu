@@ -85,6 +85,7 @@ struct gv_args {
     const float *xsg;  /*             [rows, K / 32] and scales */
     int64_t M, K, lda;
     const int *row_off, *active; /* groups: [n_groups + 1], slot -> group or NULL */
+    const int *tiles;            /* groups: NULL, or the row-tile list (di_group_tiles) blockIdx.z indexes */
     /* row_off NULL and several groups (A16, wo_a): block-diagonal slices of one matrix, group g
      * reading x columns g * K.., weight rows g * N.. and writing y columns g * N.. */
     gv_mat mat[GV_MATS];
@@ -149,11 +150,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const float *xsg = a.xsg;
     float *y = pick(a.mat[0].y, a.mat[1].y);
     const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
-    const int64_t m0 = (int64_t)blockIdx.y * MT;
+    int64_t m0 = (int64_t)blockIdx.y * MT; /* the block's first row (of its group) */
     int64_t y_off = 0; /* y's offset from the matrix's y (the codes' too) */
     if (a.row_off) { /* this block's group (uniform over the block) */
         int gi, r0;
-        if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M)) return;
+        if (a.tiles ? !di_dev_tile_entry(a.tiles, (int)blockIdx.z, &gi, &r0, &M, &m0)
+                    : !di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M))
+            return;
         wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
         wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
         x += (int64_t)r0 * a.lda;
@@ -533,7 +536,7 @@ bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_gr
 }
 
 template <int MODE, int MT>
-static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
+static void gv_launch(gv_args a, int64_t max_rows, int slots, int tiles_cap, cudaStream_t s) {
     static bool attr_set;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<MODE, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -551,16 +554,20 @@ static void gv_launch(gv_args a, int64_t max_rows, int slots, cudaStream_t s) {
         warps = w > warps ? w : warps;
     }
     const size_t smem = gv_smem_bytes(MODE, MT, a.xrows, a.K, (int)warps);
-    const dim3 grid(blocks, (unsigned)((max_rows + MT - 1) / MT), (unsigned)slots);
+    const dim3 grid(blocks, a.tiles ? 1u : (unsigned)((max_rows + MT - 1) / MT),
+                    a.tiles ? (unsigned)tiles_cap : (unsigned)slots);
     gemv_bs_kernel<MODE, MT><<<grid, warps * 32, smem, s>>>(a);
     DI_CUDA_LAUNCHED();
 }
 
 template <int MODE>
-static void gv_run(const gv_args &a, int64_t max_rows, int64_t rows_per_group, int slots, cudaStream_t s) {
-    if (gv_mt(rows_per_group) == 8) gv_launch<MODE, 8>(a, max_rows, slots, s);
-    else gv_launch<MODE, 16>(a, max_rows, slots, s);
+static void gv_run(const gv_args &a, int64_t max_rows, int64_t rows_per_group, int slots, cudaStream_t s,
+                   int tiles_cap = 0) {
+    if (gv_mt(rows_per_group) == 8) gv_launch<MODE, 8>(a, max_rows, slots, tiles_cap, s);
+    else gv_launch<MODE, 16>(a, max_rows, slots, tiles_cap, s);
 }
+
+int di_cuda_gemv_tile(int64_t rows_per_group) { return gv_mt(rows_per_group); }
 
 static gv_mat gv_mat_of(const di_gemv_mat &m, int64_t ldy) {
     return gv_mat{m.wdata, m.wscale, m.wdata_g, m.wscale_g, m.y, m.N, ldy,
@@ -569,20 +576,26 @@ static gv_mat gv_mat_of(const di_gemv_mat &m, int64_t ldy) {
 
 void di_cuda_gemv_quant(cudaStream_t s, bool fp4, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                         const int *active, int n_groups, int64_t rows, int64_t max_rows, int64_t rows_per_group,
-                        const uint8_t *xq, const float *xs) {
+                        const uint8_t *xq, const float *xs, const di_group_tiles *tiles) {
     if (rows <= 0 || max_rows <= 0 || n_mats <= 0) return;
+    if (!row_off || (tiles && tiles->cap <= 0)) tiles = NULL;
+    if (tiles && tiles->bt > gv_mt(rows_per_group)) { /* a caller's bug */
+        fprintf(stderr, "di_cuda_gemv_quant: a tile list of %d rows for blocks of %d\n", tiles->bt, gv_mt(rows_per_group));
+        abort();
+    }
     if (n_mats > GV_MATS) { /* a caller's bug */
         fprintf(stderr, "di_cuda_gemv_quant: %d matrices in one launch (at most %d)\n", n_mats, GV_MATS);
         abort();
     }
-    gv_args a = {NULL, xq, xs, max_rows, K, K, row_off, active, {}, 0, 0, true};
+    gv_args a = {NULL, xq, xs, max_rows, K, K, row_off, active, tiles ? tiles->list : NULL, {}, 0, 0, true};
     for (int i = 0; i < n_mats; i++)
         if (mats[i].N > 0) a.mat[a.n_mats++] = gv_mat_of(mats[i], mats[i].N);
     if (!a.n_mats) return;
     /* with an active list only min(groups, rows) slots can have rows */
     const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
-    if (fp4) gv_run<GV_FP4>(a, max_rows, rows_per_group, slots, s);
-    else gv_run<GV_FP8>(a, max_rows, rows_per_group, slots, s);
+    const int cap = tiles ? tiles->cap : 0;
+    if (fp4) gv_run<GV_FP4>(a, max_rows, rows_per_group, slots, s, cap);
+    else gv_run<GV_FP8>(a, max_rows, rows_per_group, slots, s, cap);
 }
 
 bool di_cuda_gemv_codes_ok(int64_t N, int64_t ldy, int ksplit) {
@@ -599,7 +612,7 @@ void di_cuda_gemv_bf16w8(cudaStream_t s, const uint8_t *wdata, const uint8_t *ws
         abort();
     }
     const di_gemv_mat one = {rows_per_group, wdata, wscale, NULL, NULL, ksplit, split_blocks, y};
-    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0, true, yq, ysc};
+    gv_args a = {x, NULL, NULL, m, K, lda, NULL, NULL, NULL, {gv_mat_of(one, ldy)}, 1, 0, true, yq, ysc};
     gv_run<GV_A16>(a, m, m, n_groups, s);
 }
 
@@ -607,6 +620,6 @@ void di_cuda_gemv_w16(cudaStream_t s, const uint16_t *wdata, int64_t N, int64_t 
                       bool out_bf16, int ksplit, int split_blocks) {
     if (m <= 0 || N <= 0) return;
     const di_gemv_mat one = {N, reinterpret_cast<const uint8_t *>(wdata), NULL, NULL, NULL, ksplit, split_blocks, y};
-    gv_args a = {x, NULL, NULL, m, K, K, NULL, NULL, {gv_mat_of(one, N)}, 1, 0, out_bf16};
+    gv_args a = {x, NULL, NULL, m, K, K, NULL, NULL, NULL, {gv_mat_of(one, N)}, 1, 0, out_bf16};
     gv_run<GV_W16>(a, m, m, 1, s);
 }

@@ -88,6 +88,7 @@ struct gi_args {
     const float *x_base;
     int64_t M, K;
     const int *row_off, *active; /* groups: [n_groups + 1], slot -> group or NULL */
+    const int *tiles;            /* groups: NULL, or the row-tile list (di_group_tiles) blockIdx.z indexes */
     gi_mat mat[DI_GEMV_MAX_MATS];
     int n_mats;
     di_gemv_swiglu sw; /* h NULL, or the SwiGLU of matrices 0 and 1 (the one-row kernel) */
@@ -117,14 +118,17 @@ struct gi_block {
     int64_t m_first;  /* the group's first row of the call */
     unsigned bx;      /* the block's index within its matrix */
 };
-/* false where the block has no rows (its group is inactive, or shorter than m0); matrix `mat`, block
- * bx of it */
-static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int mat, unsigned bx, int64_t m0, gi_block *b) {
+/* false where the block has no rows (its group is inactive, or shorter than *m0, the block's first
+ * row in its group: blockIdx.y's tile, or through the tile list its entry's); matrix `mat`, block bx
+ * of it */
+static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int mat, unsigned bx, int64_t *m0, gi_block *b) {
     const gi_mat &mt = a.mat[mat];
     *b = gi_block{mt.wdata, mt.wscale, a.xd, a.xs, mt.y, mt.N, a.M, 0, bx};
-    if (!a.row_off) return m0 < b->M;
+    if (!a.row_off) return *m0 < b->M;
     int gi, r0;
-    if (!di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &b->M)) return false;
+    if (a.tiles ? !di_dev_tile_entry(a.tiles, (int)blockIdx.z, &gi, &r0, &b->M, m0)
+                : !di_dev_twin_group(a.row_off, a.active, *m0, &gi, &r0, &b->M))
+        return false;
     b->wdata = mt.wdata_g[gi];
     b->wscale = mt.wscale_g[gi];
     if (!a.x_rows) {
@@ -136,7 +140,7 @@ static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int mat, un
     return true;
 }
 /* gi_block_of for the matrix of this block (matrix 1's blocks after matrix 0's along grid.x) */
-static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int64_t m0, gi_block *b) {
+static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int64_t *m0, gi_block *b) {
     const bool second = a.n_mats > 1 && blockIdx.x >= (unsigned)a.mat[0].blocks;
     return gi_block_of(a, second ? 1 : 0, blockIdx.x - (second ? (unsigned)a.mat[0].blocks : 0u), m0, b);
 }
@@ -161,9 +165,9 @@ static __device__ __forceinline__ void gi_run_step(Step &step, I i, bool full, b
 template <int TT>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_kernel(gi_args a) {
     extern __shared__ int4 gi_smem[];
-    const int64_t m0 = (int64_t)blockIdx.y * TT;
+    int64_t m0 = (int64_t)blockIdx.y * TT;
     gi_block blk;
-    if (!gi_block_of(a, m0, &blk)) return;
+    if (!gi_block_of(a, &m0, &blk)) return;
     const int64_t N = blk.N, K = a.K, nb = K / 32, M = blk.M;
     const unsigned bx = blk.bx;
     float *y = blk.y;
@@ -320,10 +324,10 @@ template <bool SW>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_row_kernel(gi_args a) {
     constexpr int H = 2; /* rows g, g + 8 of a lane */
     extern __shared__ int4 gi_smem[];
-    const int64_t m0 = blockIdx.y;
+    int64_t m0 = blockIdx.y;
     const int mat = SW ? (int)(threadIdx.x >> 5) / (GI_WARPS / 2) : 0; /* SW: the warp's matrix */
     gi_block blk;
-    if (!(SW ? gi_block_of(a, mat, blockIdx.x, m0, &blk) : gi_block_of(a, m0, &blk))) return; /* uniform */
+    if (!(SW ? gi_block_of(a, mat, blockIdx.x, &m0, &blk) : gi_block_of(a, &m0, &blk))) return; /* uniform */
     const int64_t N = blk.N, K = a.K, nb = K / 32;
     const int nbi = (int)nb, nq = nbi / 4; /* K % 128 == 0 */
     uint8_t *dg = reinterpret_cast<uint8_t *>(gi_smem);               /* [nb][3][32] the row's digits */
@@ -487,6 +491,8 @@ bool di_cuda_gemv_imma_ok(int64_t K, int64_t max_rows) {
 
 bool di_cuda_gemv_imma_one_row(int64_t max_rows) { return gi_tokens(max_rows) == 1; }
 
+int di_cuda_gemv_imma_tile(int64_t rows_per_group) { return gi_tokens(rows_per_group); }
+
 bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows) {
     return K % 128 == 0 && N % GR_SW_FEATURES == 0 && di_cuda_gemv_imma_one_row(max_rows) &&
            gr_smem_bytes(K, true) <= GI_SMEM_MAX;
@@ -495,7 +501,7 @@ bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows) {
 /* tt token rows a block: gemv_fp4_imma_row_kernel for one (SW: with the SwiGLU), else
  * gemv_fp4_imma_kernel<tt> */
 template <int TT, bool SW = false>
-static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
+static void gi_launch(gi_args a, int64_t max_rows, int slots, const di_group_tiles *tiles, cudaStream_t s) {
     void (*kernel)(gi_args);
     if constexpr (TT == 1) kernel = gemv_fp4_imma_row_kernel<SW>;
     else kernel = gemv_fp4_imma_kernel<TT>;
@@ -510,25 +516,34 @@ static void gi_launch(gi_args a, int64_t max_rows, int slots, cudaStream_t s) {
         blocks += (unsigned)a.mat[i].blocks;
     }
     if (SW) blocks = (unsigned)(a.mat[0].N / GR_SW_FEATURES); /* both matrices' features a block */
-    const dim3 grid(blocks, (unsigned)((max_rows + TT - 1) / TT), (unsigned)slots);
+    const dim3 grid(blocks, tiles ? 1u : (unsigned)((max_rows + TT - 1) / TT), tiles ? (unsigned)tiles->cap : (unsigned)slots);
     kernel<<<grid, GI_WARPS * 32, gi_launch_smem(TT, a.K, SW), s>>>(a);
     DI_CUDA_LAUNCHED();
 }
 void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_mat *mats, const int *row_off,
                            const int *active, int n_groups, int64_t rows, int64_t max_rows, const uint8_t *xd,
-                           const float *xs, const float *const *x_rows, const float *x_base, const di_gemv_swiglu *sw) {
+                           const float *xs, const float *const *x_rows, const float *x_base, const di_gemv_swiglu *sw,
+                           const di_group_tiles *tiles) {
     if (rows <= 0 || max_rows <= 0 || n_mats <= 0) return;
-    if (sw && (n_mats != 2 || mats[0].N != mats[1].N || !di_cuda_gemv_imma_swiglu_ok(K, mats[0].N, max_rows))) {
+    if (!row_off || (tiles && tiles->cap <= 0)) tiles = NULL;
+    /* rows a block: a group's at most, or the tile list's tile */
+    const int64_t tile_rows = tiles ? tiles->bt : max_rows;
+    if (tiles && gi_tokens(tile_rows) < tile_rows) { /* a caller's bug */
+        fprintf(stderr, "di_cuda_gemv_fp4_imma: a tile list of %d rows (at most %d)\n", tiles->bt, gi_tokens(4));
+        abort();
+    }
+    if (sw && (n_mats != 2 || mats[0].N != mats[1].N || !di_cuda_gemv_imma_swiglu_ok(K, mats[0].N, tile_rows))) {
         fprintf(stderr, "di_cuda_gemv_fp4_imma: the SwiGLU of %d matrices of %lld features, %lld rows: not supported\n",
                 n_mats, (long long)mats[0].N, (long long)max_rows);
         abort();
     }
-    if (n_mats > DI_GEMV_MAX_MATS || !di_cuda_gemv_imma_ok(K, max_rows)) { /* a caller's bug */
+    if (n_mats > DI_GEMV_MAX_MATS || !di_cuda_gemv_imma_ok(K, tile_rows)) { /* a caller's bug */
         fprintf(stderr, "di_cuda_gemv_fp4_imma: %d matrices, K %lld, %lld rows: not this kernel's call\n", n_mats,
                 (long long)K, (long long)max_rows);
         abort();
     }
-    gi_args a = {xd, xs, x_rows, x_base, max_rows, K, row_off, active, {}, 0, sw ? *sw : di_gemv_swiglu{}};
+    gi_args a = {xd, xs, x_rows, x_base, max_rows, K, row_off, active, tiles ? tiles->list : NULL, {}, 0,
+                 sw ? *sw : di_gemv_swiglu{}};
     for (int i = 0; i < n_mats; i++) {
         if (mats[i].N <= 0) continue;
         if (mats[i].ksplit != 1) {
@@ -541,12 +556,12 @@ void di_cuda_gemv_fp4_imma(cudaStream_t s, int64_t K, int n_mats, const di_gemv_
     if (!a.n_mats) return;
     const int slots = row_off && active && rows < n_groups ? (int)rows : (row_off ? n_groups : 1);
     if (sw) {
-        gi_launch<1, true>(a, max_rows, slots, s);
+        gi_launch<1, true>(a, max_rows, slots, tiles, s);
         return;
     }
-    switch (gi_tokens(max_rows)) {
-    case 1: gi_launch<1>(a, max_rows, slots, s); break;
-    case 2: gi_launch<2>(a, max_rows, slots, s); break;
-    default: gi_launch<4>(a, max_rows, slots, s); break;
+    switch (gi_tokens(tile_rows)) {
+    case 1: gi_launch<1>(a, max_rows, slots, tiles, s); break;
+    case 2: gi_launch<2>(a, max_rows, slots, tiles, s); break;
+    default: gi_launch<4>(a, max_rows, slots, tiles, s); break;
     }
 }

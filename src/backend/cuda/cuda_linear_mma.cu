@@ -101,7 +101,8 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     const int64_t nb = K / 32;               /* the last stage may hold fewer than BKB blocks */
     const bool whole_scales = nb % BKB == 0; /* scale rows allow 16/4-byte copies */
     const int64_t wrow = FP4 ? K / 2 : W16 ? 2 * K : K;      /* weight row bytes */
-    const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
+    const int64_t n0 = (int64_t)blockIdx.x * BN;
+    int64_t m0 = (int64_t)blockIdx.y * BM; /* the block's first row (of its group) */
     /* split K (single matrices with few column blocks): split ks sums K blocks [blk0, blk1) into
      * part[ks]; split_blocks is a multiple of every configuration's BKB, so all configurations
      * fold the same blocks into the same partial sums */
@@ -111,7 +112,7 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
     if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
         int r0;
-        if (!mm_group_select(grp, gz, m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
+        if (!mm_group_select(grp, gz, &m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
         xa += (int64_t)r0 * lda * AE;
         xs += (int64_t)r0 * nb;
         y += (int64_t)r0 * ldy;
@@ -433,6 +434,32 @@ static const di_cuda_act_forms *act_forms_lookup(const di_cuda_ctx *ctx, const f
     return NULL;
 }
 
+extern "C" int di_group_tiles_cap(int bt, int n_groups, int64_t rows, int64_t max_rows) {
+    if (bt <= 0 || n_groups <= 0 || rows <= 0 || max_rows <= 0) return 0;
+    const int64_t live = rows < n_groups ? rows : n_groups;     /* groups that can have rows */
+    const int64_t by_rows = (rows + live * (bt - 1)) / bt;      /* the sum of ceil(rows_g / bt) over them, at most */
+    const int64_t by_slots = live * ((max_rows + bt - 1) / bt); /* none past max_rows */
+    return (int)(by_rows < by_slots ? by_rows : by_slots);
+}
+
+extern "C" void di_cuda_group_tiles_note(di_cuda_ctx *ctx, const int *row_off, const di_group_tiles *lists, int n) {
+    ctx->group_tiles.row_off = row_off;
+    ctx->group_tiles.n = 0;
+    for (int i = 0; i < n && ctx->group_tiles.n < DI_GROUP_TILE_LISTS; i++)
+        if (lists[i].list && lists[i].bt > 0 && lists[i].cap > 0) ctx->group_tiles.lists[ctx->group_tiles.n++] = lists[i];
+}
+
+extern "C" void di_cuda_group_tiles_forget(di_cuda_ctx *ctx, const int *row_off) {
+    if (ctx->group_tiles.row_off == row_off) ctx->group_tiles.row_off = NULL, ctx->group_tiles.n = 0;
+}
+
+extern "C" const di_group_tiles *di_cuda_group_tiles_find(const di_cuda_ctx *ctx, const int *row_off, int bt) {
+    if (!row_off || bt <= 0 || ctx->group_tiles.row_off != row_off) return NULL;
+    for (int i = 0; i < ctx->group_tiles.n; i++)
+        if (ctx->group_tiles.lists[i].bt == bt) return &ctx->group_tiles.lists[i];
+    return NULL;
+}
+
 extern "C" const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const float *x, int64_t rows,
                                                            int64_t K) {
     return act_forms_lookup(ctx, x, rows, K);
@@ -467,9 +494,12 @@ struct mm_plan {
     int64_t per_group; /* rows a group (their mean over the groups, at most max_rows) */
     int ksplit, split_blocks;
     bool twin, wg, imma; /* the decode twin (imma: its FP4 int8 form), the wgmma kernel, else the tiles */
+    int tile;            /* grouped: the rows of a block's tile over a tile list (0: the kernel takes none) */
+    const di_group_tiles *tiles; /* the noted list of such tiles for row_off, or NULL */
+    int64_t tile_rows;   /* rows a block works on at most: tiles' tile, else max_rows */
 };
 static mm_plan linear_plan(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups, int64_t rows,
-                           int64_t max_rows) {
+                           int64_t max_rows, const int *row_off = nullptr) {
     mm_plan p;
     const int64_t K = shape->cols, N = shape->rows;
     const int64_t avg = grouped ? (rows + n_groups - 1) / n_groups : max_rows;
@@ -482,7 +512,22 @@ static mm_plan linear_plan(const di_cuda_ctx *ctx, const di_weight *shape, bool 
     p.imma = p.twin && fp4 && ctx->fp4_imma && p.ksplit == 1 && p.per_group <= DI_GEMV_IMMA_ROWS &&
              di_cuda_gemv_imma_ok(K, max_rows);
     if (p.wg) p.ksplit = wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
+    /* over a tile list a block takes tiles of about the groups' mean rows (the int8 twin: not the
+     * largest group's, which sizes its blocks without a list) */
+    p.tile = !grouped ? 0
+             : p.imma ? di_cuda_gemv_imma_tile(p.per_group)
+             : p.twin ? di_cuda_gemv_tile(p.per_group)
+             : p.wg   ? di_wg_gemm_tile(p.per_group, true)
+                      : 0;
+    p.tiles = di_cuda_group_tiles_find(ctx, row_off, p.tile);
+    p.tile_rows = p.tiles ? p.tile : max_rows;
     return p;
+}
+
+int di_cuda_linear_group_tile(const di_cuda_ctx *ctx, const di_weight *shape, int n_groups, int64_t rows,
+                               int64_t max_rows) {
+    if (ctx->exact || !di_cuda_linear_mma_supported(shape) || rows <= 0 || max_rows <= 0 || n_groups <= 0) return 0;
+    return linear_plan(ctx, shape, true, n_groups, rows, max_rows).tile;
 }
 
 di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups,
@@ -506,7 +551,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     cudaStream_t s = ctx->stream;
     const int64_t K = shape->cols, N = shape->rows, nb = K / 32;
     if (rows <= 0 || max_rows <= 0 || N <= 0) return;
-    const mm_plan plan = linear_plan(ctx, shape, row_off != NULL, n_groups, rows, max_rows);
+    const mm_plan plan = linear_plan(ctx, shape, row_off != NULL, n_groups, rows, max_rows, row_off);
     const int64_t per_group = plan.per_group;
     int split_blocks = plan.split_blocks, ksplit = plan.ksplit;
     const bool fp4 = shape->dtype == DI_DT_I8, twin = plan.twin, wg = plan.wg, imma = plan.imma;
@@ -530,10 +575,13 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
                                   wscale_g ? wscale_g[m] : NULL, ksplit, split_blocks, y[m]};
         if (imma) {
             ctx->counts.fp4_imma++;
-            ctx->counts.fp4_imma_row += di_cuda_gemv_imma_one_row(max_rows);
+            ctx->counts.fp4_imma_row += di_cuda_gemv_imma_one_row(plan.tile_rows);
             ctx->counts.fp4_imma_swiglu += sw != nullptr;
-            di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x, sw);
-        } else di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc);
+            di_cuda_gemv_fp4_imma(s, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, xq, xsc, digit_rows, x, sw,
+                                  plan.tiles);
+        } else
+            di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc,
+                               plan.tiles);
         return;
     }
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
@@ -543,7 +591,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
                            n_groups, per_group, ksplit, split_blocks, part, rows};
         if (wg) {
             di_wg_gemm(fp4, (const uint16_t *)xq, K, max_rows, per_group, N, K, wd, ws, y[m], N, a.grp, n_groups, rows,
-                       ksplit, split_blocks, part, s);
+                       ksplit, split_blocks, part, s, plan.tiles);
             reduce_splits(a, s);
         } else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);
@@ -573,8 +621,8 @@ bool di_cuda_linear_mma_pair_swiglu(di_cuda_ctx *ctx, const di_weight *shape, co
                                     int64_t rows, int64_t max_rows, const float *x, const float *const *x_rows,
                                     const di_gemv_swiglu *sw) {
     if (ctx->exact || !di_cuda_linear_mma_supported(shape) || rows <= 0 || max_rows <= 0) return false;
-    const mm_plan plan = linear_plan(ctx, shape, row_off != NULL, n_groups, rows, max_rows);
-    if (!plan.imma || !di_cuda_gemv_imma_swiglu_ok(shape->cols, shape->rows, max_rows)) return false;
+    const mm_plan plan = linear_plan(ctx, shape, row_off != NULL, n_groups, rows, max_rows, row_off);
+    if (!plan.imma || !di_cuda_gemv_imma_swiglu_ok(shape->cols, shape->rows, plan.tile_rows)) return false;
     const uint8_t *const *wd[2] = {wdata_a, wdata_b}, *const *ws[2] = {wscale_a, wscale_b};
     float *const y[2] = {sw->h, sw->h}; /* not written */
     linear_mma_sets(ctx, shape, 2, NULL, NULL, wd, ws, row_off, active, n_groups, rows, max_rows, x, x_rows, y, sw);
@@ -602,7 +650,7 @@ bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, 
     const di_cuda_act_forms *made = act_codes_made(ctx, x, m, K);
     if (made) xq = made->q, xsc = made->scale;
     else di_cuda_act_quant_e4m3(x, NULL, nb, m * nb, xq, xsc, ctx->stream);
-    di_cuda_gemv_quant(ctx->stream, w[0]->dtype == DI_DT_I8, K, n, mats, NULL, NULL, 1, m, m, m, xq, xsc);
+    di_cuda_gemv_quant(ctx->stream, w[0]->dtype == DI_DT_I8, K, n, mats, NULL, NULL, 1, m, m, m, xq, xsc, NULL);
     return true;
 }
 

@@ -8,6 +8,9 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
 struct mm_groups {
     const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers */
     const int *row_off;                          /* [n_groups + 1] or NULL */
@@ -15,18 +18,25 @@ struct mm_groups {
     /* row_off NULL and several groups: block-diagonal slices of one matrix (wo_a): group g reads
      * A columns g*a_col_off.., weight rows g*w_row_off.. and writes y columns g*y_col_off.. */
     int64_t a_col_off, w_row_off, y_col_off;
+    const int *tiles; /* row_off groups: NULL, or the row-tile list (di_group_tiles) that gz indexes */
 };
 
-/* In a kernel over row_off groups (grid.z slot gz, this block's first row m0): false when the slot
- * has no group or the group no rows at m0; else the group's rows, weights and first row. */
-static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int gz, int64_t m0, int64_t *rows,
+/* In a kernel over row_off groups (grid.z slot gz, this block's first row *m0 -- through the tile
+ * list, entry gz's): false when the slot has no group or the group no rows at *m0; else the group's
+ * rows, weights and first row. */
+static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int gz, int64_t *m0, int64_t *rows,
                                                         const uint8_t *__restrict__ *wdata,
                                                         const uint8_t *__restrict__ *wscale, int *first_row) {
-    const int gi = grp.active ? grp.active[gz] : gz;
-    if (gi < 0) return false; /* a slot past the groups that got rows */
-    *first_row = grp.row_off[gi];
-    *rows = grp.row_off[gi + 1] - *first_row;
-    if (m0 >= *rows) return false;
+    int gi;
+    if (grp.tiles) {
+        if (!di_dev_tile_entry(grp.tiles, gz, &gi, first_row, rows, m0)) return false;
+    } else {
+        gi = grp.active ? grp.active[gz] : gz;
+        if (gi < 0) return false; /* a slot past the groups that got rows */
+        *first_row = grp.row_off[gi];
+        *rows = grp.row_off[gi + 1] - *first_row;
+    }
+    if (*m0 >= *rows) return false;
     *wdata = grp.wdata[gi];
     *wscale = grp.wscale[gi];
     return true;
@@ -43,6 +53,10 @@ static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int
 bool di_wg_gemm_fits(bool fp4, int64_t K);
 void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t rows_per_group, int64_t N,
                 int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
-                int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s);
+                int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
+                const di_group_tiles *tiles = nullptr);
+/* the token rows of di_wg_gemm's CTAs for rows_per_group (row_off groups: grouped) -- the tile a
+ * row-tile list for it must have (tiles: that list, or NULL) */
+int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);
 
 #endif

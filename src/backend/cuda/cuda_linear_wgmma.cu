@@ -141,14 +141,15 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     uint64_t *const full = reinterpret_cast<uint64_t *>(scales + L::MBARS), *const empty = full + WG_SLOTS;
     int *const odd_scales = reinterpret_cast<int *>(empty + WG_SLOTS);
     const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
-    const int64_t n0 = (int64_t)blockIdx.x * WG_BW, m0 = (int64_t)blockIdx.y * BT;
+    const int64_t n0 = (int64_t)blockIdx.x * WG_BW;
+    int64_t m0 = (int64_t)blockIdx.y * BT; /* the block's first row (of its group) */
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
     const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
     const int nbs = (int)(blk1 - blk0), nk = nbs / 2; /* K % 128 == 0, splits on 16 blocks */
     if (ksplit > 1) y = part + ks * part_stride;
     if (grp.row_off) {
         int r0;
-        if (!mm_group_select(grp, gz, m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
+        if (!mm_group_select(grp, gz, &m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
         xb += (int64_t)r0 * lda;
         y += (int64_t)r0 * ldy;
     } else if (gz) { /* block-diagonal slice (wo_a; FP8 weights: w_row_off is a multiple of 32) */
@@ -335,16 +336,25 @@ template <bool FP4, int BT>
 static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
                       const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
                       int ksplit, int split_blocks, float *part, cudaStream_t s) {
+    /* slots: the groups' slots, or (grp.tiles) the tile list's entries: a CTA each along z */
     typedef wg_layout<FP4, BT> L;
     static bool attr_set;
     if (!attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<FP4, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
         attr_set = true;
     }
-    const dim3 grid((unsigned)((N + WG_BW - 1) / WG_BW), (unsigned)((max_rows + BT - 1) / BT), slots * (unsigned)ksplit);
+    const dim3 grid((unsigned)((N + WG_BW - 1) / WG_BW), grp.tiles ? 1u : (unsigned)((max_rows + BT - 1) / BT),
+                    slots * (unsigned)ksplit);
     wg_gemm_kernel<FP4, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp,
                                                             ksplit, split_blocks, part, rows * ldy);
     DI_CUDA_LAUNCHED();
+}
+
+/* 32 tokens a CTA, 64, else 128. A group's rows scatter about their mean (routing), and a group past
+ * one tile streams its weights once more per tile: 32-token tiles only while the mean leaves that
+ * room (16 rows an expert at B = 128 of EP-8, not the 32 of B = 256) */
+int di_wg_gemm_tile(int64_t rows_per_group, bool grouped) {
+    return rows_per_group <= (grouped ? 20 : 32) ? 32 : rows_per_group <= 64 ? 64 : 128;
 }
 
 bool di_wg_gemm_fits(bool fp4, int64_t K) {
@@ -352,14 +362,19 @@ bool di_wg_gemm_fits(bool fp4, int64_t K) {
 }
 
 void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t rows_per_group, int64_t N,
-                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
-                int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s) {
-    /* with an active list only min(groups, rows) slots can have rows */
-    const unsigned slots = (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
-    /* 32 tokens a CTA, 64, else 128. A group's rows scatter about their mean (routing), and a group
-     * past one tile streams its weights once more per tile: 32-token tiles only while the mean
-     * leaves that room (16 rows an expert at B = 128 of EP-8, not the 32 of B = 256) */
-    const int bt = rows_per_group <= (grp.row_off ? 20 : 32) ? 32 : rows_per_group <= 64 ? 64 : 128;
+                int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp_in,
+                int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
+                const di_group_tiles *tiles) {
+    const int bt = di_wg_gemm_tile(rows_per_group, grp_in.row_off != NULL);
+    if (!grp_in.row_off || (tiles && tiles->cap <= 0)) tiles = NULL;
+    if (tiles && tiles->bt > bt) { /* a caller's bug */
+        fprintf(stderr, "di_wg_gemm: a tile list of %d rows for CTAs of %d\n", tiles->bt, bt);
+        abort();
+    }
+    mm_groups grp = grp_in;
+    grp.tiles = tiles ? tiles->list : NULL;
+    /* with an active list only min(groups, rows) slots can have rows; with a tile list, its entries */
+    const unsigned slots = tiles ? (unsigned)tiles->cap : (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
 #define WG_LAUNCH(F, T) \
     wg_launch<F, T>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s)
     if (bt == 32) {

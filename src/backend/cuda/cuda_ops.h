@@ -37,13 +37,29 @@ typedef struct {
     float *digit_scale;
 } di_cuda_act_forms;
 
+/* Row tiles of a grouped launch, listed on the device by the grouping kernels (di_cuda_moe_group,
+ * di_cuda_moe_route_group) and read by the grouped linears' kernels: list [cap][4] ints, entry t =
+ * {group, the group's first row, its rows, the tile's first row within the group} for each tile of
+ * bt rows of each group with rows, groups ascending, then entries of group -1 up to cap. A launch
+ * over a list has cap blocks along its group axis instead of slots x ceil(max_rows / bt), most of
+ * which uniform routing leaves empty (B = 64 of EP-8: 48 slots x 8 tiles of 8 rows for the 48 tiles
+ * that have rows). */
+typedef struct {
+    int *list; /* device, [cap][4] */
+    int bt, cap;
+} di_group_tiles;
+#define DI_GROUP_TILE_LISTS 2 /* a MoE layer's: w1 / w3's tile and, where it differs, w2's */
+/* entries a list of bt-row tiles needs at most: `rows` rows in n_groups groups, none past max_rows */
+int di_group_tiles_cap(int bt, int n_groups, int64_t rows, int64_t max_rows);
+
 #define DI_CUDA_ACT_FORMS_SLOTS 2 /* a sublayer's input and one buffer inside it (the attention's q LoRA) */
 /* How often the linears on a context chose some fast paths: counted on the host as the launch is
  * issued (or captured into a CUDA graph: once per capture, which every graph call makes), for tests
  * that must know a path ran (di_device_path_counts in forward/device.h sums the contexts) */
 typedef struct {
     int64_t fp4_imma;        /* FP4 expert calls on the int8 twin (cuda_linear_gemv_imma.cu), any kernel */
-    int64_t fp4_imma_row;    /* of which on its one-row kernel (at most one row a group) */
+    int64_t fp4_imma_row;    /* of which on its one-row kernel (a row a block: groups of at most one row,
+                              * or a row-tile list's one-row tiles) */
     int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU (di_cuda_linear_mma_pair_swiglu) */
 } di_cuda_path_counts;
 typedef struct di_cuda_ctx {
@@ -68,6 +84,14 @@ typedef struct di_cuda_ctx {
         di_cuda_act_forms forms;
     } act_forms[DI_CUDA_ACT_FORMS_SLOTS];
     int act_forms_next; /* the slot a note of a new x takes */
+    /* the row tiles listed for the groups of row_off (di_group_tiles): a grouped linear over row_off
+     * whose kernel takes tiles of a listed bt launches over that list. Noted by row_off's owner once
+     * the grouping kernel is on the stream, forgotten before row_off is rewritten or freed. */
+    struct {
+        const int *row_off;
+        int n;
+        di_group_tiles lists[DI_GROUP_TILE_LISTS];
+    } group_tiles;
     di_cuda_path_counts counts;
 } di_cuda_ctx;
 
@@ -77,6 +101,14 @@ void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int6
 void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x);
 /* the noted forms of x [rows, K], or NULL */
 const di_cuda_act_forms *di_cuda_act_forms_find(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K);
+
+/* the grouped launches over row_off may read these n lists (n <= DI_GROUP_TILE_LISTS; a later note
+ * replaces an earlier one) */
+void di_cuda_group_tiles_note(di_cuda_ctx *ctx, const int *row_off, const di_group_tiles *lists, int n);
+/* row_off's lists are stale */
+void di_cuda_group_tiles_forget(di_cuda_ctx *ctx, const int *row_off);
+/* the noted list of bt-row tiles for row_off, or NULL */
+const di_group_tiles *di_cuda_group_tiles_find(const di_cuda_ctx *ctx, const int *row_off, int bt);
 
 /* Returns false (and leaves *ctx zeroed) when no CUDA device is usable. */
 bool di_cuda_ctx_init(di_cuda_ctx *ctx);

@@ -116,10 +116,31 @@ static float *moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const floa
 }
 static void moe_shared_join(gpu_fwd *f) { GPU_CK(cudaStreamWaitEvent(f->s, f->g->ev_join, 0)); }
 
+/* The row-tile lists (di_group_tiles) the grouping kernel makes for the grouped launches of the
+ * two expert shapes (w1 / w3, w2) over E groups of n rows, none past R: one a tile size their
+ * kernels take, allocated (cap entries each) into tiles [DI_GROUP_TILE_LISTS]; returns their count.
+ * Uniform routing leaves most of a launch over the groups' slots empty (B = 64 of EP-8: 48 slots x
+ * 8 tiles of 8 rows for the 48 tiles that have rows); no list where it would launch as many blocks
+ * as the slots (B = 1: six one-row groups). */
+static int moe_tile_lists(gpu_fwd *f, const di_weight *const shapes[2], int E, int64_t n, int R,
+                          di_group_tiles *tiles) {
+    int n_tiles = 0;
+    for (int i = 0; i < 2; i++) {
+        const int bt = shapes[i] ? di_cuda_linear_group_tile(f->cx, shapes[i], E, n, R) : 0;
+        bool listed = bt <= 0;
+        for (int j = 0; j < n_tiles; j++) listed = listed || tiles[j].bt == bt;
+        const int cap = listed ? 0 : di_group_tiles_cap(bt, E, n, R);
+        if (listed || (int64_t)cap >= (n < E ? n : E) * ((R + bt - 1) / bt)) continue;
+        tiles[n_tiles++] = (di_group_tiles){gpu_alloc(f, 4 * sizeof(int) * (size_t)cap), bt, cap}; /* [cap][4] */
+    }
+    return n_tiles;
+}
+
 /* The default path: routing and grouping on the device, so the forward call never waits for the
  * GPU here. Groups are the resident experts (weight pointers uploaded once, gpu_layer_consts);
- * the grouped GEMMs launch min(experts, assignments) slots over the list of experts that got rows,
- * each slot covering up to R rows (no expert gets a row twice). defer (out NULL): the combine's
+ * the grouped GEMMs launch over the row-tile lists the grouping kernel makes (moe_tile_lists), or
+ * min(experts, assignments) slots over the list of experts that got rows, each slot covering up to
+ * R rows (no expert gets a row twice). defer (out NULL): the combine's
  * operands go there instead (gpu_moe_deferred). */
 static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out, gpu_moe_combine *defer) {
     const di_model *m = f->m;
@@ -147,13 +168,17 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const float **x_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);     /* [R*K] expert order -> row of x */
     const float **slot_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);  /* [R, K] slot -> row of yg */
     float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);                /* [R*K] */
-    di_cuda_moe_route_group(logits, ksplit, f->g->hc[L->id].gate_bias, R, fw->n_experts, K,
-                            (float)m->cfg.routed_scaling_factor, m->proxy.resident_experts, E, d_expert, d_weight,
-                            d_order, x, yg, D, d_off, d_active, x_rows, slot_rows, d_wts, f->s);
-    gpu_stage(f, ST_MOE_EXPERTS);
-    const uint8_t *const *d_wp = f->g->hc[L->id].expert_ptrs; /* [6][E] */
     const di_weight *shape1 = routed_shape(fw, E, 1), *shape2 = routed_shape(fw, E, 2);
     if (!shape1) di_die("MoE: layer %d has no expert weights on this device", L->id);
+    di_group_tiles tiles[DI_GROUP_TILE_LISTS];
+    const di_weight *tile_shapes[2] = {shape1, shape2};
+    const int n_tiles = moe_tile_lists(f, tile_shapes, E, n, R, tiles);
+    di_cuda_moe_route_group(logits, ksplit, f->g->hc[L->id].gate_bias, R, fw->n_experts, K,
+                            (float)m->cfg.routed_scaling_factor, m->proxy.resident_experts, E, d_expert, d_weight,
+                            d_order, x, yg, D, d_off, d_active, x_rows, slot_rows, d_wts, tiles, n_tiles, f->s);
+    di_cuda_group_tiles_note(f->cx, d_off, tiles, n_tiles);
+    gpu_stage(f, ST_MOE_EXPERTS);
+    const uint8_t *const *d_wp = f->g->hc[L->id].expert_ptrs; /* [6][E] */
     const int64_t inter = shape1->rows;
     float *g = gpu_alloc(f, sizeof(float) * (size_t)n * inter); /* [R*K, inter] */
     float *u = gpu_alloc(f, sizeof(float) * (size_t)n * inter);
@@ -180,6 +205,8 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     gpu_free(f, d_logits);
     gpu_free(f, d_expert);
     gpu_free(f, d_weight);
+    di_cuda_group_tiles_forget(f->cx, d_off);
+    for (int i = 0; i < n_tiles; i++) gpu_free(f, tiles[i].list);
     gpu_free(f, d_off);
     gpu_free(f, d_active);
     gpu_free(f, x_rows);
