@@ -59,7 +59,9 @@ void di_cuda_linear_fixed(const di_weight *w, const float *x, int64_t m, float *
  * [n_groups + 1] are device arrays; rows (host) = row_off[n_groups] (x holds them contiguously) and
  * max_rows (host) bounds the rows of any group. active (device, or NULL): the groups with rows in
  * ascending order, then -1 (di_cuda_moe_group's list); the tensor-core kernel then launches
- * min(n_groups, rows) group slots instead of n_groups (a decode step's 6 experts of 48 or 384). */
+ * min(n_groups, rows) group slots instead of n_groups (a decode step's 6 experts of 48 or 384).
+ * Where a row-tile list of its kernel's tile is noted for row_off (di_cuda_group_tiles_note,
+ * di_cuda_linear_group_tile) it launches over that list's tiles instead: the same bits. */
 void di_cuda_linear_quant_grouped(di_cuda_ctx *ctx, const di_weight *shape, const uint8_t *const *wdata,
                                   const uint8_t *const *wscale, const int *row_off, const int *active,
                                   int n_groups, int64_t rows, int64_t max_rows, const float *x, float *y);
