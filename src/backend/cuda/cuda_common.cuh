@@ -96,28 +96,26 @@ static __device__ __forceinline__ const float *di_dev_act_lane(const float *x, c
     return rows[i / per_row] + 4 * (i % per_row);
 }
 
-/* The group of a block of a grouped decode twin (cuda_linear_gemv.cu, cuda_linear_gemv_imma.cu):
- * slot blockIdx.z through the active list (or the group itself), its first row r0 and its rows M
- * from the row offsets. False (the block has nothing to do) when the slot has no group or the
- * block's first row m0 is past the group's rows. Uniform over the block. */
-static __device__ __forceinline__ bool di_dev_twin_group(const int *row_off, const int *active, int64_t m0, int *gi,
-                                                         int *r0, int64_t *M) {
-    *gi = active ? active[blockIdx.z] : (int)blockIdx.z;
+/* The group of a block of a grouped launch (the decode twins, cuda_linear_gemv*.cu; the tensor-core
+ * GEMMs through mm_group_select): slot `slot` (blockIdx.z, or its group part under a K split)
+ * through the active list (or the group itself), its first row r0 and its rows M from the row
+ * offsets, the block's first row *m0 (its row tile's, set by the caller); or, with a row-tile list
+ * (tiles non-NULL, di_group_tiles: [cap][4] ints), entry `slot`'s group, first row, rows and the
+ * tile's first row within the group, written to *m0. False (the block has nothing to do) when the
+ * slot has no group (an entry past the list's tiles: group -1) or *m0 is past the group's rows.
+ * Uniform over the block. */
+static __device__ __forceinline__ bool di_dev_block_group(const int *row_off, const int *active, const int *tiles,
+                                                          int slot, int64_t *m0, int *gi, int *r0, int64_t *M) {
+    if (tiles) {
+        const int4 e = __ldg(reinterpret_cast<const int4 *>(tiles) + slot);
+        *gi = e.x, *r0 = e.y, *M = e.z, *m0 = e.w;
+        return e.x >= 0;
+    }
+    *gi = active ? active[slot] : slot;
     if (*gi < 0) return false;
     *r0 = row_off[*gi];
     *M = row_off[*gi + 1] - *r0;
-    return m0 < *M;
-}
-
-/* A grouped launch's block over a row-tile list (di_group_tiles: tiles [cap][4] ints): entry tz gives
- * the block's group gi, the group's first row r0 and rows M, and the block's first row m0 within the
- * group; false for an entry past the list's tiles (group -1). Uniform over the block. */
-static __device__ __forceinline__ bool di_dev_tile_entry(const int *tiles, int tz, int *gi, int *r0, int64_t *M,
-                                                         int64_t *m0) {
-    const int4 e = __ldg(reinterpret_cast<const int4 *>(tiles) + tz);
-    if (e.x < 0) return false;
-    *gi = e.x, *r0 = e.y, *M = e.z, *m0 = e.w;
-    return true;
+    return *m0 < *M;
 }
 
 /* A run of up to 64 list entries (cnt of them at lr; NULL = no entry) with its live entries moved

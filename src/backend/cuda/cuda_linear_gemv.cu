@@ -154,9 +154,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     int64_t y_off = 0; /* y's offset from the matrix's y (the codes' too) */
     if (a.row_off) { /* this block's group (uniform over the block) */
         int gi, r0;
-        if (a.tiles ? !di_dev_tile_entry(a.tiles, (int)blockIdx.z, &gi, &r0, &M, &m0)
-                    : !di_dev_twin_group(a.row_off, a.active, m0, &gi, &r0, &M))
-            return;
+        if (!di_dev_block_group(a.row_off, a.active, a.tiles, (int)blockIdx.z, &m0, &gi, &r0, &M)) return;
         wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
         wscale = pick(a.mat[0].wscale_g, a.mat[1].wscale_g)[gi];
         x += (int64_t)r0 * a.lda;

@@ -126,9 +126,7 @@ static __device__ __forceinline__ bool gi_block_of(const gi_args &a, int mat, un
     *b = gi_block{mt.wdata, mt.wscale, a.xd, a.xs, mt.y, mt.N, a.M, 0, bx};
     if (!a.row_off) return *m0 < b->M;
     int gi, r0;
-    if (a.tiles ? !di_dev_tile_entry(a.tiles, (int)blockIdx.z, &gi, &r0, &b->M, m0)
-                : !di_dev_twin_group(a.row_off, a.active, *m0, &gi, &r0, &b->M))
-        return false;
+    if (!di_dev_block_group(a.row_off, a.active, a.tiles, (int)blockIdx.z, m0, &gi, &r0, &b->M)) return false;
     b->wdata = mt.wdata_g[gi];
     b->wscale = mt.wscale_g[gi];
     if (!a.x_rows) {

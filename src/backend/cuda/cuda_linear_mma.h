@@ -28,15 +28,7 @@ static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int
                                                         const uint8_t *__restrict__ *wdata,
                                                         const uint8_t *__restrict__ *wscale, int *first_row) {
     int gi;
-    if (grp.tiles) {
-        if (!di_dev_tile_entry(grp.tiles, gz, &gi, first_row, rows, m0)) return false;
-    } else {
-        gi = grp.active ? grp.active[gz] : gz;
-        if (gi < 0) return false; /* a slot past the groups that got rows */
-        *first_row = grp.row_off[gi];
-        *rows = grp.row_off[gi + 1] - *first_row;
-    }
-    if (*m0 >= *rows) return false;
+    if (!di_dev_block_group(grp.row_off, grp.active, grp.tiles, gz, m0, &gi, first_row, rows)) return false;
     *wdata = grp.wdata[gi];
     *wscale = grp.wscale[gi];
     return true;
