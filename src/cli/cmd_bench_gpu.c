@@ -96,7 +96,7 @@ static cost step_cost(const di_model *m, int rows, int seqs, int64_t ctx, int re
         k.bytes += seqs * (win * c->head_dim * f) + R * sel * c->head_dim * f;
         k.flops += 2.0 * 2.0 * R * c->num_attention_heads * c->head_dim * list;
         if (L->is_index_source) {
-            k.bytes += seqs * (double)P * c->index_head_dim * f;
+            k.bytes += seqs * (double)P * (c->index_head_dim / 2 + c->index_head_dim / 32); /* MXFP4 key records */
             k.flops += 2.0 * R * c->index_n_heads * c->index_head_dim * (double)P;
         }
     }
@@ -151,7 +151,9 @@ static di_status make_states(const di_model *m, di_kv_pool *pool, int B, int64_t
             be->fill_random(st[b]->swa[l], sizeof(float) * (size_t)m->cfg.sliding_window * m->cfg.head_dim, (uint64_t)b * 1000 + l);
     }
     if (pool->dev_base)
-        be->fill_random(pool->dev_base, di_kv_pool_block_bytes(pool) * (size_t)pool->dev_cap_blocks, 7);
+        be->fill_kv_pool(pool->dev_base, di_kv_pool_block_bytes(pool) * (size_t)pool->dev_cap_blocks,
+                         (int)di_kv_pool_block_bytes(pool), pool->block_entries * m->cfg.head_dim * 4,
+                         st[0]->key_bytes, m->cfg.index_head_dim, 7);
     return DI_OK;
 }
 
@@ -476,7 +478,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             di_seq_state_free(probe);
             be->mem_info(&free_b, &total_b);
             if (need > 0.9 * (double)free_b) {
-                printf("| decode | %d | %lld | does not fit: %.1f GB of state (fp32 entries) > %.1f GB free |||||||\n",
+                printf("| decode | %d | %lld | does not fit: %.1f GB of state (fp32 KV rows) > %.1f GB free |||||||\n",
                        B, (long long)ctx, need / 1e9, (double)free_b / 1e9);
                 di_kv_pool_destroy(&pool);
                 continue;

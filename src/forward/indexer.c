@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "forward/forward_internal.h"
+#include "forward/index_key.h"
 
 /* One finished latent [Dh] (pre-norm, bf16) of group g -> compressed entry + index key. */
 static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, float *latent,
@@ -15,6 +16,7 @@ static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, fl
     const int Dh = cf->head_dim, idim = cf->index_head_dim, rd = cf->qk_rope_head_dim;
     const float eps = (float)cf->rms_norm_eps;
     float normed[DI_FWD_MAX_HEAD_DIM], key_raw[DI_FWD_MAX_HEAD_DIM], key[DI_FWD_MAX_HEAD_DIM];
+    float key_rec[DI_FWD_MAX_HEAD_DIM]; /* the key's record, [di_index_key_bytes(idim) / 4] */
     float cs[DI_FWD_MAX_ROPE_DIM / 2], sn[DI_FWD_MAX_ROPE_DIM / 2];
     di_cpu_rmsnorm(latent, L->attn.cmp_norm, 1, Dh, eps, normed);
     di_fwd_debug(c, "compressor_latent_row", L->id, normed, Dh);
@@ -22,10 +24,10 @@ static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, fl
     di_cpu_rmsnorm(key_raw, L->attn.idx_k_norm, 1, idim, eps, key);
     di_model_rope_row(m, 1, g * L->ratio, cs, sn); /* an entry stands for the first token of its group */
     di_cpu_rope(key, 1, idim, idim - rd, rd, cs, sn, false);
-    di_cpu_fp4_quant_inplace(key, idim, 32, DI_FP4_SCALE_UE8M0);
+    di_index_key_quant(key, idim, (uint8_t *)key_rec); /* fp4_act_quant(key, 32, ue8m0), stored packed */
     di_cpu_rope(normed, 1, Dh, Dh - rd, rd, cs, sn, false);
     di_cpu_fp4_quant_inplace(normed, Dh, 16, DI_FP4_SCALE_E4M3);
-    di_seq_append_entry(st, L->kv_slot, normed, key);
+    di_seq_append_entry(st, L->kv_slot, normed, (const uint8_t *)key_rec);
 }
 
 void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {
@@ -95,8 +97,9 @@ static void candidate_pool(fwd_ctx *c, int r, const float *score, int64_t P, int
 static void index_scores(const di_model *m, const float *qi, const float *w, const di_seq_state *st,
                          int src, int64_t P, float *score) {
     const int nh = m->cfg.index_n_heads, idim = m->cfg.index_head_dim;
+    float kt[DI_FWD_MAX_HEAD_DIM]; /* [idim] key t's values */
     for (int64_t t = 0; t < P; t++) {
-        const float *kt = di_seq_ikey(st, src, t);
+        di_index_key_values(di_seq_ikey(st, src, t), idim, kt);
         double sum = 0.0;
         for (int h = 0; h < nh; h++) {
             double dot = 0.0;

@@ -2,6 +2,7 @@
 #include "forward/state.h"
 
 #include "forward/device.h"
+#include "forward/index_key.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -9,7 +10,7 @@
 
 enum { BLOCK_ENTRIES = 64 };
 
-int di_kv_entry_floats(const di_model *m) { return m->cfg.head_dim + m->cfg.index_head_dim; }
+int di_kv_entry_floats(const di_model *m) { return m->cfg.head_dim + di_index_key_bytes(m->cfg.index_head_dim) / 4; }
 
 di_seq_state *di_seq_state_new(const di_model *m) {
     di_kv_pool *pool = di_xmalloc(sizeof *pool);
@@ -42,6 +43,7 @@ di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool) {
     s->pool = pool;
     s->dh = c->head_dim;
     s->idx_dim = c->index_head_dim;
+    s->key_bytes = di_index_key_bytes(c->index_head_dim);
     s->n_layers = m->n_total_layers;
     s->n_kv = c->n_kv_sources;
     s->swa = di_xcalloc((size_t)m->n_total_layers, sizeof(float *));
@@ -76,13 +78,12 @@ void di_seq_state_free(di_seq_state *s) {
     free(s);
 }
 
-void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const float *ikey_row) {
+void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const uint8_t *ikey_rec) {
     di_kv_source_state *ks = &s->kv[src];
     assert(!s->mem); /* host states only: device backends write entries with their own kernels */
     assert(ks->n / s->pool->block_entries < ks->n_blocks); /* reserved beforehand */
-    float *e = di_seq_ckv(s, src, ks->n);
-    memcpy(e, ckv_row, sizeof(float) * (size_t)s->dh);
-    memcpy(e + s->dh, ikey_row, sizeof(float) * (size_t)s->idx_dim);
+    memcpy(di_seq_ckv(s, src, ks->n), ckv_row, sizeof(float) * (size_t)s->dh);
+    memcpy(di_seq_ikey(s, src, ks->n), ikey_rec, (size_t)s->key_bytes);
     ks->n++;
 }
 
@@ -136,6 +137,14 @@ void di_seq_state_reset(di_seq_state *s) {
 void di_seq_state_read(const di_seq_state *s, float *dst, const float *src, size_t n) {
     if (s->mem) s->mem->to_host(dst, src, n * sizeof(float));
     else memcpy(dst, src, n * sizeof(float));
+}
+
+void di_seq_ikey_values(const di_seq_state *s, int src, int64_t g, float *out) {
+    float rec[DI_FWD_MAX_HEAD_DIM]; /* the record, [bytes / 4] (idx_dim <= DI_FWD_MAX_HEAD_DIM) */
+    const int bytes = s->key_bytes;
+    assert(bytes <= (int)sizeof rec);
+    di_seq_state_read(s, rec, (const float *)di_seq_ikey(s, src, g), (size_t)bytes / 4);
+    di_index_key_values((const uint8_t *)rec, s->idx_dim, out);
 }
 
 size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s) {

@@ -5,9 +5,10 @@
  *   - per ratio-2 KV source: the pending first token of an incomplete pair (k and gate logits, fp32)
  *   - the Engram n-gram history (compressed ids of the last max_ngram-1 tokens)
  *   - the DSpark input of the newest position (main_hidden), for drafting
- * Values are bf16-exact floats (the fake-quantised form the reference stores). The compressed
- * entries live in a paged block pool (kv/kv_pool.h) through a block table per KV source; the fixed
- * part (rings, pending pair, history) is allocated with the state. */
+ * Values are bf16-exact floats (the fake-quantised form the reference stores), but for the index
+ * keys, which are stored as their MXFP4 records (forward/index_key.h: the same values in 68 of 512
+ * bytes). The compressed entries live in a paged block pool (kv/kv_pool.h) through a block table
+ * per KV source; the fixed part (rings, pending pair, history) is allocated with the state. */
 #ifndef DI_FORWARD_STATE_H
 #define DI_FORWARD_STATE_H
 
@@ -18,7 +19,7 @@
 
 typedef struct di_kv_source_state {
     int ratio;         /* compression ratio of this KV source (entries = tokens / ratio) */
-    int32_t *blocks;   /* [n_blocks] block table into the pool; each entry = [Dh ckv | idx_dim key] */
+    int32_t *blocks;   /* [n_blocks] block table into the pool (block layout: di_seq_ckv) */
     int64_t n_blocks, cap_blocks;
     int64_t n;         /* entries present */
     float *pend_k;     /* [Dh] fp32: k of the pending (even-position) token, ratio 2 only */
@@ -31,7 +32,8 @@ typedef struct di_seq_state {
                                           pair, main_hidden, the pool's entries) is device memory */
     di_kv_pool *pool;                  /* where the compressed entries live (shared or owned) */
     bool owns_pool;
-    int dh, idx_dim;                   /* entry layout: compressed KV row, then index key */
+    int dh, idx_dim;                   /* compressed KV row and index key dims */
+    int key_bytes;                     /* an index key record's bytes (di_index_key_bytes(idx_dim)) */
     int64_t n_tokens;                  /* positions 0..n_tokens-1 are in the state */
     int n_layers, n_kv;                /* array lengths of swa and kv */
     float **swa;                       /* [n_total_layers] -> [window, Dh] ring */
@@ -46,7 +48,8 @@ typedef struct di_seq_state {
 di_seq_state *di_seq_state_new(const di_model *m);
 /* A state whose compressed entries come from a shared (usually bounded) pool. */
 di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool);
-/* The pool geometry a model needs: floats per entry. */
+/* The pool geometry a model needs: floats per entry (its KV row and key record, the record counted
+ * in 4-byte units; a block's rows and records lie apart: di_seq_ckv). */
 int di_kv_entry_floats(const di_model *m);
 void di_seq_state_free(di_seq_state *s);
 /* Makes sure blocks exist for every compressed entry that tokens up to position n_tokens_total-1
@@ -54,15 +57,24 @@ void di_seq_state_free(di_seq_state *s);
 di_status di_seq_state_reserve(di_seq_state *s, int64_t n_tokens_total, di_err *err);
 /* Blocks a sequence needs in total for n_tokens (for admission control). */
 int64_t di_seq_state_blocks_needed(const di_seq_state *s, int64_t n_tokens);
-/* Compressed entry g of KV source `src`: its KV row [Dh] and its index key [idx_dim]. */
+/* Compressed entry g of KV source `src`: its KV row [Dh] and its index key record. A pool block of
+ * be = block_entries entries holds [be][Dh] fp32 KV rows, then [be] key records: a block's keys lie
+ * together, so the indexer, which reads every key of its sequence at every step, streams them (with
+ * each record inside its entry, every key read opened a DRAM page of its own and the records' 7.5x
+ * fewer bytes ran no faster: docs/PERFORMANCE.md, session 31). Device kernels address the same
+ * layout (gpu_kernels.cu, gpu_indexer.c). */
+static inline float *di_seq_block(const di_seq_state *s, int src, int64_t g) {
+    return di_kv_pool_entry(s->pool, s->kv[src].blocks[g / s->pool->block_entries], 0);
+}
 static inline float *di_seq_ckv(const di_seq_state *s, int src, int64_t g) {
-    const di_kv_source_state *ks = &s->kv[src];
-    return di_kv_pool_entry(s->pool, ks->blocks[g / s->pool->block_entries],
-                            (int)(g % s->pool->block_entries));
+    return di_seq_block(s, src, g) + (g % s->pool->block_entries) * s->dh;
 }
-static inline float *di_seq_ikey(const di_seq_state *s, int src, int64_t g) {
-    return di_seq_ckv(s, src, g) + s->dh;
+static inline uint8_t *di_seq_ikey(const di_seq_state *s, int src, int64_t g) {
+    const int be = s->pool->block_entries;
+    return (uint8_t *)(di_seq_block(s, src, g) + (int64_t)be * s->dh) + (g % be) * s->key_bytes;
 }
+/* The values of entry g's index key (host or device state): out [idx_dim]. */
+void di_seq_ikey_values(const di_seq_state *s, int src, int64_t g, float *out);
 /* Copies n floats of the state's memory (a ring, an entry: host or device) to host memory. */
 void di_seq_state_read(const di_seq_state *s, float *dst, const float *src, size_t n);
 /* Bytes held by the state (for reporting memory per sequence). */
@@ -70,8 +82,8 @@ size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s);
 /* Forgets every token (the state of an empty sequence), keeping the allocations. */
 void di_seq_state_reset(di_seq_state *s);
 
-/* Appends one compressed entry (and its index key) to KV source `src`; its block must have been
- * reserved (di_seq_state_reserve). */
-void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const float *ikey_row);
+/* Appends one compressed entry (and its index key record) to KV source `src`; its block must have
+ * been reserved (di_seq_state_reserve). */
+void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const uint8_t *ikey_rec);
 
 #endif

@@ -32,6 +32,7 @@
 
 extern "C" {
 #include "backend/cpu/cpu_ops.h"
+#include "forward/index_key.h"
 }
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -321,11 +322,19 @@ static void test_cmp_pair(int64_t n, int dh) {
     free(kp), free(zp), free(ref), free(got);
 }
 
-/* indexer.c index_scores over a paged pool, then the visible mask of di_cpu_indexer */
+/* indexer.c index_scores over a paged pool, then the visible mask of di_cpu_indexer. The pool: fp32
+ * keys inside their entries (key t at entry t's key_offset, entries of entry_floats), or (records) the
+ * forward pass's blocks (state.h di_seq_ikey): [block_entries][key_offset] KV rows, then the
+ * entries' key records (forward/index_key.h; entry_floats ignored) */
 static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int block_entries, int entry_floats,
-                                   int key_offset, bool vis_null) {
+                                   int key_offset, bool vis_null, bool records = false) {
+    const int rec_floats = di_index_key_bytes(idim) / 4;
+    if (records) entry_floats = key_offset + rec_floats;
+    const int64_t block_floats = (int64_t)block_entries * entry_floats;
+    const int key_base = records ? block_entries * key_offset : key_offset;
+    const int key_stride = records ? rec_floats : entry_floats;
     const int64_t nblk = (P + block_entries - 1) / block_entries, pool_blocks = nblk + 3;
-    const int64_t pool_floats = pool_blocks * block_entries * entry_floats;
+    const int64_t pool_floats = pool_blocks * block_floats;
     float *pool = (float *)malloc(4 * pool_floats);
     fill_wide(pool, pool_floats, 1.0f);
     int32_t *perm = (int32_t *)malloc(4 * pool_blocks), *blocks = perm; /* [nblk] distinct pool blocks */
@@ -340,8 +349,9 @@ static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int b
     fill_wide(keys, P * idim, 1.0f);
     di_cpu_fp4_quant_inplace(keys, P * idim, 32, DI_FP4_SCALE_UE8M0);
     for (int64_t t = 0; t < P; t++) {
-        const int64_t e = (int64_t)blocks[t / block_entries] * block_entries + t % block_entries;
-        memcpy(pool + e * entry_floats + key_offset, keys + t * idim, 4 * (size_t)idim);
+        float *kt = pool + blocks[t / block_entries] * block_floats + key_base + (t % block_entries) * key_stride;
+        if (records) di_index_key_quant(keys + t * idim, idim, (uint8_t *)kt);
+        else memcpy(kt, keys + t * idim, 4 * (size_t)idim);
     }
     float *qi = (float *)malloc(4 * R * nh * idim), *w = (float *)malloc(4 * R * nh);
     fill_wide(qi, R * nh * idim, 1.0f);
@@ -367,12 +377,12 @@ static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int b
     float *dw = (float *)dev_upload(w, 4 * R * nh), *ds = (float *)dev_poisoned(4 * R * P);
     int32_t *db = (int32_t *)dev_upload(blocks, 4 * nblk);
     int64_t *dv = (int64_t *)dev_upload(vis, 8 * R);
-    di_cuda_index_score_paged(dq, dw, dpool, db, block_entries, entry_floats, key_offset, R, P, nh, idim,
-                              vis_null ? NULL : dv, NULL, ds, 0);
+    di_cuda_index_score_paged(dq, dw, dpool, db, block_entries, block_floats, key_base, key_stride, records, R, P, nh,
+                              idim, vis_null ? NULL : dv, NULL, ds, 0);
     dev_download(got, ds, 4 * R * P);
     char shape[96];
-    snprintf(shape, sizeof shape, "R=%lld P=%lld %dx%d blk=%d ent=%d@%d%s", (long long)R, (long long)P, nh, idim,
-             block_entries, entry_floats, key_offset, vis_null ? " vis=NULL" : "");
+    snprintf(shape, sizeof shape, "R=%lld P=%lld %dx%d blk=%d ent=%d@%d%s%s", (long long)R, (long long)P, nh, idim,
+             block_entries, entry_floats, key_offset, vis_null ? " vis=NULL" : "", records ? " records" : "");
     compare("index_score_paged", shape, got, ref, R * P, "exact");
     /* batched: rows of "several sequences" -- odd rows read a second copy of the pool, and rows
      * have fewer keys (r % 3 quarters short); scores past a row's keys must be -inf */
@@ -389,14 +399,49 @@ static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int b
     const di_index_rows rows = {(const float *const *)dev_upload(rp, sizeof(float *) * R),
                                 (const int32_t *const *)dev_upload(rb, sizeof(int32_t *) * R),
                                 (const int64_t *)dev_upload(rk, 8 * R)};
-    di_cuda_index_score_paged(dq, dw, NULL, NULL, block_entries, entry_floats, key_offset, R, P, nh, idim,
-                              vis_null ? NULL : dv, &rows, ds, 0);
+    di_cuda_index_score_paged(dq, dw, NULL, NULL, block_entries, block_floats, key_base, key_stride, records, R, P, nh,
+                              idim, vis_null ? NULL : dv, &rows, ds, 0);
     dev_download(got, ds, 4 * R * P);
     compare("index_score batched", shape, got, ref, R * P, "exact");
     cudaFree((void *)rows.pool), cudaFree((void *)rows.blocks), cudaFree((void *)rows.n_keys), cudaFree(dpool2);
     free(rp), free(rb), free(rk);
     cudaFree(dpool), cudaFree(dq), cudaFree(dw), cudaFree(ds), cudaFree(db), cudaFree(dv);
     free(pool), free(blocks), free(keys), free(qi), free(w), free(vis), free(ref), free(got);
+}
+
+/* di_index_key_quant (the CPU's records) against di_cuda_index_key_quant, byte for byte, on n keys of
+ * wide-ranged values with zero, signed-zero, tiny (the scale's floor) and non-finite blocks, written
+ * through a pointer list into entries of a pool (the compressor's use) */
+static void test_index_key_quant(int64_t n, int idim) {
+    const int bytes = di_index_key_bytes(idim), nb = idim / 32, entry = 4 * idim + 2 * bytes; /* an entry's bytes */
+    float *key = (float *)malloc(4 * n * idim);
+    fill_wide(key, n * idim, 1.0f);
+    for (int64_t k = 0; k < n; k++) {
+        float *x = key + k * idim + 32 * (k % nb);
+        if (k % 5 == 1) for (int i = 0; i < 32; i++) x[i] = i % 2 ? -0.0f : 0.0f;
+        if (k % 5 == 2) for (int i = 0; i < 32; i++) x[i] *= 0x1p-126f;
+        if (k % 5 == 3) x[k % 32] = k % 2 ? NAN : -INFINITY;
+    }
+    uint8_t *want = (uint8_t *)malloc((size_t)n * entry), *got = (uint8_t *)malloc((size_t)n * entry);
+    memset(want, 0x5A, (size_t)n * entry);
+    for (int64_t k = 0; k < n; k++) di_index_key_quant(key + k * idim, idim, want + (n - 1 - k) * entry + 4 * idim);
+    memset(got, 0x5A, (size_t)n * entry); /* the pool before: the records' bytes 0x33, the rest as after */
+    for (int64_t k = 0; k < n; k++) memset(got + k * entry + 4 * idim, 0x33, (size_t)bytes);
+    uint8_t *dpool = (uint8_t *)dev_upload(got, (size_t)n * entry);
+    uint8_t **dst = (uint8_t **)malloc(sizeof(uint8_t *) * n);
+    for (int64_t k = 0; k < n; k++) dst[k] = dpool + (n - 1 - k) * entry + 4 * idim; /* reversed: a pointer list */
+    uint8_t **ddst = (uint8_t **)dev_upload(dst, sizeof(uint8_t *) * n);
+    float *dkey = (float *)dev_upload(key, 4 * n * idim);
+    di_cuda_index_key_quant(dkey, n, idim, bytes, ddst, 0);
+    dev_download(got, dpool, (size_t)n * entry);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n * entry; i++) bad += got[i] != want[i];
+    printf("%s  %-20s n=%lld idim=%d  differing %lld / %lld bytes  [exact]\n", bad ? "FAIL" : "PASS", "index_key_quant",
+           (long long)n, idim, (long long)bad, (long long)(n * entry));
+    if (bad) g_fail++;
+    else g_pass++;
+    cudaFree(dpool), cudaFree(ddst), cudaFree(dkey);
+    free(key), free(want), free(got), free(dst);
 }
 
 /* indexer.c candidate_pool (block max, pin, flags) and di_cpu_indexer's use of the flags. Scores
@@ -1677,6 +1722,18 @@ static void run_index_quick(void) {
      * permuted k, or scalar loads) */
     test_index_score_paged(9, 200, 32, 128, 16, 658, 522, false);
     test_index_score_paged(1, 300, 32, 128, 16, 658, 522, false);
+    /* key records in the forward pass's blocks (rows of key_offset floats, then the records; the
+     * released model: 512-float rows, 96-byte records): 4 blocks in one 16-byte load, or 1 to 3 blocks
+     * in 4-byte loads */
+    test_index_key_quant(300, 128);
+    test_index_key_quant(37, 96);
+    test_index_key_quant(50, 32);
+    test_index_score_paged(2, 100, 32, 128, 16, 0, 512, false, true);
+    test_index_score_paged(1, 700, 32, 128, 16, 0, 512, false, true);
+    test_index_score_paged(9, 200, 32, 128, 16, 0, 512, false, true);
+    test_index_score_paged(3, 37, 8, 64, 8, 0, 4, true, true);
+    test_index_score_paged(13, 150, 20, 96, 16, 0, 8, false, true);
+    test_index_score_paged(9, 64, 8, 32, 4, 0, 64, false, true); /* the tiny model's heads and dims */
 }
 
 static void run_quick(void) {
@@ -1845,6 +1902,7 @@ static void run_full(bool head) {
     test_index_score_paged(4, 2048, 32, 128, 64, 656, 528, false);
     test_index_score_paged(2, 333, 32, 128, 16, 640, 512, false);
     test_index_score_paged(37, 2048, 32, 128, 64, 656, 528, false);
+    test_index_score_paged(37, 2048, 32, 128, 64, 0, 512, false, true);
     test_candidates(4, 16384, 8, 2048, 0);
     test_candidates(2, 1000, 8, 2048, 100);
 

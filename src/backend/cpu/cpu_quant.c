@@ -23,19 +23,17 @@ void di_cpu_act_quant_inplace(float *x, int64_t n, int block) {
     }
 }
 
+float di_cpu_fp4_scale(float amax, di_fp4_scale kind) {
+    if (kind == DI_FP4_SCALE_UE8M0) return di_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
+    return di_e4m3_rne(fminf(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f, 448.0f)); /* saturating: an e4m3 byte */
+}
+
 void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind) {
     assert(n % block == 0);
     for (int64_t b = 0; b < n; b += block) {
         float amax = 0.0f;
         for (int i = 0; i < block; i++) amax = fmaxf(amax, fabsf(x[b + i]));
-        float s;
-        if (kind == DI_FP4_SCALE_UE8M0) {
-            amax = fmaxf(amax, 6.0f * 0x1p-126f);
-            s = di_pow2_ceil(amax * (1.0f / 6.0f));
-        } else {
-            amax = fmaxf(amax, 6.0f * 0x1p-9f);
-            s = di_e4m3_rne(fminf(amax / 6.0f, 448.0f)); /* saturating: s is stored as an e4m3 byte */
-        }
+        const float s = di_cpu_fp4_scale(amax, kind);
         for (int i = 0; i < block; i++) {
             float q = di_e2m1_rne(di_clampf(x[b + i] / s, -6.0f, 6.0f));
             x[b + i] = di_bf16_round(q * s);

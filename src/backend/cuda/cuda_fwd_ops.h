@@ -241,6 +241,10 @@ const float *di_cuda_linear_w16_parts(di_cuda_ctx *ctx, const di_weight *w, cons
  *   mx = fmaxf(z0, z1), e0 = expf(z0 - mx), e1 = expf(z1 - mx), sum = e0 + e1 (glibc expf twin) */
 void di_cuda_cmp_pair(const float *const *k0, const float *const *z0, const float *const *k1,
                       const float *const *z1, int64_t n, int dh, float *latent, cudaStream_t s);
+/* fp4_act_quant(key, 32, ue8m0) of n index keys [n, idim] fp32 into their records (forward/index_key.h,
+ * rec_bytes = di_index_key_bytes(idim)) at the device pointers dst [n]: the CPU's di_index_key_quant,
+ * byte for byte */
+void di_cuda_index_key_quant(const float *key, int64_t n, int idim, int rec_bytes, uint8_t *const *dst, cudaStream_t s);
 /* Per-row paging of a batched index-score call (device arrays [R]): the pool base, block table and
  * key count of each row's sequence. */
 typedef struct di_index_rows {
@@ -249,18 +253,21 @@ typedef struct di_index_rows {
     const int64_t *n_keys;
 } di_index_rows;
 /* Index scores of R query rows of ONE sequence over its P paged index keys: key t is at
- * pool + ((int64_t)blocks[t / block_entries] * block_entries + t % block_entries) * entry_floats
- *      + key_offset   ([idim] floats).
+ * pool + blocks[t / block_entries] * block_floats + key_offset + (t % block_entries) * key_stride
+ *      (block_entries a power of two)
+ *      ([idim] floats, or with `records` its record of forward/index_key.h: the forward pass's pools,
+ *      whose blocks hold their keys' records together after the KV rows; block_floats, key_offset and
+ *      key_stride then multiples of 4, the pool 16-byte aligned).
  * The values of di_cuda_index_score (cuda_ops.h), from the same tensor-core kernel
  * (cuda_index_score_mma.cu: needs FP4-grid q and keys, nh <= 32, idim % 32 == 0, idim <= 128);
  * t >= visible[r] (host value per row, passed as a device array [R]) scores -inf; visible NULL =
- * all visible, as there. blocks NULL (rows NULL): key t is entry t (contiguous keys).
+ * all visible, as there. blocks NULL (rows NULL): key t at pool + key_offset + t key_stride.
  * rows non-NULL: rows of several sequences in one call, each with its own pool, block table and
  * key count from *rows (pool and blocks are then ignored); P is the row stride of score [R, P] and
  * keys past a row's count score -inf (top-k and block maxima then behave as on the unpadded row). */
 void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool,
-                               const int32_t *blocks, int block_entries, int entry_floats,
-                               int key_offset, int64_t R, int64_t P, int nh, int idim,
+                               const int32_t *blocks, int block_entries, int64_t block_floats,
+                               int key_offset, int key_stride, bool records, int64_t R, int64_t P, int nh, int idim,
                                const int64_t *visible, const di_index_rows *rows, float *score, cudaStream_t s);
 /* Candidate pool, step 1 (indexer.c candidate_pool): bscore [R, nb] = max of score [R, P] over
  * each block of bs positions (nb = ceil(P / bs)); the block of position visible[r] - 1 is pinned

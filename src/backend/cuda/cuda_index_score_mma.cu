@@ -33,8 +33,19 @@
  * piecemeal: the 8-byte key loads carry an L2::256B prefetch (ncu, 128K context, session 29: B = 8
  * a 131K-key launch 257 -> 209 us, 64K keys 141 -> 116; B = 1 47 -> 41, 30.5 -> 27.3; L2::128B
  * gained less). Where the entries allow, a lane's loads are 16 bytes (im_load_b), half as many:
- * B = 8 209 -> 182 us, B = 64 (64 rows of 64K or 131K keys) 1,212 -> 1,032 on average (~3.4 TB/s of
- * keys, 81% of the copy rate), B = 1 40 -> 36. */
+ * B = 8 209 -> 182 us, B = 64 (64 rows of 64K or 131K keys) 1,212 -> 1,032 on average, B = 1 40 -> 36.
+ *
+ * Key records (the forward pass's pools since session 31; forward/index_key.h): a key is its e2m1
+ * codes and one ue8m0 scale a 32-block, 68 bytes for 128 dims instead of 512, a pool block's records
+ * together. Lane 4g + t4 loads word t4 of every block of key g (one 16-byte load for 4 blocks: the
+ * record interleaves them) and widens the codes to bf16 e2m1 values without their scales
+ * (di_e2m1x4_to_off64, one bf16 fma a pair); the key's block scales multiply the block's exact fp32
+ * sum instead, in double, where the fp32 keys' sums were added (dot = fma(c, 2^(e - 127), dot): the
+ * same exact terms). A word's 8 dims are one k16 step's b0 / b1 pairs of that lane for two steps
+ * (im_q_pos stages q to match). 7.5x fewer bytes, and the launches ran no faster (B = 64 at 128K
+ * 1,039 -> 1,095 us, B = 8 181 -> 184, B = 1 36.0 -> 37.6; session 31): the kernel is bound by its
+ * instructions, not the keys' bytes -- ncu, a B = 64 launch: issue slots 63% busy, DRAM 9%, the ALU
+ * pipe 54%, ~100 warp instructions a (row, key) against 4 mma. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
@@ -94,31 +105,61 @@ static __device__ __forceinline__ void im_load_b(const float *kt, int ks, bool o
     }
 }
 /* the staged position of q's dims 2c, 2c + 1 (LW 4: pair j of a 16-dim chunk, dims 4 (j / 2) + 2 (j % 2),
- * goes where im_load_b's b0 (j even) or b1 (j odd) meets it) */
-static __device__ __forceinline__ int im_q_pos(int c, bool lw4) {
+ * goes where im_load_b's b0 (j even) or b1 (j odd) meets it; LW 0, key records: dim 32 b + 8 t + 4 h +
+ * 2 v of block b goes to k16 step 2 b + h, b_v's pair of lane t -- where im_record_b puts it) */
+static __device__ __forceinline__ int im_q_pos(int c, int lw) {
+    if (lw == 0) {
+        const int l = (2 * c) & 31;
+        return 32 * (c >> 4) + 16 * ((l >> 2) & 1) + 8 * ((l >> 1) & 1) + 2 * (l >> 3);
+    }
     const int j = c & 7;
-    return lw4 ? 16 * (c >> 3) + 8 * (j & 1) + (j & ~1) : 2 * c;
+    return lw == 4 ? 16 * (c >> 3) + 8 * (j & 1) + (j & ~1) : 2 * c;
+}
+
+/* Key records: word t4 of each of a key's nb blocks (one 16-byte load for 4 blocks; the record
+ * interleaves them), zero unless ok */
+static __device__ __forceinline__ void im_load_record(const uint8_t *rec, int nb, int t4, bool ok, uint32_t wd[4]) {
+    if (ok && nb == 4) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(rec) + t4);
+        wd[0] = v.x, wd[1] = v.y, wd[2] = v.z, wd[3] = v.w;
+        return;
+    }
+#pragma unroll
+    for (int b = 0; b < 4; b++) wd[b] = ok && b < nb ? __ldg(reinterpret_cast<const uint32_t *>(rec) + t4 * nb + b) : 0u;
+}
+/* the b fragments of k16 steps 2 b and 2 b + 1 from block b's word (dims 8 t4 .. 8 t4 + 7 of the
+ * block, lower dims in the lower nibbles): the codes' e2m1 values as bf16, unscaled */
+static __device__ __forceinline__ void im_record_b(uint32_t word, uint32_t b_lo[2], uint32_t b_hi[2]) {
+    const di_e2m1_scale unit = {0x3F003F00u, 0xC2C0C2C0u, 0u}; /* 0.5 (192 + 2v) - 96 = v */
+    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(word & 0xffffu), unit, true, b_lo);
+    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(word >> 16), unit, true, b_hi);
+}
+/* a block scale byte as the double 2^(e - 127) (255: NaN, the record's mark of a non-finite block) */
+static __device__ __forceinline__ double im_scale(uint32_t bytes, int b) {
+    const uint32_t e = (bytes >> (8 * b)) & 0xffu;
+    return e == 255u ? __longlong_as_double(0x7ff8000000000000ll) : __longlong_as_double((long long)(e + 896u) << 52);
 }
 
 /* A: pair i of query row r's q (head i / (idim / 2), dims 2 (i % (idim / 2)), + 1) as bf16 into the
  * row's [32 heads][IM_Q_STRIDE] in shared memory, q_s (heads past nh zero), at im_q_pos */
 static __device__ __forceinline__ void im_stage_q_pair(const float *__restrict__ qi, int64_t r, int nh, int idim, int i,
-                                                       bool lw4, uint16_t *q_s) {
+                                                       int lw, uint16_t *q_s) {
     const int h = i / (idim / 2), c = i % (idim / 2);
     const float *q = qi + (r * nh + (h < nh ? h : 0)) * idim + 2 * c;
-    *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + im_q_pos(c, lw4)) =
+    *reinterpret_cast<uint32_t *>(q_s + h * IM_Q_STRIDE + im_q_pos(c, lw)) =
         h < nh ? di_bf16x2_of_exact(q[0], q[1]) : 0u;
 }
 
 /* grid (ceil(P / kc), ceil(R / rpc)): a CTA takes rpc query rows (1, 2, 4 or IM_WARPS) and a chunk
  * of kc keys (a multiple of 8 IM_NT wpr); warp w works on row w % rpc, on the w / rpc-th part of
- * the chunk (wpr = IM_WARPS / rpc warps a row, kc / wpr keys each). blocks NULL: key t is entry t
- * (contiguous keys); LW: floats a key load (entry_floats and key_offset multiples of it) */
+ * the chunk (wpr = IM_WARPS / rpc warps a row, kc / wpr keys each). Key addresses as
+ * di_cuda_index_score_paged's (block_entries = 2^be_shift); LW: floats a key load (block_floats,
+ * key_offset and key_stride multiples of it), or 0: keys are records (16-byte aligned) */
 template <int LW, bool SHARED>
 __global__ void __launch_bounds__(IM_WARPS * 32, IM_BLOCKS_PER_SM)
 index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
-                       const int32_t *__restrict__ blocks, int block_entries, int entry_floats, int key_offset,
-                       int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
+                       const int32_t *__restrict__ blocks, int be_shift, int64_t block_floats, int key_offset,
+                       int key_stride, int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
                        float *__restrict__ score, di_index_rows rows, int kc, int rpc_arg) {
     extern __shared__ uint4 im_smem[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, warp = threadIdx.x >> 5;
@@ -135,7 +176,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
             const int slot = i / row_pairs;
             const int64_t rr = (int64_t)blockIdx.y * rpc + slot;
             if (rr < R)
-                im_stage_q_pair(qi, rr, nh, idim, i % row_pairs, LW == 4,
+                im_stage_q_pair(qi, rr, nh, idim, i % row_pairs, LW,
                                 reinterpret_cast<uint16_t *>(im_smem) + slot * IM_MAX_HEADS * IM_Q_STRIDE);
         }
         __syncthreads();
@@ -159,7 +200,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
      * positions 16 ks + 8 (l / 16) -> a0..a3 = heads g, g + 8 x positions 2 t4 (+ 8) (the dims im_q_pos put
      * there). A warp a row stages it alone. */
     if (!SHARED) {
-        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) im_stage_q_pair(qi, r, nh, idim, i, LW == 4, q_s);
+        for (int i = lane; i < 16 * mt_n * (idim / 2); i += 32) im_stage_q_pair(qi, r, nh, idim, i, LW, q_s);
         __syncwarp();
     }
     const int ks_n = idim / 16;
@@ -173,22 +214,50 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
             wh[mt][hh] = mt < mt_n && h < nh ? w[r * nh + h] : 0.0f;
         }
 
+    const int nb = idim / 32; /* LW 0: a record's blocks */
+    /* key t's record or floats (t < live: P < 2^31) */
+    auto key_at = [&](int64_t t) {
+        const int tt = (int)t;
+        return pool + key_offset +
+               (blocks ? blocks[tt >> be_shift] * block_floats + (int64_t)(tt & ((1 << be_shift) - 1)) * key_stride
+                       : (int64_t)tt * key_stride);
+    };
     int64_t t0 = k0;
     for (; t0 < stop; t0 += 8 * IM_NT) {
-        /* B: key t0 + 8 j + g, its fragment of k16 step ks (im_load_b); keys past live are zero */
-        uint32_t b[IM_NT][IM_MAX_KS][2];
+        /* B: key t0 + 8 j + g, its fragment of k16 step ks (im_load_b); keys past live are zero.
+         * LW 0: the records' words (wd), widened below, and the block scales of the keys this lane's
+         * sums belong to, t0 + 8 j + 2 t4 (+ 1) (sc) */
+        uint32_t b[IM_NT][IM_MAX_KS][2], wd[IM_NT][4], sc[IM_NT][2];
 #pragma unroll
         for (int j = 0; j < IM_NT; j++) {
             const int64_t t = t0 + 8 * j + g;
             const bool ok = t < live;
-            const int tt = ok ? (int)t : 0; /* P < 2^31 */
-            const int64_t entry = blocks ? (int64_t)blocks[tt / block_entries] * block_entries + tt % block_entries : tt;
-            const float *kt = pool + entry * entry_floats + key_offset + (LW == 4 ? 4 : 2) * t4;
+            if (LW == 0) {
+                im_load_record(reinterpret_cast<const uint8_t *>(key_at(ok ? t : 0)), nb, t4, ok, wd[j]);
 #pragma unroll
-            for (int ks = 0; ks < IM_MAX_KS; ks++) im_load_b<LW>(kt, ks, ok && ks < ks_n, b[j][ks]);
+                for (int u = 0; u < 2; u++) {
+                    const int64_t ts = t0 + 8 * j + 2 * t4 + u;
+                    sc[j][u] = ts < live ? __ldg(reinterpret_cast<const uint32_t *>(
+                                               reinterpret_cast<const uint8_t *>(key_at(ts)) + idim / 2))
+                                         : 0x7f7f7f7fu;
+                }
+            } else {
+                const float *kt = key_at(ok ? t : 0) + (LW == 4 ? 4 : 2) * t4;
+#pragma unroll
+                for (int ks = 0; ks < IM_MAX_KS; ks++) im_load_b<LW>(kt, ks, ok && ks < ks_n, b[j][ks]);
+            }
         }
 #pragma unroll
         for (int j = 0; j < IM_NT; j++) {
+            double skd[2][4]; /* LW 0: the block scales of keys 2 t4 (+ 1) as doubles (im_scale) */
+            if (LW == 0)
+#pragma unroll
+                for (int bb = 0; bb < 4; bb++) {
+                    if (bb >= nb) break;
+                    im_record_b(wd[j][bb], b[j][2 * bb], b[j][2 * bb + 1]);
+                    skd[0][bb] = im_scale(sc[j][0], bb);
+                    skd[1][bb] = im_scale(sc[j][1], bb);
+                }
             double part[2] = {0.0, 0.0}; /* this lane's head terms of keys 2 t4, 2 t4 + 1 of the tile */
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
@@ -204,13 +273,19 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
                     di_mma_bf16_16816(c, a0, b[j][ks], c);
                     di_mma_bf16_16816(c, a1, b[j][ks + 1], c);
 #pragma unroll
-                    for (int e = 0; e < 4; e++) dot[e] += (double)c[e];
+                    for (int e = 0; e < 4; e++)
+                        dot[e] = LW == 0 ? fma((double)c[e], skd[e & 1][ks / 2], dot[e]) : dot[e] + (double)c[e];
                 }
-                /* d[e]: head 16 mt + g + 8 (e >> 1), key 2 t4 + (e & 1) */
+                /* d[e]: head 16 mt + g + 8 (e >> 1), key 2 t4 + (e & 1); the two keys' roundings in one
+                 * cvt each (the first's NaN, canonical there, is dropped by the relu as the CPU's is) */
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float s = di_dev_bf16_round((float)dot[e]);
-                    part[e & 1] += (double)di_dev_bf16_round(fmaxf(s, 0.0f) * wh[mt][e >> 1]);
+                for (int hh = 0; hh < 2; hh++) {
+                    const uint32_t sb = di_bf16x2_rn((float)dot[2 * hh], (float)dot[2 * hh + 1]);
+                    const float s0 = fmaxf(__uint_as_float(sb << 16), 0.0f);
+                    const float s1 = fmaxf(__uint_as_float(sb & 0xffff0000u), 0.0f);
+                    const uint32_t tb = di_bf16x2_rn_keep_nan(s0 * wh[mt][hh], s1 * wh[mt][hh]);
+                    part[0] += (double)__uint_as_float(tb << 16);
+                    part[1] += (double)__uint_as_float(tb & 0xffff0000u);
                 }
             }
 #pragma unroll
@@ -227,25 +302,32 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
 }
 
 void di_cuda_index_score_paged(const float *qi, const float *w, const float *pool, const int32_t *blocks,
-                               int block_entries, int entry_floats, int key_offset, int64_t R, int64_t P, int nh,
-                               int idim, const int64_t *visible, const di_index_rows *rows, float *score,
-                               cudaStream_t s) {
-    if (nh > 32 || idim % 32 || idim > 16 * IM_MAX_KS || block_entries <= 0) {
+                               int block_entries, int64_t block_floats, int key_offset, int key_stride, bool records,
+                               int64_t R, int64_t P, int nh, int idim, const int64_t *visible,
+                               const di_index_rows *rows, float *score, cudaStream_t s) {
+    const int64_t align = block_floats | key_offset | key_stride;
+    int be_shift = 0; /* block_entries = 2^be_shift: the kernel's key addresses take a shift, not a division */
+    while (be_shift < 30 && (1 << be_shift) < block_entries) be_shift++;
+    if (nh > 32 || idim % 32 || idim > 16 * IM_MAX_KS || block_entries <= 0 || (1 << be_shift) != block_entries ||
+        (records && (align % 4 || (!rows && (uintptr_t)pool % 16)))) {
         fprintf(stderr, "di_cuda_index_score_paged: %d heads x %d dims (need <= 32 x a multiple of 32 <= %d), %d entries "
-                "per block\n", nh, idim, 16 * IM_MAX_KS, block_entries);
+                "per block (a power of two) of %lld floats, %s at %d + %d a key (records: multiples of 4)\n", nh, idim,
+                16 * IM_MAX_KS, block_entries, (long long)block_floats, records ? "key records" : "keys", key_offset,
+                key_stride);
         abort();
     }
     if (R <= 0 || P <= 0) return;
     const di_index_rows none = {NULL, NULL, NULL};
-    typedef void (*kernel_fn)(const float *, const float *, const float *, const int32_t *, int, int, int, int64_t,
-                              int64_t, int, int, const int64_t *, float *, di_index_rows, int, int);
-    static const kernel_fn kernels[3][2] = { /* [4-, 8-, 16-byte key loads][rows sharing a CTA's warps] */
+    typedef void (*kernel_fn)(const float *, const float *, const float *, const int32_t *, int, int64_t, int, int,
+                              int64_t, int64_t, int, int, const int64_t *, float *, di_index_rows, int, int);
+    static const kernel_fn kernels[4][2] = { /* [4-, 8-, 16-byte key loads, records][rows sharing a CTA's warps] */
         {index_score_mma_kernel<1, false>, index_score_mma_kernel<1, true>},
         {index_score_mma_kernel<2, false>, index_score_mma_kernel<2, true>},
-        {index_score_mma_kernel<4, false>, index_score_mma_kernel<4, true>}};
+        {index_score_mma_kernel<4, false>, index_score_mma_kernel<4, true>},
+        {index_score_mma_kernel<0, false>, index_score_mma_kernel<0, true>}};
     static bool attr_set;
     if (!attr_set) {
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 8; i++)
             DI_CUDA_CHECK(cudaFuncSetAttribute(kernels[i / 2][i % 2], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)IM_SMEM));
         attr_set = true;
@@ -265,15 +347,14 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
     const int kc = (int)(warp_tiles * wpr * step);
     const dim3 grid((unsigned)((P + kc - 1) / kc), (unsigned)row_groups);
     /* key loads as wide as the entries allow (paged pools: device allocations, 256-byte aligned) */
-    const int align = entry_floats | key_offset;
     const bool lw4 = align % 4 == 0 && (rows || (uintptr_t)pool % 16 == 0);
-    const kernel_fn kernel = kernels[lw4 ? 2 : align % 2 == 0 ? 1 : 0][rpc < IM_WARPS];
-    kernel<<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, block_entries, entry_floats, key_offset, R, P, nh,
-                                               idim, visible, score, rows ? *rows : none, kc, rpc);
+    const kernel_fn kernel = kernels[records ? 3 : lw4 ? 2 : align % 2 == 0 ? 1 : 0][rpc < IM_WARPS];
+    kernel<<<grid, IM_WARPS * 32, IM_SMEM, s>>>(qi, w, pool, blocks, be_shift, block_floats, key_offset,
+                                               key_stride, R, P, nh, idim, visible, score, rows ? *rows : none, kc, rpc);
     DI_CUDA_LAUNCHED();
 }
 
 void di_cuda_index_score(const float *qi, const float *w, const float *keys, int64_t R, int64_t P, int nh, int idim,
                          const int64_t *visible, float *score, cudaStream_t s) {
-    di_cuda_index_score_paged(qi, w, keys, NULL, 1, idim, 0, R, P, nh, idim, visible, NULL, score, s);
+    di_cuda_index_score_paged(qi, w, keys, NULL, 1, idim, 0, idim, false, R, P, nh, idim, visible, NULL, score, s);
 }

@@ -66,6 +66,44 @@ extern "C" void di_cuda_act_quant_inplace(float *x, int64_t n, int block, cudaSt
     quant_launch<false>(x, n, block, 0, s);
 }
 
+/* fp4_act_quant(key, 32, ue8m0) of n keys [n, idim] into their records (forward/index_key.h) at
+ * dst[i]: a warp a 32-block, lane i its dim i (the quantisation of quant_group_kernel); the 8 lanes
+ * of a word OR their nibbles together by shuffles */
+__global__ void index_key_quant_kernel(const float *__restrict__ key, int64_t n, int idim, int rec_bytes,
+                                       uint8_t *const *__restrict__ dst) {
+    const int nb = idim / 32, lane = threadIdx.x & 31;
+    const int64_t wi = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; /* key wi / nb, block wi % nb */
+    if (wi >= n * nb) return; /* whole warps */
+    const int64_t k = wi / nb;
+    const int b = (int)(wi % nb);
+    const float x = key[k * idim + 32 * b + lane];
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = fp4_scale(amax, DI_FP4_SCALE_UE8M0);
+    const float q = di_dev_e2m1_rne(di_dev_clampf(x / s, -6.0f, 6.0f));
+    const bool finite = !__ballot_sync(0xffffffffu, isnan(q)) && isfinite(s);
+    const float a2 = 2.0f * fabsf(q); /* 0, 1, 2, 3, 4, 6, 8, 12 -> magnitude index 0..7 */
+    const uint32_t m = a2 <= 4.0f ? (uint32_t)a2 : a2 == 6.0f ? 5u : a2 == 8.0f ? 6u : 7u;
+    uint32_t word = (finite ? (signbit(q) ? 8u | m : m) : 0u) << (4 * (lane & 7));
+    for (int o = 1; o < 8; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+    uint8_t *rec = dst[k];
+    if ((lane & 7) == 0) reinterpret_cast<uint32_t *>(rec)[(lane >> 3) * nb + b] = word;
+    if (lane == 0) rec[idim / 2 + b] = finite ? (uint8_t)(__float_as_uint(s) >> 23) : (uint8_t)255; /* s = 2^(e - 127) */
+    if (b == 0 && idim / 2 + nb + lane < rec_bytes) rec[idim / 2 + nb + lane] = 0; /* the padding (< 32 bytes) */
+}
+
+extern "C" void di_cuda_index_key_quant(const float *key, int64_t n, int idim, int rec_bytes, uint8_t *const *dst,
+                                        cudaStream_t s) {
+    if (idim % 32 || rec_bytes < idim / 2 + idim / 32 || rec_bytes > idim / 2 + idim / 32 + 32) {
+        fprintf(stderr, "di_cuda_index_key_quant: %d dims in records of %d bytes\n", idim, rec_bytes);
+        abort();
+    }
+    if (n <= 0) return;
+    const int64_t threads = 32 * n * (idim / 32);
+    index_key_quant_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(key, n, idim, rec_bytes, dst);
+    DI_CUDA_LAUNCHED();
+}
+
 extern "C" void di_cuda_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind,
                                           cudaStream_t s) {
     if (n % block != 0) {

@@ -16,6 +16,8 @@
 #include "backend/cuda/gpu_internal.h"
 
 void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
+void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
+                        uint64_t seed, cudaStream_t s);
 void gpu_profile(bool on, const char *const **names, double *seconds);
 
 /* ---- state memory (synchronous with respect to the backend's work: the default stream) ---- */
@@ -505,6 +507,12 @@ static void fill_random(void *dev, size_t bytes, uint64_t seed) {
     GPU_CK(cudaDeviceSynchronize());
 }
 
+static void fill_kv_pool(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
+                         uint64_t seed) {
+    gpu_fill_kv_blocks(dev, bytes, block_bytes, keys_offset, rec_bytes, idim, seed, 0);
+    GPU_CK(cudaDeviceSynchronize());
+}
+
 static void profiler_range(bool on) {
     GPU_CK(cudaDeviceSynchronize());
     GPU_CK(on ? cudaProfilerStart() : cudaProfilerStop());
@@ -535,6 +543,7 @@ static const di_device_backend cuda_backend = {
     .ceilings = ceilings,
     .mem_info = mem_info,
     .fill_random = fill_random,
+    .fill_kv_pool = fill_kv_pool,
     .profile = gpu_profile,
     .n_profile_stages = ST_COUNT,
     .step_times = gpu_step_times,

@@ -2,7 +2,7 @@
  * the device from the per-call tables and the indexer's selections in exactly the order of the
  * CPU's build_index_list (src/forward/attention.c; at decode the same launch writes the rows' kv
  * into their SWA rings), and the deterministic random fill that gives config-only models (the
- * benchmark's) their weights. */
+ * benchmark's) their weights and its fast-forwarded sequences their KV entries. */
 #include <stdint.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -42,7 +42,7 @@ __global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const f
         const int32_t g = a.sel[r * a.sel_stride + (j - nw)];
         if (g >= 0 && g < a.n_entries[s]) {
             const int32_t blk = a.blocks[s][g / a.block_entries];
-            out = a.pool[s] + ((int64_t)blk * a.block_entries + g % a.block_entries) * a.entry_floats;
+            out = a.pool[s] + (int64_t)blk * a.block_entries * a.entry_floats + (int64_t)(g % a.block_entries) * a.dh;
         }
     }
     list[i] = out;
@@ -89,5 +89,29 @@ __global__ void fill_random_kernel(uint8_t *p, size_t bytes, uint64_t seed, int 
 extern "C" void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s) {
     if (!bytes) return;
     fill_random_kernel<<<1024, 256, 0, s>>>((uint8_t *)dev, bytes, seed, kind);
+    DI_CUDA_LAUNCHED();
+}
+
+/* KV pool blocks of block_bytes: small random floats up to keys_offset, then index key records of
+ * rec_bytes (forward/index_key.h) of random codes and block scales 2^-7 .. 2^0, zero padding */
+__global__ void fill_kv_blocks_kernel(uint8_t *p, size_t bytes, int block_bytes, int keys_offset, int rec_bytes,
+                                      int idim, uint64_t seed) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
+        const uint64_t r = mix64(seed + i);
+        const int pos = (int)(i % (size_t)block_bytes), rel = (pos - keys_offset) % rec_bytes;
+        uint8_t v;
+        if (pos < keys_offset) v = (pos & 3) == 3 ? (uint8_t)(0x3c | (r >> 8 & 0x80)) : (uint8_t)r; /* RND_F32 */
+        else if (rel < idim / 2) v = (uint8_t)r;                           /* codes */
+        else if (rel < idim / 2 + idim / 32) v = (uint8_t)(120 + r % 8); /* scales */
+        else v = 0;
+        p[i] = v;
+    }
+}
+
+extern "C" void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
+                                   uint64_t seed, cudaStream_t s) {
+    if (!bytes) return;
+    fill_kv_blocks_kernel<<<1024, 256, 0, s>>>((uint8_t *)dev, bytes, block_bytes, keys_offset, rec_bytes, idim, seed);
     DI_CUDA_LAUNCHED();
 }

@@ -1,0 +1,68 @@
+/* The index key record (index_key.h): fp4_act_quant's codes and scales, word-interleaved. */
+#include "forward/index_key.h"
+
+#include "backend/cpu/cpu_ops.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+enum { KEY_BLOCK = 32 };
+
+int di_index_key_bytes(int idim) {
+    assert(idim > 0 && idim % KEY_BLOCK == 0);
+    return (idim / 2 + idim / KEY_BLOCK + 31) / 32 * 32;
+}
+
+/* byte offset of the code pair of dims d, d + 1 (d even) in a record of nb blocks */
+static int code_byte(int d, int nb) {
+    const int b = d / KEY_BLOCK, l = d % KEY_BLOCK; /* block, dim within it */
+    return 4 * ((l / 8) * nb + b) + (l % 8) / 2;
+}
+
+/* the e2m1 code (sign bit 8, magnitude index 0..7) of a value of the e2m1 grid */
+static uint8_t e2m1_code(float q) {
+    const float a = fabsf(q);
+    uint8_t m = 0;
+    while (m < 7 && di_e2m1_lut[m] != a) m++;
+    assert(di_e2m1_lut[m] == a);
+    return (uint8_t)(signbit(q) ? 8 | m : m);
+}
+
+void di_index_key_quant(const float *key, int idim, uint8_t *rec) {
+    const int nb = idim / KEY_BLOCK;
+    memset(rec, 0, (size_t)di_index_key_bytes(idim));
+    for (int b = 0; b < nb; b++) {
+        const float *x = key + b * KEY_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < KEY_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
+        const float s = di_cpu_fp4_scale(amax, DI_FP4_SCALE_UE8M0); /* 2^-126 .. 2^126, or inf */
+        uint8_t codes[KEY_BLOCK];
+        bool finite = isfinite(s);
+        for (int i = 0; i < KEY_BLOCK && finite; i++) {
+            const float q = di_e2m1_rne(di_clampf(x[i] / s, -6.0f, 6.0f)); /* di_cpu_fp4_quant_inplace's */
+            finite = !isnan(q);
+            if (finite) codes[i] = e2m1_code(q);
+        }
+        if (!finite) { /* a NaN or infinite value: the block reads back as NaN */
+            rec[idim / 2 + b] = 255;
+            continue;
+        }
+        int e;
+        frexpf(s, &e); /* s = 2^(e - 1) */
+        rec[idim / 2 + b] = (uint8_t)(e - 1 + 127);
+        for (int i = 0; i < KEY_BLOCK; i += 2)
+            rec[code_byte(b * KEY_BLOCK + i, nb)] = (uint8_t)(codes[i] | codes[i + 1] << 4);
+    }
+}
+
+void di_index_key_values(const uint8_t *rec, int idim, float *out) {
+    const int nb = idim / KEY_BLOCK;
+    for (int d = 0; d < idim; d += 2) {
+        const float s = di_e8m0_to_f32(rec[idim / 2 + d / KEY_BLOCK]);
+        const uint8_t pair = rec[code_byte(d, nb)];
+        /* code times scale: exact (at most 2 significant bits; 2^-127 .. 6 * 2^126), as bf16 too */
+        out[d] = di_e2m1_lut[pair & 15] * s;
+        out[d + 1] = di_e2m1_lut[pair >> 4] * s;
+    }
+}
