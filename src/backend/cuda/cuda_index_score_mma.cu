@@ -43,9 +43,10 @@
  * sum instead, in double, where the fp32 keys' sums were added (dot = fma(c, 2^(e - 127), dot): the
  * same exact terms). A word's 8 dims are one k16 step's b0 / b1 pairs of that lane for two steps
  * (im_q_pos stages q to match). 7.5x fewer bytes, and the launches ran no faster (B = 64 at 128K
- * 1,039 -> 1,095 us, B = 8 181 -> 184, B = 1 36.0 -> 37.6; session 31): the kernel is bound by its
- * instructions, not the keys' bytes -- ncu, a B = 64 launch: issue slots 63% busy, DRAM 9%, the ALU
- * pipe 54%, ~100 warp instructions a (row, key) against 4 mma. */
+ * 1,039 -> 1,095 us, B = 8 181 -> 184, B = 1 36.0 -> 37.6; session 31): the keys' bytes never bound
+ * it -- ncu, a B = 64 launch: issue slots 63% busy with ~1.4 eligible warps a scheduler, DRAM 9%, the
+ * ALU pipe 54%, ~100 warp instructions a (row, key) against 4 mma; one block-table load a step
+ * instead of one a key ran no faster. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
