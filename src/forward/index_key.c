@@ -40,7 +40,7 @@ void di_index_key_quant(const float *key, int idim, uint8_t *rec) {
         uint8_t codes[KEY_BLOCK];
         bool finite = isfinite(s);
         for (int i = 0; i < KEY_BLOCK && finite; i++) {
-            const float q = di_e2m1_rne(di_clampf(x[i] / s, -6.0f, 6.0f)); /* di_cpu_fp4_quant_inplace's */
+            const float q = di_cpu_fp4_code_value(x[i], s); /* di_cpu_fp4_quant_inplace's */
             finite = !isnan(q);
             if (finite) codes[i] = e2m1_code(q);
         }

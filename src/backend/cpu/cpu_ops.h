@@ -21,6 +21,8 @@ void di_cpu_act_quant_inplace(float *x, int64_t n, int block);
 void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind);
 /* fp4_act_quant's scale of a block whose largest magnitude is amax (fmaxf over the block: NaN dropped) */
 float di_cpu_fp4_scale(float amax, di_fp4_scale kind);
+/* the e2m1 grid value (code value, before the scale) fp4_act_quant gives x in a block of scale s */
+float di_cpu_fp4_code_value(float x, float s);
 void di_cpu_rmsnorm(const float *x, const void *w_bf16, int64_t m, int64_t d, float eps, float *y);
 /* One 32-value (or n-value) block of act_quant: q = e4m3 grid values, *scale = power of two. */
 void di_cpu_act_quant_block(const float *x, int n, float *q, float *scale_out);

@@ -28,6 +28,8 @@ float di_cpu_fp4_scale(float amax, di_fp4_scale kind) {
     return di_e4m3_rne(fminf(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f, 448.0f)); /* saturating: an e4m3 byte */
 }
 
+float di_cpu_fp4_code_value(float x, float s) { return di_e2m1_rne(di_clampf(x / s, -6.0f, 6.0f)); }
+
 void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind) {
     assert(n % block == 0);
     for (int64_t b = 0; b < n; b += block) {
@@ -35,8 +37,7 @@ void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind)
         for (int i = 0; i < block; i++) amax = fmaxf(amax, fabsf(x[b + i]));
         const float s = di_cpu_fp4_scale(amax, kind);
         for (int i = 0; i < block; i++) {
-            float q = di_e2m1_rne(di_clampf(x[b + i] / s, -6.0f, 6.0f));
-            x[b + i] = di_bf16_round(q * s);
+            x[b + i] = di_bf16_round(di_cpu_fp4_code_value(x[b + i], s) * s);
         }
     }
 }

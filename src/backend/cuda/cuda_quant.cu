@@ -17,9 +17,11 @@ static __device__ __forceinline__ float fp4_scale(float amax, int kind) {
     amax = fmaxf(amax, 6.0f * 0x1p-9f);
     return di_dev_e4m3_rne(fminf(amax / 6.0f, 448.0f));
 }
-static __device__ __forceinline__ float fp4_value(float x, float s) {
-    return di_dev_bf16_round(di_dev_e2m1_rne(di_dev_clampf(x / s, -6.0f, 6.0f)) * s);
+/* the e2m1 grid value of x in a block of scale s (before the scale), and the value fp4_act_quant leaves */
+static __device__ __forceinline__ float fp4_code_value(float x, float s) {
+    return di_dev_e2m1_rne(di_dev_clampf(x / s, -6.0f, 6.0f));
 }
+static __device__ __forceinline__ float fp4_value(float x, float s) { return di_dev_bf16_round(fp4_code_value(x, s) * s); }
 
 /* x [n], one value per thread; group = 16 or 32 lanes per quantisation block */
 template <int GROUP, bool FP4>
@@ -80,7 +82,7 @@ __global__ void index_key_quant_kernel(const float *__restrict__ key, int64_t n,
     float amax = fabsf(x);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float s = fp4_scale(amax, DI_FP4_SCALE_UE8M0);
-    const float q = di_dev_e2m1_rne(di_dev_clampf(x / s, -6.0f, 6.0f));
+    const float q = fp4_code_value(x, s);
     const bool finite = !__ballot_sync(0xffffffffu, isnan(q)) && isfinite(s);
     const float a2 = 2.0f * fabsf(q); /* 0, 1, 2, 3, 4, 6, 8, 12 -> magnitude index 0..7 */
     const uint32_t m = a2 <= 4.0f ? (uint32_t)a2 : a2 == 6.0f ? 5u : a2 == 8.0f ? 6u : 7u;

@@ -66,24 +66,23 @@ __device__ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* byte i of a buffer of `kind` from the random word r */
+__device__ static uint8_t random_byte(int kind, uint64_t r, size_t i) {
+    switch (kind) {
+    case 0: return (uint8_t)(r & 0x77) | (uint8_t)(r >> 8 & 0x80); /* e4m3, |v| < 2: no NaN */
+    case 1: return (uint8_t)(120 + (r % 4));                       /* e8m0 2^-7..2^-4 */
+    case 2: /* bf16 in (-0.0625, 0.0625), little-endian pairs: exponent byte odd, mantissa even */
+        return (i & 1) ? (uint8_t)(0x3c | (r >> 8 & 0x80)) - (uint8_t)(r % 2) : (uint8_t)r;
+    case 3: /* f32 small: bytes 0-2 random, byte 3 sign + exponent 0x3c (~[2^-7, 2^-6)) */
+        return (i & 3) == 3 ? (uint8_t)(0x3c | (r >> 8 & 0x80)) : (uint8_t)r;
+    default: return (uint8_t)r; /* FP4 pairs: every code is finite */
+    }
+}
+
 __global__ void fill_random_kernel(uint8_t *p, size_t bytes, uint64_t seed, int kind) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
-        const uint64_t r = mix64(seed + i);
-        uint8_t v;
-        switch (kind) {
-        case 0: v = (uint8_t)(r & 0x77) | (uint8_t)(r >> 8 & 0x80); break;   /* e4m3, |v| < 2: no NaN */
-        case 1: v = (uint8_t)(120 + (r % 4)); break;                           /* e8m0 2^-7..2^-4 */
-        case 2: /* bf16 in (-0.0625, 0.0625), little-endian pairs: exponent byte odd, mantissa even */
-            v = (i & 1) ? (uint8_t)(0x3c | (r >> 8 & 0x80)) - (uint8_t)(r % 2) : (uint8_t)r;
-            break;
-        case 3: /* f32 small: bytes 0-2 random, byte 3 sign + exponent 0x3c (~[2^-7, 2^-6)) */
-            v = (i & 3) == 3 ? (uint8_t)(0x3c | (r >> 8 & 0x80)) : (uint8_t)r;
-            break;
-        default: v = (uint8_t)r; break; /* FP4 pairs: every code is finite */
-        }
-        p[i] = v;
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride)
+        p[i] = random_byte(kind, mix64(seed + i), i);
 }
 
 extern "C" void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s) {
@@ -101,8 +100,8 @@ __global__ void fill_kv_blocks_kernel(uint8_t *p, size_t bytes, int block_bytes,
         const uint64_t r = mix64(seed + i);
         const int pos = (int)(i % (size_t)block_bytes), rel = (pos - keys_offset) % rec_bytes;
         uint8_t v;
-        if (pos < keys_offset) v = (pos & 3) == 3 ? (uint8_t)(0x3c | (r >> 8 & 0x80)) : (uint8_t)r; /* RND_F32 */
-        else if (rel < idim / 2) v = (uint8_t)r;                           /* codes */
+        if (pos < keys_offset) v = random_byte(3, r, (size_t)pos);        /* RND_F32 (block_bytes % 4 == 0) */
+        else if (rel < idim / 2) v = random_byte(4, r, (size_t)rel);       /* codes */
         else if (rel < idim / 2 + idim / 32) v = (uint8_t)(120 + r % 8); /* scales */
         else v = 0;
         p[i] = v;
