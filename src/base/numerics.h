@@ -80,6 +80,23 @@ static inline float di_pow2_ceil(float v) {
 
 static inline float di_clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
+/* The code of a value on a grid (its inverse LUT): e2m1 -- sign bit 8, magnitude index 0..7 (di_e2m1_lut);
+ * e4m3 -- the byte of a finite value >= 0. -1 where v is not on the grid. */
+static inline int di_e2m1_encode(float v) {
+    const float a = fabsf(v);
+    for (int m = 0; m < 8; m++)
+        if (di_e2m1_lut[m] == a) return signbit(v) ? 8 | m : m;
+    return -1;
+}
+static inline int di_e4m3_encode(float v) {
+    if (!(v >= 0.0f) || v > 448.0f) return -1;
+    int e, b;
+    frexpf(v, &e); /* v = f 2^e, f in [0.5, 1): exponent e - 1, field e + 6 */
+    if (v < 0x1p-6f) b = (int)(v * 512.0f); /* subnormal: m / 8 * 2^-6 */
+    else b = (e + 6) << 3 | (int)(ldexpf(v, 1 - e) * 8.0f - 8.0f);
+    return di_e4m3_lut[b] == v && !signbit(v) ? b : -1;
+}
+
 /* Initialises the lookup tables (idempotent, thread-safe after the first call returns). */
 void di_numerics_init(void);
 

@@ -20,15 +20,6 @@ static int code_byte(int d, int nb) {
     return 4 * ((l / 8) * nb + b) + (l % 8) / 2;
 }
 
-/* the e2m1 code (sign bit 8, magnitude index 0..7) of a value of the e2m1 grid */
-static uint8_t e2m1_code(float q) {
-    const float a = fabsf(q);
-    uint8_t m = 0;
-    while (m < 7 && di_e2m1_lut[m] != a) m++;
-    assert(di_e2m1_lut[m] == a);
-    return (uint8_t)(signbit(q) ? 8 | m : m);
-}
-
 void di_index_key_quant(const float *key, int idim, uint8_t *rec) {
     const int nb = idim / KEY_BLOCK;
     memset(rec, 0, (size_t)di_index_key_bytes(idim));
@@ -42,7 +33,7 @@ void di_index_key_quant(const float *key, int idim, uint8_t *rec) {
         for (int i = 0; i < KEY_BLOCK && finite; i++) {
             const float q = di_cpu_fp4_code_value(x[i], s); /* di_cpu_fp4_quant_inplace's */
             finite = !isnan(q);
-            if (finite) codes[i] = e2m1_code(q);
+            if (finite) codes[i] = (uint8_t)di_e2m1_encode(q);
         }
         if (!finite) { /* a NaN or infinite value: the block reads back as NaN */
             rec[idim / 2 + b] = 255;
