@@ -94,12 +94,12 @@ static void test_batching_and_preemption(prompts *p) {
     CHECK(eq == N_REQ);
     di_engine_stats st;
     di_engine_get_stats(e, &st);
-    const int64_t fixed = st.seq_fixed_bytes;
+    const int64_t fixed = st.seq_fixed_bytes, block_bytes = (int64_t)di_kv_pool_block_bytes(&e->pool);
     di_engine_free(e);
 
-    /* room for three sequences' fixed state and a dozen 16-entry blocks: admission is optimistic,
-     * so sequences that grow past a block boundary force preemptions */
-    e = engine_new(3 * fixed + 12 * 16 * 96 * 4, 0);
+    /* room for three sequences' fixed state and 16 pool blocks (of 16 entries): admission is
+     * optimistic, so sequences that grow past a block boundary force preemptions */
+    e = engine_new(3 * fixed + 16 * block_bytes, 0);
     run_batch(e, p, all, N_REQ, NULL, tight);
     di_engine_get_stats(e, &st);
     eq = count_equal(alone, tight, N_REQ);

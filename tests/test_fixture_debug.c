@@ -185,7 +185,7 @@ int main(void) {
         float *ckv = malloc(sizeof(float) * (size_t)n * cf->head_dim);
         float *ik = malloc(sizeof(float) * (size_t)n * cf->index_head_dim);
         for (int64_t g = 0; g < n; g++) {
-            di_seq_state_read(st, ckv + g * cf->head_dim, di_seq_ckv(st, src, g), (size_t)cf->head_dim);
+            di_seq_kv_values(st, src, g, ckv + g * cf->head_dim);
             di_seq_ikey_values(st, src, g, ik + g * cf->index_head_dim);
         }
         snprintf(key, sizeof key, "layer.%d.compress_kv_cache", l);

@@ -88,12 +88,12 @@ static cost step_cost(const di_model *m, int rows, int seqs, int64_t ctx, int re
         k.bytes += touched * (wbytes(&fw->w1[0]) + wbytes(&fw->w2[0]) + wbytes(&fw->w3[0]));
         k.flops += 2 * R * fw->top_k * (wmacs(&fw->w1[0]) + wmacs(&fw->w2[0]) + wmacs(&fw->w3[0]));
         if (L->engram_slot >= 0) k.bytes += R * m->engram.n_cols * c->engram_head_dim;
-        /* attention: own window, compressed selections (our fp32 entries) */
+        /* attention: own window (our fp32 ring rows), compressed selections (FP4 records) */
         const int64_t P = L->ratio ? (ctx + per_seq) / L->ratio : 0;
         const double sel = L->ratio ? (double)(P < c->index_topk ? P : c->index_topk) : 0;
         const double win = c->sliding_window;
         const double list = win + sel;
-        k.bytes += seqs * (win * c->head_dim * f) + R * sel * c->head_dim * f;
+        k.bytes += seqs * (win * c->head_dim * f) + R * sel * (c->head_dim / 2 + c->head_dim / 16);
         k.flops += 2.0 * 2.0 * R * c->num_attention_heads * c->head_dim * list;
         if (L->is_index_source) {
             k.bytes += seqs * (double)P * (c->index_head_dim / 2 + c->index_head_dim / 32); /* MXFP4 key records */
@@ -152,7 +152,7 @@ static di_status make_states(const di_model *m, di_kv_pool *pool, int B, int64_t
     }
     if (pool->dev_base)
         be->fill_kv_pool(pool->dev_base, di_kv_pool_block_bytes(pool) * (size_t)pool->dev_cap_blocks,
-                         (int)di_kv_pool_block_bytes(pool), pool->block_entries * m->cfg.head_dim * 4,
+                         (int)di_kv_pool_block_bytes(pool), pool->block_entries, st[0]->row_bytes, m->cfg.head_dim,
                          st[0]->key_bytes, m->cfg.index_head_dim, 7);
     return DI_OK;
 }
@@ -478,7 +478,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             di_seq_state_free(probe);
             be->mem_info(&free_b, &total_b);
             if (need > 0.9 * (double)free_b) {
-                printf("| decode | %d | %lld | does not fit: %.1f GB of state (fp32 KV rows) > %.1f GB free |||||||\n",
+                printf("| decode | %d | %lld | does not fit: %.1f GB of state > %.1f GB free |||||||\n",
                        B, (long long)ctx, need / 1e9, (double)free_b / 1e9);
                 di_kv_pool_destroy(&pool);
                 continue;

@@ -5,11 +5,13 @@
  * Index lists follow the reference exactly, because sparse_attn's 64-entry runs depend on them:
  * a fresh prefill (sequence starting at position 0 in this call) gives row t min(S, W) window
  * entries starting at max(0, t-W+1), later positions -1; every other row (decode, later chunks)
- * gets W entries for positions t-W+1..t, -1 for negative positions. Compressed entries follow. */
+ * gets W entries for positions t-W+1..t, -1 for negative positions. Compressed entries follow,
+ * decoded from their pool records (forward/kv_record.h) into floats for the row. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "forward/forward_internal.h"
+#include "forward/kv_record.h"
 
 /* The KV row of position `q` of sequence s during this call: a row of the chunk or a ring slot. */
 static const float *window_row(const fwd_ctx *c, const di_layer *L, int s, int64_t q, const float *kv) {
@@ -18,8 +20,9 @@ static const float *window_row(const fwd_ctx *c, const di_layer *L, int s, int64
     return c->b->seqs[s]->swa[L->id] + (size_t)(q % cf->sliding_window) * cf->head_dim;
 }
 
-static int build_index_list(const fwd_ctx *c, const di_layer *L, int r, const float *kv,
-                            const float **list) {
+/* list [W + index_topk] <- row r's entries; the compressed ones are decoded into rows [index_topk, Dh] */
+static int build_index_list(const fwd_ctx *c, const di_layer *L, int r, const float *kv, const float **list,
+                            float *rows) {
     const di_config *cf = &c->m->cfg;
     const int W = cf->sliding_window, s = c->row_seq[r];
     const int64_t t = c->row_pos[r];
@@ -41,8 +44,12 @@ static int build_index_list(const fwd_ctx *c, const di_layer *L, int r, const fl
     if (L->ratio > 0 && L->index_slot >= 0 && c->sel_valid[L->index_slot]) {
         const di_seq_state *st = c->b->seqs[s];
         const int32_t *sel = c->sel[L->index_slot] + (size_t)r * cf->index_topk;
-        for (int j = 0; j < c->sel_len[L->index_slot]; j++)
-            list[n++] = sel[j] >= 0 && sel[j] < st->kv[L->kv_slot].n ? di_seq_ckv(st, L->kv_slot, sel[j]) : NULL;
+        for (int j = 0; j < c->sel_len[L->index_slot]; j++) {
+            const bool live = sel[j] >= 0 && sel[j] < st->kv[L->kv_slot].n;
+            float *row = rows + (size_t)j * cf->head_dim;
+            if (live) di_kv_record_values(di_seq_kv_rec(st, L->kv_slot, sel[j]), cf->head_dim, row);
+            list[n++] = live ? row : NULL;
+        }
     }
     return n;
 }
@@ -123,13 +130,15 @@ void di_fwd_attention(fwd_ctx *c, const di_layer *L, const float *x, float *out)
 #pragma omp parallel if ((int64_t)R * H * Dh * (cf->sliding_window + cf->index_topk) > DI_CPU_PARALLEL_MIN_WORK)
     {
         const float **list = malloc(sizeof(float *) * (size_t)(cf->sliding_window + cf->index_topk));
+        float *rows = malloc(sizeof(float) * (size_t)cf->index_topk * Dh); /* [index_topk, Dh] decoded entries */
 #pragma omp for schedule(dynamic)
         for (int r = 0; r < R; r++) {
-            int n = build_index_list(c, L, r, kv, list);
+            int n = build_index_list(c, L, r, kv, list, rows);
             di_cpu_sparse_attn(q + (size_t)r * H * Dh, H, Dh, list, n, L->attn.attn_sink, scale,
                                o + (size_t)r * H * Dh);
         }
         free(list);
+        free(rows);
     }
     di_fwd_rope_rows(m, L->ratio > 0, o, H, Dh, Dh - rd, c->row_pos, R, true);
     ring_write(c, L, kv);

@@ -50,10 +50,11 @@ typedef struct di_device_backend {
     void (*ceilings)(bool quick, double *hbm_gbs, double *bf16_tflops, double *fp8_tflops);
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     void (*fill_random)(void *dev, size_t bytes, uint64_t seed);
-    /* KV pool memory: blocks of block_bytes, random floats up to keys_offset, then index key records
-     * of rec_bytes for idim dims (forward/index_key.h) with random codes and sane block scales */
-    void (*fill_kv_pool)(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
-                         uint64_t seed);
+    /* KV pool memory: blocks of block_bytes holding block_entries KV row records of row_bytes for dh
+     * dims (forward/kv_record.h), then as many index key records of key_bytes for idim dims
+     * (forward/index_key.h; state.h's block layout), random codes and sane scales */
+    void (*fill_kv_pool)(void *dev, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
+                         int key_bytes, int idim, uint64_t seed);
     /* stage profile: returns the stage names and the seconds charged to each since the last call
      * (either may be NULL), resets them and turns profiling on or off (off costs nothing) */
     void (*profile)(bool on, const char *const **names, double *seconds);

@@ -7,6 +7,7 @@
 
 #include "forward/forward_internal.h"
 #include "forward/index_key.h"
+#include "forward/kv_record.h"
 
 /* One finished latent [Dh] (pre-norm, bf16) of group g -> compressed entry + index key. */
 static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, float *latent,
@@ -17,6 +18,7 @@ static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, fl
     const float eps = (float)cf->rms_norm_eps;
     float normed[DI_FWD_MAX_HEAD_DIM], key_raw[DI_FWD_MAX_HEAD_DIM], key[DI_FWD_MAX_HEAD_DIM];
     float key_rec[DI_FWD_MAX_HEAD_DIM]; /* the key's record, [di_index_key_bytes(idim) / 4] */
+    float kv_rec[DI_FWD_MAX_HEAD_DIM];  /* the row's record, [di_kv_record_bytes(Dh) / 4] */
     float cs[DI_FWD_MAX_ROPE_DIM / 2], sn[DI_FWD_MAX_ROPE_DIM / 2];
     di_cpu_rmsnorm(latent, L->attn.cmp_norm, 1, Dh, eps, normed);
     di_fwd_debug(c, "compressor_latent_row", L->id, normed, Dh);
@@ -26,8 +28,8 @@ static void emit_entry(const fwd_ctx *c, const di_layer *L, di_seq_state *st, fl
     di_cpu_rope(key, 1, idim, idim - rd, rd, cs, sn, false);
     di_index_key_quant(key, idim, (uint8_t *)key_rec); /* fp4_act_quant(key, 32, ue8m0), stored packed */
     di_cpu_rope(normed, 1, Dh, Dh - rd, rd, cs, sn, false);
-    di_cpu_fp4_quant_inplace(normed, Dh, 16, DI_FP4_SCALE_E4M3);
-    di_seq_append_entry(st, L->kv_slot, normed, (const uint8_t *)key_rec);
+    di_kv_record_quant(normed, Dh, (uint8_t *)kv_rec); /* fp4_act_quant(latent, 16, e4m3), stored packed */
+    di_seq_append_entry(st, L->kv_slot, (const uint8_t *)kv_rec, (const uint8_t *)key_rec);
 }
 
 void di_fwd_compress(fwd_ctx *c, const di_layer *L, const float *x) {

@@ -3,6 +3,7 @@
 
 #include "forward/device.h"
 #include "forward/index_key.h"
+#include "forward/kv_record.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -10,7 +11,9 @@
 
 enum { BLOCK_ENTRIES = 64 };
 
-int di_kv_entry_floats(const di_model *m) { return m->cfg.head_dim + di_index_key_bytes(m->cfg.index_head_dim) / 4; }
+int di_kv_entry_floats(const di_model *m) {
+    return (di_kv_record_bytes(m->cfg.head_dim) + di_index_key_bytes(m->cfg.index_head_dim)) / 4;
+}
 
 di_seq_state *di_seq_state_new(const di_model *m) {
     di_kv_pool *pool = di_xmalloc(sizeof *pool);
@@ -43,6 +46,7 @@ di_seq_state *di_seq_state_new_in(const di_model *m, di_kv_pool *pool) {
     s->pool = pool;
     s->dh = c->head_dim;
     s->idx_dim = c->index_head_dim;
+    s->row_bytes = di_kv_record_bytes(c->head_dim);
     s->key_bytes = di_index_key_bytes(c->index_head_dim);
     s->n_layers = m->n_total_layers;
     s->n_kv = c->n_kv_sources;
@@ -78,11 +82,11 @@ void di_seq_state_free(di_seq_state *s) {
     free(s);
 }
 
-void di_seq_append_entry(di_seq_state *s, int src, const float *ckv_row, const uint8_t *ikey_rec) {
+void di_seq_append_entry(di_seq_state *s, int src, const uint8_t *kv_rec, const uint8_t *ikey_rec) {
     di_kv_source_state *ks = &s->kv[src];
     assert(!s->mem); /* host states only: device backends write entries with their own kernels */
     assert(ks->n / s->pool->block_entries < ks->n_blocks); /* reserved beforehand */
-    memcpy(di_seq_ckv(s, src, ks->n), ckv_row, sizeof(float) * (size_t)s->dh);
+    memcpy(di_seq_kv_rec(s, src, ks->n), kv_rec, (size_t)s->row_bytes);
     memcpy(di_seq_ikey(s, src, ks->n), ikey_rec, (size_t)s->key_bytes);
     ks->n++;
 }
@@ -145,6 +149,14 @@ void di_seq_ikey_values(const di_seq_state *s, int src, int64_t g, float *out) {
     assert(bytes <= (int)sizeof rec);
     di_seq_state_read(s, rec, (const float *)di_seq_ikey(s, src, g), (size_t)bytes / 4);
     di_index_key_values((const uint8_t *)rec, s->idx_dim, out);
+}
+
+void di_seq_kv_values(const di_seq_state *s, int src, int64_t g, float *out) {
+    float rec[DI_FWD_MAX_HEAD_DIM]; /* the record, [bytes / 4] (< dh floats) */
+    const int bytes = s->row_bytes;
+    assert(bytes <= (int)sizeof rec);
+    di_seq_state_read(s, rec, (const float *)di_seq_kv_rec(s, src, g), (size_t)bytes / 4);
+    di_kv_record_values((const uint8_t *)rec, s->dh, out);
 }
 
 size_t di_seq_state_bytes(const di_model *m, const di_seq_state *s) {

@@ -33,6 +33,7 @@
 extern "C" {
 #include "backend/cpu/cpu_ops.h"
 #include "forward/index_key.h"
+#include "forward/kv_record.h"
 }
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -324,8 +325,8 @@ static void test_cmp_pair(int64_t n, int dh) {
 
 /* indexer.c index_scores over a paged pool, then the visible mask of di_cpu_indexer. The pool: fp32
  * keys inside their entries (key t at entry t's key_offset, entries of entry_floats), or (records) the
- * forward pass's blocks (state.h di_seq_ikey): [block_entries][key_offset] KV rows, then the
- * entries' key records (forward/index_key.h; entry_floats ignored) */
+ * forward pass's blocks (state.h di_seq_ikey): [block_entries][key_offset floats] KV row records, then
+ * the entries' key records (forward/index_key.h; entry_floats ignored) */
 static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int block_entries, int entry_floats,
                                    int key_offset, bool vis_null, bool records = false) {
     const int rec_floats = di_index_key_bytes(idim) / 4;
@@ -409,39 +410,47 @@ static void test_index_score_paged(int64_t R, int64_t P, int nh, int idim, int b
     free(pool), free(blocks), free(keys), free(qi), free(w), free(vis), free(ref), free(got);
 }
 
-/* di_index_key_quant (the CPU's records) against di_cuda_index_key_quant, byte for byte, on n keys of
- * wide-ranged values with zero, signed-zero, tiny (the scale's floor) and non-finite blocks, written
- * through a pointer list into entries of a pool (the compressor's use) */
-static void test_index_key_quant(int64_t n, int idim) {
-    const int bytes = di_index_key_bytes(idim), nb = idim / 32, entry = 4 * idim + 2 * bytes; /* an entry's bytes */
-    float *key = (float *)malloc(4 * n * idim);
-    fill_wide(key, n * idim, 1.0f);
+/* The CPU's records against the device's, byte for byte: index keys (kv false: di_index_key_quant /
+ * di_cuda_index_key_quant, blocks of 32) or compressed KV rows (kv true: di_kv_record_quant /
+ * di_cuda_kv_record_quant, blocks of 16), n vectors of dim wide-ranged values with zero,
+ * signed-zero, tiny (the scale's floor) and non-finite blocks, written through a pointer list into
+ * entries of a pool (the compressor's use) */
+static void test_record_quant(bool kv, int64_t n, int dim) {
+    const int blk = kv ? 16 : 32, nb = dim / blk;
+    const int bytes = kv ? di_kv_record_bytes(dim) : di_index_key_bytes(dim), entry = 4 * dim + 2 * bytes;
+    float *x = (float *)malloc(4 * n * dim);
+    fill_wide(x, n * dim, 1.0f);
     for (int64_t k = 0; k < n; k++) {
-        float *x = key + k * idim + 32 * (k % nb);
-        if (k % 5 == 1) for (int i = 0; i < 32; i++) x[i] = i % 2 ? -0.0f : 0.0f;
-        if (k % 5 == 2) for (int i = 0; i < 32; i++) x[i] *= 0x1p-126f;
-        if (k % 5 == 3) x[k % 32] = k % 2 ? NAN : -INFINITY;
+        float *v = x + k * dim + blk * (k % nb);
+        if (k % 5 == 1) for (int i = 0; i < blk; i++) v[i] = i % 2 ? -0.0f : 0.0f;
+        if (k % 5 == 2) for (int i = 0; i < blk; i++) v[i] *= kv ? 0x1p-12f : 0x1p-126f;
+        if (k % 5 == 3) v[k % blk] = k % 2 ? NAN : -INFINITY;
     }
     uint8_t *want = (uint8_t *)malloc((size_t)n * entry), *got = (uint8_t *)malloc((size_t)n * entry);
     memset(want, 0x5A, (size_t)n * entry);
-    for (int64_t k = 0; k < n; k++) di_index_key_quant(key + k * idim, idim, want + (n - 1 - k) * entry + 4 * idim);
+    for (int64_t k = 0; k < n; k++) {
+        uint8_t *rec = want + (n - 1 - k) * entry + 4 * dim;
+        if (kv) di_kv_record_quant(x + k * dim, dim, rec);
+        else di_index_key_quant(x + k * dim, dim, rec);
+    }
     memset(got, 0x5A, (size_t)n * entry); /* the pool before: the records' bytes 0x33, the rest as after */
-    for (int64_t k = 0; k < n; k++) memset(got + k * entry + 4 * idim, 0x33, (size_t)bytes);
+    for (int64_t k = 0; k < n; k++) memset(got + k * entry + 4 * dim, 0x33, (size_t)bytes);
     uint8_t *dpool = (uint8_t *)dev_upload(got, (size_t)n * entry);
     uint8_t **dst = (uint8_t **)malloc(sizeof(uint8_t *) * n);
-    for (int64_t k = 0; k < n; k++) dst[k] = dpool + (n - 1 - k) * entry + 4 * idim; /* reversed: a pointer list */
+    for (int64_t k = 0; k < n; k++) dst[k] = dpool + (n - 1 - k) * entry + 4 * dim; /* reversed: a pointer list */
     uint8_t **ddst = (uint8_t **)dev_upload(dst, sizeof(uint8_t *) * n);
-    float *dkey = (float *)dev_upload(key, 4 * n * idim);
-    di_cuda_index_key_quant(dkey, n, idim, bytes, ddst, 0);
+    float *dx = (float *)dev_upload(x, 4 * n * dim);
+    if (kv) di_cuda_kv_record_quant(dx, n, dim, bytes, ddst, 0);
+    else di_cuda_index_key_quant(dx, n, dim, bytes, ddst, 0);
     dev_download(got, dpool, (size_t)n * entry);
     int64_t bad = 0;
     for (int64_t i = 0; i < n * entry; i++) bad += got[i] != want[i];
-    printf("%s  %-20s n=%lld idim=%d  differing %lld / %lld bytes  [exact]\n", bad ? "FAIL" : "PASS", "index_key_quant",
-           (long long)n, idim, (long long)bad, (long long)(n * entry));
+    printf("%s  %-20s n=%lld dim=%d  differing %lld / %lld bytes  [exact]\n", bad ? "FAIL" : "PASS",
+           kv ? "kv_record_quant" : "index_key_quant", (long long)n, dim, (long long)bad, (long long)(n * entry));
     if (bad) g_fail++;
     else g_pass++;
-    cudaFree(dpool), cudaFree(ddst), cudaFree(dkey);
-    free(key), free(want), free(got), free(dst);
+    cudaFree(dpool), cudaFree(ddst), cudaFree(dx);
+    free(x), free(want), free(got), free(dst);
 }
 
 /* indexer.c candidate_pool (block max, pin, flags) and di_cpu_indexer's use of the flags. Scores
@@ -1722,12 +1731,18 @@ static void run_index_quick(void) {
      * permuted k, or scalar loads) */
     test_index_score_paged(9, 200, 32, 128, 16, 658, 522, false);
     test_index_score_paged(1, 300, 32, 128, 16, 658, 522, false);
-    /* key records in the forward pass's blocks (rows of key_offset floats, then the records; the
-     * released model: 512-float rows, 96-byte records): 4 blocks in one 16-byte load, or 1 to 3 blocks
-     * in 4-byte loads */
-    test_index_key_quant(300, 128);
-    test_index_key_quant(37, 96);
-    test_index_key_quant(50, 32);
+    /* the compressor's records, CPU against device */
+    test_record_quant(false, 300, 128);
+    test_record_quant(false, 37, 96);
+    test_record_quant(false, 50, 32);
+    test_record_quant(true, 300, 512);
+    test_record_quant(true, 37, 48);
+    test_record_quant(true, 50, 16);
+    /* key records in the forward pass's blocks (KV row records of key_offset floats, then the key
+     * records; the released model: 288-byte (72-float) rows, 96-byte key records; the tiny one:
+     * 64-byte rows, 32-byte keys): 4 blocks in one 16-byte load, or 1 to 3 blocks in 4-byte loads */
+    test_index_score_paged(2, 100, 32, 128, 16, 0, 72, false, true);
+    test_index_score_paged(1, 300, 32, 128, 16, 0, 72, false, true);
     test_index_score_paged(2, 100, 32, 128, 16, 0, 512, false, true);
     test_index_score_paged(1, 700, 32, 128, 16, 0, 512, false, true);
     test_index_score_paged(9, 200, 32, 128, 16, 0, 512, false, true);

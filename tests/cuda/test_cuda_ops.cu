@@ -27,6 +27,7 @@
 
 extern "C" {
 #include "backend/cpu/cpu_ops.h"
+#include "forward/kv_record.h"
 }
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
@@ -620,9 +621,12 @@ static void attn_mma_bound(const float *q, int H, int dim, const float *const *r
 
 /* null_run >= 0 blanks that run of 64 entries in every row; slice_rows > 0 forces the workspace
  * slicing (di_cuda_sparse_attn_sliced); misaligned puts the device KV rows one float off 16-byte
- * alignment (the kernels' scalar staging path); the last row of several is all NULL */
+ * alignment (the kernels' scalar staging path); records gives the device lists' even pool rows as
+ * compressed KV records (forward/kv_record.h, pointers marked DI_KV_REF_RECORD, as the list builder
+ * gives pool entries) and the odd ones as floats, the pool's values being the records' (so the
+ * kernels must decode them to the CPU's bits); the last row of several is all NULL */
 static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty, int null_run = -1,
-                           int64_t slice_rows = 0, bool misaligned = false) {
+                           int64_t slice_rows = 0, bool misaligned = false, bool records = false) {
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
     float *sink = (float *)malloc(4 * H), *ref = (float *)malloc(4 * nq * H * dim),
           *got = (float *)malloc(4 * nq * H * dim);
@@ -636,6 +640,13 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         for (int j = 0; j < n_idx; j++) idx[(nq - 1) * n_idx + j] = -1; /* a row with no entry */
     for (int64_t r = 0; r < nq && null_run >= 0; r++)
         for (int j = null_run * 64; j < n_idx && j < null_run * 64 + 64; j++) idx[r * n_idx + j] = -1;
+    const int rb = records ? di_kv_record_bytes(dim) : 0;
+    uint8_t *rec = (uint8_t *)malloc((size_t)pool * rb + 1), *drec = NULL;
+    for (int p = 0; records && p < pool; p++) {
+        di_kv_record_quant(kv + (size_t)p * dim, dim, rec + (size_t)p * rb);
+        di_kv_record_values(rec + (size_t)p * rb, dim, kv + (size_t)p * dim);
+    }
+    if (records) drec = (uint8_t *)dev_upload(rec, (size_t)pool * rb);
     float *dkv_alloc = (float *)dev_poisoned(4 * ((size_t)pool * dim + 1)), *dkv = dkv_alloc + (misaligned ? 1 : 0);
     CK(cudaMemcpy(dkv, kv, 4 * (size_t)pool * dim, cudaMemcpyHostToDevice));
     CK(cudaDeviceSynchronize()); /* as dev_upload */
@@ -644,6 +655,8 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     for (int64_t i = 0; i < nq * n_idx; i++) {
         hrows[i] = idx[i] < 0 ? NULL : kv + (size_t)idx[i] * dim;
         drows_h[i] = idx[i] < 0 ? NULL : dkv + (size_t)idx[i] * dim;
+        if (records && idx[i] >= 0 && idx[i] % 2 == 0)
+            drows_h[i] = (const float *)((uintptr_t)(drec + (size_t)idx[i] * rb) | DI_KV_REF_RECORD);
     }
     const float scale = 1.0f / sqrtf((float)dim);
     for (int64_t s = 0; s < nq; s++)
@@ -665,7 +678,8 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
                      pct_empty);
     if (null_run >= 0) n += snprintf(shape + n, sizeof shape - n, " null-run=%d", null_run);
     if (slice_rows > 0) n += snprintf(shape + n, sizeof shape - n, " slices=%lld", (long long)slice_rows);
-    if (misaligned) snprintf(shape + n, sizeof shape - n, " kv+4B");
+    if (misaligned) n += snprintf(shape + n, sizeof shape - n, " kv+4B");
+    if (records) snprintf(shape + n, sizeof shape - n, " records");
     compare("sparse_attn", shape, got, ref, nq * H, dim, CRIT_EXACT);
     if (di_cuda_sparse_attn_mma_supported(H, dim)) {
         /* the tensor-core paths: mma.sync with 16 and with 32 heads a block, within the bound of
@@ -737,8 +751,8 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         }
         free(bound), free(got16);
     }
-    cudaFree(dkv_alloc), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows);
-    free(q), free(kv), free(sink), free(ref), free(got), free(idx), free(hrows), free(drows_h);
+    cudaFree(dkv_alloc), cudaFree(dq), cudaFree(dsink), cudaFree(dout), cudaFree((void *)drows), cudaFree(drec);
+    free(q), free(kv), free(sink), free(ref), free(got), free(idx), free(hrows), free(drows_h), free(rec);
 }
 
 /* The tensor-core path's invariances, bit for bit: the live entries of a run moved to its end
@@ -1086,6 +1100,9 @@ static void run_quick(void) {
     test_attention(7, 20, 64, 200, 300, 10, 1, 3);          /* slices of 3, 3, 1 rows */
     test_attention(2, 16, 64, 0, 10, 0);                    /* empty lists */
     test_attention(2, 16, 64, 100, 50, 10, -1, 0, true);    /* KV rows not 16-byte aligned */
+    test_attention(2, 64, 512, 128 + 512, 4096, 5, -1, 0, false, true); /* pool entries as records */
+    test_attention(3, 24, 64, 300, 500, 10, 2, 0, false, true);
+    test_attention(7, 20, 48, 200, 300, 10, 1, 3, false, true); /* odd multiples of 16, slices */
     test_attention_mma_invariance(2, 24, 64, 150, 300, 30);
     test_attention_mma_invariance(3, 24, 64, 150, 300, 30, 0, DI_ATTN_SPLIT_FIXED);
     test_mhc(2, 4, 256);
@@ -1137,6 +1154,7 @@ static void run_attn(void) {
     test_attention(3, 64, 512, 100, 300, 30);
     test_attention(2, 64, 512, 128 + 512, 4096, 5, 3);
     test_attention(2, 128, 512, 128 + 512, 4096, 5, -1, 0, true);
+    test_attention(2, 64, 512, 128 + 512, 4096, 5, 3, 0, false, true); /* pool entries as records */
     test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20, 64);
     test_attention_mma_invariance(2, 64, 512, 128 + 512, 4096, 20);
     test_attention_mma_invariance(5, 64, 512, 128 + 512, 4096, 20, 0, DI_ATTN_SPLIT_FIXED);
@@ -1202,6 +1220,8 @@ static void run_full(void) {
     test_attention(2, 4, 37, 70, 50, 20);
     test_attention(2, 16, 64, 0, 10, 0);
     test_attention(2, 64, 512, 128 + 512, 4096, 5, -1, 0, true);
+    test_attention(2, 64, 512, 128 + 512, 4096, 5, 3, 0, false, true); /* records, a NULL run */
+    test_attention(3, 40, 512, 700, 2000, 10, 9, 0, false, true);
     test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20);
     test_attention_mma_invariance(6, 64, 512, 128 + 512, 4096, 20, 0, DI_ATTN_SPLIT_FIXED); /* batch-invariant mode */
     test_attention_mma_invariance(4, 64, 512, 128 + 512, 4096, 20, 64, DI_ATTN_SPLIT_WHOLE); /* wgmma, a CTA a row */

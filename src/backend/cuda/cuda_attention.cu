@@ -37,6 +37,7 @@
  * cudaFreeAsync on the caller's stream) per call; rows are processed in slices so that it stays
  * under ATT_WS_MAX_BYTES (256 MB, ~180 rows at the real shape). */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh" /* di_dev_load_kv4 */
 #include "backend/cuda/cuda_ops.h"
 
 #define ATT_RUN 64
@@ -66,7 +67,7 @@ static __host__ __device__ int att_kv_stride(int dim) { return att_q_stride(dim)
 #define ATT_STAGE_BATCH 16
 static __device__ void att_stage_rows(float *dst, int stride, const float *const *row_s, int n_rows, int dim) {
     const int t = threadIdx.x;
-    if (dim & 3) { /* small test dims only */
+    if (dim & 3) { /* small test dims only (never records: their dims are multiples of 16) */
         for (int x = t; x < n_rows * dim; x += ATT_THREADS) {
             const float *row = row_s[x / dim];
             dst[x / dim * stride + x % dim] = row ? row[x % dim] : 0.0f;
@@ -79,7 +80,7 @@ static __device__ void att_stage_rows(float *dst, int stride, const float *const
 #pragma unroll
         for (int u = 0; u < ATT_STAGE_BATCH; u++) {
             const int x = x0 + u * ATT_THREADS, c = x % n4 * 4;
-            v[u] = di_dev_load_row4(x < total ? row_s[x / n4] : nullptr, c);
+            v[u] = di_dev_load_kv4(x < total ? row_s[x / n4] : nullptr, c, dim);
         }
 #pragma unroll
         for (int u = 0; u < ATT_STAGE_BATCH; u++) {

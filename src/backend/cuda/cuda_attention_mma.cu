@@ -76,7 +76,8 @@ static size_t am_smem_bytes(int dim) {
  * Each thread issues AM_STAGE_BATCH float4 loads before storing any; consecutive threads take
  * consecutive float4s of a row (coalesced). A thread's float4s x = t + i AM_THREADS are (row x / n4,
  * column x % n4); both advance by a fixed step, so the divisions by the run-time n4 happen once a
- * thread, not twice a float4; the bf16 pairs come from one cvt each (di_bf16x2_rn_keep_nan). */
+ * thread, not twice a float4; the bf16 pairs come from one cvt each (di_bf16x2_rn_keep_nan). KV rows
+ * may be compressed KV records (di_dev_load_kv4_raw: 3 bytes a load), decoded to bf16. */
 template <bool ROPE> /* false: no rope code in the KV staging */
 static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *const *rows, int n_rows, int dim,
                                      const di_attn_rope &rope, int64_t row) {
@@ -87,27 +88,64 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
         if (c >= n4) c -= n4, r++;
     };
     int r0 = threadIdx.x / n4, c0 = threadIdx.x % n4; /* of x0 */
+    static_assert(AM_STAGE_BATCH <= 32, "a bit a load of the batch");
     for (int x0 = threadIdx.x; x0 < total; x0 += AM_STAGE_BATCH * AM_THREADS) {
-        float4 v[AM_STAGE_BATCH];
+        const auto live = [&](int u) { return x0 + u * AM_THREADS < total; };
+        uint32_t recs = 0, flts = 0; /* bit u: load u is of a compressed KV record / a row of floats */
         int r = r0, c = c0;
 #pragma unroll
-        for (int u = 0; u < AM_STAGE_BATCH; u++) {
-            v[u] = di_dev_load_row4(x0 + u * AM_THREADS < total ? rows[r] : nullptr, 4 * c);
+        for (int u = 0; u < AM_STAGE_BATCH && !ROPE; u++) {
+            const float *p = live(u) ? rows[r] : nullptr;
+            recs |= (uint32_t)di_dev_kv_is_record(p) << u;
+            flts |= (uint32_t)(p && !di_dev_kv_is_record(p)) << u;
             advance(r, c);
         }
-        const int r1 = r, c1 = c; /* the next batch's first */
         r = r0, c = c0;
+        if (!recs) { /* floats (and NULLs: zeros), AM_STAGE_BATCH float4 loads in flight */
+            float4 v[AM_STAGE_BATCH];
 #pragma unroll
-        for (int u = 0; u < AM_STAGE_BATCH; u++) {
-            if (x0 + u * AM_THREADS >= total) break;
-            if (ROPE) di_dev_rope4_apply(v[u], di_dev_rope4_coef(4 * c, dim, rope, row, false));
-            uint2 packed;
-            packed.x = di_bf16x2_rn_keep_nan(v[u].x, v[u].y);
-            packed.y = di_bf16x2_rn_keep_nan(v[u].z, v[u].w);
-            *(uint2 *)(dst + r * stride + 4 * c) = packed;
-            advance(r, c);
+            for (int u = 0; u < AM_STAGE_BATCH; u++) {
+                v[u] = di_dev_load_row4(live(u) ? rows[r] : nullptr, 4 * c);
+                advance(r, c);
+            }
+            r = r0, c = c0;
+#pragma unroll
+            for (int u = 0; u < AM_STAGE_BATCH; u++) {
+                if (!live(u)) break;
+                if (ROPE) di_dev_rope4_apply(v[u], di_dev_rope4_coef(4 * c, dim, rope, row, false));
+                uint2 packed;
+                packed.x = di_bf16x2_rn_keep_nan(v[u].x, v[u].y);
+                packed.y = di_bf16x2_rn_keep_nan(v[u].z, v[u].w);
+                *(uint2 *)(dst + r * stride + 4 * c) = packed;
+                advance(r, c);
+            }
+        } else if (!flts) { /* records (and NULLs: a zero word decodes to zeros), a word a record in flight */
+            uint32_t cw[AM_STAGE_BATCH], sb[AM_STAGE_BATCH];
+#pragma unroll
+            for (int u = 0; u < AM_STAGE_BATCH; u++) {
+                const uint8_t *rec = di_dev_kv_record(live(u) ? rows[r] : nullptr);
+                cw[u] = di_dev_kv_codes4(rec, 4 * c);
+                sb[u] = di_dev_kv_scale4(rec, 4 * c, dim);
+                advance(r, c);
+            }
+            r = r0, c = c0;
+#pragma unroll
+            for (int u = 0; u < AM_STAGE_BATCH; u++) {
+                if (!live(u)) break;
+                *(uint2 *)(dst + r * stride + 4 * c) = di_dev_kv_record_bf16x4(cw[u] | sb[u] << 16);
+                advance(r, c);
+            }
+        } else { /* the batch where the window's rows meet the records: a load at a time */
+            for (int u = 0; u < AM_STAGE_BATCH && live(u); u++) {
+                const float4 v = di_dev_load_kv4_raw(rows[r], 4 * c, dim);
+                *(uint2 *)(dst + r * stride + 4 * c) =
+                    recs >> u & 1 ? di_dev_kv_record_bf16x4(__float_as_uint(v.x))
+                                  : make_uint2(di_bf16x2_rn_keep_nan(v.x, v.y), di_bf16x2_rn_keep_nan(v.z, v.w));
+                advance(r, c);
+            }
         }
-        r0 = r1, c0 = c1;
+#pragma unroll
+        for (int u = 0; u < AM_STAGE_BATCH; u++) advance(r0, c0); /* the next batch's first */
     }
 }
 

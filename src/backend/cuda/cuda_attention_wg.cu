@@ -94,23 +94,49 @@ enum { BAR_Q = 0, BAR_FULL = 1, BAR_EMPTY = 3, BAR_X = 5 };
 
 /* tile [64 rows][512 dims] bf16 (swizzled slices) <- rows[0 .. n_live) (the rest zeros); thread pt
  * (0..127) of the producer converts dims 4 pt .. 4 pt + 3 of every row, with rope (q's staging;
- * cos NULL for KV rows) applied for query row `row` before the rounding */
+ * cos NULL for KV rows) applied for query row `row` before the rounding; KV rows may be compressed
+ * KV records (di_dev_load_kv4_raw), decoded to bf16 */
 template <bool ROPE> /* false: no rope code in the KV staging (the producer's registers are capped) */
 static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_live, int pt, const di_attn_rope &rope,
                                 int64_t row) {
     uint8_t *col = tile + (pt >> 4) * AW_SLICE + (pt & 1) * 8;
     const int chunk = (pt & 15) >> 1;
     const di_rope4_coef rc = ROPE ? di_dev_rope4_coef(4 * pt, AW_DIM, rope, row, false) : di_rope4_coef{}; /* one column */
+    static_assert(AW_BATCH <= 32, "a bit a row of the batch");
+    auto dst = [&](int r) { return (uint2 *)(col + r * 128 + ((chunk ^ (r & 7)) << 4)); };
     for (int r0 = 0; r0 < AW_RUN; r0 += AW_BATCH) {
-        float4 v[AW_BATCH];
+        uint32_t recs = 0, flts = 0; /* bit u: row r0 + u is a compressed KV record / a row of floats */
 #pragma unroll
-        for (int u = 0; u < AW_BATCH; u++) v[u] = di_dev_load_row4(r0 + u < n_live ? rows[r0 + u] : nullptr, 4 * pt);
+        for (int u = 0; u < AW_BATCH && !ROPE; u++) {
+            const float *p = r0 + u < n_live ? rows[r0 + u] : nullptr;
+            recs |= (uint32_t)di_dev_kv_is_record(p) << u;
+            flts |= (uint32_t)(p && !di_dev_kv_is_record(p)) << u;
+        }
+        if (!recs) { /* floats (and NULLs: zeros), AW_BATCH float4 loads in flight */
+            float4 v[AW_BATCH];
 #pragma unroll
-        for (int u = 0; u < AW_BATCH; u++) {
-            const int r = r0 + u;
-            if (ROPE) di_dev_rope4_apply(v[u], rc);
-            *(uint2 *)(col + r * 128 + ((chunk ^ (r & 7)) << 4)) =
-                make_uint2(di_bf16x2_rn(v[u].x, v[u].y), di_bf16x2_rn(v[u].z, v[u].w));
+            for (int u = 0; u < AW_BATCH; u++) v[u] = di_dev_load_row4(r0 + u < n_live ? rows[r0 + u] : nullptr, 4 * pt);
+#pragma unroll
+            for (int u = 0; u < AW_BATCH; u++) {
+                if (ROPE) di_dev_rope4_apply(v[u], rc);
+                *dst(r0 + u) = make_uint2(di_bf16x2_rn(v[u].x, v[u].y), di_bf16x2_rn(v[u].z, v[u].w));
+            }
+        } else if (!flts) { /* records (and NULLs: a zero word decodes to zeros), a word a row in flight */
+            uint32_t cw[AW_BATCH], sb[AW_BATCH];
+#pragma unroll
+            for (int u = 0; u < AW_BATCH; u++) {
+                const uint8_t *rec = di_dev_kv_record(r0 + u < n_live ? rows[r0 + u] : nullptr);
+                cw[u] = di_dev_kv_codes4(rec, 4 * pt);
+                sb[u] = di_dev_kv_scale4(rec, 4 * pt, AW_DIM);
+            }
+#pragma unroll
+            for (int u = 0; u < AW_BATCH; u++) *dst(r0 + u) = di_dev_kv_record_bf16x4(cw[u] | sb[u] << 16);
+        } else { /* the one batch of a run where the window's rows meet the records: a row at a time */
+            for (int u = 0; u < AW_BATCH; u++) {
+                const float4 v = di_dev_load_kv4_raw(r0 + u < n_live ? rows[r0 + u] : nullptr, 4 * pt, AW_DIM);
+                *dst(r0 + u) = recs >> u & 1 ? di_dev_kv_record_bf16x4(__float_as_uint(v.x))
+                                             : make_uint2(di_bf16x2_rn(v.x, v.y), di_bf16x2_rn(v.z, v.w));
+            }
         }
     }
 }

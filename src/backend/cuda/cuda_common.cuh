@@ -22,6 +22,9 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_ops.h"
+extern "C" {
+#include "forward/kv_record.h" /* the compressed KV record's layout */
+}
 
 #define DI_CUDA_CHECK(call)                                                                     \
     do {                                                                                        \

@@ -245,6 +245,10 @@ void di_cuda_cmp_pair(const float *const *k0, const float *const *z0, const floa
  * rec_bytes = di_index_key_bytes(idim)) at the device pointers dst [n]: the CPU's di_index_key_quant,
  * byte for byte */
 void di_cuda_index_key_quant(const float *key, int64_t n, int idim, int rec_bytes, uint8_t *const *dst, cudaStream_t s);
+/* fp4_act_quant(row, 16, e4m3) of n compressed KV rows [n, dh] fp32 into their records
+ * (forward/kv_record.h, rec_bytes = di_kv_record_bytes(dh)) at the device pointers dst [n]: the
+ * CPU's di_kv_record_quant, byte for byte */
+void di_cuda_kv_record_quant(const float *row, int64_t n, int dh, int rec_bytes, uint8_t *const *dst, cudaStream_t s);
 /* Per-row paging of a batched index-score call (device arrays [R]): the pool base, block table and
  * key count of each row's sequence. */
 typedef struct di_index_rows {

@@ -469,5 +469,54 @@ static __device__ __forceinline__ uint32_t di_bf16x2_rn_keep_nan(float lo, float
     if (isnan(lo) || isnan(hi)) return di_dev_bf16_bits(lo) | di_dev_bf16_bits(hi) << 16;
     return di_bf16x2_rn(lo, hi);
 }
+/* ---- compressed KV records in attention lists (forward/kv_record.h) ----
+ * An entry's values c .. c + 3 as loaded (c % 4 == 0): a row of floats (di_dev_load_row4), or, for
+ * a record (DI_KV_REF_RECORD in the pointer's low bit; dim % 16 == 0), its four e2m1 codes and
+ * their block's e4m3 scale byte in .x's bits (codes | scale << 16) -- a 2-byte and a 1-byte load
+ * where a row takes 16 bytes -- which di_dev_kv_record_bf16x4 decodes. The staging loops issue a
+ * batch of loads before converting any; a batch of records alone loads through di_dev_kv_codes4 /
+ * di_dev_kv_scale4 (predicated, no branch), since a use of a loaded value inside a row's branch (as
+ * the word's OR here) makes each row wait for its own loads: 3.2x the wgmma attention's time. */
+static __device__ __forceinline__ bool di_dev_kv_is_record(const float *row) {
+    return (reinterpret_cast<uintptr_t>(row) & DI_KV_REF_RECORD) != 0;
+}
+static __device__ __forceinline__ const uint8_t *di_dev_kv_record(const float *row) { /* NULL stays NULL */
+    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(row) & ~(uintptr_t)DI_KV_REF_RECORD);
+}
+static __device__ __forceinline__ uint32_t di_dev_kv_codes4(const uint8_t *rec, int c) { /* codes of c .. c + 3 */
+    return rec ? *reinterpret_cast<const uint16_t *>(rec + c / 2) : 0u;
+}
+static __device__ __forceinline__ uint32_t di_dev_kv_scale4(const uint8_t *rec, int c, int dim) { /* their scale byte */
+    return rec ? (uint32_t)rec[dim / 2 + c / DI_KV_RECORD_BLOCK] : 0u;
+}
+static __device__ __forceinline__ float4 di_dev_load_kv4_raw(const float *row, int c, int dim) {
+    if (!di_dev_kv_is_record(row)) return di_dev_load_row4(row, c);
+    const uint8_t *rec = di_dev_kv_record(row);
+    return float4{__uint_as_float(di_dev_kv_codes4(rec, c) | di_dev_kv_scale4(rec, c, dim) << 16), 0.0f, 0.0f, 0.0f};
+}
+/* the bf16 pairs (lower dim in the low half) of a record word: the codes widened to bf16 e2m1 values
+ * by byte permutes (the values' high and low bytes looked up apart, then interleaved), the signs
+ * set, times the scale in bf16 -- exact (a product has at most 6 significant bits), so these are
+ * the CPU's di_kv_record_values; the NaN scale byte 0x7F gives NaNs */
+static __device__ __forceinline__ uint2 di_dev_kv_record_bf16x4(uint32_t w) {
+    const uint32_t sel = w & 0x7777u; /* magnitude indices */
+    const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel); /* bf16 high bytes of 0 .5 1 1.5 | 2 3 4 6 */
+    const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel); /* and low bytes */
+    const uint32_t v0 = __byte_perm(lo, hi, 0x5140) | (w << 12 & 0x8000u) | (w << 24 & 0x80000000u);
+    const uint32_t v1 = __byte_perm(lo, hi, 0x7362) | (w << 4 & 0x8000u) | (w << 16 & 0x80000000u);
+    const uint32_t b = w >> 16; /* the scale's e4m3 byte (positive): its bf16 */
+    uint32_t s = b < 8 ? __float_as_uint((float)b * 0x1p-9f) >> 16 : (b << 4) + 0x3C00u;
+    if (b == DI_KV_RECORD_NAN) s = 0x7FC0u;
+    s |= s << 16;
+    return uint2{di_bf16x2_mul(v0, s), di_bf16x2_mul(v1, s)};
+}
+/* values c .. c + 3 of an entry as floats (the exact kernels' staging) */
+static __device__ __forceinline__ float4 di_dev_load_kv4(const float *row, int c, int dim) {
+    const float4 v = di_dev_load_kv4_raw(row, c, dim);
+    if (!di_dev_kv_is_record(row)) return v;
+    const uint2 b = di_dev_kv_record_bf16x4(__float_as_uint(v.x));
+    return float4{__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                  __uint_as_float(b.y & 0xffff0000u)};
+}
 
 #endif

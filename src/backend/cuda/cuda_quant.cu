@@ -7,6 +7,7 @@
  * thread per block, looping in order. The scale and the rounding are the CPU's expressions on the
  * device twins of numerics.h, so the results are bit-identical. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh" /* di_e4m3_code */
 #include "backend/cuda/cuda_ops.h"
 
 static __device__ __forceinline__ float fp4_scale(float amax, int kind) {
@@ -22,6 +23,12 @@ static __device__ __forceinline__ float fp4_code_value(float x, float s) {
     return di_dev_e2m1_rne(di_dev_clampf(x / s, -6.0f, 6.0f));
 }
 static __device__ __forceinline__ float fp4_value(float x, float s) { return di_dev_bf16_round(fp4_code_value(x, s) * s); }
+/* the e2m1 code (sign bit 8, magnitude index 0..7) of a grid value q */
+static __device__ __forceinline__ uint32_t fp4_code(float q) {
+    const float a2 = 2.0f * fabsf(q); /* 0, 1, 2, 3, 4, 6, 8, 12 -> magnitude index 0..7 */
+    const uint32_t m = a2 <= 4.0f ? (uint32_t)a2 : a2 == 6.0f ? 5u : a2 == 8.0f ? 6u : 7u;
+    return signbit(q) ? 8u | m : m;
+}
 
 /* x [n], one value per thread; group = 16 or 32 lanes per quantisation block */
 template <int GROUP, bool FP4>
@@ -84,9 +91,7 @@ __global__ void index_key_quant_kernel(const float *__restrict__ key, int64_t n,
     const float s = fp4_scale(amax, DI_FP4_SCALE_UE8M0);
     const float q = fp4_code_value(x, s);
     const bool finite = !__ballot_sync(0xffffffffu, isnan(q)) && isfinite(s);
-    const float a2 = 2.0f * fabsf(q); /* 0, 1, 2, 3, 4, 6, 8, 12 -> magnitude index 0..7 */
-    const uint32_t m = a2 <= 4.0f ? (uint32_t)a2 : a2 == 6.0f ? 5u : a2 == 8.0f ? 6u : 7u;
-    uint32_t word = (finite ? (signbit(q) ? 8u | m : m) : 0u) << (4 * (lane & 7));
+    uint32_t word = (finite ? fp4_code(q) : 0u) << (4 * (lane & 7));
     for (int o = 1; o < 8; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
     uint8_t *rec = dst[k];
     if ((lane & 7) == 0) reinterpret_cast<uint32_t *>(rec)[(lane >> 3) * nb + b] = word;
@@ -103,6 +108,44 @@ extern "C" void di_cuda_index_key_quant(const float *key, int64_t n, int idim, i
     if (n <= 0) return;
     const int64_t threads = 32 * n * (idim / 32);
     index_key_quant_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(key, n, idim, rec_bytes, dst);
+    DI_CUDA_LAUNCHED();
+}
+
+/* fp4_act_quant(row, 16, e4m3) of n rows [n, dh] into their records (forward/kv_record.h) at dst[i]:
+ * 16 lanes a block, lane i its dim i (the quantisation of quant_group_kernel); an even lane writes
+ * its pair's code byte, the group's first lane the scale byte (0x7F: the block held a NaN) */
+__global__ void kv_record_quant_kernel(const float *__restrict__ row, int64_t n, int dh, int rec_bytes,
+                                       uint8_t *const *__restrict__ dst) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* row i / dh, dim i % dh */
+    const bool live = i < n * dh;
+    const float x = live ? row[i] : 0.0f;
+    float amax = fabsf(x);
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = fp4_scale(amax, DI_FP4_SCALE_E4M3); /* 2^-9 .. 448 */
+    const float q = fp4_code_value(x, s);
+    const int lane = threadIdx.x & 31, g0 = lane & 16; /* the group's first lane */
+    const bool finite = !((__ballot_sync(0xffffffffu, isnan(q)) >> g0) & 0xffffu);
+    const uint32_t code = fp4_code(q);
+    const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
+    if (!live) return;
+    const int64_t k = i / dh;
+    const int d = (int)(i % dh);
+    uint8_t *rec = dst[k];
+    if (!(d & 1)) rec[d / 2] = finite ? (uint8_t)(code | hi << 4) : (uint8_t)0;
+    if ((d & 15) == 0) rec[dh / 2 + d / 16] = finite ? di_e4m3_code(s) : (uint8_t)DI_KV_RECORD_NAN;
+    if (d < 16) /* the padding (< 32 bytes) */
+        for (int j = dh / 2 + dh / 16 + d; j < rec_bytes; j += 16) rec[j] = 0;
+}
+
+extern "C" void di_cuda_kv_record_quant(const float *row, int64_t n, int dh, int rec_bytes, uint8_t *const *dst,
+                                        cudaStream_t s) {
+    if (dh % 16 || rec_bytes < dh / 2 + dh / 16 || rec_bytes > dh / 2 + dh / 16 + 32) {
+        fprintf(stderr, "di_cuda_kv_record_quant: %d dims in records of %d bytes\n", dh, rec_bytes);
+        abort();
+    }
+    if (n <= 0) return;
+    const int64_t threads = n * dh;
+    kv_record_quant_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(row, n, dh, rec_bytes, dst);
     DI_CUDA_LAUNCHED();
 }
 

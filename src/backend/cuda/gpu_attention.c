@@ -166,6 +166,7 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
         a.pool = f->d_pools;
         a.block_entries = b->seqs[0]->pool->block_entries;
         a.entry_floats = b->seqs[0]->pool->entry_floats;
+        a.row_bytes = b->seqs[0]->row_bytes;
     }
     const int n_list = W + a.sel_len;
     /* a decode step's ring write by the list builder: a row at position p replaces p - W, which only

@@ -16,8 +16,8 @@
 #include "backend/cuda/gpu_internal.h"
 
 void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
-void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
-                        uint64_t seed, cudaStream_t s);
+void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
+                        int key_bytes, int idim, uint64_t seed, cudaStream_t s);
 void gpu_profile(bool on, const char *const **names, double *seconds);
 
 /* ---- state memory (synchronous with respect to the backend's work: the default stream) ---- */
@@ -507,9 +507,9 @@ static void fill_random(void *dev, size_t bytes, uint64_t seed) {
     GPU_CK(cudaDeviceSynchronize());
 }
 
-static void fill_kv_pool(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
-                         uint64_t seed) {
-    gpu_fill_kv_blocks(dev, bytes, block_bytes, keys_offset, rec_bytes, idim, seed, 0);
+static void fill_kv_pool(void *dev, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
+                         int key_bytes, int idim, uint64_t seed) {
+    gpu_fill_kv_blocks(dev, bytes, block_bytes, block_entries, row_bytes, dh, key_bytes, idim, seed, 0);
     GPU_CK(cudaDeviceSynchronize());
 }
 

@@ -1,6 +1,6 @@
 /* CSA2 compressed global KV on the GPU: the twin of src/forward/indexer.c. The compressor of
- * KV-source layers (ratio-2 gated pairs, ratio-1 rows), the entries and index keys (their MXFP4
- * records, forward/index_key.h) written into the device pool, the lightning indexer's scores over
+ * KV-source layers (ratio-2 gated pairs, ratio-1 rows), the entries and index keys (their FP4 and
+ * MXFP4 records, forward/kv_record.h and index_key.h) written into the device pool, the lightning indexer's scores over
  * each sequence's paged keys, the candidate pool and the top-k (exact ties to the lower position,
  * as on the CPU).
  *
@@ -34,7 +34,7 @@ void gpu_compress(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float
     /* host plan: entries in append order, with their sources and destinations */
     const float **k0 = di_xmalloc(sizeof(float *) * (size_t)R), **z0 = di_xmalloc(sizeof(float *) * (size_t)R);
     const float **k1 = di_xmalloc(sizeof(float *) * (size_t)R), **z1 = di_xmalloc(sizeof(float *) * (size_t)R);
-    float **dst_kv = di_xmalloc(sizeof(float *) * (size_t)R);
+    uint8_t **dst_kv = di_xmalloc(sizeof(uint8_t *) * (size_t)R); /* the entries' KV row records */
     uint8_t **dst_key = di_xmalloc(sizeof(uint8_t *) * (size_t)R); /* the entries' key records */
     float *cs = di_xmalloc(sizeof(float) * (size_t)R * half), *sn = di_xmalloc(sizeof(float) * (size_t)R * half);
     float **pend_dst = di_xmalloc(sizeof(float *) * 2 * (size_t)b->n_seqs);
@@ -70,7 +70,7 @@ void gpu_compress(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float
                 ks->has_pending = false;
                 g = (p - 1) / 2;
             }
-            dst_kv[E] = di_seq_ckv(st, L->kv_slot, ks->n);
+            dst_kv[E] = di_seq_kv_rec(st, L->kv_slot, ks->n);
             dst_key[E] = di_seq_ikey(st, L->kv_slot, ks->n);
             ks->n++;
             di_model_rope_row(m, 1, g * L->ratio, cs + (size_t)E * half, sn + (size_t)E * half);
@@ -116,11 +116,9 @@ void gpu_compress(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float
         di_cuda_index_key_quant(key, E, idim, b->seqs[0]->key_bytes, d_dst_key, f->s); /* into the records */
         gpu_free(f, d_dst_key);
         di_cuda_rope(normed, E, 1, Dh, Dh - rd, rd, d_cs, d_sn, false, f->s);
-        di_cuda_fp4_quant_inplace(normed, (int64_t)E * Dh, 16, DI_FP4_SCALE_E4M3, f->s);
-        const float **src = di_xmalloc(sizeof(float *) * (size_t)E);
-        for (int e = 0; e < E; e++) src[e] = normed + (size_t)e * Dh;
-        gpu_copy_rows(f, dst_kv, src, E, Dh);
-        free(src);
+        uint8_t **d_dst_kv = gpu_upload(f, dst_kv, sizeof(uint8_t *) * (size_t)E);
+        di_cuda_kv_record_quant(normed, E, Dh, b->seqs[0]->row_bytes, d_dst_kv, f->s); /* into the records */
+        gpu_free(f, d_dst_kv);
         gpu_free(f, d_cs);
         gpu_free(f, d_sn);
         gpu_free(f, latent);
@@ -185,7 +183,7 @@ void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float 
         const di_seq_state *st = b->seqs[s];
         const int64_t P = st->kv[L->kv_slot].n;
         if (st->pool->block_entries != pool0->block_entries || st->pool->entry_floats != pool0->entry_floats ||
-            st->dh != b->seqs[0]->dh)
+            st->row_bytes != b->seqs[0]->row_bytes)
             di_die("indexer: sequences of one batch have differently shaped KV pools");
         if ((P < K ? (int)P : K) > sel_len) sel_len = P < K ? (int)P : K;
         if (P > Pmax) Pmax = P;
@@ -201,9 +199,10 @@ void gpu_indexer(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float 
                                 gpu_upload(f, row_keys, sizeof(int64_t) * (size_t)R)};
     int64_t *d_visible = gpu_upload(f, visible, sizeof(int64_t) * (size_t)R);
     float *score = gpu_alloc(f, sizeof(float) * (size_t)R * Pmax); /* [R, Pmax] */
-    /* a block's key records follow its KV rows (state.h di_seq_ikey) */
-    const int be = pool0->block_entries, dh = b->seqs[0]->dh, key_floats = b->seqs[0]->key_bytes / 4;
-    di_cuda_index_score_paged(qi, w, NULL, NULL, be, (int64_t)be * pool0->entry_floats, be * dh, key_floats, true, R,
+    /* a block's key records follow its KV row records (state.h di_seq_ikey) */
+    const int be = pool0->block_entries, key_floats = b->seqs[0]->key_bytes / 4;
+    const int keys_floats = (int)(di_seq_keys_offset(be, b->seqs[0]->row_bytes) / 4);
+    di_cuda_index_score_paged(qi, w, NULL, NULL, be, (int64_t)be * pool0->entry_floats, keys_floats, key_floats, true, R,
                               Pmax, nh, idim, d_visible, &rows, score, f->s);
     if (L->is_candidate_source) {
         const int64_t nb = (Pmax + bs - 1) / bs;

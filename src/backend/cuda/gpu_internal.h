@@ -256,7 +256,8 @@ typedef struct gpu_list_args {
     const int64_t *n_entries;  /* [n_seqs] compressed entries present */
     const int32_t *const *blocks; /* [n_seqs] block tables */
     const float *const *pool;  /* [n_seqs] pool base of each sequence (states may own pools) */
-    int block_entries, entry_floats; /* a block: [block_entries][dh] KV rows first (state.h di_seq_ckv) */
+    int block_entries, entry_floats; /* a block: [block_entries][row_bytes] KV row records first (state.h) */
+    int row_bytes;                   /* a KV row record's (forward/kv_record.h) */
 } gpu_list_args;
 void gpu_build_attn_lists(const gpu_list_args *a, int64_t R, int n_list, const float **list,
                           cudaStream_t s);

@@ -1,7 +1,8 @@
 /* Kernels of the GPU forward driver itself (gpu_internal.h): the attention index lists, built on
  * the device from the per-call tables and the indexer's selections in exactly the order of the
  * CPU's build_index_list (src/forward/attention.c; at decode the same launch writes the rows' kv
- * into their SWA rings), and the deterministic random fill that gives config-only models (the
+ * into their SWA rings; compressed entries are their pool records, marked DI_KV_REF_RECORD, which
+ * the attention kernels decode as they stage them), and the deterministic random fill that gives config-only models (the
  * benchmark's) their weights and its fast-forwarded sequences their KV entries. */
 #include <stdint.h>
 
@@ -42,7 +43,9 @@ __global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const f
         const int32_t g = a.sel[r * a.sel_stride + (j - nw)];
         if (g >= 0 && g < a.n_entries[s]) {
             const int32_t blk = a.blocks[s][g / a.block_entries];
-            out = a.pool[s] + (int64_t)blk * a.block_entries * a.entry_floats + (int64_t)(g % a.block_entries) * a.dh;
+            const uint8_t *rec = reinterpret_cast<const uint8_t *>(a.pool[s] + (int64_t)blk * a.block_entries * a.entry_floats) +
+                                 (int64_t)(g % a.block_entries) * a.row_bytes;
+            out = reinterpret_cast<const float *>(reinterpret_cast<uintptr_t>(rec) | DI_KV_REF_RECORD); /* a record */
         }
     }
     list[i] = out;
@@ -91,26 +94,29 @@ extern "C" void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind
     DI_CUDA_LAUNCHED();
 }
 
-/* KV pool blocks of block_bytes: small random floats up to keys_offset, then index key records of
- * rec_bytes (forward/index_key.h) of random codes and block scales 2^-7 .. 2^0, zero padding */
-__global__ void fill_kv_blocks_kernel(uint8_t *p, size_t bytes, int block_bytes, int keys_offset, int rec_bytes,
-                                      int idim, uint64_t seed) {
+/* KV pool blocks of block_bytes (state.h's layout): block_entries KV row records of row_bytes for dh
+ * dims (forward/kv_record.h: random codes, e4m3 scales 2^-6 .. 2^-5), then index key records of
+ * key_bytes for idim dims (forward/index_key.h: random codes, block scales 2^-7 .. 2^0); zero padding */
+__global__ void fill_kv_blocks_kernel(uint8_t *p, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
+                                      int key_bytes, int idim, uint64_t seed) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const int keys_offset = block_entries * row_bytes;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
         const uint64_t r = mix64(seed + i);
-        const int pos = (int)(i % (size_t)block_bytes), rel = (pos - keys_offset) % rec_bytes;
-        uint8_t v;
-        if (pos < keys_offset) v = random_byte(3, r, (size_t)pos);        /* RND_F32 (block_bytes % 4 == 0) */
-        else if (rel < idim / 2) v = random_byte(4, r, (size_t)rel);       /* codes */
-        else if (rel < idim / 2 + idim / 32) v = (uint8_t)(120 + r % 8); /* scales */
-        else v = 0;
+        const int pos = (int)(i % (size_t)block_bytes);
+        const int rel = pos < keys_offset ? pos % row_bytes : (pos - keys_offset) % key_bytes;
+        const int n_codes = pos < keys_offset ? dh / 2 : idim / 2, n_scales = pos < keys_offset ? dh / 16 : idim / 32;
+        uint8_t v = 0;
+        if (rel < n_codes) v = random_byte(4, r, (size_t)rel); /* codes */
+        else if (rel < n_codes + n_scales) v = pos < keys_offset ? (uint8_t)(8 + r % 8) : (uint8_t)(120 + r % 8);
         p[i] = v;
     }
 }
 
-extern "C" void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int keys_offset, int rec_bytes, int idim,
-                                   uint64_t seed, cudaStream_t s) {
+extern "C" void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
+                                   int key_bytes, int idim, uint64_t seed, cudaStream_t s) {
     if (!bytes) return;
-    fill_kv_blocks_kernel<<<1024, 256, 0, s>>>((uint8_t *)dev, bytes, block_bytes, keys_offset, rec_bytes, idim, seed);
+    fill_kv_blocks_kernel<<<1024, 256, 0, s>>>((uint8_t *)dev, bytes, block_bytes, block_entries, row_bytes, dh, key_bytes,
+                                               idim, seed);
     DI_CUDA_LAUNCHED();
 }
