@@ -46,7 +46,8 @@ typedef struct di_device_backend {
     di_status (*forward_end)(const di_model *m, di_batch *b, di_err *err);
     void (*describe)(char *buf, size_t cap);               /* device name and memory */
     /* benchmarks: the card's ceilings (copy GB/s, BF16 and FP8 TFLOP/s, measured now), free and
-     * total device memory, random bytes into device memory, and a full synchronisation */
+     * total device memory (a synchronisation; cached forward temporaries given back first), random
+     * bytes into device memory, and a full synchronisation */
     void (*ceilings)(bool quick, double *hbm_gbs, double *bf16_tflops, double *fp8_tflops);
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     void (*fill_random)(void *dev, size_t bytes, uint64_t seed);

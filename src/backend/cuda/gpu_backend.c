@@ -501,7 +501,17 @@ static void ceilings(bool quick, double *hbm_gbs, double *bf16_tflops, double *f
     *bf16_tflops = c.bf16_tflops;
     *fp8_tflops = c.fp8_tflops;
 }
-static void mem_info(size_t *free_b, size_t *total_b) { GPU_CK(cudaMemGetInfo(free_b, total_b)); }
+/* free device memory, counting what the stream-ordered pool keeps cached for forward temporaries (attach
+ * sets its release threshold to keep what it grew to) as free: the pool gives it back first */
+static void mem_info(size_t *free_b, size_t *total_b) {
+    cudaMemPool_t pool;
+    int dev = 0;
+    GPU_CK(cudaGetDevice(&dev));
+    GPU_CK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    GPU_CK(cudaDeviceSynchronize());
+    GPU_CK(cudaMemPoolTrimTo(pool, 0));
+    GPU_CK(cudaMemGetInfo(free_b, total_b));
+}
 static void fill_random(void *dev, size_t bytes, uint64_t seed) {
     gpu_fill_random(dev, bytes, seed, RND_F32, 0);
     GPU_CK(cudaDeviceSynchronize());
