@@ -16,7 +16,8 @@
  *   bound      exactly): |gpu - cpu| <= (K + 1) 2^-24 sum_k |x_k w_k|, plus 1 bf16 ulp in BF16 mode
  * Prints "SKIPPED: no CUDA device" and exits 0 where no GPU is present; exits 1 on any FAIL.
  * `test_cuda_ops --quick` runs small shapes only (for compute-sanitizer); `--attn` the attention
- * cases of the real shape (the wgmma kernel's) alone, `--mhc` the mHC cases, `--topk` small top-k cases. */
+ * cases of the real shape (the wgmma kernel's) alone, `--mhc` the mHC cases, `--topk` small top-k cases,
+ * `--records` small attention cases over compressed KV records. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -621,10 +622,11 @@ static void attn_mma_bound(const float *q, int H, int dim, const float *const *r
 
 /* null_run >= 0 blanks that run of 64 entries in every row; slice_rows > 0 forces the workspace
  * slicing (di_cuda_sparse_attn_sliced); misaligned puts the device KV rows one float off 16-byte
- * alignment (the kernels' scalar staging path); records gives the device lists' even pool rows as
- * compressed KV records (forward/kv_record.h, pointers marked DI_KV_REF_RECORD, as the list builder
- * gives pool entries) and the odd ones as floats, the pool's values being the records' (so the
- * kernels must decode them to the CPU's bits); the last row of several is all NULL */
+ * alignment (the kernels' scalar staging path); records gives the device lists' entries past a
+ * row's first quarter as compressed KV records (forward/kv_record.h, pointers marked
+ * DI_KV_REF_RECORD, as the list builder gives pool entries after the window's rows), the pool's
+ * values being the records' (so the kernels must decode them to the CPU's bits); the last row of
+ * several is all NULL */
 static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int pct_empty, int null_run = -1,
                            int64_t slice_rows = 0, bool misaligned = false, bool records = false) {
     float *q = (float *)malloc(4 * nq * H * dim), *kv = (float *)malloc(4 * (size_t)pool * dim);
@@ -655,7 +657,9 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
     for (int64_t i = 0; i < nq * n_idx; i++) {
         hrows[i] = idx[i] < 0 ? NULL : kv + (size_t)idx[i] * dim;
         drows_h[i] = idx[i] < 0 ? NULL : dkv + (size_t)idx[i] * dim;
-        if (records && idx[i] >= 0 && idx[i] % 2 == 0)
+        /* a row's first quarter floats (the window's place), then records, as the model's lists: batches
+         * of floats alone, of records alone, and where they meet */
+        if (records && idx[i] >= 0 && i % n_idx >= n_idx / 4)
             drows_h[i] = (const float *)((uintptr_t)(drec + (size_t)idx[i] * rb) | DI_KV_REF_RECORD);
     }
     const float scale = 1.0f / sqrtf((float)dim);
@@ -1161,6 +1165,13 @@ static void run_attn(void) {
     test_attention_mma_invariance(3, 64, 512, 128 + 512, 4096, 20, 64, DI_ATTN_SPLIT_WHOLE);
 }
 
+/* the attention cases over compressed KV records at small shapes (the CPU emulator runs them): --records */
+static void run_records(void) {
+    test_attention(3, 24, 64, 300, 500, 10, 2, 0, false, true);
+    test_attention(7, 20, 48, 200, 300, 10, 1, 3, false, true);
+    test_attention(2, 16, 64, 150, 40, 0, -1, 0, false, true); /* no NULLs: a run of floats, then records */
+}
+
 /* every case at the real shapes */
 static void run_full(void) {
     test_act_quant(5120 * 4, 32, 1.0f);
@@ -1261,6 +1272,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "--attn")) run_attn();
     else if (!strcmp(mode, "--topk")) run_topk_quick();
     else if (!strcmp(mode, "--quick")) run_quick();
+    else if (!strcmp(mode, "--records")) run_records();
     else run_full();
     di_cuda_ctx_free(&g_ctx);
     printf("%s: %d passed, %d failed\n", g_fail ? "FAIL" : "PASS", g_pass, g_fail);
