@@ -99,12 +99,18 @@ __global__ void index_key_quant_kernel(const float *__restrict__ key, int64_t n,
     if (b == 0 && idim / 2 + nb + lane < rec_bytes) rec[idim / 2 + nb + lane] = 0; /* the padding (< 32 bytes) */
 }
 
-extern "C" void di_cuda_index_key_quant(const float *key, int64_t n, int idim, int rec_bytes, uint8_t *const *dst,
-                                        cudaStream_t s) {
-    if (idim % 32 || rec_bytes < idim / 2 + idim / 32 || rec_bytes > idim / 2 + idim / 32 + 32) {
-        fprintf(stderr, "di_cuda_index_key_quant: %d dims in records of %d bytes\n", idim, rec_bytes);
+/* a record of dim dims, a scale a block: the codes and scales, padded by less than 32 bytes */
+static void check_record(const char *op, int dim, int block, int rec_bytes) {
+    const int used = dim / 2 + dim / block;
+    if (dim % block || rec_bytes < used || rec_bytes > used + 32) {
+        fprintf(stderr, "%s: %d dims in records of %d bytes\n", op, dim, rec_bytes);
         abort();
     }
+}
+
+extern "C" void di_cuda_index_key_quant(const float *key, int64_t n, int idim, int rec_bytes, uint8_t *const *dst,
+                                        cudaStream_t s) {
+    check_record("di_cuda_index_key_quant", idim, 32, rec_bytes);
     if (n <= 0) return;
     const int64_t threads = 32 * n * (idim / 32);
     index_key_quant_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(key, n, idim, rec_bytes, dst);
@@ -139,10 +145,7 @@ __global__ void kv_record_quant_kernel(const float *__restrict__ row, int64_t n,
 
 extern "C" void di_cuda_kv_record_quant(const float *row, int64_t n, int dh, int rec_bytes, uint8_t *const *dst,
                                         cudaStream_t s) {
-    if (dh % 16 || rec_bytes < dh / 2 + dh / 16 || rec_bytes > dh / 2 + dh / 16 + 32) {
-        fprintf(stderr, "di_cuda_kv_record_quant: %d dims in records of %d bytes\n", dh, rec_bytes);
-        abort();
-    }
+    check_record("di_cuda_kv_record_quant", dh, 16, rec_bytes);
     if (n <= 0) return;
     const int64_t threads = n * dh;
     kv_record_quant_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(row, n, dh, rec_bytes, dst);
