@@ -1681,11 +1681,17 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
 
 /* the wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
  * an empty group, groups of 9-130 rows (partial and several token tiles; 32-, 64- and 128-token
- * tiles), more stages than slots, wo_a's bf16 x FP8 slices; the FP4 dequantisation on every
- * input. Alone with --wgmma (a short run under the CPU emulator, compute-sanitizer). */
+ * tiles; tiles of at most half their tokens on wgmmas of half the width), more stages than
+ * slots, wo_a's bf16 x FP8 slices; the FP4 dequantisation on every input. Alone with --wgmma (a
+ * short run under the CPU emulator, compute-sanitizer). */
 static void run_wgmma_quick(void) {
-    const int r100[] = {100}, r40[] = {40}, pre_rows[] = {70, 0, 17, 130, 40}, dec_rows[] = {9, 0, 31, 12, 40, 16};
+    const int r100[] = {100}, r40[] = {40}, r160[] = {160}, pre_rows[] = {70, 0, 17, 130, 40},
+              dec_rows[] = {9, 0, 31, 12, 40, 16};
     test_wgmma_grouping(DI_DT_F8_E4M3, 1024, 64, r100, 0);
+    /* 160 rows: 128-token tiles, the second one half (32 rows on n64 wgmmas) against the halves'
+     * 80 rows on n128 -- the same bits whatever the wgmma's width */
+    test_wgmma_grouping(DI_DT_F8_E4M3, 512, 64, r160, 0);
+    test_wgmma_grouping(DI_DT_I8, 512, 96, r160, 0);
     test_wgmma_grouping(DI_DT_F8_E4M3, 512, 96, r40, 0);  /* halves of 20 rows on 32-token tiles */
     test_wgmma_grouping(DI_DT_I8, 512, 200, dec_rows, 6); /* 32-token tiles (mean 18), a group past one */
     test_linear_bf16w8(20, 256, 32, 3);  /* wo_a's block-diagonal slices (partial weight tiles) */

@@ -53,7 +53,12 @@
  * (1.54 ms of its 1.92 without any dequantisation). Session 19 (the plain forms, a scale check per
  * CTA, the stage's fence before the turn's wait): consumer loop 227 -> 170 SASS instructions a stage
  * (FP4, 64 tokens) and 199 -> 167 (FP8, 128); decode B = 128 / 256 7% / 6% faster, a 512-token
- * prefill 6%, a 4,096-token one 1.4%. */
+ * prefill 6%, a 4,096-token one 1.4%. Session 33: an FP4 tile of at most BT / 2 tokens runs wgmmas of
+ * half the width (B = 256: 32 rows an expert on 64-token tiles, the tensor pipe ~20% busy after), and
+ * the e2m1 tables' first words come from registers loaded once instead of a constant ptxas moved into
+ * a register at every use (FP4 consumer loop 168 -> 150 SASS instructions a stage but in the
+ * two-CTA kernels' 64-token loop, where the two registers cost spills): the routed experts' w1 / w3
+ * and w2 launches at B = 256 235 -> 202 and 238 -> 204 us, the step 70.7 -> 66.6 ms. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
@@ -159,6 +164,11 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
         y += gz * grp.y_col_off;
     }
     const int tid = threadIdx.x, wg = tid >> 7;
+    /* an FP4 tile whose tokens fit its first half runs the wgmmas of half the width (m64n(BT/2)k16):
+     * half the tensor work, and the producer copies half the activations (B = 256 of EP-8: 32 rows
+     * an expert on 64-token tiles, which stay 64 so that an expert's rows past 32 cost no second
+     * pass over its weights). Not FP8: its tiles are whole but for a matrix's last */
+    const bool half = FP4 && BT >= 64 && M - m0 <= BT / 2;
     if (tid == 0) {
         for (int i = 0; i < WG_SLOTS; i++) {
             di_mbar_init(&full[i], 128);  /* the producer's threads, once their copies landed */
@@ -188,6 +198,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             uint8_t *x16 = smem + (st % WG_SLOTS) * L::SLOT, *w = x16 + L::X16;
 #pragma unroll
             for (int i = 0; i < BT / 16; i++) { /* 16 tokens a pass of 128 threads */
+                if (half && i >= BT / 32) break; /* the consumers read the tile's first half alone */
                 const int r = xr + 16 * i;
                 const bool ok = m0 + r < M;
                 di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * lda + 64 * st : xb, ok);
@@ -231,6 +242,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int ra = wg * 64 + (warp & 3) * 16 + g, tc0 = 2 * t4;
     const uint8_t *sca = scales + (FP4 ? ra : ra / 32) * nbs, *scb = FP4 ? sca + 8 * nbs : sca;
+    uint32_t lut_pos = 0u, lut_neg = 0u; /* the FP4 tables' first words in registers */
+    if (FP4) di_e2m1_off64_lut(&lut_pos, &lut_neg);
     float d[4 * NI];
 #pragma unroll
     for (int i = 0; i < 4 * NI; i++) d[i] = 0.0f;
@@ -239,7 +252,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
      * e[h][j]: the scale bytes of row ra + 8 h, block j of the stage. PLAIN: every scale byte of the
      * CTA's rows plain -- FP4: di_e2m1_bf16_scale's one bf16 fma a pair of values; FP8: the
      * multiplier of di_e4m3x2_to_bf16x2_m112's values as two bf16 bytes, one multiply a pair */
-    auto dequant = [&](const uint8_t *slot, const uint32_t (&e)[2][2], uint32_t (&a)[4][4], auto plain_tag) {
+    auto dequant = [&](const uint8_t *slot, const uint32_t (&e)[2][2], uint32_t (&a)[4][4], auto plain_tag, uint32_t lp,
+                       uint32_t ln) { /* lp / ln: the FP4 tables' first words */
         constexpr bool PLAIN = decltype(plain_tag)::value;
         const uint8_t *w = slot + L::X16 + ra * RB;
 #pragma unroll
@@ -257,9 +271,9 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
                 for (int kk = 2 * j; kk < 2 * j + 2; kk++) {
                     if (FP4) { /* byte t of words 2kk, 2kk + 1: k 2t, 2t + 1 and 2t + 8, 2t + 9 */
                         uint32_t o[2];
-                        di_off64x4_to_bf16x4(
-                            di_e2m1x4_to_off64(__byte_perm(v[2 * kk], v[2 * kk + 1], (uint32_t)(t4 | (t4 + 4) << 4))),
-                            di_e2m1_bf16_scale(e[h][j], PLAIN), PLAIN, o);
+                        const uint32_t nib = __byte_perm(v[2 * kk], v[2 * kk + 1], (uint32_t)(t4 | (t4 + 4) << 4));
+                        di_off64x4_to_bf16x4(di_e2m1x4_to_off64(nib, lp, ln), di_e2m1_bf16_scale(e[h][j], PLAIN), PLAIN,
+                                             o);
                         a[kk][h] = o[0];
                         a[kk][h + 2] = o[1];
                     } else { /* bytes 2t, 2t + 1 of words 4kk, 4kk + 1 (k 2t ..) and 4kk + 2, + 3 (k 2t + 8 ..) */
@@ -288,13 +302,17 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
      * consumer 1 issued st -- so one dequantises while the other's wgmmas run, instead of both
      * dequantising at once and then both waiting on the tensor cores. */
     uint32_t a[4][4];
-    auto stages = [&](auto plain_tag) {
+    auto stages = [&](auto &d, auto plain_tag) { /* d: [4 * NI] of BT tokens, or [2 * NI] of a half tile */
+        /* the FP4 tables' words from registers, but in the two-CTA kernels' 64-token loops: there
+         * the two registers cost spills (ptxas then rematerialises the constants, ~16 moves a stage) */
+        constexpr bool tight = L::CTAS_PER_SM == 2 && std::extent<std::remove_reference_t<decltype(d)>>::value == 32;
+        const uint32_t lp = tight ? DI_E2M1_OFF64_POS_LO : lut_pos, ln = tight ? DI_E2M1_OFF64_NEG_LO : lut_neg;
         for (int st = 0, si = 0, phase = 0; st < nk; st++) { /* si = st % WG_SLOTS, phase = (st / WG_SLOTS) & 1 */
             const uint8_t *slot = smem + si * L::SLOT;
             const uint64_t desc = di_wgmma_desc_sw128(slot); /* the slot's activations: wgmma's B */
             di_mbar_wait(&full[si], phase);
             const uint32_t e[2][2] = {{sca[2 * st], sca[2 * st + 1]}, {scb[2 * st], scb[2 * st + 1]}};
-            dequant(slot, e, a, plain_tag);
+            dequant(slot, e, a, plain_tag, lp, ln);
             /* the fence first: the fragments' registers are written before it, so ptxas cannot move
              * the dequantisation past the turn's wait (with the wait first it moved most of it there,
              * and one consumer's dequantisation no longer overlapped the other's wgmmas) */
@@ -312,11 +330,35 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     /* stage 0's arrival releases the producer's count of scale words not plain (counted before its
      * threads arrived): the CTA's stages all take the plain dequantisation or all the general one */
     if (nk > 0) di_mbar_wait(&full[0], 0);
-    if ((FP4 || BT > 32) && (nk == 0 || *odd_scales == 0)) stages(std::true_type());
-    else stages(std::false_type()); /* 32-token FP8 tiles: the general form (shorter chain, one-wave grids) */
+    const bool round = ksplit == 1; /* partial sums stay fp32 */
+    if constexpr (FP4 && BT >= 64) { /* a half tile: its own accumulators and stores */
+        if (half) {
+            float dh[2 * NI];
+#pragma unroll
+            for (int i = 0; i < 2 * NI; i++) dh[i] = 0.0f;
+            if (nk == 0 || *odd_scales == 0) stages(dh, std::true_type());
+            else stages(dh, std::false_type());
+            di_wgmma_pin(dh);
+#pragma unroll
+            for (int i = 0; i < NI / 2; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t tok = m0 + tc0 + 8 * i + h;
+                    if (tok >= M) continue;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int64_t n = n0 + ra + 8 * r;
+                        const float v = dh[4 * i + 2 * r + h];
+                        if (n < N) y[tok * ldy + n] = round ? di_dev_bf16_round(v) : v;
+                    }
+                }
+            return;
+        }
+    }
+    if ((FP4 || BT > 32) && (nk == 0 || *odd_scales == 0)) stages(d, std::true_type());
+    else stages(d, std::false_type()); /* 32-token FP8 tiles: the general form (shorter chain, one-wave grids) */
     di_wgmma_pin(d);
 
-    const bool round = ksplit == 1; /* partial sums stay fp32 */
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll

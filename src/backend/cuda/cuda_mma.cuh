@@ -326,9 +326,22 @@ static __device__ __forceinline__ void di_e2m1x8_to_s8x8(uint32_t w, uint32_t *l
  * byte comes from one byte-permute table, a negative code's from a second table looked up with every
  * sign flipped; each table's bytes are below 0x80, so prmt's sign-replicate flag (a code's sign bit)
  * zeroes the other sign's bytes in each lookup. -0 comes out as +0's byte. Four instructions. */
-static __device__ __forceinline__ uint32_t di_e2m1x4_to_off64(uint32_t nib16) {
-    const uint32_t pos_lo = 0x43424140u, pos_hi = 0x4C484644u; /* 64 + 2 v for 0, .5, 1, 1.5 | 2, 3, 4, 6 */
-    const uint32_t neg_lo = 0x3D3E3F40u, neg_hi = 0x34383A3Cu; /* 64 - 2 v */
+#define DI_E2M1_OFF64_POS_LO 0x43424140u /* 64 + 2 v for 0, .5, 1, 1.5 */
+#define DI_E2M1_OFF64_NEG_LO 0x3D3E3F40u /* 64 - 2 v for the same */
+/* pos_lo / neg_lo: the tables' first words, DI_E2M1_OFF64_POS_LO / _NEG_LO -- a caller in a hot loop
+ * passes them in registers it loaded once (di_e2m1_off64_lut): the instruction takes one table word
+ * as an immediate, and given constants for both, ptxas rematerialised the other into a register at
+ * every use (~16 moves a stage of the wgmma GEMM, ~32 a 16-key step of the index scores) */
+__device__ static const uint32_t di_e2m1_off64_lo_tab[2] = {DI_E2M1_OFF64_POS_LO, DI_E2M1_OFF64_NEG_LO};
+/* the two words by a volatile load, once a kernel: a value ptxas cannot rematerialise */
+static __device__ __forceinline__ void di_e2m1_off64_lut(uint32_t *pos_lo, uint32_t *neg_lo) {
+    const volatile uint32_t *t = di_e2m1_off64_lo_tab;
+    *pos_lo = t[0], *neg_lo = t[1];
+}
+static __device__ __forceinline__ uint32_t di_e2m1x4_to_off64(uint32_t nib16, uint32_t pos_lo = DI_E2M1_OFF64_POS_LO,
+                                                              uint32_t neg_lo = DI_E2M1_OFF64_NEG_LO) {
+    const uint32_t pos_hi = 0x4C484644u; /* 64 + 2 v for 2, 3, 4, 6 */
+    const uint32_t neg_hi = 0x34383A3Cu; /* 64 - 2 v */
 #ifdef DI_CUDA_EMU_H
     static const uint8_t tw[8] = {0, 1, 2, 3, 4, 6, 8, 12};
     uint32_t r = 0;
