@@ -46,7 +46,11 @@
  * 1,039 -> 1,095 us, B = 8 181 -> 184, B = 1 36.0 -> 37.6; session 31): the keys' bytes never bound
  * it -- ncu, a B = 64 launch: issue slots 63% busy with ~1.4 eligible warps a scheduler, DRAM 9%, the
  * ALU pipe 54%, ~100 warp instructions a (row, key) against 4 mma; one block-table load a step
- * instead of one a key ran no faster. */
+ * instead of one a key ran no faster. Session 33: at 3 CTAs a multiprocessor the records kernel had 80
+ * registers and ~65 spill loads / stores a 16-key step (1,447 SASS instructions; the fp32 kernels
+ * spill little); at 2 it has 118 and none, and the e2m1 tables' first words come from registers
+ * (di_e2m1_off64_lut): 1,295 a step. 128K context: a B = 256 launch (8 rows a CTA) 161 -> 134 us, B =
+ * 64 57 -> 43, B = 8 18-20 -> 16-17; the B = 256 step 111.5 -> 103.9 ms. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_ops.h"
@@ -54,6 +58,10 @@
 
 #define IM_WARPS 8 /* query rows per CTA */
 #define IM_BLOCKS_PER_SM 3 /* CTAs a multiprocessor holds (shared memory: 3 x 68 KB) */
+/* the records' kernel (LW 0) at IM_BLOCKS_PER_SM: 80 registers, and ~65 spill loads / stores a
+ * 16-key step; two CTAs leave it 128 (session 33) */
+#define IM_REC_BLOCKS_PER_SM 2
+#define IM_CTAS_PER_SM(records) ((records) ? IM_REC_BLOCKS_PER_SM : IM_BLOCKS_PER_SM)
 #define IM_NT 2    /* n8 key tiles per step */
 #define IM_MAX_KS 8 /* k16 steps: idim <= 128 */
 #define IM_MAX_HEADS 32
@@ -130,10 +138,11 @@ static __device__ __forceinline__ void im_load_record(const uint8_t *rec, int nb
 }
 /* the b fragments of k16 steps 2 b and 2 b + 1 from block b's word (dims 8 t4 .. 8 t4 + 7 of the
  * block, lower dims in the lower nibbles): the codes' e2m1 values as bf16, unscaled */
-static __device__ __forceinline__ void im_record_b(uint32_t word, uint32_t b_lo[2], uint32_t b_hi[2]) {
+static __device__ __forceinline__ void im_record_b(uint32_t word, uint32_t lut_pos, uint32_t lut_neg, uint32_t b_lo[2],
+                                                   uint32_t b_hi[2]) { /* lut_*: di_e2m1_off64_lut's */
     const di_e2m1_scale unit = {0x3F003F00u, 0xC2C0C2C0u, 0u}; /* 0.5 (192 + 2v) - 96 = v */
-    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(word & 0xffffu), unit, true, b_lo);
-    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(word >> 16), unit, true, b_hi);
+    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(word & 0xffffu, lut_pos, lut_neg), unit, true, b_lo);
+    di_off64x4_to_bf16x4(di_e2m1x4_to_off64(word >> 16, lut_pos, lut_neg), unit, true, b_hi);
 }
 /* a block scale byte as the double 2^(e - 127) (255: NaN, the record's mark of a non-finite block) */
 static __device__ __forceinline__ double im_scale(uint32_t bytes, int b) {
@@ -157,7 +166,7 @@ static __device__ __forceinline__ void im_stage_q_pair(const float *__restrict__
  * di_cuda_index_score_paged's (block_entries = 2^be_shift); LW: floats a key load (block_floats,
  * key_offset and key_stride multiples of it), or 0: keys are records (16-byte aligned) */
 template <int LW, bool SHARED>
-__global__ void __launch_bounds__(IM_WARPS * 32, IM_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(IM_WARPS * 32, IM_CTAS_PER_SM(LW == 0))
 index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ pool,
                        const int32_t *__restrict__ blocks, int be_shift, int64_t block_floats, int key_offset,
                        int key_stride, int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
@@ -216,6 +225,8 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
         }
 
     const int nb = idim / 32; /* LW 0: a record's blocks */
+    uint32_t lut_pos = 0u, lut_neg = 0u; /* LW 0: the e2m1 tables' first words in registers */
+    if (LW == 0) di_e2m1_off64_lut(&lut_pos, &lut_neg);
     /* key t's record or floats (t < live: P < 2^31) */
     auto key_at = [&](int64_t t) {
         const int tt = (int)t;
@@ -255,7 +266,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
 #pragma unroll
                 for (int bb = 0; bb < 4; bb++) {
                     if (bb >= nb) break;
-                    im_record_b(wd[j][bb], b[j][2 * bb], b[j][2 * bb + 1]);
+                    im_record_b(wd[j][bb], lut_pos, lut_neg, b[j][2 * bb], b[j][2 * bb + 1]);
                     skd[0][bb] = im_scale(sc[j][0], bb);
                     skd[1][bb] = im_scale(sc[j][1], bb);
                 }
@@ -341,7 +352,7 @@ void di_cuda_index_score_paged(const float *qi, const float *w, const float *poo
      * all its keys alone), into as many chunks as one wave holds; each score is computed the same
      * whatever the split */
     const int64_t step = 8 * IM_NT, tiles = (P + step - 1) / step, row_groups = (R + rpc - 1) / rpc;
-    int64_t chunks = (int64_t)di_cuda_sm_count() * IM_BLOCKS_PER_SM / row_groups;
+    int64_t chunks = (int64_t)di_cuda_sm_count() * IM_CTAS_PER_SM(records) / row_groups;
     if (chunks < 1) chunks = 1;
     if (chunks > tiles) chunks = tiles;
     const int64_t warp_tiles = (tiles + chunks * wpr - 1) / (chunks * wpr); /* key steps a warp */
