@@ -330,8 +330,25 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     /* stage 0's arrival releases the producer's count of scale words not plain (counted before its
      * threads arrived): the CTA's stages all take the plain dequantisation or all the general one */
     if (nk > 0) di_mbar_wait(&full[0], 0);
-    const bool round = ksplit == 1; /* partial sums stay fp32 */
-    if constexpr (FP4 && BT >= 64) { /* a half tile: its own accumulators and stores */
+    /* dd's NI' = extent / 4 column groups of D into y (rounded to bf16 but for K splits' fp32 parts) */
+    auto store = [&](const auto &dd) {
+        constexpr int NJ = std::extent<std::remove_reference_t<decltype(dd)>>::value / 4;
+        const bool round = ksplit == 1;
+#pragma unroll
+        for (int i = 0; i < NJ; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t tok = m0 + tc0 + 8 * i + h;
+                if (tok >= M) continue;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int64_t n = n0 + ra + 8 * r;
+                    const float v = dd[4 * i + 2 * r + h];
+                    if (n < N) y[tok * ldy + n] = round ? di_dev_bf16_round(v) : v;
+                }
+            }
+    };
+    if constexpr (FP4 && BT >= 64) { /* a half tile: its own accumulators */
         if (half) {
             float dh[2 * NI];
 #pragma unroll
@@ -339,39 +356,14 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             if (nk == 0 || *odd_scales == 0) stages(dh, std::true_type());
             else stages(dh, std::false_type());
             di_wgmma_pin(dh);
-#pragma unroll
-            for (int i = 0; i < NI / 2; i++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int64_t tok = m0 + tc0 + 8 * i + h;
-                    if (tok >= M) continue;
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int64_t n = n0 + ra + 8 * r;
-                        const float v = dh[4 * i + 2 * r + h];
-                        if (n < N) y[tok * ldy + n] = round ? di_dev_bf16_round(v) : v;
-                    }
-                }
+            store(dh);
             return;
         }
     }
     if ((FP4 || BT > 32) && (nk == 0 || *odd_scales == 0)) stages(d, std::true_type());
     else stages(d, std::false_type()); /* 32-token FP8 tiles: the general form (shorter chain, one-wave grids) */
     di_wgmma_pin(d);
-
-#pragma unroll
-    for (int i = 0; i < NI; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t tok = m0 + tc0 + 8 * i + h;
-            if (tok >= M) continue;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int64_t n = n0 + ra + 8 * r;
-                const float v = d[4 * i + 2 * r + h];
-                if (n < N) y[tok * ldy + n] = round ? di_dev_bf16_round(v) : v;
-            }
-        }
+    store(d);
 }
 
 template <bool FP4, int BT>
