@@ -5,6 +5,7 @@
 #define DI_TEST_HARNESS_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,12 @@ static int g_test_pass, g_test_fail;
 
 #define TEST_SUMMARY()                                                                \
     (printf("%d passed, %d failed\n", g_test_pass, g_test_fail), g_test_fail ? 1 : 0)
+
+/* A uniform double in [0, 1) from a xorshift64 state (tests' reproducible random data). */
+static inline double test_unit(uint64_t *state) {
+    *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+    return (double)(*state >> 11) / 9007199254740992.0;
+}
 
 /* Where the bundled tiny fixture lives inside the repository. */
 #define DI_TINY_FIXTURE_DIR "tests/data/v41-tiny"

@@ -16,10 +16,7 @@
 #include "test_harness.h"
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static double unit(void) {
-    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) / 9007199254740992.0;
-}
+static double unit(void) { return test_unit(&g_rng); }
 
 /* values of the record against the quantiser's, bitwise; returns the count that differ */
 static int round_trip(const float *row, int dh) {

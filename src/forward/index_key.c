@@ -24,18 +24,10 @@ void di_index_key_quant(const float *key, int idim, uint8_t *rec) {
     const int nb = idim / KEY_BLOCK;
     memset(rec, 0, (size_t)di_index_key_bytes(idim));
     for (int b = 0; b < nb; b++) {
-        const float *x = key + b * KEY_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < KEY_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
-        const float s = di_cpu_fp4_scale(amax, DI_FP4_SCALE_UE8M0); /* 2^-126 .. 2^126, or inf */
+        float s; /* 2^-126 .. 2^126, or inf */
         uint8_t codes[KEY_BLOCK];
-        bool finite = isfinite(s);
-        for (int i = 0; i < KEY_BLOCK && finite; i++) {
-            const float q = di_cpu_fp4_code_value(x[i], s); /* di_cpu_fp4_quant_inplace's */
-            finite = !isnan(q);
-            if (finite) codes[i] = (uint8_t)di_e2m1_encode(q);
-        }
-        if (!finite) { /* a NaN or infinite value: the block reads back as NaN */
+        if (!di_cpu_fp4_block_codes(key + b * KEY_BLOCK, KEY_BLOCK, DI_FP4_SCALE_UE8M0, &s, codes)) {
+            /* a NaN or infinite value: the block reads back as NaN */
             rec[idim / 2 + b] = 255;
             continue;
         }

@@ -4,7 +4,6 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <assert.h>
-#include <math.h>
 #include <string.h>
 
 int di_kv_record_bytes(int dh) {
@@ -15,18 +14,10 @@ int di_kv_record_bytes(int dh) {
 void di_kv_record_quant(const float *row, int dh, uint8_t *rec) {
     memset(rec, 0, (size_t)di_kv_record_bytes(dh));
     for (int b = 0; b < dh / DI_KV_RECORD_BLOCK; b++) {
-        const float *x = row + b * DI_KV_RECORD_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < DI_KV_RECORD_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
-        const float s = di_cpu_fp4_scale(amax, DI_FP4_SCALE_E4M3); /* 2^-9 .. 448: always finite */
+        float s; /* 2^-9 .. 448: always finite */
         uint8_t codes[DI_KV_RECORD_BLOCK];
-        bool finite = true;
-        for (int i = 0; i < DI_KV_RECORD_BLOCK && finite; i++) {
-            const float q = di_cpu_fp4_code_value(x[i], s); /* di_cpu_fp4_quant_inplace's */
-            finite = !isnan(q);
-            if (finite) codes[i] = (uint8_t)di_e2m1_encode(q);
-        }
-        if (!finite) { /* a NaN: the block reads back as NaN */
+        if (!di_cpu_fp4_block_codes(row + b * DI_KV_RECORD_BLOCK, DI_KV_RECORD_BLOCK, DI_FP4_SCALE_E4M3, &s, codes)) {
+            /* a NaN: the block reads back as NaN */
             rec[dh / 2 + b] = DI_KV_RECORD_NAN;
             continue;
         }

@@ -23,6 +23,10 @@ void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind)
 float di_cpu_fp4_scale(float amax, di_fp4_scale kind);
 /* the e2m1 grid value (code value, before the scale) fp4_act_quant gives x in a block of scale s */
 float di_cpu_fp4_code_value(float x, float s);
+/* One block of n values of fp4_act_quant as e2m1 codes (sign bit 8, magnitude index 0..7), the form
+ * the pool's records store: *scale its scale, codes [n]; false (codes unset) where the scale is not
+ * finite or a value is NaN -- a block the records mark as not finite. */
+bool di_cpu_fp4_block_codes(const float *x, int n, di_fp4_scale kind, float *scale, uint8_t *codes);
 void di_cpu_rmsnorm(const float *x, const void *w_bf16, int64_t m, int64_t d, float eps, float *y);
 /* One 32-value (or n-value) block of act_quant: q = e4m3 grid values, *scale = power of two. */
 void di_cpu_act_quant_block(const float *x, int n, float *q, float *scale_out);

@@ -30,6 +30,19 @@ float di_cpu_fp4_scale(float amax, di_fp4_scale kind) {
 
 float di_cpu_fp4_code_value(float x, float s) { return di_e2m1_rne(di_clampf(x / s, -6.0f, 6.0f)); }
 
+bool di_cpu_fp4_block_codes(const float *x, int n, di_fp4_scale kind, float *scale, uint8_t *codes) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float s = *scale = di_cpu_fp4_scale(amax, kind);
+    if (!isfinite(s)) return false;
+    for (int i = 0; i < n; i++) {
+        const float q = di_cpu_fp4_code_value(x[i], s); /* di_cpu_fp4_quant_inplace's */
+        if (isnan(q)) return false;
+        codes[i] = (uint8_t)di_e2m1_encode(q);
+    }
+    return true;
+}
+
 void di_cpu_fp4_quant_inplace(float *x, int64_t n, int block, di_fp4_scale kind) {
     assert(n % block == 0);
     for (int64_t b = 0; b < n; b += block) {
