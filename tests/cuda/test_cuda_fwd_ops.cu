@@ -1142,9 +1142,10 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M)
 
 /* ---- the wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
  * G groups (each empty or of more than 8 rows) against one-group calls of each group and through
- * the active list; G == 0: one matrix of rows[0] rows against two calls on its two halves (both
- * past 16 rows; 32-, 64- and 128-token tiles where the halves and the whole differ). Its sums against
- * the CPU: test_cuda_ops "linear_* wgmma". ---- */
+ * the active list and a row-tile list, and there as the w1 / w3 pair of one launch; G == 0: one
+ * matrix of rows[0] rows against two calls on its two halves (both past 16 rows; 32-, 64- and
+ * 128-token tiles where the halves and the whole differ). Its sums against the CPU: test_cuda_ops
+ * "linear_* wgmma". ---- */
 static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
     const int ng = single ? 1 : G;
@@ -1196,6 +1197,29 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
         dev_download(a, y, sizeof(float) * (size_t)M * N);
         static const char *names[3] = {"wgmma_grouping", "wgmma_grouping.active", "wgmma_grouping.tiles"};
         compare(names[variant], shp, a, b, (int64_t)M * N, "exact");
+        if (!single && variant > 0) { /* the w1 / w3 pair in one launch (set b: the weights in reverse
+                                       * group order) against each set alone */
+            std::vector<void *> rwd(c.wd.rbegin(), c.wd.rend()), rws(c.ws.rbegin(), c.ws.rend());
+            const uint8_t **d_rwd = (const uint8_t **)dev_upload(rwd.data(), sizeof(void *) * ng);
+            const uint8_t **d_rws = (const uint8_t **)dev_upload(rws.data(), sizeof(void *) * ng);
+            float *yb = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+            float *pa = (float *)dev_poisoned(sizeof(float) * (size_t)M * N), *pb = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+            if (variant == 2) tl = grp_tiles(c);
+            di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, d_rwd, d_rws, c.d_off, c.d_act, ng, M, max_rows, x, yb);
+            di_cuda_linear_mma_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, d_rwd, d_rws, c.d_off, c.d_act, ng, M, max_rows, x,
+                                    NULL, pa, pb);
+            if (tl.list) grp_tiles_drop(c, &tl);
+            static const char *pair_a[3] = {"", "wgmma_grouping.pair_a", "wgmma_grouping.pair_a tiles"};
+            static const char *pair_b[3] = {"", "wgmma_grouping.pair_b", "wgmma_grouping.pair_b tiles"};
+            dev_download(a, pa, sizeof(float) * (size_t)M * N);
+            compare(pair_a[variant], shp, a, b, (int64_t)M * N, "exact");
+            float *c1 = host_poisoned((int64_t)M * N);
+            dev_download(a, pb, sizeof(float) * (size_t)M * N);
+            dev_download(c1, yb, sizeof(float) * (size_t)M * N);
+            compare(pair_b[variant], shp, a, c1, (int64_t)M * N, "exact");
+            free(c1);
+            cudaFree((void *)d_rwd), cudaFree((void *)d_rws), cudaFree(yb), cudaFree(pa), cudaFree(pb);
+        }
         cudaFree(y);
     }
     if (strstr(shp, "NOT-WGMMA")) { /* a case meant for the wgmma kernel that does not reach it */

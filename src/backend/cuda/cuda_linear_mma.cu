@@ -584,6 +584,12 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
                                plan.tiles);
         return;
     }
+    if (wg && n_mats == 2 && wdata_g && ksplit == 1) { /* the pair in one launch: the two share its waves */
+        const mm_groups grp = {wdata_g[0], wscale_g[0], row_off, active, 0, 0, 0};
+        di_wg_gemm(fp4, (const uint16_t *)xq, K, max_rows, per_group, N, K, NULL, NULL, y[0], N, grp, n_groups, rows, 1,
+                   split_blocks, part, s, plan.tiles, wdata_g[1], wscale_g[1], y[1]);
+        return;
+    }
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;

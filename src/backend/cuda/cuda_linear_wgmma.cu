@@ -58,7 +58,9 @@
  * the e2m1 tables' first words come from registers loaded once instead of a constant ptxas moved into
  * a register at every use (FP4 consumer loop 168 -> 150 SASS instructions a stage but in the
  * two-CTA kernels' 64-token loop, where the two registers cost spills): the routed experts' w1 / w3
- * and w2 launches at B = 256 235 -> 202 and 238 -> 204 us, the step 70.7 -> 66.6 ms. */
+ * and w2 launches at B = 256 235 -> 202 and 238 -> 204 us, the step 70.7 -> 66.6 ms. Session 34:
+ * w1 and w3 in one launch (wg_second): at B = 256 864 CTAs of one matrix took 3.3 waves of two a
+ * multiprocessor, the pair's 1,728 take 6.5 -- 2 x 202.8 -> 390.5 us. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
@@ -132,12 +134,22 @@ static __device__ __forceinline__ void wg_mma(float (&d)[64], const uint32_t (&a
     di_wgmma_bf16_rs_m64n128k16(d, a, b);
 }
 
+/* a launch's second weight set over the same rows (the experts' w3 beside w1), row_off groups
+ * without a K split: the CTAs past the first nx along x take it, so that the two matrices share
+ * their waves (B = 256 of EP-8: 864 CTAs of w1 alone fill 3.3 waves of two a multiprocessor) */
+struct wg_second {
+    const uint8_t *const *wdata, *const *wscale; /* [n_groups] device pointers, or NULL: none */
+    float *y;                                    /* [rows][ldy] */
+    int nx;                                      /* the first matrix's CTAs along x */
+};
+
 /* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]) */
 template <bool FP4, int BT>
 __global__ void __launch_bounds__(WG_THREADS, wg_layout<FP4, BT>::CTAS_PER_SM)
 wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
                const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
-               mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride) {
+               mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride,
+               wg_second second) {
     typedef wg_layout<FP4, BT> L;
     constexpr int NI = BT / 8, RB = L::RB; /* n8 column groups of a consumer's D; raw bytes a row */
     extern __shared__ int4 wg_smem4[];
@@ -146,7 +158,13 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     uint64_t *const full = reinterpret_cast<uint64_t *>(scales + L::MBARS), *const empty = full + WG_SLOTS;
     int *const odd_scales = reinterpret_cast<int *>(empty + WG_SLOTS);
     const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
-    const int64_t n0 = (int64_t)blockIdx.x * WG_BW;
+    int bx = (int)blockIdx.x;
+    if (second.wdata && bx >= second.nx) { /* the second weight set */
+        bx -= second.nx;
+        grp.wdata = second.wdata, grp.wscale = second.wscale;
+        y = second.y;
+    }
+    const int64_t n0 = (int64_t)bx * WG_BW;
     int64_t m0 = (int64_t)blockIdx.y * BT; /* the block's first row (of its group) */
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
     const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
@@ -369,7 +387,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
 template <bool FP4, int BT>
 static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
                       const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
-                      int ksplit, int split_blocks, float *part, cudaStream_t s) {
+                      int ksplit, int split_blocks, float *part, cudaStream_t s, wg_second second) {
     /* slots: the groups' slots, or (grp.tiles) the tile list's entries: a CTA each along z */
     typedef wg_layout<FP4, BT> L;
     static bool attr_set;
@@ -377,10 +395,11 @@ static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t
         DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<FP4, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
         attr_set = true;
     }
-    const dim3 grid((unsigned)((N + WG_BW - 1) / WG_BW), grp.tiles ? 1u : (unsigned)((max_rows + BT - 1) / BT),
+    second.nx = (int)((N + WG_BW - 1) / WG_BW);
+    const dim3 grid((unsigned)second.nx * (second.wdata ? 2u : 1u), grp.tiles ? 1u : (unsigned)((max_rows + BT - 1) / BT),
                     slots * (unsigned)ksplit);
     wg_gemm_kernel<FP4, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp,
-                                                            ksplit, split_blocks, part, rows * ldy);
+                                                            ksplit, split_blocks, part, rows * ldy, second);
     DI_CUDA_LAUNCHED();
 }
 
@@ -398,8 +417,14 @@ bool di_wg_gemm_fits(bool fp4, int64_t K) {
 void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t rows_per_group, int64_t N,
                 int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp_in,
                 int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
-                const di_group_tiles *tiles) {
+                const di_group_tiles *tiles, const uint8_t *const *wdata_b, const uint8_t *const *wscale_b,
+                float *y_b) {
     const int bt = di_wg_gemm_tile(rows_per_group, grp_in.row_off != NULL);
+    if (wdata_b && (!grp_in.row_off || ksplit != 1 || !wscale_b || !y_b)) { /* a caller's bug */
+        fprintf(stderr, "di_wg_gemm: a second weight set needs row_off groups without a K split\n");
+        abort();
+    }
+    const wg_second second = {wdata_b, wscale_b, y_b, 0};
     if (!grp_in.row_off || (tiles && tiles->cap <= 0)) tiles = NULL;
     if (tiles && tiles->bt > bt) { /* a caller's bug */
         fprintf(stderr, "di_wg_gemm: a tile list of %d rows for CTAs of %d\n", tiles->bt, bt);
@@ -410,7 +435,8 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
     /* with an active list only min(groups, rows) slots can have rows; with a tile list, its entries */
     const unsigned slots = tiles ? (unsigned)tiles->cap : (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
 #define WG_LAUNCH(F, T) \
-    wg_launch<F, T>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s)
+    wg_launch<F, T>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s, \
+                    second)
     if (bt == 32) {
         if (fp4) WG_LAUNCH(true, 32);
         else WG_LAUNCH(false, 32);
