@@ -44,7 +44,9 @@
  * Measured (H200, docs/PERFORMANCE.md session 11): the sparse-attention stage of a 4,096-token
  * prefill 353 -> 121 ms against the mma.sync kernel, 25 -> 10 ms a decode step at B = 256. With
  * one CTA a row it spreads fewer CTAs over the GPU than the mma.sync kernel below ~16 rows
- * (di_cuda_sparse_attn_mma then keeps the latter outside batch-invariant mode). */
+ * (di_cuda_sparse_attn_mma then keeps the latter outside batch-invariant mode). Session 34: runs of
+ * records alone staged with 16-byte loads, all in flight at once (aw_stage_records): a launch at
+ * B = 256 240.6 -> 185.2 us, a 4,096-token prefill's 3,069 -> 2,439. */
 #include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
@@ -92,6 +94,58 @@ enum {
 };
 enum { BAR_Q = 0, BAR_FULL = 1, BAR_EMPTY = 3, BAR_X = 5 };
 
+/* Is every live row of a run a compressed KV record at a 16-byte boundary (a warp's vote over its
+ * copy of the run's list)? Then aw_stage_records stages it. */
+static __device__ __forceinline__ bool aw_run_records(const float *const *rows, int n_live, int lane) {
+    bool other = false;
+    for (int r = lane; r < n_live; r += 32) {
+        const float *p = rows[r];
+        other |= !di_dev_kv_is_record(p) || (reinterpret_cast<uintptr_t>(di_dev_kv_record(p)) & 15u) != 0;
+    }
+    return __ballot_sync(0xffffffffu, other) == 0u;
+}
+
+/* tile [64 rows][512 dims] bf16 (swizzled slices) <- a run of records rows[0 .. n_live) (the rest
+ * zeros): thread pt of warp w takes rows lane and lane + 32, slices w and w + 4 (64 dims each:
+ * 32 bytes of codes, 4 scale bytes) -- its 12 loads all in flight before any decode, 16-byte ones
+ * for the codes. (aw_stage's batches issue a 2- and a 1-byte load for every 4 values, 64 rounds of
+ * them a run: latency-bound, ~9 us a run at B = 256.) A store writes one 16-byte chunk of 8 dims;
+ * a warp's lanes write the same chunk of 32 rows, which the swizzle spreads over the banks. */
+static __device__ void aw_stage_records(uint8_t *tile, const float *const *rows, int n_live, int pt) {
+    const int lane = pt & 31, w = pt >> 5;
+    uint4 cw[2][2][2]; /* [row h][slice i][16 bytes j]: codes of dims 64 (w + 4 i) + 32 j .. */
+    uint32_t sc[2][2]; /* [row h][slice i]: the slice's 4 scale bytes */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = lane + 32 * h;
+        const uint8_t *rec = di_dev_kv_record(r < n_live ? rows[r] : nullptr);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int m = w + 4 * i;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                cw[h][i][j] = rec ? *reinterpret_cast<const uint4 *>(rec + 32 * m + 16 * j) : make_uint4(0u, 0u, 0u, 0u);
+            sc[h][i] = rec ? *reinterpret_cast<const uint32_t *>(rec + AW_DIM / 2 + 4 * m) : 0u;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = lane + 32 * h;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint8_t *row = tile + (w + 4 * i) * AW_SLICE + r * 128;
+#pragma unroll
+            for (int ch = 0; ch < 8; ch++) { /* dims 8 ch .. of the slice: word ch % 4 of cw[h][i][ch / 4] */
+                const uint4 &c = cw[h][i][ch >> 2];
+                const uint32_t wd = (ch & 3) == 0 ? c.x : (ch & 3) == 1 ? c.y : (ch & 3) == 2 ? c.z : c.w;
+                const uint32_t s = di_dev_kv_scale_bf16x2(sc[h][i] >> (8 * (ch >> 1)) & 0xffu); /* 16 dims a scale */
+                const uint2 a = di_dev_kv_codes_bf16x4(wd, s), b = di_dev_kv_codes_bf16x4(wd >> 16, s);
+                *reinterpret_cast<uint4 *>(row + ((ch ^ (r & 7)) << 4)) = make_uint4(a.x, a.y, b.x, b.y);
+            }
+        }
+    }
+}
+
 /* tile [64 rows][512 dims] bf16 (swizzled slices) <- rows[0 .. n_live) (the rest zeros); thread pt
  * (0..127) of the producer converts dims 4 pt .. 4 pt + 3 of every row, with rope (q's staging;
  * cos NULL for KV rows) applied for query row `row` before the rounding; KV rows may be compressed
@@ -104,6 +158,10 @@ static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_l
     const di_rope4_coef rc = ROPE ? di_dev_rope4_coef(4 * pt, AW_DIM, rope, row, false) : di_rope4_coef{}; /* one column */
     static_assert(AW_BATCH <= 32, "a bit a row of the batch");
     auto dst = [&](int r) { return (uint2 *)(col + r * 128 + ((chunk ^ (r & 7)) << 4)); };
+    if (!ROPE && aw_run_records(rows, n_live, pt & 31)) {
+        aw_stage_records(tile, rows, n_live, pt);
+        return;
+    }
     for (int r0 = 0; r0 < AW_RUN; r0 += AW_BATCH) {
         uint32_t recs = 0, flts = 0; /* bit u: row r0 + u is a compressed KV record / a row of floats */
 #pragma unroll
