@@ -102,7 +102,7 @@ static __device__ __forceinline__ bool aw_run_records(const float *const *rows, 
         const float *p = rows[r];
         other |= !di_dev_kv_is_record(p) || (reinterpret_cast<uintptr_t>(di_dev_kv_record(p)) & 15u) != 0;
     }
-    return __ballot_sync(0xffffffffu, other) == 0u;
+    return !__any_sync(0xffffffffu, other);
 }
 
 /* tile [64 rows][512 dims] bf16 (swizzled slices) <- a run of records rows[0 .. n_live) (the rest

@@ -239,6 +239,7 @@ static inline unsigned __ballot_sync(unsigned, int pred) {
     emu::g_block->warp_bar[w]->arrive_and_wait();
     return m;
 }
+static inline int __any_sync(unsigned m, int pred) { return __ballot_sync(m, pred) != 0u; }
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
