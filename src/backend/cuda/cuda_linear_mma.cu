@@ -409,6 +409,76 @@ static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_
     return mm_ksplit(N, K, false, split_blocks); /* 1, the whole K */
 }
 
+/* K splits a single matrix's wgmma call may take (the partial sums' buffers grow with them) */
+#define WG_MAX_SPLITS 8
+/* wg_ksplit_waves' cost model, in units of a CTA's time for one K block of 32 (~0.4 us: 128 x 128
+ * tiles): a CTA's fixed part (the copies ahead of its first stage, its stores); the reduce's launch
+ * and tail, and a block for each partial per 16 output tiles of 128 x 128 (a partial of 64 KiB read
+ * at ~3 TB/s). Fitted on session 34's H200 A / B: with them the model's ratios of the measured
+ * splits (wo_b, the shared expert's w1 / w3 and w2 at B = 64 - 256) are within 4% of ncu's. */
+#define WG_CTA_BLOCKS 8
+#define WG_REDUCE_BLOCKS 8
+#define WG_REDUCE_TILES 16
+#define WG_SCHED_ENTRIES 64
+
+/* The time the block scheduler takes for n_groups groups of n CTAs, group z's each len[z] long,
+ * on `slots` CTA slots: grid z (the split) is the slowest index, so the groups start in order, and
+ * each CTA on the slot that is free first. The slots' free times as (time, slots) entries in
+ * ascending time; a group moves the earliest slots on. */
+static int64_t wg_makespan(int64_t slots, int n_groups, int64_t n, const int64_t *len) {
+    int64_t t[WG_SCHED_ENTRIES], c[WG_SCHED_ENTRIES];
+    int e = 1;
+    t[0] = 0, c[0] = slots;
+    for (int z = 0; z < n_groups; z++)
+        for (int64_t left = n; left > 0;) {
+            const int64_t m = c[0] < left ? c[0] : left, at = t[0] + len[z];
+            left -= m;
+            if ((c[0] -= m) == 0) { /* the earliest entry used up */
+                for (int i = 1; i < e; i++) t[i - 1] = t[i], c[i - 1] = c[i];
+                e--;
+            }
+            int i = 0;
+            while (i < e && t[i] < at) i++;
+            if (i < e && t[i] == at) {
+                c[i] += m;
+            } else {
+                if (e == WG_SCHED_ENTRIES) return INT64_MAX; /* never at these sizes: no such split */
+                for (int j = e; j > i; j--) t[j] = t[j - 1], c[j] = c[j - 1];
+                t[i] = at, c[i] = m, e++;
+            }
+        }
+    return e > 0 ? t[e - 1] : 0;
+}
+
+/* A single matrix's K split on the wgmma kernel (not a function of the shape alone: batch-invariant
+ * mode never takes this kernel): none where the unsplit grid fills the card twice over (prefill
+ * sizes, as wg_ksplit), else the split count whose CTAs the block scheduler finishes first
+ * (wg_makespan, each CTA its split's K blocks plus a fixed part), with the reduce of the partials
+ * added -- fewer splits on a tie. The shape's split (mm_ksplit) ignored the rows: at B = 256,
+ * wo_b's 2 splits made 160 CTAs on 132 multiprocessors, two rounds of the half K; 3 splits take
+ * 94.8 -> 73.4 us (session 34). */
+static int wg_ksplit_waves(bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks) {
+    const int64_t nb = K / 32, bt = di_wg_gemm_tile(rows, false);
+    const int64_t ctas = (N + 127) / 128 * ((rows + bt - 1) / bt), tiles = (N + 127) / 128 * ((rows + 127) / 128);
+    const int64_t slots = (int64_t)di_cuda_sm_count() * di_wg_gemm_ctas_per_sm(fp4, (int)bt);
+    if (ctas >= 2 * slots) return mm_ksplit_n(nb, 1, split_blocks);
+    int best = 1, best_blocks = (int)nb;
+    int64_t best_cost = INT64_MAX;
+    for (int n = 1; n <= WG_MAX_SPLITS; n++) {
+        int per;
+        const int k = mm_ksplit_n(nb, n, &per);
+        if (k != n && n > 1) continue; /* the same split as a smaller n */
+        int64_t len[WG_MAX_SPLITS];
+        for (int z = 0; z < k; z++) len[z] = (nb - (int64_t)z * per < per ? nb - (int64_t)z * per : per) + WG_CTA_BLOCKS;
+        const int64_t span = wg_makespan(slots, k, ctas, len);
+        if (span == INT64_MAX) continue;
+        const int64_t cost = span + (k > 1 ? WG_REDUCE_BLOCKS + k * ((tiles + WG_REDUCE_TILES - 1) / WG_REDUCE_TILES) : 0);
+        if (cost < best_cost) best = k, best_blocks = per, best_cost = cost;
+    }
+    *split_blocks = best_blocks;
+    return best;
+}
+
 extern "C" void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K,
                                        di_cuda_act_forms forms) {
     int slot = ctx->act_forms_next;
@@ -511,7 +581,8 @@ static mm_plan linear_plan(const di_cuda_ctx *ctx, const di_weight *shape, bool 
     /* FP4 at <= 4 rows an expert: exact sums on int8 mma, from the codes' digits */
     p.imma = p.twin && fp4 && ctx->fp4_imma && p.ksplit == 1 && p.per_group <= DI_GEMV_IMMA_ROWS &&
              di_cuda_gemv_imma_ok(K, max_rows);
-    if (p.wg) p.ksplit = wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
+    if (p.wg) p.ksplit = !grouped && n_groups == 1 ? wg_ksplit_waves(fp4, N, max_rows, K, &p.split_blocks)
+                                                   : wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
     /* over a tile list a block takes tiles of about the groups' mean rows (the int8 twin: not the
      * largest group's, which sizes its blocks without a list) */
     p.tile = !grouped ? 0

@@ -52,5 +52,7 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
 /* the token rows of di_wg_gemm's CTAs for rows_per_group (row_off groups: grouped) -- the tile a
  * row-tile list for it must have (tiles: that list, or NULL) */
 int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);
+/* CTAs of di_wg_gemm's kernel for tiles of bt tokens a multiprocessor holds at once */
+int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
 
 #endif
