@@ -399,11 +399,11 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
     else launch<MODE, 128, 128, 2, 4, 3, 4>(a, s);
 }
 
-/* The wgmma kernel's single-matrix calls drop the weight shape's K split (mm_ksplit) once the
- * unsplit grid fills the GPU twice over (prefill sizes): the split is there so that decode-sized
- * calls fill the card with the same bits at every batch, but the wgmma kernel's bits depend on
- * its path anyway (batch-invariant mode never takes it), and at 4,096 rows the partial sums'
- * traffic and the reduce launch bought nothing. Returns the split to use. */
+/* wo_a's block-diagonal slices on the wgmma kernel (single matrices: wg_ksplit_waves below) drop
+ * the shape's K split once the unsplit grid fills the GPU twice over (prefill sizes): the split is
+ * there so that decode-sized calls fill the card with the same bits at every batch, but the wgmma
+ * kernel's bits depend on its path anyway (batch-invariant mode never takes it), and at 4,096 rows
+ * the partial sums' traffic and the reduce launch bought nothing. Returns the split to use. */
 static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_blocks) {
     if (ksplit == 1 || (N + 127) / 128 * ((rows + 127) / 128) < 2 * (int64_t)di_cuda_sm_count()) return ksplit;
     return mm_ksplit(N, K, false, split_blocks); /* 1, the whole K */
