@@ -1232,6 +1232,29 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
     free(hx), free(a), free(b);
 }
 
+/* the wgmma kernel's K split of a single matrix (di_cuda_wg_ksplit_slots) on the H200's 132 CTA slots:
+ * the splits session 34 measured fastest there (docs/PERFORMANCE.md) -- wo_b 3 and the shared
+ * expert's w1 / w3 4 and w2 1 at 256 rows, w1 / w3 5 at 128 -- none where the unsplit grid fills
+ * the card twice over (a 4,096-row prefill); each split on 16-block boundaries, covering K. A host
+ * function: no device work. */
+static void test_wg_ksplit(void) {
+    static const struct {
+        int64_t N, rows, K;
+        int want;
+    } c[] = {{5120, 256, 8192, 3}, {2304, 256, 5120, 4}, {5120, 256, 2304, 1},
+             {2304, 128, 5120, 5}, {5120, 4096, 8192, 1}, {512, 4096, 5120, 1}};
+    for (const auto &t : c) {
+        int blocks = 0;
+        const int k = di_cuda_wg_ksplit_slots(t.N, t.rows, t.K, 132, &blocks);
+        const int64_t nb = t.K / 32;
+        const bool ok = k == t.want && blocks % 16 == 0 && (int64_t)k * blocks >= nb && (int64_t)(k - 1) * blocks < nb;
+        printf("%s  %-20s N=%lld rows=%lld K=%lld  %d splits of %d blocks (want %d)\n", ok ? "PASS" : "FAIL", "wg_ksplit",
+               (long long)t.N, (long long)t.rows, (long long)t.K, k, blocks, t.want);
+        if (ok) g_pass++;
+        else g_fail++;
+    }
+}
+
 /* every 16-bit input of di_e2m1x4_to_e4m3x4 against the e2m1 table */
 __global__ void e2m1_widen_kernel(uint32_t *out) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -1706,8 +1729,8 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
 /* the wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
  * an empty group, groups of 9-130 rows (partial and several token tiles; 32-, 64- and 128-token
  * tiles; tiles of at most half their tokens on wgmmas of half the width), more stages than
- * slots, wo_a's bf16 x FP8 slices; the FP4 dequantisation on every input. Alone with --wgmma (a
- * short run under the CPU emulator, compute-sanitizer). */
+ * slots, wo_a's bf16 x FP8 slices; the FP4 dequantisation on every input; the K split's choice.
+ * Alone with --wgmma (a short run under the CPU emulator, compute-sanitizer). */
 static void run_wgmma_quick(void) {
     const int r100[] = {100}, r40[] = {40}, r160[] = {160}, pre_rows[] = {70, 0, 17, 130, 40},
               dec_rows[] = {9, 0, 31, 12, 40, 16};
@@ -1726,6 +1749,7 @@ static void run_wgmma_quick(void) {
     test_e2m1_bf16();
     test_e4m3_bf16();
     test_e8m0_odd();
+    test_wg_ksplit();
 }
 
 

@@ -129,6 +129,11 @@ bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, 
  * bf16-dequantised operands summed over K in fp32 -- within the CPU's bound (test_cuda_ops
  * "linear_* wgmma", test_cuda_fwd_ops "linear_bf16w8 wgmma"), not the mma.sync kernel's bits. */
 bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t rows_per_group);
+/* The K split (returned; *split_blocks its length in blocks of 32) that a single matrix's wgmma call
+ * of rows x N x K takes on `slots` CTA slots (the device's multiprocessors times the kernel's CTAs
+ * each): the one whose CTAs the block scheduler finishes first, reduce included; 1 where the
+ * unsplit grid fills the slots twice over. */
+int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
  * hand calls of at most DI_GEMV_MAX_ROWS rows (one matrix) or DI_GEMV_MAX_GROUP_ROWS rows per group

@@ -457,10 +457,9 @@ static int64_t wg_makespan(int64_t slots, int n_groups, int64_t n, const int64_t
  * added -- fewer splits on a tie. The shape's split (mm_ksplit) ignored the rows: at B = 256,
  * wo_b's 2 splits made 160 CTAs on 132 multiprocessors, two rounds of the half K; 3 splits take
  * 94.8 -> 73.4 us (session 34). */
-static int wg_ksplit_waves(bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks) {
+int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks) {
     const int64_t nb = K / 32, bt = di_wg_gemm_tile(rows, false);
     const int64_t ctas = (N + 127) / 128 * ((rows + bt - 1) / bt), tiles = (N + 127) / 128 * ((rows + 127) / 128);
-    const int64_t slots = (int64_t)di_cuda_sm_count() * di_wg_gemm_ctas_per_sm(fp4, (int)bt);
     if (ctas >= 2 * slots) return mm_ksplit_n(nb, 1, split_blocks);
     int best = 1, best_blocks = (int)nb;
     int64_t best_cost = INT64_MAX;
@@ -469,14 +468,23 @@ static int wg_ksplit_waves(bool fp4, int64_t N, int64_t rows, int64_t K, int *sp
         const int k = mm_ksplit_n(nb, n, &per);
         if (k != n && n > 1) continue; /* the same split as a smaller n */
         int64_t len[WG_MAX_SPLITS];
-        for (int z = 0; z < k; z++) len[z] = (nb - (int64_t)z * per < per ? nb - (int64_t)z * per : per) + WG_CTA_BLOCKS;
+        for (int z = 0; z < k; z++) { /* split z's blocks (the last may be short) and the fixed part */
+            const int64_t left = nb - (int64_t)z * per;
+            len[z] = (left < per ? left : per) + WG_CTA_BLOCKS;
+        }
         const int64_t span = wg_makespan(slots, k, ctas, len);
         if (span == INT64_MAX) continue;
-        const int64_t cost = span + (k > 1 ? WG_REDUCE_BLOCKS + k * ((tiles + WG_REDUCE_TILES - 1) / WG_REDUCE_TILES) : 0);
+        const int64_t reduce = WG_REDUCE_BLOCKS + k * ((tiles + WG_REDUCE_TILES - 1) / WG_REDUCE_TILES);
+        const int64_t cost = span + (k > 1 ? reduce : 0);
         if (cost < best_cost) best = k, best_blocks = per, best_cost = cost;
     }
     *split_blocks = best_blocks;
     return best;
+}
+/* di_cuda_wg_ksplit_slots on this device's slots */
+static int wg_ksplit_waves(bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks) {
+    const int64_t slots = (int64_t)di_cuda_sm_count() * di_wg_gemm_ctas_per_sm(fp4, di_wg_gemm_tile(rows, false));
+    return di_cuda_wg_ksplit_slots(N, rows, K, slots, split_blocks);
 }
 
 extern "C" void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K,
