@@ -507,31 +507,28 @@ static __device__ __forceinline__ float4 di_dev_load_kv4_raw(const float *row, i
     const uint8_t *rec = di_dev_kv_record(row);
     return float4{__uint_as_float(di_dev_kv_codes4(rec, c) | di_dev_kv_scale4(rec, c, dim) << 16), 0.0f, 0.0f, 0.0f};
 }
-/* the bf16 pairs (lower dim in the low half) of a record word: the codes widened to bf16 e2m1 values
- * by byte permutes (the values' high and low bytes looked up apart, then interleaved), the signs
- * set, times the scale in bf16 -- exact (a product has at most 6 significant bits), so these are
- * the CPU's di_kv_record_values; the NaN scale byte 0x7F gives NaNs */
-static __device__ __forceinline__ uint32_t di_dev_kv_scale_bf16x2(uint32_t b); /* below */
-static __device__ __forceinline__ uint2 di_dev_kv_codes_bf16x4(uint32_t codes, uint32_t s);
-static __device__ __forceinline__ uint2 di_dev_kv_record_bf16x4(uint32_t w) {
-    return di_dev_kv_codes_bf16x4(w, di_dev_kv_scale_bf16x2(w >> 16));
-}
-/* a record's e4m3 scale byte b (positive) as a bf16 pair; the NaN byte gives NaNs */
+/* A record's e4m3 scale byte b (positive) as a bf16 pair; the NaN byte 0x7F gives NaNs. */
 static __device__ __forceinline__ uint32_t di_dev_kv_scale_bf16x2(uint32_t b) {
     uint32_t s = b < 8 ? __float_as_uint((float)b * 0x1p-9f) >> 16 : (b << 4) + 0x3C00u;
     if (b == DI_KV_RECORD_NAN) s = 0x7FC0u;
     return s | s << 16;
 }
-/* four e2m1 codes (bits 0 .. 15 of codes, the lower dim first; the bits above are ignored) times
- * the scale pair s, as bf16 pairs */
-static __device__ __forceinline__ uint2 di_dev_kv_codes_bf16x4(uint32_t codes, uint32_t s) {
-    const uint32_t w = codes;
+/* four e2m1 codes (bits 0 .. 15 of w, the lower dim first; the bits above are ignored) times the
+ * scale pair s (di_dev_kv_scale_bf16x2), as bf16 pairs (lower dim in the low half): the codes
+ * widened to bf16 e2m1 values by byte permutes (the values' high and low bytes looked up apart,
+ * then interleaved), the signs set, times the scale in bf16 -- exact (a product has at most 6
+ * significant bits), so these are the CPU's di_kv_record_values */
+static __device__ __forceinline__ uint2 di_dev_kv_codes_bf16x4(uint32_t w, uint32_t s) {
     const uint32_t sel = w & 0x7777u; /* magnitude indices */
     const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel); /* bf16 high bytes of 0 .5 1 1.5 | 2 3 4 6 */
     const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel); /* and low bytes */
     const uint32_t v0 = __byte_perm(lo, hi, 0x5140) | (w << 12 & 0x8000u) | (w << 24 & 0x80000000u);
     const uint32_t v1 = __byte_perm(lo, hi, 0x7362) | (w << 4 & 0x8000u) | (w << 16 & 0x80000000u);
     return uint2{di_bf16x2_mul(v0, s), di_bf16x2_mul(v1, s)};
+}
+/* a record word (codes | scale byte << 16) decoded */
+static __device__ __forceinline__ uint2 di_dev_kv_record_bf16x4(uint32_t w) {
+    return di_dev_kv_codes_bf16x4(w, di_dev_kv_scale_bf16x2(w >> 16));
 }
 /* values c .. c + 3 of an entry as floats (the exact kernels' staging) */
 static __device__ __forceinline__ float4 di_dev_load_kv4(const float *row, int c, int dim) {
