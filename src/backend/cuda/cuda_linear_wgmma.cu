@@ -410,12 +410,12 @@ int di_wg_gemm_tile(int64_t rows_per_group, bool grouped) {
     return rows_per_group <= (grouped ? 20 : 32) ? 32 : rows_per_group <= 64 ? 64 : 128;
 }
 
-int di_wg_gemm_ctas_per_sm(bool fp4, int bt) {
-    if (fp4) return bt == 32 ? wg_layout<true, 32>::CTAS_PER_SM : bt == 64 ? wg_layout<true, 64>::CTAS_PER_SM
-                                                                         : wg_layout<true, 128>::CTAS_PER_SM;
-    return bt == 32 ? wg_layout<false, 32>::CTAS_PER_SM : bt == 64 ? wg_layout<false, 64>::CTAS_PER_SM
-                                                                   : wg_layout<false, 128>::CTAS_PER_SM;
+template <bool FP4>
+static int wg_ctas_per_sm(int bt) {
+    return bt == 32 ? wg_layout<FP4, 32>::CTAS_PER_SM : bt == 64 ? wg_layout<FP4, 64>::CTAS_PER_SM
+                                                                 : wg_layout<FP4, 128>::CTAS_PER_SM;
 }
+int di_wg_gemm_ctas_per_sm(bool fp4, int bt) { return fp4 ? wg_ctas_per_sm<true>(bt) : wg_ctas_per_sm<false>(bt); }
 
 bool di_wg_gemm_fits(bool fp4, int64_t K) {
     return K % 128 == 0 && K / 32 <= (fp4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8);
