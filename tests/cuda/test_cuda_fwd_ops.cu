@@ -1506,16 +1506,10 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
 
 /* ---- bf16 x BF16 tensor-core linear (plain modes): against the CPU's exactly rounded double sums,
  * within the same block-sum bound as above; rows alone = rows in the batch ---- */
-static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
-    lin_case c = lin_make(DI_DT_BF16, N, 0, N, K, true);
-    float *x = (float *)malloc(4 * m * K), *ref = (float *)malloc(4 * m * N), *got = (float *)malloc(4 * m * N),
-          *one = (float *)malloc(4 * m * N);
-    fill_moderate(x, m * K, 1.0f);
-    for (int64_t i = 0; i < m * K; i++) x[i] = di_bf16_round(x[i]); /* norm outputs are bf16 */
-    di_cpu_linear(&c.w, x, m, ref, out_bf16 ? DI_LIN_BF16 : DI_LIN_F32);
-    float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
-    di_cuda_linear_w16(&g_cx, &c.dw, dx, m, dy, out_bf16);
-    dev_download(got, dy, 4 * m * N);
+
+/* got [m, N] (a GPU linear_w16's) against ref, the CPU's, within the bound; counts a pass or fail */
+static void check_w16(const char *name, const lin_case &c, const float *x, const float *ref, const float *got, int64_t m,
+                      int64_t K, int64_t N, bool out_bf16) {
     int64_t nbad = 0, ndiff = 0;
     double worst = 0.0;
     for (int64_t r = 0; r < m; r++)
@@ -1530,10 +1524,23 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
             worst = fmax(worst, err / bound);
         }
     printf("%s  %-20s M=%lld K=%lld N=%lld %s  differing %lld / %lld  worst %.3f of the bound\n", nbad ? "FAIL" : "PASS",
-           "linear_w16", (long long)m, (long long)K, (long long)N, out_bf16 ? "bf16" : "f32", (long long)ndiff,
-           (long long)(m * N), worst);
+           name, (long long)m, (long long)K, (long long)N, out_bf16 ? "bf16" : "f32", (long long)ndiff, (long long)(m * N),
+           worst);
     if (nbad) g_fail++;
     else g_pass++;
+}
+
+static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
+    lin_case c = lin_make(DI_DT_BF16, N, 0, N, K, true);
+    float *x = (float *)malloc(4 * m * K), *ref = (float *)malloc(4 * m * N), *got = (float *)malloc(4 * m * N),
+          *one = (float *)malloc(4 * m * N);
+    fill_moderate(x, m * K, 1.0f);
+    for (int64_t i = 0; i < m * K; i++) x[i] = di_bf16_round(x[i]); /* norm outputs are bf16 */
+    di_cpu_linear(&c.w, x, m, ref, out_bf16 ? DI_LIN_BF16 : DI_LIN_F32);
+    float *dx = (float *)dev_upload(x, 4 * m * K), *dy = (float *)dev_poisoned(4 * m * N);
+    di_cuda_linear_w16(&g_cx, &c.dw, dx, m, dy, out_bf16);
+    dev_download(got, dy, 4 * m * N);
+    check_w16("linear_w16", c, x, ref, got, m, K, N, out_bf16);
     for (int64_t r = 0; r < m; r++) di_cuda_linear_w16(&g_cx, &c.dw, dx + r * K, 1, dy + r * N, out_bf16);
     dev_download(one, dy, 4 * m * N);
     char shape[96];
@@ -1547,6 +1554,31 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
     snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (%s)", (long long)m, (long long)K, (long long)N,
              di_cuda_w16_twin_taken(&g_cx, &c.dw, m) ? "twin vs tiled" : "tiled both");
     compare("linear_w16 twin", shape, got, one, m * N, "twin");
+    /* the wgmma kernel (di_cuda_ctx.wgmma, the default outside batch-invariant mode) past the twin's
+     * rows: its own sums, within the same bound; its K split's parts (the router's) add up in
+     * split order to them */
+    g_cx.wgmma = true;
+    if (di_cuda_wgmma_taken(&g_cx, false, K, m)) {
+        float *poisoned = (float *)dev_poisoned(4 * m * N);
+        di_cuda_linear_w16(&g_cx, &c.dw, dx, m, poisoned, out_bf16);
+        dev_download(got, poisoned, 4 * m * N);
+        check_w16("linear_w16 wgmma", c, x, ref, got, m, K, N, out_bf16);
+        if (!out_bf16) {
+            int ks = 0;
+            const float *parts = di_cuda_linear_w16_parts(&g_cx, &c.dw, dx, m, dy, &ks);
+            std::vector<float> p((size_t)(ks * m * N));
+            dev_download(p.data(), parts, 4 * p.size());
+            for (int64_t i = 0; i < m * N; i++) {
+                float v = p[i];
+                for (int k = 1; k < ks; k++) v += p[k * m * N + i];
+                one[i] = v;
+            }
+            snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (%d parts)", (long long)m, (long long)K, (long long)N, ks);
+            compare("linear_w16 wgmma parts", shape, one, got, m * N, "parts");
+        }
+        cudaFree(poisoned);
+    }
+    g_cx.wgmma = false;
     cudaFree(dx), cudaFree(dy);
     lin_free(&c);
     free(x), free(ref), free(got), free(one);
@@ -1729,8 +1761,8 @@ static void test_moe_route(int64_t R, int E, int K, int resident, bool ties = fa
 /* the wgmma kernel: partial weight tiles (N 96, 200), K splits (one matrix, K 1024),
  * an empty group, groups of 9-130 rows (partial and several token tiles; 32-, 64- and 128-token
  * tiles; tiles of at most half their tokens on wgmmas of half the width), more stages than
- * slots, wo_a's bf16 x FP8 slices; the FP4 dequantisation on every input; the K split's choice.
- * Alone with --wgmma (a short run under the CPU emulator, compute-sanitizer). */
+ * slots, wo_a's bf16 x FP8 slices, BF16 weights; the FP4 dequantisation on every input; the K
+ * split's choice. Alone with --wgmma (a short run under the CPU emulator, compute-sanitizer). */
 static void run_wgmma_quick(void) {
     const int r100[] = {100}, r40[] = {40}, r160[] = {160}, pre_rows[] = {70, 0, 17, 130, 40},
               dec_rows[] = {9, 0, 31, 12, 40, 16};
@@ -1746,6 +1778,9 @@ static void run_wgmma_quick(void) {
     test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
     test_wgmma_grouping(DI_DT_I8, 1024, 96, pre_rows, 5); /* 16 stages: every slot reused */
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+    /* BF16 weights (WG_W16): 64-token tiles with a partial weight tile; 128-token ones, 10 stages */
+    test_linear_w16(40, 256, 200, true);
+    test_linear_w16(160, 640, 96, false);
     test_e2m1_bf16();
     test_e4m3_bf16();
     test_e8m0_odd();
@@ -1897,6 +1932,7 @@ static void run_full(bool head) {
     test_linear_bf16w8(1, 4096, 1024, 8); /* wo_a: 8 groups of 4096 -> 1024 */
     test_linear_w16(1, 5120, 384, false);  /* router gate */
     test_linear_w16(64, 5120, 384, false);
+    test_linear_w16(256, 5120, 384, false); /* the router gate at B = 256: wgmma with K splits */
     test_linear_w16(300, 5120, 512, false);
     test_linear_w16(4, 5120, 8192, false); /* a head-like slab */
     test_linear_bf16w8(70, 4096, 1024, 8);

@@ -28,8 +28,8 @@
  * configurations by rows per group: <= 16 (decode: BM 16, BN 32, 512 K values per stage, many
  * blocks streaming long weight-row segments), <= 64, larger (128 K values per stage). With
  * di_cuda_ctx.wgmma (the default) the FP8 / FP4 calls past the twin's rows (16 of one matrix, 8 a
- * group) go to cuda_linear_wgmma.cu (bf16-dequantised operands summed over K in the tensor core:
- * not these bits).
+ * group), and the W16 ones past 16 rows, go to cuda_linear_wgmma.cu (bf16-dequantised operands
+ * summed over K in the tensor core: not these bits).
  * Needs K % 32 == 0; a last stage with fewer than 4 blocks skips the missing ones. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
@@ -802,23 +802,33 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
     *ksplit_out = 1;
     if (m <= 0 || w->rows <= 0) return y;
     const int64_t K = w->cols, n_in = m * K;
-    int split_blocks;
-    const int ksplit = mm_ksplit(w->rows, K, true, &split_blocks);
+    int split_blocks, shape_blocks;
+    const int shape_split = mm_ksplit(w->rows, K, true, &shape_blocks);
     /* the decode twin for large matrices at few rows only (the head: 704 -> 332 us at B = 1, 95% of
      * the HBM copy rate); the router gate (384 rows: 24 blocks of 5 warps) ran slower on it (13.8 us
      * against 9.4 with the reduce), and B = 8 / 16 steps ran 6% / 13% slower with every BF16 linear
      * on the twin (session 16) */
     if (di_cuda_w16_twin_taken(ctx, w, m)) {
-        di_cuda_gemv_w16(s, (const uint16_t *)w->data, w->rows, K, x, m, y, out_bf16, ksplit, split_blocks);
+        di_cuda_gemv_w16(s, (const uint16_t *)w->data, w->rows, K, x, m, y, out_bf16, shape_split, shape_blocks);
         return y;
     }
+    /* past the twin's rows the wgmma kernel (the tiled kernel's 128 x 128 tiles ran the head at B = 256
+     * in 1.86 ms, the router gate's 30 CTAs in 30 us) */
+    const bool wg = di_cuda_wgmma_taken(ctx, false, K, m);
+    const int ksplit = wg ? wg_ksplit_waves(false, w->rows, m, K, &split_blocks) : shape_split;
+    if (!wg) split_blocks = shape_blocks;
     float *part;
     uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     const uint16_t *xb = act_bf16(ctx, x, m, K, xs);
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
                        out_bf16, {NULL, NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m,
                        keep_parts};
-    run_cfg<MM_W16>(a, s);
+    if (wg) {
+        di_wg_gemm_w16(xb, m, w->rows, K, (const uint16_t *)w->data, y, out_bf16, ksplit, split_blocks, part, s);
+        reduce_splits(a, s);
+    } else {
+        run_cfg<MM_W16>(a, s);
+    }
     if (!keep_parts || ksplit == 1) return y;
     *ksplit_out = ksplit;
     return part;

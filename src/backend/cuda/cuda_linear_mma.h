@@ -49,6 +49,11 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
                 int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
                 const di_group_tiles *tiles = nullptr, const uint8_t *const *wdata_b = nullptr,
                 const uint8_t *const *wscale_b = nullptr, float *y_b = nullptr);
+/* The same kernel over BF16 weights (the plain linears past the decode sizes): y [rows][N] = xb [rows][K]
+ * (bf16) @ w [N][K]^T, fp32 sums of the exact products in the tensor core; rounded to bf16 where
+ * out_bf16 and ksplit == 1, else as di_wg_gemm's parts (ksplit > 1). K % 128 == 0. */
+void di_wg_gemm_w16(const uint16_t *xb, int64_t rows, int64_t N, int64_t K, const uint16_t *w, float *y, bool out_bf16,
+                    int ksplit, int split_blocks, float *part, cudaStream_t s);
 /* the token rows of di_wg_gemm's CTAs for rows_per_group (row_off groups: grouped) -- the tile a
  * row-tile list for it must have (tiles: that list, or NULL) */
 int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);

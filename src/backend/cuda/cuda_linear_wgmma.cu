@@ -2,7 +2,10 @@
  * 1x32 e8m0 scales; act_quant'ed e4m3 activations with per-32 scales) on wgmma, for prefill-sized
  * row counts. The default (DEEPINFER_GPU_WGMMA, on -> di_cuda_ctx.wgmma; cuda_linear_mma.cu hands
  * it the FP8 / FP4 calls past the decode twin's rows, outside batch-invariant and exact modes): 2.2x
- * the mma.sync tiles at 512 rows an expert (docs/PERFORMANCE.md, sessions 8-9). The slots pass between
+ * the mma.sync tiles at 512 rows an expert (docs/PERFORMANCE.md, sessions 8-9). The BF16 plain
+ * linears (router gate, head, compressor and indexer weights) past the same rows take it too
+ * (di_wg_gemm_w16, WG_W16: the weights copied as they are, in the activations' swizzle, and loaded
+ * into A fragments by ldmatrix -- no scales, no dequantisation; session 35). The slots pass between
  * the roles through mbarriers: with named barriers (bar.arrive / bar.sync) racecheck reported every
  * refill as a race, as it does for any arrive / sync handshake over shared memory
  * (tools/cuda/probe_racecheck.cu, docs/CUDA.md session 10).
@@ -83,12 +86,18 @@
 /* named barriers: the consumers' turns (1, 2); the slots go through mbarriers */
 enum { WG_BAR_TURN = 1 };
 
-template <bool FP4, int BT>
+/* the weights' form: FP8 e4m3 with 32 x 32 scales, packed FP4 e2m1 with 1 x 32 scales, or BF16
+ * (the plain linears: router gate, head, compressor and indexer weights -- no scales, nothing to
+ * dequantise: a consumer loads its A fragments from the slot by ldmatrix) */
+enum { WG_FP8, WG_FP4, WG_W16 };
+
+template <int WT, int BT>
 struct wg_layout {
+    static constexpr bool FP4 = WT == WG_FP4, W16 = WT == WG_W16;
     static constexpr int X16 = BT * 128;                  /* [BT][128 B] a stage's 64 bf16 activations a token, swizzled */
-    static constexpr int RB = FP4 ? 32 : 64;              /* raw weight bytes per row and stage */
+    static constexpr int RB = W16 ? 128 : FP4 ? 32 : 64;  /* raw weight bytes per row and stage (W16: swizzled as X16) */
     static constexpr int SLOT = (X16 + WG_BW * RB + 1023) / 1024 * 1024; /* + [BW][RB] codes */
-    static constexpr int SCALE_ROWS = FP4 ? WG_BW : WG_BW / 32;
+    static constexpr int SCALE_ROWS = W16 ? 0 : FP4 ? WG_BW : WG_BW / 32;
     static constexpr int SCALES = SCALE_ROWS * (FP4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8); /* [rows][split] e8m0 */
     static constexpr int MBARS = SCALES; /* [2][WG_SLOTS] mbarriers: full, empty (SCALES % 8 == 0), then
                                           * the count of scale words that are not plain (an int) */
@@ -143,21 +152,23 @@ struct wg_second {
     int nx;                                      /* the first matrix's CTAs along x */
 };
 
-/* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]) */
-template <bool FP4, int BT>
-__global__ void __launch_bounds__(WG_THREADS, wg_layout<FP4, BT>::CTAS_PER_SM)
+/* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]),
+ * rounded to bf16 where out_bf16 (and K unsplit) */
+template <int WT, int BT>
+__global__ void __launch_bounds__(WG_THREADS, wg_layout<WT, BT>::CTAS_PER_SM)
 wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
                const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
                mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride,
-               wg_second second) {
-    typedef wg_layout<FP4, BT> L;
+               wg_second second, bool out_bf16) {
+    typedef wg_layout<WT, BT> L;
+    constexpr bool FP4 = L::FP4, W16 = L::W16;
     constexpr int NI = BT / 8, RB = L::RB; /* n8 column groups of a consumer's D; raw bytes a row */
     extern __shared__ int4 wg_smem4[];
     uint8_t *const smem = di_smem_align1024(reinterpret_cast<uint8_t *>(wg_smem4)); /* [WG_SLOTS][SLOT] */
     uint8_t *const scales = smem + WG_SLOTS * L::SLOT;                              /* [SCALE_ROWS][nbs] */
     uint64_t *const full = reinterpret_cast<uint64_t *>(scales + L::MBARS), *const empty = full + WG_SLOTS;
     int *const odd_scales = reinterpret_cast<int *>(empty + WG_SLOTS);
-    const int64_t nb = K / 32, wrow = FP4 ? K / 2 : K;
+    const int64_t nb = K / 32, wrow = W16 ? 2 * K : FP4 ? K / 2 : K; /* weight row bytes */
     int bx = (int)blockIdx.x;
     if (second.wdata && bx >= second.nx) { /* the second weight set */
         bx -= second.nx;
@@ -225,7 +236,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             for (int i = 0; i < RCH; i++) {
                 const int r = wr + (128 / RCH) * i;
                 const bool ok = n0 + r < N;
-                di_cp_async16(w + r * RB + 16 * wc, ok ? wsrc + (int64_t)(128 / RCH) * i * wrow + RB * st : wdata, ok);
+                const int chunk = W16 ? wc ^ (r & 7) : wc; /* W16: ldmatrix's 8 rows on distinct banks */
+                di_cp_async16(w + r * RB + 16 * chunk, ok ? wsrc + (int64_t)(128 / RCH) * i * wrow + RB * st : wdata, ok);
             }
         };
         di_cp_async_commit(); /* the scales: a copy group of their own, older than every stage's */
@@ -273,6 +285,13 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     auto dequant = [&](const uint8_t *slot, const uint32_t (&e)[2][2], uint32_t (&a)[4][4], auto plain_tag, uint32_t lp,
                        uint32_t ln) { /* lp / ln: the FP4 tables' first words */
         constexpr bool PLAIN = decltype(plain_tag)::value;
+        if constexpr (W16) { /* matrix m = lane / 8 of a k16 step: rows 8 (m & 1).., k 8 (m >> 1).. */
+            const int lr = wg * 64 + (warp & 3) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+            const uint8_t *row = slot + L::X16 + lr * RB;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) di_ldmatrix_x4(a[kk], row + 16 * ((2 * kk + (lane >> 4)) ^ (lr & 7)));
+            return;
+        }
         const uint8_t *w = slot + L::X16 + ra * RB;
 #pragma unroll
         for (int h = 0; h < 2; h++) { /* row ra, then ra + 8 */
@@ -329,7 +348,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             const uint8_t *slot = smem + si * L::SLOT;
             const uint64_t desc = di_wgmma_desc_sw128(slot); /* the slot's activations: wgmma's B */
             di_mbar_wait(&full[si], phase);
-            const uint32_t e[2][2] = {{sca[2 * st], sca[2 * st + 1]}, {scb[2 * st], scb[2 * st + 1]}};
+            const uint32_t e[2][2] = {{W16 ? 0u : sca[2 * st], W16 ? 0u : sca[2 * st + 1]}, /* W16: no scales */
+                                      {W16 ? 0u : scb[2 * st], W16 ? 0u : scb[2 * st + 1]}};
             dequant(slot, e, a, plain_tag, lp, ln);
             /* the fence first: the fragments' registers are written before it, so ptxas cannot move
              * the dequantisation past the turn's wait (with the wait first it moved most of it there,
@@ -351,7 +371,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     /* dd's NI' = extent / 4 column groups of D into y (rounded to bf16 but for K splits' fp32 parts) */
     auto store = [&](const auto &dd) {
         constexpr int NJ = std::extent<std::remove_reference_t<decltype(dd)>>::value / 4;
-        const bool round = ksplit == 1;
+        const bool round = ksplit == 1 && (!W16 || out_bf16); /* FP8 / FP4: always bf16 */
 #pragma unroll
         for (int i = 0; i < NJ; i++)
 #pragma unroll
@@ -378,29 +398,46 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             return;
         }
     }
-    if ((FP4 || BT > 32) && (nk == 0 || *odd_scales == 0)) stages(d, std::true_type());
+    if ((FP4 || W16 || BT > 32) && (nk == 0 || *odd_scales == 0)) stages(d, std::true_type());
     else stages(d, std::false_type()); /* 32-token FP8 tiles: the general form (shorter chain, one-wave grids) */
     di_wgmma_pin(d);
     store(d);
 }
 
-template <bool FP4, int BT>
+template <int WT, int BT>
 static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
                       const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
-                      int ksplit, int split_blocks, float *part, cudaStream_t s, wg_second second) {
+                      int ksplit, int split_blocks, float *part, cudaStream_t s, wg_second second, bool out_bf16) {
     /* slots: the groups' slots, or (grp.tiles) the tile list's entries: a CTA each along z */
-    typedef wg_layout<FP4, BT> L;
+    typedef wg_layout<WT, BT> L;
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<FP4, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<WT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
         attr_set = true;
     }
     second.nx = (int)((N + WG_BW - 1) / WG_BW);
     const dim3 grid((unsigned)second.nx * (second.wdata ? 2u : 1u), grp.tiles ? 1u : (unsigned)((max_rows + BT - 1) / BT),
                     slots * (unsigned)ksplit);
-    wg_gemm_kernel<FP4, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp,
-                                                            ksplit, split_blocks, part, rows * ldy, second);
+    wg_gemm_kernel<WT, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, ksplit,
+                                                           split_blocks, part, rows * ldy, second, out_bf16);
     DI_CUDA_LAUNCHED();
+}
+
+/* wg_launch with the tile of bt tokens (32, 64 or 128) */
+template <int WT>
+static void wg_launch_bt(int bt, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K,
+                         const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
+                         unsigned slots, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
+                         wg_second second, bool out_bf16) {
+    if (bt == 32)
+        wg_launch<WT, 32>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s,
+                          second, out_bf16);
+    else if (bt == 64)
+        wg_launch<WT, 64>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s,
+                          second, out_bf16);
+    else
+        wg_launch<WT, 128>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
+                           s, second, out_bf16);
 }
 
 /* 32 tokens a CTA, 64, else 128. A group's rows scatter about their mean (routing), and a group past
@@ -410,12 +447,17 @@ int di_wg_gemm_tile(int64_t rows_per_group, bool grouped) {
     return rows_per_group <= (grouped ? 20 : 32) ? 32 : rows_per_group <= 64 ? 64 : 128;
 }
 
-template <bool FP4>
+template <int WT>
 static int wg_ctas_per_sm(int bt) {
-    return bt == 32 ? wg_layout<FP4, 32>::CTAS_PER_SM : bt == 64 ? wg_layout<FP4, 64>::CTAS_PER_SM
-                                                                 : wg_layout<FP4, 128>::CTAS_PER_SM;
+    return bt == 32 ? wg_layout<WT, 32>::CTAS_PER_SM : bt == 64 ? wg_layout<WT, 64>::CTAS_PER_SM
+                                                               : wg_layout<WT, 128>::CTAS_PER_SM;
 }
-int di_wg_gemm_ctas_per_sm(bool fp4, int bt) { return fp4 ? wg_ctas_per_sm<true>(bt) : wg_ctas_per_sm<false>(bt); }
+int di_wg_gemm_ctas_per_sm(bool fp4, int bt) { return fp4 ? wg_ctas_per_sm<WG_FP4>(bt) : wg_ctas_per_sm<WG_FP8>(bt); }
+/* di_wg_gemm_w16's K split is chosen on di_wg_gemm_ctas_per_sm(false, bt)'s slots */
+static_assert(wg_layout<WG_W16, 32>::CTAS_PER_SM == wg_layout<WG_FP8, 32>::CTAS_PER_SM &&
+                  wg_layout<WG_W16, 64>::CTAS_PER_SM == wg_layout<WG_FP8, 64>::CTAS_PER_SM &&
+                  wg_layout<WG_W16, 128>::CTAS_PER_SM == wg_layout<WG_FP8, 128>::CTAS_PER_SM,
+              "BF16 weights take the FP8 kernels' CTA slots");
 
 bool di_wg_gemm_fits(bool fp4, int64_t K) {
     return K % 128 == 0 && K / 32 <= (fp4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8);
@@ -441,18 +483,21 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
     grp.tiles = tiles ? tiles->list : NULL;
     /* with an active list only min(groups, rows) slots can have rows; with a tile list, its entries */
     const unsigned slots = tiles ? (unsigned)tiles->cap : (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
-#define WG_LAUNCH(F, T) \
-    wg_launch<F, T>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s, \
-                    second)
-    if (bt == 32) {
-        if (fp4) WG_LAUNCH(true, 32);
-        else WG_LAUNCH(false, 32);
-    } else if (bt == 64) {
-        if (fp4) WG_LAUNCH(true, 64);
-        else WG_LAUNCH(false, 64);
-    } else {
-        if (fp4) WG_LAUNCH(true, 128);
-        else WG_LAUNCH(false, 128);
+    if (fp4)
+        wg_launch_bt<WG_FP4>(bt, xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
+                             part, s, second, true);
+    else
+        wg_launch_bt<WG_FP8>(bt, xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
+                             part, s, second, true);
+}
+
+void di_wg_gemm_w16(const uint16_t *xb, int64_t rows, int64_t N, int64_t K, const uint16_t *w, float *y, bool out_bf16,
+                    int ksplit, int split_blocks, float *part, cudaStream_t s) {
+    if (K % 128 != 0) { /* a caller's bug: di_wg_gemm_fits(false, K) */
+        fprintf(stderr, "di_wg_gemm_w16: K %lld is not a multiple of 128\n", (long long)K);
+        abort();
     }
-#undef WG_LAUNCH
+    const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
+    wg_launch_bt<WG_W16>(di_wg_gemm_tile(rows, false), xb, K, rows, N, K, reinterpret_cast<const uint8_t *>(w), NULL, y,
+                         N, grp, 1u, rows, ksplit, split_blocks, part, s, wg_second{NULL, NULL, NULL, 0}, out_bf16);
 }
