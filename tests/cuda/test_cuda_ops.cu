@@ -698,7 +698,7 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         for (int hpb : hpbs) {
             if (hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, NULL, 0);
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, NULL, hpb, DI_ATTN_SPLIT_AUTO, NULL, 0);
             dev_download(hpb == 16 ? got16 : got, dout, 4 * nq * H * dim);
             char mshape[160];
             snprintf(mshape, sizeof mshape, "%s hpb=%d", shape, hpb);
@@ -715,7 +715,7 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
         for (const auto &o : other) {
             if (o.hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
             CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, o.hpb, o.split, NULL, 0);
+            di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, NULL, o.hpb, o.split, NULL, 0);
             dev_download(got16, dout, 4 * nq * H * dim);
             compare(o.name, shape, got16, ref, nq * H, dim, CRIT_BOUND);
         }
@@ -735,17 +735,31 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
             for (int hpb : hpbs) {
                 if (hpb == 64 && !di_cuda_sparse_attn_wg_supported(H, dim)) continue;
                 CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-                di_cuda_sparse_attn_mma(dq2, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, NULL,
-                                        0);
+                di_cuda_sparse_attn_mma(dq2, nq, H, dim, drows, n_idx, dsink, scale, dout, NULL, hpb, DI_ATTN_SPLIT_AUTO,
+                                        NULL, 0);
                 di_cuda_rope(dout, nq, H, dim, off, rot, dcs, dsn, true, 0);
                 dev_download(got16, dout, 4 * nq * H * dim);
                 CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-                di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, hpb, DI_ATTN_SPLIT_AUTO, &rope,
-                                        0);
+                di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, dout, NULL, hpb, DI_ATTN_SPLIT_AUTO,
+                                        &rope, 0);
                 dev_download(got, dout, 4 * nq * H * dim);
                 char mshape[160];
                 snprintf(mshape, sizeof mshape, "%s hpb=%d rope %d@%d", shape, hpb, rot, off);
                 compare("sparse_attn rope folded", mshape, got, got16, nq * H, dim, CRIT_EXACT);
+                /* the output as bf16 bits instead (out_bf16: wo_a's form): the fp32 output's, rounded */
+                uint16_t *dout16 = (uint16_t *)dev_poisoned(2 * nq * H * dim);
+                di_cuda_sparse_attn_mma(dq, nq, H, dim, drows, n_idx, dsink, scale, NULL, dout16, hpb, DI_ATTN_SPLIT_AUTO,
+                                        &rope, 0);
+                uint16_t *bits = (uint16_t *)malloc(2 * nq * H * dim);
+                dev_download(bits, dout16, 2 * nq * H * dim);
+                for (int64_t i = 0; i < nq * H * dim; i++) {
+                    const uint32_t w = (uint32_t)bits[i] << 16;
+                    memcpy(&got16[i], &w, 4);
+                    got[i] = di_bf16_round(got[i]);
+                }
+                compare("sparse_attn bf16 out", mshape, got16, got, nq * H, dim, CRIT_EXACT);
+                cudaFree(dout16);
+                free(bits);
             }
             float *q_after = (float *)malloc(4 * nq * H * dim);
             dev_download(q_after, dq, 4 * nq * H * dim);
@@ -799,7 +813,7 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
         const float **rows = pass == 0 || pass == 3 ? base : pass == 1 ? moved : ext;
         const float *const *drows = (const float *const *)dev_upload(rows, sizeof(float *) * rows_n * n);
         CK(cudaMemset(dout, 0xff, 4 * nq * H * dim));
-        di_cuda_sparse_attn_mma(dq, rows_n, H, dim, drows, n, dsink, scale, dout, hpb, split, NULL, 0);
+        di_cuda_sparse_attn_mma(dq, rows_n, H, dim, drows, n, dsink, scale, dout, NULL, hpb, split, NULL, 0);
         dev_download(pass == 0 ? want : got, dout, 4 * rows_n * H * dim);
         cudaFree((void *)drows);
         if (pass == 0) continue;

@@ -47,6 +47,8 @@
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops.h"
 
+#include <type_traits>
+
 #define AM_RUN 64
 #define AM_THREADS 256
 #define AM_MAX_DIM 512
@@ -149,13 +151,14 @@ static __device__ void am_stage_rows(uint16_t *dst, int stride, const float *con
     }
 }
 
-/* out [rows, H, dim] bf16 values. grid (head groups x n_split, rows), clusters of (n_split, 1, 1):
+/* out [rows, H, dim] bf16 values: fp32, or (O16) their bf16 bits. grid (head groups x n_split, rows),
+ * clusters of (n_split, 1, 1):
  * rank c of a cluster takes runs [c split_runs, (c + 1) split_runs). dim % 32 == 0, <= 512. */
-template <int HT>
+template <int HT, bool O16>
 __global__ void __launch_bounds__(AM_THREADS, 2)
 attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *const *kv_rows, int n_idx,
-                int n_split, int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out,
-                di_attn_rope rope) {
+                int n_split, int split_runs, float scale, const float *__restrict__ sink,
+                typename std::conditional<O16, uint16_t, float>::type *__restrict__ out, di_attn_rope rope) {
     constexpr int HG = 16 * HT; /* heads of the block */
     constexpr int NT = 8 * HT;  /* PV n-tiles of 8 dims per warp */
     extern __shared__ uint4 am_smem[];
@@ -342,7 +345,8 @@ attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *
                                        di_dev_bf16_round(a.z / den), di_dev_bf16_round(a.w / den)}
                               : float4{0.0f, 0.0f, 0.0f, 0.0f};
         di_dev_rope4_apply(o, di_dev_rope4_coef(e % dim, dim, rope, r, true));
-        *reinterpret_cast<float4 *>(out + (r * n_heads + h0) * dim + e) = o;
+        if constexpr (O16) *reinterpret_cast<uint2 *>(out + (r * n_heads + h0) * dim + e) = di_dev_bf16x4_bits(o);
+        else *reinterpret_cast<float4 *>(out + (r * n_heads + h0) * dim + e) = o;
     }
     di_cluster_sync(); /* no rank leaves while another still reads its shared memory */
 }
@@ -355,13 +359,41 @@ extern "C" bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim) {
     return n_heads > 0 && dim > 0 && dim <= AM_MAX_DIM && dim % 32 == 0;
 }
 
-template <int HT>
+/* attn_mma_kernel<HT, O16>'s attributes, once: the largest shape's shared memory, and clusters past
+ * the portable size (am_split) */
+template <int HT, bool O16>
+static void am_attrs(void) {
+    static bool attr_set;
+    if (attr_set) return;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<HT, O16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)am_smem_bytes<HT>(AM_MAX_DIM)));
+#ifndef DI_CUDA_EMU_H
+    DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<HT, O16>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+#endif
+    attr_set = true;
+}
+
+/* out: float (fp32 values) or uint16_t (bf16 bits) */
+template <int HT, typename O>
 static void am_launch(int n_groups, int n_split, int split_runs, int64_t rows, const float *q, int n_heads, int dim,
-                      const float *const *kv_rows, int n_idx, float scale, const float *sink, float *out,
-                      di_attn_rope rope, cudaStream_t s) {
-    di_cluster_launch(attn_mma_kernel<HT>, dim3((unsigned)(n_groups * n_split), (unsigned)rows), AM_THREADS,
+                      const float *const *kv_rows, int n_idx, float scale, const float *sink, O *out, di_attn_rope rope,
+                      cudaStream_t s) {
+    constexpr bool O16 = std::is_same<O, uint16_t>::value;
+    am_attrs<HT, O16>();
+    di_cluster_launch(attn_mma_kernel<HT, O16>, dim3((unsigned)(n_groups * n_split), (unsigned)rows), AM_THREADS,
                       am_smem_bytes<HT>(dim), n_split, s, q, n_heads, dim, kv_rows, n_idx, n_split, split_runs, scale,
                       sink, out, rope);
+}
+/* the row chunk's launch of HT x 16 heads a CTA, into out or (non-NULL) out16 */
+template <int HT>
+static void am_launch_out(int n_split, int split_runs, int64_t rows, const float *q, int n_heads, int dim,
+                          const float *const *kv_rows, int n_idx, float scale, const float *sink, float *out,
+                          uint16_t *out16, di_attn_rope rope, cudaStream_t s) {
+    const int n_groups = (n_heads + 16 * HT - 1) / (16 * HT);
+    if (out16)
+        am_launch<HT>(n_groups, n_split, split_runs, rows, q, n_heads, dim, kv_rows, n_idx, scale, sink, out16, rope, s);
+    else
+        am_launch<HT>(n_groups, n_split, split_runs, rows, q, n_heads, dim, kv_rows, n_idx, scale, sink, out, rope, s);
 }
 
 #define AM_SPLIT_RUNS 2 /* runs a cluster rank takes (di_cluster_split) */
@@ -379,8 +411,7 @@ static bool am_cluster_fits(int n_split) {
     if (n_split <= AM_PORTABLE_SPLIT) return true;
     if (n_split > AM_MAX_SPLIT) return false;
     if (!known[n_split]) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<1>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<2>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        am_attrs<2, false>(); /* the occupancy query below sees the launch's shared memory */
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)n_split, 1, 1);
         cfg.blockDim = dim3(AM_THREADS, 1, 1);
@@ -392,7 +423,7 @@ static bool am_cluster_fits(int n_split) {
         cfg.attrs = attr;
         cfg.numAttrs = 1;
         int clusters = 0;
-        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, attn_mma_kernel<2>, &cfg);
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, attn_mma_kernel<2, false>, &cfg);
         if (e != cudaSuccess) (void)cudaGetLastError();
         known[n_split] = e == cudaSuccess && clusters > 0 ? 1 : -1;
     }
@@ -420,7 +451,8 @@ static void am_split(int64_t nq, int n_heads, int n_idx, di_attn_split split, in
 
 extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim,
                                         const float *const *kv_rows, int n_idx, const float *sink,
-                                        float scale, float *out, int heads_per_block, di_attn_split split,
+                                        float scale, float *out, uint16_t *out_bf16, int heads_per_block,
+                                        di_attn_split split,
                                         const di_attn_rope *rope, cudaStream_t s) {
     if (!di_cuda_sparse_attn_mma_supported(n_heads, dim) || n_idx < 0 ||
         (rope && rope->cos && !di_attn_rope_ok(dim, rope->off, rope->rot))) {
@@ -434,16 +466,8 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
     const bool wg_fills = nq * (n_heads / 64) >= AM_WG_MIN_ROWS;
     if (heads_per_block == 64 ||
         (heads_per_block == 0 && wg_fills && di_cuda_sparse_attn_wg_supported(n_heads, dim))) {
-        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, split, rope, s);
+        di_cuda_sparse_attn_wg(q, nq, n_heads, dim, kv_rows, n_idx, sink, scale, out, out_bf16, split, rope, s);
         return;
-    }
-    static bool attr_set;
-    if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)am_smem_bytes<1>(AM_MAX_DIM)));
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)am_smem_bytes<2>(AM_MAX_DIM)));
-        attr_set = true;
     }
     int split_runs, n_split;
     am_split(nq, n_heads, n_idx, split, &split_runs, &n_split);
@@ -454,13 +478,10 @@ extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads,
         const int64_t rows = nq - r0 < AM_MAX_ROWS ? nq - r0 : AM_MAX_ROWS;
         const float *qs = q + r0 * n_heads * dim;
         const float *const *kvr = kv_rows + r0 * n_idx;
-        float *os = out + r0 * n_heads * dim;
+        float *os = out_bf16 ? NULL : out + r0 * n_heads * dim; /* out may be NULL then */
+        uint16_t *os16 = out_bf16 ? out_bf16 + r0 * n_heads * dim : NULL;
         const di_attn_rope rp = di_attn_rope_rows(rope, r0);
-        if (HT == 2)
-            am_launch<2>((n_heads + 31) / 32, n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, rp,
-                         s);
-        else
-            am_launch<1>((n_heads + 15) / 16, n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, rp,
-                         s);
+        if (HT == 2) am_launch_out<2>(n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, os16, rp, s);
+        else am_launch_out<1>(n_split, split_runs, rows, qs, n_heads, dim, kvr, n_idx, scale, sink, os, os16, rp, s);
     }
 }

@@ -205,10 +205,12 @@ static __device__ __forceinline__ void aw_consumers_meet(uint64_t *bar, int phas
     di_mbar_wait(bar, phase & 1);
 }
 
-/* out [rows, H, 512] bf16 values. grid (H / 64 x n_split, rows), clusters of (n_split, 1, 1). */
+/* out [rows, H, 512] bf16 values (fp32), or out16 (non-NULL: instead) their bf16 bits. grid (H / 64 x
+ * n_split, rows), clusters of (n_split, 1, 1). */
 __global__ void __launch_bounds__(AW_THREADS, 1)
 attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_rows, int n_idx, int n_split,
-               int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out, di_attn_rope rope) {
+               int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out,
+               uint16_t *__restrict__ out16, di_attn_rope rope) {
     extern __shared__ int4 aw_smem4[];
     uint8_t *const sm = di_smem_align1024(reinterpret_cast<uint8_t *>(aw_smem4));
     uint8_t *const q_t = sm + AW_Q, *const kv_t = sm + AW_KV, *const p_t = sm + AW_P;
@@ -393,7 +395,7 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
 #pragma unroll
     for (int k = 0; k < AW_MAX_SPLIT; k++)
         parts[k] = reinterpret_cast<const float4 *>(di_cluster_rank_smem(part_s, k < n_split ? k : 0));
-    float4 *const out4 = reinterpret_cast<float4 *>(out + (r * n_heads + h0) * AW_DIM);
+    const int64_t o0 = (r * n_heads + h0) * AW_DIM; /* the CTA's first output value */
     static_assert(AW_THREADS % (AW_DIM / 4) == 0, "a thread's merge columns stay put");
     const di_rope4_coef rc = di_dev_rope4_coef(4 * ((rank * AW_THREADS + t) % (AW_DIM / 4)), AW_DIM, rope, r, true);
     for (int e = rank * AW_THREADS + t; e < AW_HEADS * AW_DIM / 4; e += n_split * AW_THREADS) {
@@ -414,7 +416,8 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
                                        di_dev_bf16_round(a.z / den), di_dev_bf16_round(a.w / den)}
                               : float4{0.0f, 0.0f, 0.0f, 0.0f};
         di_dev_rope4_apply(o, rc);
-        out4[e] = o;
+        if (out16) reinterpret_cast<uint2 *>(out16 + o0)[e] = di_dev_bf16x4_bits(o);
+        else reinterpret_cast<float4 *>(out + o0)[e] = o;
     }
     di_cluster_sync(); /* no rank leaves while another still reads its shared memory */
 }
@@ -424,7 +427,8 @@ extern "C" bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim) {
 }
 
 extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
-                                       int n_idx, const float *sink, float scale, float *out, di_attn_split split,
+                                       int n_idx, const float *sink, float scale, float *out, uint16_t *out_bf16,
+                                       di_attn_split split,
                                        const di_attn_rope *rope, cudaStream_t s) {
     if (!di_cuda_sparse_attn_wg_supported(n_heads, dim) || n_idx < 0 ||
         (rope && rope->cos && !di_attn_rope_ok(dim, rope->off, rope->rot))) {
@@ -447,9 +451,10 @@ extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, 
         const int64_t rows = nq - r0 < AW_MAX_ROWS ? nq - r0 : AW_MAX_ROWS;
         const float *qs = q + r0 * n_heads * dim;
         const float *const *kvr = kv_rows + r0 * n_idx;
-        float *os = out + r0 * n_heads * dim;
+        float *os = out_bf16 ? NULL : out + r0 * n_heads * dim; /* out may be NULL then */
+        uint16_t *os16 = out_bf16 ? out_bf16 + r0 * n_heads * dim : NULL;
         di_cluster_launch(attn_wg_kernel, dim3((unsigned)(n_heads / AW_HEADS * n_split), (unsigned)rows), AW_THREADS,
                           (size_t)AW_SMEM, n_split, s, qs, n_heads, kvr, n_idx, n_split, split_runs, scale, sink, os,
-                          di_attn_rope_rows(rope, r0));
+                          os16, di_attn_rope_rows(rope, r0));
     }
 }

@@ -59,6 +59,10 @@ static __device__ __forceinline__ float di_dev_bf16_round(float f) {
 }
 /* the same rounding as the 16 bits of a bf16 */
 static __device__ __forceinline__ uint32_t di_dev_bf16_bits(float f) { return __float_as_uint(di_dev_bf16_round(f)) >> 16; }
+/* four values' bf16 bits, in memory order (an 8-byte store) */
+static __device__ __forceinline__ uint2 di_dev_bf16x4_bits(float4 v) {
+    return make_uint2(di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16, di_dev_bf16_bits(v.z) | di_dev_bf16_bits(v.w) << 16);
+}
 static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
     return __uint_as_float((uint32_t)*p << 16);
 }

@@ -230,6 +230,10 @@ bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group,
  * yq untouched) */
 bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
                            const float *x, int64_t lda, int64_t m, float *y, int64_t ldy, const di_cuda_act_forms *yq);
+/* Does that call read x as bf16 bits (past the decode twin's rows: a bf16 form of x noted by its
+ * producer, di_cuda_act_forms_note, spares the conversion; the twin reads x itself)? */
+bool di_cuda_linear_bf16w8_reads_bf16(const di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
+                                      int64_t m);
 /* bf16 activations x BF16 weights on tensor cores: y [m, N] = x [m, K] (bf16-exact) @ W^T, fp32 sums,
  * bf16-rounded when out_bf16. _supported: BF16, K % 32 == 0, whole matrix, 16-byte aligned. */
 bool di_cuda_linear_w16_supported(const di_weight *w);

@@ -745,6 +745,19 @@ bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group,
            (n_groups == 1 || rows_per_group % 32 == 0) && lda % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
+/* di_cuda_linear_bf16w8's K split of the shape (the wgmma kernel may drop it: wg_ksplit) */
+static int bf16w8_ksplit(const di_weight *w, int64_t rows_per_group, int n_groups, int *split_blocks) {
+    return n_groups > 1 ? mm_ksplit_n(w->cols / 32, MM_SLICE_SPLITS, split_blocks)
+                        : mm_ksplit(rows_per_group, w->cols, true, split_blocks);
+}
+
+bool di_cuda_linear_bf16w8_reads_bf16(const di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
+                                      int64_t m) {
+    int split_blocks;
+    const int ksplit = bf16w8_ksplit(w, rows_per_group, n_groups, &split_blocks);
+    return m > 0 && (ctx->tiled_only || !di_cuda_gemv_ok(true, n_groups > 1, w->cols, m, ksplit));
+}
+
 /* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:
  * n_groups diagonal blocks of the FP8 weight `w` (rows_per_group rows each, from w->row0) */
 bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
@@ -753,8 +766,7 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     if (m <= 0 || rows_per_group <= 0) return false;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
     int split_blocks;
-    int ksplit = n_groups > 1 ? mm_ksplit_n(nb, MM_SLICE_SPLITS, &split_blocks)
-                              : mm_ksplit(rows_per_group, K, true, &split_blocks);
+    int ksplit = bf16w8_ksplit(w, rows_per_group, n_groups, &split_blocks);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
     if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
         const bool codes = yq && yq->q && yq->scale && di_cuda_gemv_codes_ok(rows_per_group, ldy, ksplit);

@@ -97,7 +97,7 @@ __global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint1
     const int64_t nv = n / 4;
     if (i < nv) {
         const float4 v = reinterpret_cast<const float4 *>(x)[i];
-        reinterpret_cast<uint2 *>(out)[i] = make_uint2(di_dev_bf16_bits(v.x) | di_dev_bf16_bits(v.y) << 16, di_dev_bf16_bits(v.z) | di_dev_bf16_bits(v.w) << 16);
+        reinterpret_cast<uint2 *>(out)[i] = di_dev_bf16x4_bits(v);
     } else if (i == nv) {
         for (int64_t j = 4 * nv; j < n; j++) out[j] = (uint16_t)di_dev_bf16_bits(x[j]);
     }

@@ -211,16 +211,19 @@ typedef struct di_attn_rope {
 } di_attn_rope;
 bool di_attn_rope_ok(int dim, int off, int rot);
 bool di_cuda_sparse_attn_mma_supported(int n_heads, int dim);
+/* out [nq, H, dim] fp32 (bf16 values), or, where out_bf16 is non-NULL, the same values' bf16 bits
+ * there instead (out unused, may be NULL): the form wo_a's tensor-core kernels read, which spares
+ * their conversion launch (di_cuda_act_forms) and half the output's bytes. */
 void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
-                             int n_idx, const float *sink, float scale, float *out, int heads_per_block,
-                             di_attn_split split, const di_attn_rope *rope, cudaStream_t s);
+                             int n_idx, const float *sink, float scale, float *out, uint16_t *out_bf16,
+                             int heads_per_block, di_attn_split split, const di_attn_rope *rope, cudaStream_t s);
 /* The wgmma kernel (cuda_attention_wg.cu): 64 heads a CTA, head dim 512 (V4.1's shape): the same
  * operation in another summation order, within the same bound of the CPU; batch invariant under
  * DI_ATTN_SPLIT_FIXED. */
 bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim);
 void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows, int n_idx,
-                            const float *sink, float scale, float *out, di_attn_split split, const di_attn_rope *rope,
-                            cudaStream_t s);
+                            const float *sink, float scale, float *out, uint16_t *out_bf16, di_attn_split split,
+                            const di_attn_rope *rope, cudaStream_t s);
 
 /* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device

@@ -3,7 +3,8 @@
  * the device in the reference's order (gpu_kernels.cu; at decode they also write the rows into the
  * SWA rings), sparse attention with sinks (tensor cores, which also apply q's RoPE and the output's
  * inverse RoPE; or the CPU-exact kernels under DEEPINFER_GPU_EXACT=1), the ring write, and the
- * grouped output LoRA. */
+ * grouped output LoRA (whose launch past the decode twin's rows reads the attention output as bf16
+ * bits: the attention kernel writes them so, instead of fp32 values and a conversion launch). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -68,16 +69,30 @@ static void ring_write(gpu_fwd *f, const di_layer *L, const float *kv) {
     free(src);
 }
 
-/* o [R, H*Dh] -> out [R, D]: r_g = wo_a[g] @ o_g (bf16), out = wo_b(concat_g r_g) (FP8) */
+/* wo_a's groups as one weight of rank rows and a group's columns (di_cuda_linear_bf16w8's view) */
+static di_weight wo_a_group(const di_config *cf, const di_attn_weights *a) {
+    di_weight wg = a->wo_a;
+    wg.rows = cf->o_lora_rank;
+    wg.cols = (int64_t)cf->num_attention_heads / cf->o_groups * cf->head_dim;
+    return wg;
+}
+
+/* Does output_proj take wo_a's grouped tensor-core launch (no per-group copies)? */
+static bool wo_a_grouped(const gpu_fwd *f, const di_attn_weights *a) {
+    const di_config *cf = &f->m->cfg;
+    const di_weight wg = wo_a_group(cf, a);
+    return !f->cx->exact && di_cuda_linear_bf16w8_supported(&wg, wg.rows, cf->o_groups, (int64_t)cf->o_groups * wg.cols);
+}
+
+/* o [R, H*Dh] -> out [R, D]: r_g = wo_a[g] @ o_g (bf16), out = wo_b(concat_g r_g) (FP8). o's bf16 form,
+ * where its producer noted one, is what the grouped launch reads. */
 static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, float *out) {
     const di_config *cf = &f->m->cfg;
     const int R = f->R, G = cf->o_groups, rank = cf->o_lora_rank;
     const int64_t gcols = (int64_t)cf->num_attention_heads / G * cf->head_dim;
     float *cat = gpu_alloc(f, sizeof(float) * (size_t)R * G * rank);  /* [R, G*rank] bf16 */
-    di_weight wg = a->wo_a;
-    wg.rows = rank;
-    wg.cols = gcols;
-    if (!f->cx->exact && di_cuda_linear_bf16w8_supported(&wg, rank, G, (int64_t)G * gcols)) {
+    di_weight wg = wo_a_group(cf, a);
+    if (wo_a_grouped(f, a)) {
         /* all groups in one tensor-core launch, reading o and writing cat in place; at decode the same
          * launch makes cat's act_quant for wo_b */
         di_cuda_act_forms cat_q = {NULL}; /* all NULL */
@@ -128,6 +143,14 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     /* the tensor-core kernels rotate q as they stage it and the output back as they write it */
     const bool tc = !f->cx->exact && di_cuda_sparse_attn_mma_supported(H, Dh);
     const bool rope_folded = tc && di_attn_rope_ok(Dh, Dh - rd, rd);
+    /* o as bf16 bits alone, written by the attention kernel, where wo_a's launch reads that form
+     * (past the decode twin's rows): no conversion launch, half the output's bytes */
+    uint16_t *o16 = NULL; /* [R, H, Dh] bf16 */
+    if (rope_folded && wo_a_grouped(f, &L->attn)) {
+        const di_weight wg = wo_a_group(cf, &L->attn);
+        if (di_cuda_linear_bf16w8_reads_bf16(f->cx, &wg, wg.rows, cf->o_groups, R))
+            o16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * H * Dh);
+    }
     gpu_stage(f, ST_ATTN_QKV);
     q_kv(f, L, x, qr, quant_qr ? &qr_q : NULL, !rope_folded, q, kv);
     gpu_stage(f, ST_COMPRESS);
@@ -180,7 +203,7 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
         const int hpb = f->m->batch_invariant && di_cuda_sparse_attn_wg_supported(H, Dh) ? 64 : 0;
         const int kind = L->ratio > 0;
         const di_attn_rope rope = {f->d_cos[kind], f->d_sin[kind], Dh - rd, rd};
-        di_cuda_sparse_attn_mma(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, hpb,
+        di_cuda_sparse_attn_mma(q, R, H, Dh, list, n_list, L->attn.attn_sink, scale, o, o16, hpb,
                                 f->m->batch_invariant ? DI_ATTN_SPLIT_FIXED : DI_ATTN_SPLIT_AUTO,
                                 rope_folded ? &rope : NULL, f->s);
     } else { /* the CPU's sums, bit for bit */
@@ -192,7 +215,9 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     if (!rope_folded) gpu_rope_rows(f, L->ratio > 0, o, H, Dh, Dh - rd, true);
     if (!a.write_rings) ring_write(f, L, kv);
     gpu_stage(f, ST_ATTN_OUT);
+    if (o16) di_cuda_act_forms_note(f->cx, o, R, (int64_t)H * Dh, (di_cuda_act_forms){.bf16 = o16});
     output_proj(f, &L->attn, o, out);
+    if (o16) di_cuda_act_forms_forget(f->cx, o);
     gpu_stage(f, ST_OTHER);
     gpu_free(f, (void *)a.ring);
     gpu_free(f, (void *)a.n_entries);
@@ -206,4 +231,5 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     gpu_free(f, q);
     gpu_free(f, kv);
     gpu_free(f, o);
+    gpu_free(f, o16);
 }
