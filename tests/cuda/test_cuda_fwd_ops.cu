@@ -1153,12 +1153,15 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
              (long long)K, (long long)N, di_cuda_wgmma_taken(&g_cx, fp4, K, per_group) ? "" : " NOT-WGMMA");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     float *yr = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
-    if (single) { /* the two halves alone */
+    if (single) { /* the two halves alone, with the whole's K split (the split follows the rows) */
         const int h = M / 2;
+        int blocks;
+        g_cx.wg_ksplit = di_cuda_wg_ksplit(&g_cx, fp4, N, M, K, &blocks);
         di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
                            h, h, x, yr);
         di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
                            M - h, M - h, x + (size_t)h * K, yr + (size_t)h * N);
+        g_cx.wg_ksplit = 0;
     } else { /* each group alone */
         for (int g = 0; g < ng; g++) {
             if (!rows[g]) continue;

@@ -134,6 +134,8 @@ bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t ro
  * each): the one whose CTAs the block scheduler finishes first, reduce included; 1 where the
  * unsplit grid fills the slots twice over. */
 int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks);
+/* the split such a call takes on this device: di_cuda_ctx.wg_ksplit where set, else the above */
+int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
  * hand calls of at most DI_GEMV_MAX_ROWS rows (one matrix) or DI_GEMV_MAX_GROUP_ROWS rows per group

@@ -399,7 +399,7 @@ static void run_cfg(const mm_args &a, cudaStream_t s) {
     else launch<MODE, 128, 128, 2, 4, 3, 4>(a, s);
 }
 
-/* wo_a's block-diagonal slices on the wgmma kernel (single matrices: wg_ksplit_waves below) drop
+/* wo_a's block-diagonal slices on the wgmma kernel (single matrices: di_cuda_wg_ksplit below) drop
  * the shape's K split once the unsplit grid fills the GPU twice over (prefill sizes): the split is
  * there so that decode-sized calls fill the card with the same bits at every batch, but the wgmma
  * kernel's bits depend on its path anyway (batch-invariant mode never takes it), and at 4,096 rows
@@ -411,10 +411,10 @@ static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_
 
 /* K splits a single matrix's wgmma call may take (the partial sums' buffers grow with them) */
 #define WG_MAX_SPLITS 8
-/* wg_ksplit_waves' cost model, in units of a CTA's time for one K block of 32 (~0.4 us: 128 x 128
- * tiles): a CTA's fixed part (the copies ahead of its first stage, its stores); the reduce's launch
- * and tail, and a block for each partial per 16 output tiles of 128 x 128 (a partial of 64 KiB read
- * at ~3 TB/s). Fitted on session 34's H200 A / B: with them the model's ratios of the measured
+/* di_cuda_wg_ksplit_slots' cost model, in units of a CTA's time for one K block of 32 (~0.4 us:
+ * 128 x 128 tiles): a CTA's fixed part (the copies ahead of its first stage, its stores); the
+ * reduce's launch and tail, and a block for each partial per 16 output tiles of 128 x 128 (a
+ * partial of 64 KiB read at ~3 TB/s). Fitted on session 34's H200 A / B: with them the model's ratios of the measured
  * splits (wo_b, the shared expert's w1 / w3 and w2 at B = 64 - 256) are within 4% of ncu's. */
 #define WG_CTA_BLOCKS 8
 #define WG_REDUCE_BLOCKS 8
@@ -481,8 +481,8 @@ int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, i
     *split_blocks = best_blocks;
     return best;
 }
-/* di_cuda_wg_ksplit_slots on this device's slots */
-static int wg_ksplit_waves(bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks) {
+int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks) {
+    if (ctx->wg_ksplit > 0) return mm_ksplit_n(K / 32, ctx->wg_ksplit, split_blocks);
     const int64_t slots = (int64_t)di_cuda_sm_count() * di_wg_gemm_ctas_per_sm(fp4, di_wg_gemm_tile(rows, false));
     return di_cuda_wg_ksplit_slots(N, rows, K, slots, split_blocks);
 }
@@ -589,7 +589,7 @@ static mm_plan linear_plan(const di_cuda_ctx *ctx, const di_weight *shape, bool 
     /* FP4 at <= 4 rows an expert: exact sums on int8 mma, from the codes' digits */
     p.imma = p.twin && fp4 && ctx->fp4_imma && p.ksplit == 1 && p.per_group <= DI_GEMV_IMMA_ROWS &&
              di_cuda_gemv_imma_ok(K, max_rows);
-    if (p.wg) p.ksplit = !grouped && n_groups == 1 ? wg_ksplit_waves(fp4, N, max_rows, K, &p.split_blocks)
+    if (p.wg) p.ksplit = !grouped && n_groups == 1 ? di_cuda_wg_ksplit(ctx, fp4, N, max_rows, K, &p.split_blocks)
                                                    : wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
     /* over a tile list a block takes tiles of about the groups' mean rows (the int8 twin: not the
      * largest group's, which sizes its blocks without a list) */
@@ -827,7 +827,7 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
     /* past the twin's rows the wgmma kernel (the tiled kernel's 128 x 128 tiles ran the head at B = 256
      * in 1.86 ms, the router gate's 30 CTAs in 30 us) */
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m);
-    const int ksplit = wg ? wg_ksplit_waves(false, w->rows, m, K, &split_blocks) : shape_split;
+    const int ksplit = wg ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks) : shape_split;
     if (!wg) split_blocks = shape_blocks;
     float *part;
     uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */

@@ -70,6 +70,7 @@ typedef struct di_cuda_ctx {
     bool exact;          /* quantised GEMMs and sparse attention with the CPU's exact sums (CUDA cores) */
     bool capturing;      /* the stream is being captured (set by the caller around the capture) */
     bool tiled_only;     /* tests: decode-sized quantised GEMMs through the tiled kernel too */
+    int wg_ksplit;       /* tests: > 0 sets a single matrix's wgmma K split (else the block scheduler's model) */
     bool wgmma;          /* DEEPINFER_GPU_WGMMA (default on): FP8 / FP4 / BF16 GEMMs past decode sizes on bf16 wgmma */
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
