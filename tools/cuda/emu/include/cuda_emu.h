@@ -182,6 +182,15 @@ static inline uint64_t exchange(uint64_t v, unsigned src_lane) {
     g_block->warp_bar[w]->arrive_and_wait();
     return r;
 }
+/* every lane's v into all[lane] behind the two barriers of one exchange (32 exchanges took 64: the
+ * mma fragments, ldmatrix's row addresses) */
+static inline void exchange_all(uint64_t v, uint64_t all[32]) {
+    const unsigned t = flat_tid(), w = t / 32;
+    g_block->xbuf[t] = v;
+    g_block->warp_bar[w]->arrive_and_wait();
+    for (unsigned i = 0; i < 32; i++) all[i] = g_block->xbuf[w * 32 + i];
+    g_block->warp_bar[w]->arrive_and_wait();
+}
 static inline mbarrier &mbarrier_at(const void *addr) {
     std::lock_guard<std::mutex> lock(g_block->mbar_m);
     std::unique_ptr<mbarrier> &b = g_block->mbar[addr];

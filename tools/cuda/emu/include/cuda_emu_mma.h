@@ -23,12 +23,14 @@ static inline double emu_e4m3_value(uint32_t b) {
 static inline void emu_gather_fragments(const uint32_t a[4], const uint32_t b[2], uint32_t all[32][6]) {
     uint64_t packed[3] = {(uint64_t)a[0] | (uint64_t)a[1] << 32, (uint64_t)a[2] | (uint64_t)a[3] << 32,
                           (uint64_t)b[0] | (uint64_t)b[1] << 32};
-    for (int r = 0; r < 3; r++)
+    for (int r = 0; r < 3; r++) {
+        uint64_t v[32];
+        emu::exchange_all(packed[r], v);
         for (unsigned src = 0; src < 32; src++) {
-            const uint64_t v = emu::exchange(packed[r], src);
-            all[src][2 * r] = (uint32_t)v;
-            all[src][2 * r + 1] = (uint32_t)(v >> 32);
+            all[src][2 * r] = (uint32_t)v[src];
+            all[src][2 * r + 1] = (uint32_t)(v[src] >> 32);
         }
+    }
 }
 
 static inline void di_mma_e4m3_16832(float d[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -85,15 +87,13 @@ static inline void di_mma_s8_16832_acc(int d[4], const uint32_t a[4], const uint
 static inline void di_mma_f64_884(double d[2], double a, double b, const double c[2]) {
     const unsigned lane = emu::flat_tid() & 31;
     double A[32], B[32];
-    for (unsigned src = 0; src < 32; src++) {
-        uint64_t u;
-        memcpy(&u, &a, 8);
-        u = emu::exchange(u, src);
-        memcpy(&A[src], &u, 8);
-        memcpy(&u, &b, 8);
-        u = emu::exchange(u, src);
-        memcpy(&B[src], &u, 8);
-    }
+    uint64_t ua, ub, va[32], vb[32];
+    memcpy(&ua, &a, 8);
+    memcpy(&ub, &b, 8);
+    emu::exchange_all(ua, va);
+    emu::exchange_all(ub, vb);
+    memcpy(A, va, sizeof A);
+    memcpy(B, vb, sizeof B);
     const int g = (int)lane >> 2, tq = (int)lane & 3;
     double out[2];
     for (int i = 0; i < 2; i++) {
@@ -145,9 +145,10 @@ static inline void di_mma_f16_16816(float d[4], const uint32_t a[4], const uint3
  * row g, elements 2t, 2t+1 (plain) or rows 2t, 2t+1, element g (trans) of matrix m */
 static inline void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
     const unsigned lane = emu::flat_tid() & 31, g = lane >> 2, t = lane & 3;
+    uint64_t addr[32];
+    emu::exchange_all((uint64_t)(uintptr_t)row, addr);
     const uint16_t *rows[32];
-    for (unsigned src = 0; src < 32; src++)
-        rows[src] = (const uint16_t *)(uintptr_t)emu::exchange((uint64_t)(uintptr_t)row, src);
+    for (unsigned src = 0; src < 32; src++) rows[src] = (const uint16_t *)(uintptr_t)addr[src];
     for (int m = 0; m < 4; m++) {
         if (!trans) r[m] = (uint32_t)rows[8 * m + g][2 * t] | (uint32_t)rows[8 * m + g][2 * t + 1] << 16;
         else r[m] = (uint32_t)rows[8 * m + 2 * t][g] | (uint32_t)rows[8 * m + 2 * t + 1][g] << 16;
