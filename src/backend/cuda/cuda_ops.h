@@ -52,7 +52,9 @@ typedef struct {
 /* entries a list of bt-row tiles needs at most: `rows` rows in n_groups groups, none past max_rows */
 int di_group_tiles_cap(int bt, int n_groups, int64_t rows, int64_t max_rows);
 
-#define DI_CUDA_ACT_FORMS_SLOTS 2 /* a sublayer's input and one buffer inside it (the attention's q LoRA) */
+/* a sublayer's input and one buffer inside it at a time (the attention's q LoRA, then its output;
+ * a note past them evicts the oldest, whose consumers then convert for themselves) */
+#define DI_CUDA_ACT_FORMS_SLOTS 2
 /* How often the linears on a context chose some fast paths: counted on the host as the launch is
  * issued (or captured into a CUDA graph: once per capture, which every graph call makes), for tests
  * that must know a path ran (di_device_path_counts in forward/device.h sums the contexts) */
