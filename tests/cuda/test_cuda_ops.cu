@@ -753,8 +753,7 @@ static void test_attention(int64_t nq, int H, int dim, int n_idx, int pool, int 
                 uint16_t *bits = (uint16_t *)malloc(2 * nq * H * dim);
                 dev_download(bits, dout16, 2 * nq * H * dim);
                 for (int64_t i = 0; i < nq * H * dim; i++) {
-                    const uint32_t w = (uint32_t)bits[i] << 16;
-                    memcpy(&got16[i], &w, 4);
+                    got16[i] = di_bf16_to_f32(bits[i]);
                     got[i] = di_bf16_round(got[i]);
                 }
                 compare("sparse_attn bf16 out", mshape, got16, got, nq * H, dim, CRIT_EXACT);

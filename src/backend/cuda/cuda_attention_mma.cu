@@ -452,8 +452,7 @@ static void am_split(int64_t nq, int n_heads, int n_idx, di_attn_split split, in
 extern "C" void di_cuda_sparse_attn_mma(const float *q, int64_t nq, int n_heads, int dim,
                                         const float *const *kv_rows, int n_idx, const float *sink,
                                         float scale, float *out, uint16_t *out_bf16, int heads_per_block,
-                                        di_attn_split split,
-                                        const di_attn_rope *rope, cudaStream_t s) {
+                                        di_attn_split split, const di_attn_rope *rope, cudaStream_t s) {
     if (!di_cuda_sparse_attn_mma_supported(n_heads, dim) || n_idx < 0 ||
         (rope && rope->cos && !di_attn_rope_ok(dim, rope->off, rope->rot))) {
         fprintf(stderr, "di_cuda_sparse_attn_mma: %d heads of dim %d (%d entries) not supported\n", n_heads, dim,

@@ -428,8 +428,7 @@ extern "C" bool di_cuda_sparse_attn_wg_supported(int n_heads, int dim) {
 
 extern "C" void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, const float *const *kv_rows,
                                        int n_idx, const float *sink, float scale, float *out, uint16_t *out_bf16,
-                                       di_attn_split split,
-                                       const di_attn_rope *rope, cudaStream_t s) {
+                                       di_attn_split split, const di_attn_rope *rope, cudaStream_t s) {
     if (!di_cuda_sparse_attn_wg_supported(n_heads, dim) || n_idx < 0 ||
         (rope && rope->cos && !di_attn_rope_ok(dim, rope->off, rope->rot))) {
         fprintf(stderr, "di_cuda_sparse_attn_wg: %d heads of dim %d (%d entries) not supported\n", n_heads, dim, n_idx);

@@ -414,8 +414,9 @@ static int wg_ksplit(int64_t N, int64_t rows, int64_t K, int ksplit, int *split_
 /* di_cuda_wg_ksplit_slots' cost model, in units of a CTA's time for one K block of 32 (~0.4 us:
  * 128 x 128 tiles): a CTA's fixed part (the copies ahead of its first stage, its stores); the
  * reduce's launch and tail, and a block for each partial per 16 output tiles of 128 x 128 (a
- * partial of 64 KiB read at ~3 TB/s). Fitted on session 34's H200 A / B: with them the model's ratios of the measured
- * splits (wo_b, the shared expert's w1 / w3 and w2 at B = 64 - 256) are within 4% of ncu's. */
+ * partial of 64 KiB read at ~3 TB/s). Fitted on session 34's H200 A / B: with them the model's
+ * ratios of the measured splits (wo_b, the shared expert's w1 / w3 and w2 at B = 64 - 256) are
+ * within 4% of ncu's. */
 #define WG_CTA_BLOCKS 8
 #define WG_REDUCE_BLOCKS 8
 #define WG_REDUCE_TILES 16
@@ -745,17 +746,19 @@ bool di_cuda_linear_bf16w8_supported(const di_weight *w, int64_t rows_per_group,
            (n_groups == 1 || rows_per_group % 32 == 0) && lda % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
-/* di_cuda_linear_bf16w8's K split of the shape (the wgmma kernel may drop it: wg_ksplit) */
-static int bf16w8_ksplit(const di_weight *w, int64_t rows_per_group, int n_groups, int *split_blocks) {
-    return n_groups > 1 ? mm_ksplit_n(w->cols / 32, MM_SLICE_SPLITS, split_blocks)
-                        : mm_ksplit(rows_per_group, w->cols, true, split_blocks);
+/* di_cuda_linear_bf16w8's K split of the shape (*ksplit, *split_blocks; the wgmma kernel may drop
+ * it: wg_ksplit), and whether the call of m rows takes the decode twin */
+static bool bf16w8_twin(const di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups, int64_t m,
+                        int *ksplit, int *split_blocks) {
+    *ksplit = n_groups > 1 ? mm_ksplit_n(w->cols / 32, MM_SLICE_SPLITS, split_blocks)
+                           : mm_ksplit(rows_per_group, w->cols, true, split_blocks);
+    return !ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, w->cols, m, *ksplit);
 }
 
 bool di_cuda_linear_bf16w8_reads_bf16(const di_cuda_ctx *ctx, const di_weight *w, int64_t rows_per_group, int n_groups,
                                       int64_t m) {
-    int split_blocks;
-    const int ksplit = bf16w8_ksplit(w, rows_per_group, n_groups, &split_blocks);
-    return m > 0 && (ctx->tiled_only || !di_cuda_gemv_ok(true, n_groups > 1, w->cols, m, ksplit));
+    int ksplit, split_blocks;
+    return m > 0 && !bf16w8_twin(ctx, w, rows_per_group, n_groups, m, &ksplit, &split_blocks);
 }
 
 /* x [m, lda] (bf16-exact values; group g's inputs are columns g*cols_per_group..) -> y [m, ldy]:
@@ -765,10 +768,10 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     cudaStream_t s = ctx->stream;
     if (m <= 0 || rows_per_group <= 0) return false;
     const int64_t K = w->cols, nb = K / 32, n_in = m * lda;
-    int split_blocks;
-    int ksplit = bf16w8_ksplit(w, rows_per_group, n_groups, &split_blocks);
+    int ksplit, split_blocks;
+    const bool twin = bf16w8_twin(ctx, w, rows_per_group, n_groups, m, &ksplit, &split_blocks);
     const uint8_t *wd = (const uint8_t *)w->data + w->row0 * K, *ws = w->scale + (w->row0 / 32) * nb;
-    if (!ctx->tiled_only && di_cuda_gemv_ok(true, n_groups > 1, K, m, ksplit)) { /* decode sizes: the twin kernel */
+    if (twin) { /* decode sizes: the twin kernel */
         const bool codes = yq && yq->q && yq->scale && di_cuda_gemv_codes_ok(rows_per_group, ldy, ksplit);
         di_cuda_gemv_bf16w8(s, wd, ws, rows_per_group, n_groups, K, x, lda, m, y, ldy, ksplit, split_blocks,
                             codes ? yq->q : NULL, codes ? yq->scale : NULL);
@@ -814,7 +817,7 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
     *ksplit_out = 1;
     if (m <= 0 || w->rows <= 0) return y;
     const int64_t K = w->cols, n_in = m * K;
-    int split_blocks, shape_blocks;
+    int shape_blocks;
     const int shape_split = mm_ksplit(w->rows, K, true, &shape_blocks);
     /* the decode twin for large matrices at few rows only (the head: 704 -> 332 us at B = 1, 95% of
      * the HBM copy rate); the router gate (384 rows: 24 blocks of 5 warps) ran slower on it (13.8 us
@@ -827,8 +830,8 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
     /* past the twin's rows the wgmma kernel (H200, B = 256: the head 1.86 -> 1.04 ms, the router's
      * gate 30 -> 18.5 us against the tiled kernel's 128 x 128 tiles; session 35) */
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m);
+    int split_blocks = shape_blocks;
     const int ksplit = wg ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks) : shape_split;
-    if (!wg) split_blocks = shape_blocks;
     float *part;
     uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     const uint16_t *xb = act_bf16(ctx, x, m, K, xs);

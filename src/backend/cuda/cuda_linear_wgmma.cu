@@ -6,8 +6,8 @@
  * linears (router gate, head, compressor and indexer weights) past the same rows take it too
  * (di_wg_gemm_w16, WG_W16: the weights copied as they are, in the activations' swizzle, and loaded
  * into A fragments by ldmatrix -- no scales, no dequantisation; session 35: at B = 256 the head
- * 1.86 -> 1.04 ms, the router's gate 30 -> 18.5 us a layer against the mma.sync tiles). The slots pass between
- * the roles through mbarriers: with named barriers (bar.arrive / bar.sync) racecheck reported every
+ * 1.86 -> 1.04 ms, the router's gate 30 -> 18.5 us a layer against the mma.sync tiles). The slots
+ * pass between the roles through mbarriers: with named barriers (bar.arrive / bar.sync) racecheck reported every
  * refill as a race, as it does for any arrive / sync handshake over shared memory
  * (tools/cuda/probe_racecheck.cu, docs/CUDA.md session 10).
  *

@@ -77,11 +77,10 @@ static di_weight wo_a_group(const di_config *cf, const di_attn_weights *a) {
     return wg;
 }
 
-/* Does output_proj take wo_a's grouped tensor-core launch (no per-group copies)? */
-static bool wo_a_grouped(const gpu_fwd *f, const di_attn_weights *a) {
-    const di_config *cf = &f->m->cfg;
-    const di_weight wg = wo_a_group(cf, a);
-    return !f->cx->exact && di_cuda_linear_bf16w8_supported(&wg, wg.rows, cf->o_groups, (int64_t)cf->o_groups * wg.cols);
+/* Does output_proj take wo_a's grouped tensor-core launch (no per-group copies)? wg: wo_a_group's */
+static bool wo_a_grouped(const gpu_fwd *f, const di_weight *wg) {
+    const int G = f->m->cfg.o_groups;
+    return !f->cx->exact && di_cuda_linear_bf16w8_supported(wg, wg->rows, G, (int64_t)G * wg->cols);
 }
 
 /* o [R, H*Dh] -> out [R, D]: r_g = wo_a[g] @ o_g (bf16), out = wo_b(concat_g r_g) (FP8). o's bf16 form,
@@ -92,7 +91,7 @@ static void output_proj(gpu_fwd *f, const di_attn_weights *a, const float *o, fl
     const int64_t gcols = (int64_t)cf->num_attention_heads / G * cf->head_dim;
     float *cat = gpu_alloc(f, sizeof(float) * (size_t)R * G * rank);  /* [R, G*rank] bf16 */
     di_weight wg = wo_a_group(cf, a);
-    if (wo_a_grouped(f, a)) {
+    if (wo_a_grouped(f, &wg)) {
         /* all groups in one tensor-core launch, reading o and writing cat in place; at decode the same
          * launch makes cat's act_quant for wo_b */
         di_cuda_act_forms cat_q = {NULL}; /* all NULL */
@@ -146,11 +145,10 @@ void gpu_attention(gpu_fwd *f, const di_layer *L, const di_layer *hL, const floa
     /* o as bf16 bits alone, written by the attention kernel, where wo_a's launch reads that form
      * (past the decode twin's rows): no conversion launch, half the output's bytes */
     uint16_t *o16 = NULL; /* [R, H, Dh] bf16 */
-    if (rope_folded && wo_a_grouped(f, &L->attn)) {
-        const di_weight wg = wo_a_group(cf, &L->attn);
-        if (di_cuda_linear_bf16w8_reads_bf16(f->cx, &wg, wg.rows, cf->o_groups, R))
-            o16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * H * Dh);
-    }
+    const di_weight wo_a = wo_a_group(cf, &L->attn);
+    if (rope_folded && wo_a_grouped(f, &wo_a) &&
+        di_cuda_linear_bf16w8_reads_bf16(f->cx, &wo_a, wo_a.rows, cf->o_groups, R))
+        o16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * H * Dh);
     gpu_stage(f, ST_ATTN_QKV);
     q_kv(f, L, x, qr, quant_qr ? &qr_q : NULL, !rope_folded, q, kv);
     gpu_stage(f, ST_COMPRESS);
