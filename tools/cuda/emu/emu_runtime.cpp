@@ -101,6 +101,7 @@ cudaError_t emu_c_cudaGetLastError(void) { return cudaSuccess; }
 const char *emu_c_cudaGetErrorString(cudaError_t) { return "emulated"; }
 cudaError_t emu_c_cudaDeviceGetDefaultMemPool(void **p, int) { *p = nullptr; return cudaSuccess; }
 cudaError_t emu_c_cudaMemPoolSetAttribute(void *, int, void *) { return cudaSuccess; }
+cudaError_t emu_c_cudaMemPoolTrimTo(void *, size_t) { return cudaSuccess; } /* frees are immediate here */
 /* events: the host clock at record (streams are synchronous here) */
 struct emu_event {
     double t;

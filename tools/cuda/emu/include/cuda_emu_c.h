@@ -39,6 +39,7 @@ EMU_C(cudaError_t, cudaGetLastError, (void))
 EMU_C(const char *, cudaGetErrorString, (cudaError_t e))
 EMU_C(cudaError_t, cudaDeviceGetDefaultMemPool, (cudaMemPool_t *p, int dev))
 EMU_C(cudaError_t, cudaMemPoolSetAttribute, (cudaMemPool_t p, enum cudaMemPoolAttr a, void *v))
+EMU_C(cudaError_t, cudaMemPoolTrimTo, (cudaMemPool_t p, size_t keep))
 EMU_C(cudaError_t, cudaMemGetInfo, (size_t *free_b, size_t *total_b))
 EMU_C(cudaError_t, cudaHostAlloc, (void **p, size_t n, unsigned flags))
 EMU_C(cudaError_t, cudaFreeHost, (void *p))
@@ -129,6 +130,7 @@ static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 #define cudaGetErrorString emu_c_cudaGetErrorString
 #define cudaDeviceGetDefaultMemPool emu_c_cudaDeviceGetDefaultMemPool
 #define cudaMemPoolSetAttribute emu_c_cudaMemPoolSetAttribute
+#define cudaMemPoolTrimTo emu_c_cudaMemPoolTrimTo
 #define cudaMemGetInfo emu_c_cudaMemGetInfo
 #define cudaHostAlloc emu_c_cudaHostAlloc
 #define cudaFreeHost emu_c_cudaFreeHost
