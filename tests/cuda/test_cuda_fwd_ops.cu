@@ -1088,8 +1088,10 @@ static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, 
 
 /* ---- two single matrices of one K over the same rows in one twin launch (di_cuda_linear_mma_set:
  * wq_a and wkv, the shared expert's w1 and w3), each output against its matrix alone on the tiled
- * kernel, bit for bit; N0 and N1 differ in their K splits, so the launch's blocks differ in warps ---- */
-static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M) {
+ * kernel, bit for bit; N0 and N1 differ in their K splits, so the launch's blocks differ in warps.
+ * wg (past 16 rows, di_cuda_ctx.wgmma): the set's one conversion of x and a wgmma call a matrix,
+ * against each matrix's own call, bit for bit ---- */
+static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M, bool wg = false) {
     const bool fp4 = dt == DI_DT_I8;
     const int rows[1] = {M};
     grp_case c[2] = {grp_make(dt, K, N0, rows, 1), grp_make(dt, K, N1, rows, 1)};
@@ -1109,21 +1111,24 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M)
     char shp[112];
     snprintf(shp, sizeof shp, "%s M=%d K=%lld N=%lld+%lld", fp4 ? "fp4" : "fp8", M, (long long)K, (long long)N0,
              (long long)N1);
+    g_cx.wgmma = wg;
     if (!di_cuda_linear_mma_set(&g_cx, 2, wp, x, M, ys)) {
-        printf("FAIL  gemv_set: %s does not take the one-launch twin\n", shp);
+        printf("FAIL  %s: %s does not take the set's path\n", wg ? "wgmma_set" : "gemv_set", shp);
         g_fail++;
     }
-    g_cx.tiled_only = true;
+    g_cx.tiled_only = !wg;
     for (int i = 0; i < 2; i++)
         di_cuda_linear_mma(&g_cx, &w[i], (const uint8_t *)w[i].data, w[i].scale, NULL, NULL, NULL, NULL, 1, M, M, x,
                            yr[i]);
     g_cx.tiled_only = false;
+    g_cx.wgmma = false;
     for (int i = 0; i < 2; i++) {
         const int64_t n = (int64_t)M * w[i].rows;
         float *a = host_poisoned(n), *b = host_poisoned(n);
         dev_download(a, ys[i], sizeof(float) * (size_t)n);
         dev_download(b, yr[i], sizeof(float) * (size_t)n);
-        compare(i ? "gemv_set.b" : "gemv_set.a", shp, a, b, n, "twin");
+        static const char *names[2][2] = {{"gemv_set.a", "gemv_set.b"}, {"wgmma_set.a", "wgmma_set.b"}};
+        compare(names[wg][i], shp, a, b, n, wg ? "exact" : "twin");
         free(a), free(b);
         cudaFree(ys[i]), cudaFree(yr[i]);
         grp_free(&c[i]);
@@ -1765,6 +1770,10 @@ static void run_wgmma_quick(void) {
     test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
     test_wgmma_grouping(DI_DT_I8, 1024, 96, pre_rows, 5); /* 16 stages: every slot reused */
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+    /* wq_a / wkv-like sets past 16 rows: one conversion of x, a wgmma call a matrix, each with the
+     * K split the device's model gives its N (64- and 32-token tiles, a partial weight tile) */
+    test_gemv_set(DI_DT_F8_E4M3, 1024, 96, 512, 64, true);
+    test_gemv_set(DI_DT_F8_E4M3, 512, 200, 64, 40, true);
     /* BF16 weights (WG_W16): 64-token tiles with a partial weight tile; 128-token ones, 10 stages */
     test_linear_w16(40, 256, 200, true);
     test_linear_w16(160, 640, 96, false);
@@ -1938,6 +1947,8 @@ static void run_full(bool head) {
     test_gemv_twin(DI_DT_F8_E4M3, 5120, 512, r16, 0);
     test_gemv_set(DI_DT_F8_E4M3, 5120, 1280, 512, 1); /* wq_a and wkv: 7 and 8 K splits */
     test_gemv_set(DI_DT_F8_E4M3, 5120, 2304, 2304, 4); /* the shared expert's w1 and w3 */
+    test_gemv_set(DI_DT_F8_E4M3, 5120, 1280, 512, 256, true); /* the same at B = 256 on wgmma */
+    test_gemv_set(DI_DT_F8_E4M3, 5120, 2304, 2304, 256, true);
     int e1[48] = {0}, e8[48] = {0};
     for (int i = 0; i < 6; i++) e1[7 * i + 3] = 1, e8[8 * i] = 8;
     test_gemv_twin(DI_DT_I8, 5120, 2304, e1, 48);

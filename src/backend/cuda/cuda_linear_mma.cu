@@ -715,19 +715,57 @@ bool di_cuda_linear_mma_pair_swiglu(di_cuda_ctx *ctx, const di_weight *shape, co
     return true;
 }
 
+/* the set past the twin's rows: x's act_quant values as bf16 once (a launch each matrix converted
+ * them for itself: at B = 256 two of 4.7 us a layer for wq_a / wkv and two for the shared w1 / w3,
+ * a 4,096-token prefill's 33 us each), then each matrix's wgmma call with its own K split -- the
+ * bits of the matrices alone */
+static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w, const float *x, int64_t m,
+                              float *const *y) {
+    const int64_t K = w[0]->cols, nb = K / 32;
+    const bool fp4 = w[0]->dtype == DI_DT_I8;
+    int ksplit[DI_GEMV_MAX_MATS], split_blocks[DI_GEMV_MAX_MATS];
+    int64_t part_row = 0; /* the largest split's partial sums a row: [ksplit][m][N], reused in stream order */
+    for (int i = 0; i < n; i++) {
+        ksplit[i] = di_cuda_wg_ksplit(ctx, fp4, w[i]->rows, m, K, &split_blocks[i]);
+        const int64_t need = ksplit[i] > 1 ? ksplit[i] * w[i]->rows : 0;
+        part_row = need > part_row ? need : part_row;
+    }
+    const size_t xb_bytes = (sizeof(uint16_t) * (size_t)(m * K) + 255) & ~(size_t)255;
+    uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, xb_bytes + sizeof(float) * (size_t)(m * part_row));
+    uint16_t *xb = (uint16_t *)base;                /* [m, K] bf16 */
+    float *part = (float *)(base + xb_bytes);       /* [ksplit][m][N] of the matrix in flight */
+    di_cuda_act_quant_bf16(x, NULL, nb, m * nb, xb, ctx->stream);
+    for (int i = 0; i < n; i++) {
+        const int64_t N = w[i]->rows;
+        const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
+        const mm_args a = {(const uint8_t *)xb, K, NULL, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, true,
+                           grp, 1, m, ksplit[i], split_blocks[i], part, m};
+        di_wg_gemm(fp4, xb, K, m, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, grp, 1, m, ksplit[i],
+                   split_blocks[i], part, ctx->stream);
+        reduce_splits(a, ctx->stream);
+    }
+}
+
 bool di_cuda_linear_mma_set(di_cuda_ctx *ctx, int n, const di_weight *const *w, const float *x, int64_t m,
                             float *const *y) {
     if (n < 1 || n > DI_GEMV_MAX_MATS || ctx->tiled_only || ctx->exact || m <= 0) return false;
     const int64_t K = w[0]->cols, nb = K / 32;
+    const bool fp4 = w[0]->dtype == DI_DT_I8;
     di_gemv_mat mats[DI_GEMV_MAX_MATS];
+    bool twin = true;
     for (int i = 0; i < n; i++) {
         if (w[i]->cols != K || w[i]->dtype != w[0]->dtype || !di_cuda_linear_mma_supported(w[i]) ||
             ((uintptr_t)w[i]->data & 15) != 0)
             return false;
         int split_blocks;
         const int ksplit = mm_ksplit(w[i]->rows, K, true, &split_blocks); /* each matrix's own */
-        if (!di_cuda_gemv_ok(false, false, K, m, ksplit)) return false;
+        twin = twin && di_cuda_gemv_ok(false, false, K, m, ksplit);
         mats[i] = di_gemv_mat{w[i]->rows, (const uint8_t *)w[i]->data, w[i]->scale, NULL, NULL, ksplit, split_blocks, y[i]};
+    }
+    if (!twin) {
+        if (!di_cuda_wgmma_taken(ctx, fp4, K, m)) return false;
+        linear_mma_set_wg(ctx, n, w, x, m, y);
+        return true;
     }
     const size_t q_bytes = ((size_t)(m * K) + 255) & ~(size_t)255;
     float *part;
