@@ -37,36 +37,60 @@
 #define HC_MAX_N 8
 
 /* fn rows staged: nmix rounded up to whole m8n8k4 tiles (the rows past nmix are zeros) */
-static __host__ __device__ int mix_fn_rows(int nmix) { return (nmix + 7) & ~7; }
+static __host__ __device__ constexpr int mix_fn_rows(int nmix) { return (nmix + 7) & ~7; }
 /* values of a token's n*d per block: 256, or 128 for more than 24 fn rows (n >= 5), so that a
  * block's fn chunk as doubles stays under 85 KB. (512 halved the blocks of a decode step and
  * doubled their mma chains: B = 1 lost 0.5 ms a step; 256 gives the decode step 80 blocks.) */
-static __host__ __device__ int mix_chunk(int nmix) { return mix_fn_rows(nmix) <= 24 ? 256 : 128; }
+static __host__ __device__ constexpr int mix_chunk(int nmix) { return mix_fn_rows(nmix) <= 24 ? 256 : 128; }
 /* doubles per staged fn row: chunk + 2, so that the 16-byte loads of a quarter warp (rows g, g + 1
  * at 4 t..) fall on distinct banks */
-static __host__ __device__ int mix_stride(int nmix) { return mix_chunk(nmix) + 2; }
+static __host__ __device__ constexpr int mix_stride(int nmix) { return mix_chunk(nmix) + 2; }
 static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_rows(nmix) * mix_stride(nmix); }
 
-/* fs [rows][stride] doubles <- fn's rows (stride len floats) from i0, cl values each, zeros past cl
- * and in rows nmix .. rows - 1 (the tensor-core tiles read them). Each thread issues
- * MIX_STAGE_BATCH loads before storing any (a load-store loop waits out each load): 24, so that at
- * n = 4 (24 fn rows of a 256-value chunk) every load of the block is in flight at once; with 8 a
- * decode step's blocks waited out three round trips to memory one after another. */
+/* fs [ROWS][mix_stride] doubles <- fn's rows (stride len floats) from i0, cl values each (CHUNK at
+ * most), zeros past cl and in rows nmix .. ROWS - 1 (the tensor-core tiles read them). A thread
+ * issues all its loads before it converts and stores any (a load-store loop waits out each load):
+ * with 8-byte rows a pair a load (n = 4: twelve a thread for the 24 rows of a 256-value chunk),
+ * else a value a load, MIX_STAGE_BATCH at a time. The shape is compile-time: with the chunk a
+ * run-time value each value's row and column took an integer division (~1,000 instructions a
+ * thread for 24 values). Session 36's forms, ncu us a launch of the decode step's fused chunk
+ * kernel / a prefill's (1,024 tokens): run-time shape 8.5 / 70.9; compile-time, a value a load
+ * 9.3 / 63.5 (ptxas converted each value right after its load: a round trip to memory a value);
+ * a quad a load 7.4 / 68.6 (a warp's 16-byte stores, 32 bytes apart, hit every bank twice); a pair
+ * a load, this form, 7.3 / 68.0 (the combine-fused decode kernel 9.9 -> 10.3). Why the value form
+ * runs the prefill's launch faster is not known. */
 #define MIX_STAGE_BATCH 24
-static __device__ void mix_stage_fn(double *fs, int stride, const float *fn, int64_t len, int rows, int nmix, int chunk,
-                                    int cl) {
-    const int total = rows * chunk;
-    for (int k0 = threadIdx.x; k0 < total; k0 += MIX_STAGE_BATCH * MIX_THREADS) {
-        float v[MIX_STAGE_BATCH];
+template <int ROWS, int CHUNK>
+static __device__ void mix_stage_fn(double *fs, const float *fn, int64_t len, int nmix, int cl) {
+    constexpr int stride = CHUNK + 2;
+    static_assert(stride == mix_stride(ROWS), "fn rows staged at mix_stride");
+    if (len % 2 == 0 && (uintptr_t)fn % 8 == 0) { /* cl % 2 == 0 too: chunks start at even values */
+        constexpr int PROW = CHUNK / 2, RSTEP = MIX_THREADS / PROW, PER = ROWS / RSTEP; /* pairs a row; rows a pass */
+        static_assert(MIX_THREADS % PROW == 0 && ROWS % RSTEP == 0, "whole rows a pass of the block");
+        const int i = 2 * (threadIdx.x % PROW), r0 = threadIdx.x / PROW; /* this thread's pair; first row */
+        float2 v[PER];
 #pragma unroll
-        for (int u = 0; u < MIX_STAGE_BATCH; u++) {
-            const int k = k0 + u * MIX_THREADS, row = k / chunk, i = k % chunk;
-            v[u] = k < total && row < nmix && i < cl ? fn[(int64_t)row * len + i] : 0.0f;
+        for (int u = 0; u < PER; u++) {
+            const int row = r0 + RSTEP * u;
+            v[u] = i < cl && row < nmix ? __ldg(reinterpret_cast<const float2 *>(fn + row * len + i)) : make_float2(0.0f, 0.0f);
         }
 #pragma unroll
-        for (int u = 0; u < MIX_STAGE_BATCH; u++) {
-            const int k = k0 + u * MIX_THREADS;
-            if (k < total) fs[k / chunk * stride + k % chunk] = (double)v[u];
+        for (int u = 0; u < PER; u++) /* stride even: a warp's 16-byte stores side by side, no bank conflict */
+            *reinterpret_cast<double2 *>(fs + (r0 + RSTEP * u) * stride + i) = make_double2(v[u].x, v[u].y);
+        return;
+    }
+    constexpr unsigned total = ROWS * CHUNK;
+    for (unsigned k0 = threadIdx.x; k0 < total; k0 += MIX_STAGE_BATCH * MIX_THREADS) {
+        float v[MIX_STAGE_BATCH];
+#pragma unroll
+        for (unsigned u = 0; u < MIX_STAGE_BATCH; u++) {
+            const unsigned k = k0 + u * MIX_THREADS, row = k / CHUNK, i = k % CHUNK;
+            v[u] = k < total && row < (unsigned)nmix && i < (unsigned)cl ? fn[row * len + i] : 0.0f;
+        }
+#pragma unroll
+        for (unsigned u = 0; u < MIX_STAGE_BATCH; u++) {
+            const unsigned k = k0 + u * MIX_THREADS;
+            if (k < total) fs[k / CHUNK * stride + k % CHUNK] = (double)v[u];
         }
     }
 }
@@ -171,12 +195,14 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
  * four lanes of a token added by shuffles. Each product is exact in double; the order of the
  * additions is fixed by the chunking alone, never by T. */
 template <int NFT, bool V4, int POST>
-__global__ void __launch_bounds__(MIX_THREADS, 2)
+/* POST: one token group, 80 blocks at n = 4 -- one a multiprocessor, so ptxas may use more
+ * registers (at two a multiprocessor these kernels spilled) */
+__global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
     extern __shared__ double mix_smem[];
     double *fs = mix_smem; /* [NFT * 8][mix_stride] */
-    const int chunk = mix_chunk(nmix), stride = mix_stride(nmix);
+    constexpr int chunk = mix_chunk(8 * NFT), stride = mix_stride(8 * NFT); /* nmix's: mix_fn_rows(nmix) = 8 NFT */
     const int c = blockIdx.x;
     const int64_t i0 = (int64_t)c * chunk;
     const int cl = len - i0 < chunk ? (int)(len - i0) : chunk;
@@ -184,7 +210,7 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
     const int xstride = mix_post_stride(nmix);
     if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
-    mix_stage_fn(fs, stride, fn + i0, len, NFT * 8, nmix, chunk, cl);
+    mix_stage_fn<8 * NFT, chunk>(fs, fn + i0, len, nmix, cl);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */

@@ -49,6 +49,7 @@ static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
 static inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
 static inline float2 make_float2(float a, float b) { return float2{a, b}; }
 static inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+static inline double2 make_double2(double a, double b) { return double2{a, b}; }
 
 typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100, cudaErrorNotSupported = 801 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
