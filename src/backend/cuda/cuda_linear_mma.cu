@@ -380,6 +380,14 @@ static void launch(const mm_args &a, cudaStream_t s) {
     reduce_splits(a, s);
 }
 
+/* a's GEMM on the wgmma kernel (xa: the activations as bf16 values), then its K splits' sum; tiles:
+ * a row-tile list of a's groups, or NULL */
+static void wg_run(const mm_args &a, bool fp4, const di_group_tiles *tiles, cudaStream_t s) {
+    di_wg_gemm(fp4, (const uint16_t *)a.xa, a.lda, a.max_rows, a.rows_hint ? a.rows_hint : a.max_rows, a.N, a.K, a.wdata,
+               a.wscale, a.y, a.ldy, a.grp, a.n_groups, a.rows, a.ksplit, a.split_blocks, a.part, s, tiles);
+    reduce_splits(a, s);
+}
+
 /* The context's scratch for one call: act_bytes of converted activations, then (K split) the
  * partial sums [ksplit, rows, ldy] fp32 in *part. */
 static uint8_t *mm_scratch(di_cuda_ctx *ctx, size_t act_bytes, int ksplit, int64_t rows, int64_t ldy, float **part) {
@@ -675,11 +683,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
                            n_groups, per_group, ksplit, split_blocks, part, rows};
-        if (wg) {
-            di_wg_gemm(fp4, (const uint16_t *)xq, K, max_rows, per_group, N, K, wd, ws, y[m], N, a.grp, n_groups, rows,
-                       ksplit, split_blocks, part, s, plan.tiles);
-            reduce_splits(a, s);
-        } else if (fp4) run_cfg<MM_FP4>(a, s);
+        if (wg) wg_run(a, fp4, plan.tiles, s);
+        else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);
     }
 }
@@ -740,9 +745,7 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
         const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
         const mm_args a = {(const uint8_t *)xb, K, NULL, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, true,
                            grp, 1, m, ksplit[i], split_blocks[i], part, m};
-        di_wg_gemm(fp4, xb, K, m, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, grp, 1, m, ksplit[i],
-                   split_blocks[i], part, ctx->stream);
-        reduce_splits(a, ctx->stream);
+        wg_run(a, fp4, NULL, ctx->stream);
     }
 }
 
@@ -823,9 +826,7 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     if (wg) { /* the FP8 wgmma kernel on the bf16 values */
-        di_wg_gemm(false, xb, lda, m, m, rows_per_group, K, wd, ws, y, ldy, a.grp, n_groups, m, ksplit, split_blocks,
-                   part, s);
-        reduce_splits(a, s);
+        wg_run(a, false, NULL, s);
         return false;
     }
     run_cfg<MM_A16>(a, s);

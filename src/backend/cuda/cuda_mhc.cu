@@ -47,8 +47,8 @@ static __host__ __device__ constexpr int mix_chunk(int nmix) { return mix_fn_row
 static __host__ __device__ constexpr int mix_stride(int nmix) { return mix_chunk(nmix) + 2; }
 static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_rows(nmix) * mix_stride(nmix); }
 
-/* fs [ROWS][mix_stride] doubles <- fn's rows (stride len floats) from i0, cl values each (CHUNK at
- * most), zeros past cl and in rows nmix .. ROWS - 1 (the tensor-core tiles read them). A thread
+/* fs [ROWS][mix_stride] doubles <- fn's rows (stride len floats) from i0, cl values each (mix_chunk
+ * at most), zeros past cl and in rows nmix .. ROWS - 1 (the tensor-core tiles read them). A thread
  * issues all its loads before it converts and stores any (a load-store loop waits out each load):
  * with 8-byte rows a pair a load (n = 4: twelve a thread for the 24 rows of a 256-value chunk),
  * else a value a load, MIX_STAGE_BATCH at a time. The shape is compile-time: with the chunk a
@@ -60,10 +60,9 @@ static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_
  * a load, this form, 7.3 / 68.0 (the combine-fused decode kernel 9.9 -> 10.3). Why the value form
  * runs the prefill's launch faster is not known. */
 #define MIX_STAGE_BATCH 24
-template <int ROWS, int CHUNK>
+template <int ROWS>
 static __device__ void mix_stage_fn(double *fs, const float *fn, int64_t len, int nmix, int cl) {
-    constexpr int stride = CHUNK + 2;
-    static_assert(stride == mix_stride(ROWS), "fn rows staged at mix_stride");
+    constexpr int CHUNK = mix_chunk(ROWS), stride = mix_stride(ROWS);
     if (len % 2 == 0 && (uintptr_t)fn % 8 == 0) { /* cl % 2 == 0 too: chunks start at even values */
         constexpr int PROW = CHUNK / 2, RSTEP = MIX_THREADS / PROW, PER = ROWS / RSTEP; /* pairs a row; rows a pass */
         static_assert(MIX_THREADS % PROW == 0 && ROWS % RSTEP == 0, "whole rows a pass of the block");
@@ -210,7 +209,7 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
     const int xstride = mix_post_stride(nmix);
     if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
-    mix_stage_fn<8 * NFT, chunk>(fs, fn + i0, len, nmix, cl);
+    mix_stage_fn<8 * NFT>(fs, fn + i0, len, nmix, cl);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */
