@@ -578,6 +578,28 @@ static void test_swiglu(int64_t n, int64_t inter, bool with_wt, bool alias) {
         compare_quant_forms(form ? digit_names : code_names, shape, dq, ds, rq, rs, bytes, nb);
         cudaFree(dq), cudaFree(rq), cudaFree(ds), cudaFree(rs), cudaFree(dh2), cudaFree(dg2);
     }
+    /* act_quant's values as bf16 (the wgmma GEMM's operand): act_quant_bf16's bits on that h */
+    if (di_cuda_swiglu_forms_supported(dg, du, inter, dh)) {
+        const int64_t nb = n * inter / 32;
+        uint16_t *dqb = (uint16_t *)dev_poisoned(2 * n * inter), *rqb = (uint16_t *)dev_poisoned(2 * n * inter);
+        float *dh2 = (float *)dev_poisoned(4 * n * inter), *dg2 = (float *)dev_upload(g, 4 * n * inter);
+        di_cuda_act_forms forms = {NULL};
+        forms.qbf16 = dqb;
+        di_cuda_swiglu_forms(dg2, du, n, inter, lim, with_wt ? dwt : NULL, alias ? dg2 : dh2, &forms, 0);
+        float *h2 = alias ? dg2 : dh2;
+        di_cuda_act_quant_bf16(h2, NULL, 0, nb, rqb, 0);
+        float *a = (float *)malloc(4 * n * inter);
+        dev_download(a, h2, 4 * n * inter);
+        compare("swiglu_forms(qbf16).h", shape, a, ref, n * inter, "exact");
+        uint16_t *qa = (uint16_t *)malloc(2 * n * inter), *qr = (uint16_t *)malloc(2 * n * inter);
+        dev_download(qa, dqb, 2 * n * inter);
+        dev_download(qr, rqb, 2 * n * inter);
+        float *fa = (float *)malloc(4 * n * inter), *fr = (float *)malloc(4 * n * inter);
+        for (int64_t i = 0; i < n * inter; i++) fa[i] = di_bf16_to_f32(qa[i]), fr[i] = di_bf16_to_f32(qr[i]);
+        compare("swiglu_forms bf16 values", shape, fa, fr, n * inter, "exact");
+        free(a), free(qa), free(qr), free(fa), free(fr);
+        cudaFree(dqb), cudaFree(rqb), cudaFree(dh2), cudaFree(dg2);
+    }
     cudaFree(dg), cudaFree(du), cudaFree(dwt);
     if (!alias) cudaFree(dh);
     free(g), free(u), free(wt), free(ref), free(got);
@@ -1213,6 +1235,25 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
             cudaFree(yb), cudaFree(pa), cudaFree(pb);
         }
         cudaFree(y);
+    }
+    { /* x's act_quant values as bf16 made by its producer (the SwiGLU's, di_cuda_swiglu_forms): the GEMM
+       * reads them instead of converting x -- here a buffer of zeros, noted with the real x's values */
+        const int64_t nb = K / 32;
+        float *xz = (float *)dev_poisoned(sizeof(float) * (size_t)M * K), *y = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+        CK(cudaMemset(xz, 0, sizeof(float) * (size_t)M * K));
+        di_cuda_act_forms made = {NULL};
+        made.qbf16 = (uint16_t *)dev_poisoned(sizeof(uint16_t) * (size_t)M * K);
+        di_cuda_act_quant_bf16(x, NULL, nb, M * nb, made.qbf16, 0);
+        di_cuda_act_forms_note(&g_cx, xz, M, K, made);
+        if (single)
+            di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL,
+                               1, M, M, xz, y);
+        else
+            di_cuda_linear_mma(&g_cx, &c.shape, NULL, NULL, c.d_wd, c.d_ws, c.d_off, c.d_act, ng, M, max_rows, xz, y);
+        di_cuda_act_forms_forget(&g_cx, xz);
+        dev_download(a, y, sizeof(float) * (size_t)M * N);
+        compare("wgmma_grouping.made", shp, a, b, (int64_t)M * N, "exact");
+        cudaFree(xz), cudaFree(y), cudaFree(made.qbf16);
     }
     if (strstr(shp, "NOT-WGMMA")) { /* a case meant for the wgmma kernel that does not reach it */
         printf("FAIL  wgmma_grouping: %s does not take the wgmma kernel\n", shp);
@@ -2028,14 +2069,16 @@ int main(int argc, char **argv) {
     else if (argc > 1 && !strcmp(argv[1], "--wgmma")) run_wgmma_quick();
     else if (argc > 1 && !strcmp(argv[1], "--imma")) run_imma_quick();
     else if (argc > 1 && !strcmp(argv[1], "--index")) run_index_quick(); /* the index-score cases alone */
-    else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping and combine alone, one prefill-sized;
-                                                         grouped GEMMs of x's rows through a list */
+    else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping, the SwiGLU and combine alone, one
+                                                         prefill-sized; grouped GEMMs of x's rows through a list */
         test_moe_route(5, 16, 4, 0);
         test_moe_route(37, 40, 6, 12);
         test_moe_route(9, 384, 6, 0, true);
         test_moe_route(8, 384, 6, 48); /* one launch routing and grouping, the proxy's resident experts */
         test_moe_route(1000, 384, 6, 48);
         test_moe_combine(3, 6, 300);
+        test_swiglu(6, 96, true, true);    /* the SwiGLU with each form of h's act_quant */
+        test_swiglu(5, 160, false, false);
         const int g_rows[] = {3, 0, 9, 1};
         test_linear_grouped(DI_DT_I8, 256, 40, g_rows, 4);
     }

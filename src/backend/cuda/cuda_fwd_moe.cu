@@ -334,9 +334,10 @@ extern "C" void di_cuda_swiglu(const float *g, const float *u, int64_t n, int64_
 }
 
 /* The same four values a thread (inter % 32 == 0, 16-byte aligned rows), with h's act_quant in the
- * form the next linear reads (act_quant_e4m3_kernel's codes and scales, or act_quant_digits_kernel's
- * digits): 8 lanes a 32-value block, as those kernels, so no launch of theirs follows */
-template <bool DIGITS>
+ * form the next linear reads (act_quant_e4m3_kernel's codes and scales, act_quant_digits_kernel's
+ * digits, or act_quant_bf16_kernel's values as bf16): 8 lanes a 32-value block, as those kernels, so
+ * no launch of theirs follows */
+template <di_act_form FORM>
 __global__ void __launch_bounds__(EW_THREADS)
 swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,
                     const float *__restrict__ wt, float *h, di_cuda_act_forms forms) {
@@ -354,8 +355,10 @@ swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int6
     float sc;
     const uint32_t codes = di_act_quant_e4m3_x4(v, &sc);
     if (!in) return;
-    if (DIGITS) {
+    if (FORM == DI_ACT_FORM_DIGITS) {
         di_act_digits_store(codes, sc, i, reinterpret_cast<uint32_t *>(forms.digits), forms.digit_scale);
+    } else if (FORM == DI_ACT_FORM_QBF16) {
+        reinterpret_cast<uint2 *>(forms.qbf16)[i] = di_act_qbf16x4(codes, sc);
     } else {
         reinterpret_cast<uint32_t *>(forms.q)[i] = codes;
         if ((i & 7) == 0) forms.scale[i >> 3] = sc;
@@ -369,10 +372,11 @@ extern "C" bool di_cuda_swiglu_forms_supported(const float *g, const float *u, i
 extern "C" void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, int64_t inter, float limit,
                                      const float *wt, float *h, const di_cuda_act_forms *forms, cudaStream_t s) {
     if (n <= 0 || inter <= 0) return;
-    /* exactly one form, whole: the digits and their scales, or the codes and theirs */
-    const bool digits = forms->digits && forms->digit_scale;
-    const bool one = digits ? !forms->q && !forms->scale
-                            : forms->q && forms->scale && !forms->digits && !forms->digit_scale;
+    /* exactly one form, whole: the digits and their scales, the codes and theirs, or the bf16 values */
+    const bool digits = forms->digits && forms->digit_scale, qbf16 = forms->qbf16 != nullptr;
+    const bool codes = forms->q && forms->scale, any_digit = forms->digits || forms->digit_scale;
+    const bool any_code = forms->q || forms->scale;
+    const bool one = digits ? !any_code && !qbf16 : qbf16 ? !any_code && !any_digit : codes && !any_digit;
     if (!di_cuda_swiglu_forms_supported(g, u, inter, h) || forms->bf16 || !one) {
         fprintf(stderr, "di_cuda_swiglu_forms: inter = %lld, the rows' alignment or the forms asked not supported\n",
                 (long long)inter);
@@ -380,8 +384,12 @@ extern "C" void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, 
     }
     const int64_t quads = n * inter / 4;
     const unsigned blocks = (unsigned)((quads + EW_THREADS - 1) / EW_THREADS);
-    if (digits) swiglu_forms_kernel<true><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
-    else swiglu_forms_kernel<false><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
+    if (digits)
+        swiglu_forms_kernel<DI_ACT_FORM_DIGITS><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
+    else if (qbf16)
+        swiglu_forms_kernel<DI_ACT_FORM_QBF16><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
+    else
+        swiglu_forms_kernel<DI_ACT_FORM_E4M3><<<blocks, EW_THREADS, 0, s>>>(g, u, n, inter, limit, wt, h, *forms);
     DI_CUDA_LAUNCHED();
 }
 

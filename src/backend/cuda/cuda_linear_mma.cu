@@ -624,7 +624,7 @@ di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *sha
         max_rows <= 0)
         return DI_ACT_FORM_NONE;
     const mm_plan p = linear_plan(ctx, shape, grouped, n_groups, rows, max_rows);
-    return p.wg ? DI_ACT_FORM_NONE : p.imma ? DI_ACT_FORM_DIGITS : DI_ACT_FORM_E4M3;
+    return p.wg ? DI_ACT_FORM_QBF16 : p.imma ? DI_ACT_FORM_DIGITS : DI_ACT_FORM_E4M3;
 }
 
 /* x [rows, K] (all groups' rows; or through the row list x_rows) quantised once, then the GEMM of
@@ -651,7 +651,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     /* x's forms made by its producer; through a row list only its digits are read (in place) */
     const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K);
     const float *const *digit_rows = NULL; /* the int8 twin reads made's digits through x_rows */
-    if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
+    if (wg && made && made->qbf16 && !x_rows) xq = (uint8_t *)made->qbf16;
+    else if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale, digit_rows = x_rows;
     else if (imma) di_cuda_act_quant_digits(x, x_rows, nb, rows * nb, xq, xsc, s);
     else if (made && made->q && !x_rows) xq = made->q, xsc = made->scale;

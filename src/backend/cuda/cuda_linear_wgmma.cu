@@ -117,11 +117,7 @@ __global__ void act_quant_bf16_kernel(const float *__restrict__ x, const float *
     uint32_t codes;
     float sc;
     if (!di_act_quant_lane(x, rows, row_blocks, n_blocks, i, &codes, &sc)) return;
-    float q[4];
-    di_e4m3x2_to_f32x2((uint16_t)(codes & 0xffffu), &q[0], &q[1]);
-    di_e4m3x2_to_f32x2((uint16_t)(codes >> 16), &q[2], &q[3]);
-    /* code x power of two: exact in fp32 and in bf16 (the high halves) */
-    xb[i] = make_uint2(di_bf16x2_of_exact(q[0] * sc, q[1] * sc), di_bf16x2_of_exact(q[2] * sc, q[3] * sc));
+    xb[i] = di_act_qbf16x4(codes, sc);
 }
 
 void di_cuda_act_quant_bf16(const float *x, const float *const *rows, int64_t row_blocks, int64_t n_blocks, uint16_t *xb,

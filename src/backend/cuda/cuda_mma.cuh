@@ -465,6 +465,15 @@ static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi
     return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
 }
 
+/* an act_quant lane's 4 e4m3 codes times its block's (power-of-two) scale as 4 bf16 values, the
+ * CPU's act_quant values exactly (a code times a power of two is exact in fp32 and in bf16) */
+static __device__ __forceinline__ uint2 di_act_qbf16x4(uint32_t codes, float scale) {
+    float q[4];
+    di_e4m3x2_to_f32x2((uint16_t)(codes & 0xffffu), &q[0], &q[1]);
+    di_e4m3x2_to_f32x2((uint16_t)(codes >> 16), &q[2], &q[3]);
+    return make_uint2(di_bf16x2_of_exact(q[0] * scale, q[1] * scale), di_bf16x2_of_exact(q[2] * scale, q[3] * scale));
+}
+
 /* two floats rounded to bf16 (nearest even: di_dev_bf16_round's bits for every non-NaN value) as
  * bf16x2, lo in the low half: one cvt on the device */
 static __device__ __forceinline__ uint32_t di_bf16x2_rn(float lo, float hi) {

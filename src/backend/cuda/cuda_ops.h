@@ -28,13 +28,15 @@ enum { DI_CUDA_MAX_RETIRED = 16 };
  * beside x (each may be NULL): act_quant(x, 32) as e4m3 codes q [rows, K] and power-of-two scales
  * [rows, K / 32] (the quantised linears' operands), as the int8 twin's signed base-128 digits of
  * those codes [rows, K / 32][3][32] and scales times 2^-10 [rows, K / 32] (di_cuda_act_quant_digits'),
- * and x's bf16 bits [rows, K] (the bf16 linears') */
+ * x's bf16 bits [rows, K] (the bf16 linears'), and act_quant(x, 32)'s values (codes times scales,
+ * exact) as bf16 [rows, K] (di_cuda_act_quant_bf16's: the wgmma GEMM's operand) */
 typedef struct {
     uint8_t *q;
     float *scale;
     uint16_t *bf16;
     uint8_t *digits;
     float *digit_scale;
+    uint16_t *qbf16;
 } di_cuda_act_forms;
 
 /* Row tiles of a grouped launch, listed on the device by the grouping kernels (di_cuda_moe_group,

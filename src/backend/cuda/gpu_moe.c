@@ -29,6 +29,10 @@ static di_cuda_act_forms swiglu_forms_alloc(gpu_fwd *f, const float *g, const fl
                                             di_act_form form) {
     di_cuda_act_forms forms = {NULL}; /* all NULL */
     if (form == DI_ACT_FORM_NONE || !di_cuda_swiglu_forms_supported(g, u, inter, g)) return forms;
+    if (form == DI_ACT_FORM_QBF16) {
+        forms.qbf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)(n * inter)); /* [n, inter] bf16 */
+        return forms;
+    }
     const int64_t nb = n * inter / 32;
     float *scale = gpu_alloc(f, sizeof(float) * (size_t)nb); /* [n, inter / 32] */
     if (form == DI_ACT_FORM_DIGITS) {
@@ -46,7 +50,7 @@ static di_cuda_act_forms swiglu_forms_alloc(gpu_fwd *f, const float *g, const fl
 static void swiglu_run(gpu_fwd *f, float *g, const float *u, int64_t n, int64_t inter, const float *wt,
                        const di_cuda_act_forms *forms) {
     const float lim = (float)f->m->cfg.swiglu_limit;
-    if (!forms->q && !forms->digits) {
+    if (!forms->q && !forms->digits && !forms->qbf16) {
         di_cuda_swiglu(g, u, n, inter, lim, wt, g, f->s);
         return;
     }
@@ -60,6 +64,7 @@ static void forms_free(gpu_fwd *f, const float *x, di_cuda_act_forms *forms) {
     gpu_free(f, forms->scale);
     gpu_free(f, forms->digits);
     gpu_free(f, forms->digit_scale);
+    gpu_free(f, forms->qbf16);
 }
 
 /* SwiGLU expert on n rows: y [n, D] = w2(bf16(silu(min(g, L)) * clamp(u, -L, L) * wt)) */
