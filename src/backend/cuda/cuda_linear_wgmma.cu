@@ -64,7 +64,11 @@
  * two-CTA kernels' 64-token loop, where the two registers cost spills): the routed experts' w1 / w3
  * and w2 launches at B = 256 235 -> 202 and 238 -> 204 us, the step 70.7 -> 66.6 ms. Session 34:
  * w1 and w3 in one launch (wg_second): at B = 256 864 CTAs of one matrix took 3.3 waves of two a
- * multiprocessor, the pair's 1,728 take 6.5 -- 2 x 202.8 -> 390.5 us. */
+ * multiprocessor, the pair's 1,728 take 6.5 -- 2 x 202.8 -> 390.5 us. Session 37 (ncu stall samples
+ * of a prefill's wq_b, 20 stages a CTA): tensor pipe 30% busy; a stage ~1,100 cycles against 512 of
+ * wgmma (a consumer's dequantisation, then its own wgmmas), the tile's checked store ~27% of the
+ * consumers' time (now unchecked for whole tiles: 1,190 -> 1,103 us), the first stage's copies ~9%
+ * (one CTA a multiprocessor, no tile loop to hide them). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
