@@ -373,10 +373,10 @@ extern "C" void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, 
                                      const float *wt, float *h, const di_cuda_act_forms *forms, cudaStream_t s) {
     if (n <= 0 || inter <= 0) return;
     /* exactly one form, whole: the digits and their scales, the codes and theirs, or the bf16 values */
-    const bool digits = forms->digits && forms->digit_scale, qbf16 = forms->qbf16 != nullptr;
-    const bool codes = forms->q && forms->scale, any_digit = forms->digits || forms->digit_scale;
-    const bool any_code = forms->q || forms->scale;
-    const bool one = digits ? !any_code && !qbf16 : qbf16 ? !any_code && !any_digit : codes && !any_digit;
+    const bool digits = forms->digits && forms->digit_scale, codes = forms->q && forms->scale;
+    const bool qbf16 = forms->qbf16 != nullptr;
+    const bool partial = !forms->digits != !forms->digit_scale || !forms->q != !forms->scale;
+    const bool one = digits + codes + qbf16 == 1 && !partial;
     if (!di_cuda_swiglu_forms_supported(g, u, inter, h) || forms->bf16 || !one) {
         fprintf(stderr, "di_cuda_swiglu_forms: inter = %lld, the rows' alignment or the forms asked not supported\n",
                 (long long)inter);
