@@ -1163,9 +1163,10 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M,
  * G groups (each empty or of more than 8 rows) against one-group calls of each group and through
  * the active list and a row-tile list, and there as the w1 / w3 pair of one launch; G == 0: one
  * matrix of rows[0] rows against two calls on its two halves (both past 16 rows; 32-, 64- and
- * 128-token tiles where the halves and the whole differ). Its sums against the CPU: test_cuda_ops
- * "linear_* wgmma". ---- */
-static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G) {
+ * 128-token tiles where the halves and the whole differ). consumers 2 / 3: the calls under test take
+ * that many consumer warpgroups, the references the other count (di_cuda_ctx.wg_consumers; 0: the
+ * kernel's choice for both). Its sums against the CPU: test_cuda_ops "linear_* wgmma". ---- */
+static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, int consumers = 0) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
     const int ng = single ? 1 : G;
     grp_case c = grp_make(dt, K, N, rows, ng);
@@ -1180,6 +1181,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
              (long long)K, (long long)N, di_cuda_wgmma_taken(&g_cx, fp4, K, per_group) ? "" : " NOT-WGMMA");
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     float *yr = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
+    g_cx.wg_consumers = consumers ? 5 - consumers : 0;
     if (single) { /* the two halves alone, with the whole's K split (the split follows the rows) */
         const int h = M / 2;
         int blocks;
@@ -1202,6 +1204,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
         }
     }
     dev_download(b, yr, sizeof(float) * (size_t)M * N);
+    g_cx.wg_consumers = consumers;
     for (int variant = 0; variant < (single ? 1 : 3); variant++) { /* groups: the active list, a row-tile list */
         float *y = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
         di_group_tiles tl = {NULL, 0, 0};
@@ -1260,6 +1263,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
         g_fail++;
     }
     g_cx.wgmma = false;
+    g_cx.wg_consumers = 0;
     grp_free(&c);
     cudaFree(x), cudaFree(yr);
     free(hx), free(a), free(b);
@@ -1811,6 +1815,14 @@ static void run_wgmma_quick(void) {
     test_wgmma_grouping(DI_DT_I8, 256, 96, pre_rows, 5);
     test_wgmma_grouping(DI_DT_I8, 1024, 96, pre_rows, 5); /* 16 stages: every slot reused */
     test_wgmma_grouping(DI_DT_F8_E4M3, 384, 200, pre_rows, 5);
+    /* three consumer warpgroups (192 weight rows a CTA: 128-token tiles of an unsplit K) against
+     * two: one whole tile against its 64-row halves, a partial weight tile, groups of 128-token
+     * tiles against each alone on two consumers (and two against three) */
+    const int r128[] = {128}, pre3_rows[] = {100, 130, 0, 90};
+    test_wgmma_grouping(DI_DT_F8_E4M3, 256, 384, r128, 0, 3);
+    test_wgmma_grouping(DI_DT_I8, 256, 400, r128, 0, 3);
+    test_wgmma_grouping(DI_DT_I8, 256, 384, pre3_rows, 4, 3);
+    test_wgmma_grouping(DI_DT_F8_E4M3, 512, 400, pre3_rows, 4, 2);
     /* wq_a / wkv-like sets past 16 rows: one conversion of x, a wgmma call a matrix, each with the
      * K split the device's model gives its N (64- and 32-token tiles, a partial weight tile) */
     test_gemv_set(DI_DT_F8_E4M3, 1024, 96, 512, 64, true);

@@ -382,9 +382,10 @@ static void launch(const mm_args &a, cudaStream_t s) {
 
 /* a's GEMM on the wgmma kernel (xa: the activations as bf16 values), then its K splits' sum; tiles:
  * a row-tile list of a's groups, or NULL */
-static void wg_run(const mm_args &a, bool fp4, const di_group_tiles *tiles, cudaStream_t s) {
+static void wg_run(const di_cuda_ctx *ctx, const mm_args &a, bool fp4, const di_group_tiles *tiles, cudaStream_t s) {
     di_wg_gemm(fp4, (const uint16_t *)a.xa, a.lda, a.max_rows, a.rows_hint ? a.rows_hint : a.max_rows, a.N, a.K, a.wdata,
-               a.wscale, a.y, a.ldy, a.grp, a.n_groups, a.rows, a.ksplit, a.split_blocks, a.part, s, tiles);
+               a.wscale, a.y, a.ldy, a.grp, a.n_groups, a.rows, a.ksplit, a.split_blocks, a.part, s, tiles, nullptr,
+               nullptr, nullptr, ctx->wg_consumers);
     reduce_splits(a, s);
 }
 
@@ -676,7 +677,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     if (wg && n_mats == 2 && wdata_g && ksplit == 1) { /* the pair in one launch: the two share its waves */
         const mm_groups grp = {wdata_g[0], wscale_g[0], row_off, active, 0, 0, 0};
         di_wg_gemm(fp4, (const uint16_t *)xq, K, max_rows, per_group, N, K, NULL, NULL, y[0], N, grp, n_groups, rows, 1,
-                   split_blocks, part, s, plan.tiles, wdata_g[1], wscale_g[1], y[1]);
+                   split_blocks, part, s, plan.tiles, wdata_g[1], wscale_g[1], y[1], ctx->wg_consumers);
         return;
     }
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
@@ -684,7 +685,7 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
         const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
                            n_groups, per_group, ksplit, split_blocks, part, rows};
-        if (wg) wg_run(a, fp4, plan.tiles, s);
+        if (wg) wg_run(ctx, a, fp4, plan.tiles, s);
         else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);
     }
@@ -746,7 +747,7 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
         const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
         const mm_args a = {(const uint8_t *)xb, K, NULL, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, true,
                            grp, 1, m, ksplit[i], split_blocks[i], part, m};
-        wg_run(a, fp4, NULL, ctx->stream);
+        wg_run(ctx, a, fp4, NULL, ctx->stream);
     }
 }
 
@@ -827,7 +828,7 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     if (wg) { /* the FP8 wgmma kernel on the bf16 values */
-        wg_run(a, false, NULL, s);
+        wg_run(ctx, a, false, NULL, s);
         return false;
     }
     run_cfg<MM_A16>(a, s);

@@ -41,14 +41,16 @@ static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int
  * or block-diagonal slices (row_off NULL, several groups); rows_per_group picks the tile;
  * ksplit > 1: fp32 partial sums of split_blocks K blocks each into part[ks] (row stride ldy),
  * unrounded. wdata_b / wscale_b / y_b (row_off groups, ksplit 1): a second weight set over the same
- * rows in the same launch (the experts' w1 / w3 pair). _fits: the K it takes (K % 128 == 0; the
- * weight scales of a split fit the CTA's cache). */
+ * rows in the same launch (the experts' w1 / w3 pair). consumers: 0, the kernel's choice of two or
+ * three consumer warpgroups for a call that may take three (by its waves), or 2 / 3 (tests:
+ * di_cuda_ctx.wg_consumers). _fits: the K it takes (K % 128 == 0; the weight scales of a split fit
+ * the CTA's cache). */
 bool di_wg_gemm_fits(bool fp4, int64_t K);
 void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t rows_per_group, int64_t N,
                 int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
                 int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
                 const di_group_tiles *tiles = nullptr, const uint8_t *const *wdata_b = nullptr,
-                const uint8_t *const *wscale_b = nullptr, float *y_b = nullptr);
+                const uint8_t *const *wscale_b = nullptr, float *y_b = nullptr, int consumers = 0);
 /* The same kernel over BF16 weights (the plain linears past the decode sizes): y [rows][N] = xb [rows][K]
  * (bf16) @ w [N][K]^T, fp32 sums of the exact products in the tensor core; rounded to bf16 where
  * out_bf16 and ksplit == 1, else as di_wg_gemm's parts (ksplit > 1). K % 128 == 0. */

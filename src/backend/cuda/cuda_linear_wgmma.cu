@@ -37,7 +37,9 @@
  * stages load; every stage of the CTA then takes one form.
  *
  * Roles (one CTA of three warpgroups a multiprocessor): warpgroups 0 and 1 consume, each 64 of
- * the CTA's 128 weight rows x BT tokens; warpgroup 2 only copies. A stage is 64 K values (2 scale
+ * the CTA's 128 weight rows x BT tokens; warpgroup 2 only copies. (128-token tiles of FP8 / FP4
+ * weights with an unsplit K take three consumers and 192 rows where the grid is several waves
+ * deep -- wg_three_consumers; they take turns in order 0, 1, 2.) A stage is 64 K values (2 scale
  * blocks) in one of WG_SLOTS slots: the bf16 activations (K-major, 128-byte swizzle: wgmma's B
  * from shared memory) and the raw weight codes, copied by cp.async WG_AHEAD stages ahead; the
  * producer signals a slot full (mbarrier) when its copies landed. A consumer dequantises its
@@ -68,7 +70,9 @@
  * of a prefill's wq_b, 20 stages a CTA): tensor pipe 30% busy; a stage ~1,100 cycles against 512 of
  * wgmma (a consumer's dequantisation, then its own wgmmas), the tile's checked store ~27% of the
  * consumers' time (now unchecked for whole tiles: 1,190 -> 1,103 us), the first stage's copies ~9%
- * (one CTA a multiprocessor, no tile loop to hide them). */
+ * (one CTA a multiprocessor, no tile loop to hide them). Session 38: a third consumer warpgroup for
+ * those one-CTA layouts (192 weight rows, 512 threads, 128 registers, no spills): a CTA takes ~1.27x
+ * the time for 1.5x the rows -- a 4,096-token prefill 560 -> 512 ms. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_linear_mma.h"
@@ -79,8 +83,6 @@
 #include <type_traits>
 
 
-#define WG_BW 128        /* weight rows per CTA: two consumer warpgroups of 64 */
-#define WG_THREADS 384   /* two consumer warpgroups, then the producer */
 #define WG_SLOTS 6       /* stage slots (a "full" and an "empty" mbarrier each) */
 #define WG_AHEAD 5       /* stages loaded ahead (<= WG_SLOTS - 1) */
 /* weight-scale blocks of one K split cached per CTA: FP4 one byte a row and block (K <= 5120),
@@ -96,13 +98,15 @@ enum { WG_BAR_TURN = 1 };
  * dequantise: a consumer loads its A fragments from the slot by ldmatrix) */
 enum { WG_FP8, WG_FP4, WG_W16 };
 
-template <int WT, int BT>
+template <int WT, int BT, int NC = 2>
 struct wg_layout {
     static constexpr bool FP4 = WT == WG_FP4, W16 = WT == WG_W16;
+    static constexpr int BW = 64 * NC;           /* weight rows per CTA: NC consumer warpgroups of 64 */
+    static constexpr int THREADS = 128 * NC + 128; /* the consumers, then the producer */
     static constexpr int X16 = BT * 128;                  /* [BT][128 B] a stage's 64 bf16 activations a token, swizzled */
     static constexpr int RB = W16 ? 128 : FP4 ? 32 : 64;  /* raw weight bytes per row and stage (W16: swizzled as X16) */
-    static constexpr int SLOT = (X16 + WG_BW * RB + 1023) / 1024 * 1024; /* + [BW][RB] codes */
-    static constexpr int SCALE_ROWS = W16 ? 0 : FP4 ? WG_BW : WG_BW / 32;
+    static constexpr int SLOT = (X16 + BW * RB + 1023) / 1024 * 1024; /* + [BW][RB] codes */
+    static constexpr int SCALE_ROWS = W16 ? 0 : FP4 ? BW : BW / 32;
     static constexpr int SCALES = SCALE_ROWS * (FP4 ? WG_SCALE_BLOCKS_FP4 : WG_SCALE_BLOCKS_FP8); /* [rows][split] e8m0 */
     static constexpr int MBARS = SCALES; /* [2][WG_SLOTS] mbarriers: full, empty (SCALES % 8 == 0), then
                                           * the count of scale words that are not plain (an int) */
@@ -155,13 +159,13 @@ struct wg_second {
 
 /* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]),
  * rounded to bf16 where out_bf16 (and K unsplit) */
-template <int WT, int BT>
-__global__ void __launch_bounds__(WG_THREADS, wg_layout<WT, BT>::CTAS_PER_SM)
+template <int WT, int BT, int NC>
+__global__ void __launch_bounds__(wg_layout<WT, BT, NC>::THREADS, wg_layout<WT, BT, NC>::CTAS_PER_SM)
 wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
                const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
                mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride,
                wg_second second, bool out_bf16) {
-    typedef wg_layout<WT, BT> L;
+    typedef wg_layout<WT, BT, NC> L;
     constexpr bool FP4 = L::FP4, W16 = L::W16;
     constexpr int NI = BT / 8, RB = L::RB; /* n8 column groups of a consumer's D; raw bytes a row */
     extern __shared__ int4 wg_smem4[];
@@ -176,7 +180,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
         grp.wdata = second.wdata, grp.wscale = second.wscale;
         y = second.y;
     }
-    const int64_t n0 = (int64_t)bx * WG_BW;
+    const int64_t n0 = (int64_t)bx * L::BW;
     int64_t m0 = (int64_t)blockIdx.y * BT; /* the block's first row (of its group) */
     const int ks = blockIdx.z % ksplit, gz = blockIdx.z / ksplit;
     const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
@@ -202,14 +206,14 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     if (tid == 0) {
         for (int i = 0; i < WG_SLOTS; i++) {
             di_mbar_init(&full[i], 128);  /* the producer's threads, once their copies landed */
-            di_mbar_init(&empty[i], 256); /* the consumers' threads, once done with the slot */
+            di_mbar_init(&empty[i], 128 * NC); /* the consumers' threads, once done with the slot */
         }
         *odd_scales = 0;
     }
     __syncthreads();
 
-    if (wg == 2) { /* ---- the producer: copies only ---- */
-        const int p = tid - 256;
+    if (wg == NC) { /* ---- the producer: copies only ---- */
+        const int p = tid - 128 * NC;
         /* the split's weight scales of the CTA's rows (FP4) or 32-row blocks (FP8), once */
         const int words = nbs / 4;
         for (int i = p; i < L::SCALE_ROWS * words; i += 128) {
@@ -219,7 +223,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
             di_cp_async4(scales + r * nbs + 4 * c, ok ? wscale + srow * nb + blk0 + 4 * c : wscale, ok);
         }
         /* this thread's copies of a stage: activation rows xr + 16 i (16-byte chunk xc), weight
-         * rows wr + 128 / RCH i (chunk wc); zero-filled past M and N */
+         * rows wr + 128 / RCH i (chunk wc) for the CTA's BW rows; zero-filled past M and N */
         constexpr int RCH = RB / 16; /* 16-byte chunks per weight row and stage */
         const int xr = p >> 3, xc = p & 7, wr = p / RCH, wc = p % RCH;
         const uint16_t *xsrc = xb + (m0 + xr) * lda + 8 * xc + 32 * blk0;
@@ -234,7 +238,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
                 di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * lda + 64 * st : xb, ok);
             }
 #pragma unroll
-            for (int i = 0; i < RCH; i++) {
+            for (int i = 0; i < L::BW * RCH / 128; i++) {
                 const int r = wr + (128 / RCH) * i;
                 const bool ok = n0 + r < N;
                 const int chunk = W16 ? wc ^ (r & 7) : wc; /* W16: ldmatrix's 8 rows on distinct banks */
@@ -356,11 +360,11 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
              * the dequantisation past the turn's wait (with the wait first it moved most of it there,
              * and one consumer's dequantisation no longer overlapped the other's wgmmas) */
             di_wgmma_fence();
-            if (wg == 1 || st > 0) di_bar_sync(WG_BAR_TURN + (wg ^ 1), 256); /* the other one issued */
+            if (wg > 0 || st > 0) di_bar_sync(WG_BAR_TURN + (wg == 0 ? NC - 1 : wg - 1), 256); /* the previous one issued */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) wg_mma(d, a[kk], di_wgmma_desc_add(desc, 32 * kk));
             di_wgmma_commit();
-            if (wg == 0 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the other one's turn */
+            if (wg < NC - 1 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the next one's turn */
             di_wgmma_wait<0>();
             if (st + WG_SLOTS < nk) di_mbar_arrive(&empty[si]);
             if (++si == WG_SLOTS) si = 0, phase ^= 1;
@@ -377,7 +381,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     auto store = [&](const auto &dd) {
         constexpr int NJ = std::extent<std::remove_reference_t<decltype(dd)>>::value / 4;
         const bool round = ksplit == 1 && (!W16 || out_bf16); /* FP8 / FP4: always bf16 */
-        if (m0 + 8 * NJ <= M && n0 + WG_BW <= N) {
+        if (m0 + 8 * NJ <= M && n0 + L::BW <= N) {
             auto whole = [&](auto round_tag) {
                 constexpr bool RND = decltype(round_tag)::value;
                 float *p0 = y + (m0 + tc0) * ldy + n0 + ra, *p1 = p0 + ldy; /* tokens tc0, tc0 + 1 */
@@ -426,40 +430,62 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     store(d);
 }
 
-template <int WT, int BT>
+template <int WT, int BT, int NC>
 static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
                       const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
                       int ksplit, int split_blocks, float *part, cudaStream_t s, wg_second second, bool out_bf16) {
     /* slots: the groups' slots, or (grp.tiles) the tile list's entries: a CTA each along z */
-    typedef wg_layout<WT, BT> L;
+    typedef wg_layout<WT, BT, NC> L;
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<WT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
+        DI_CUDA_CHECK(
+            cudaFuncSetAttribute(wg_gemm_kernel<WT, BT, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
         attr_set = true;
     }
-    second.nx = (int)((N + WG_BW - 1) / WG_BW);
+    second.nx = (int)((N + L::BW - 1) / L::BW);
     const dim3 grid((unsigned)second.nx * (second.wdata ? 2u : 1u), grp.tiles ? 1u : (unsigned)((max_rows + BT - 1) / BT),
                     slots * (unsigned)ksplit);
-    wg_gemm_kernel<WT, BT><<<grid, WG_THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, ksplit,
-                                                           split_blocks, part, rows * ldy, second, out_bf16);
+    wg_gemm_kernel<WT, BT, NC><<<grid, L::THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp,
+                                                               ksplit, split_blocks, part, rows * ldy, second, out_bf16);
     DI_CUDA_LAUNCHED();
 }
 
-/* wg_launch with the tile of bt tokens (32, 64 or 128) */
+/* Three consumer warpgroups (192 weight rows a CTA) for a 128-token tile of FP8 / FP4 weights with
+ * an unsplit K, where their fewer, longer CTAs finish first. A CTA of three took ~1.27x the time
+ * of one of two for 1.5x the rows (session 38: the one-CTA-a-multiprocessor layouts, where the
+ * third consumer's dequantisation fills tensor-pipe time the two left idle; a 4,096-token
+ * prefill's wq_b 1,108 -> 938 us, the routed w1 / w3 2,888 -> 2,428), so waves of CTAs decide:
+ * 13 w3 < 10 w2 (w2 / w3: waves of the two- / three-consumer grid). A grid of one or two waves
+ * keeps two consumers (B = 256's wo_b, 80 CTAs: 54 of three ran 31 -> 38 us); split K keeps two
+ * (di_cuda_wg_ksplit's cost model counts 128-row tiles). yz: the grid's y x z extent, pair: w1 and
+ * w3 in one launch (twice the CTAs along x). */
+static bool wg_three_consumers(int64_t N, int64_t yz, bool pair) {
+    const int64_t sms = di_cuda_sm_count(), per = pair ? 2 * yz : yz;
+    const int64_t w2 = ((N + 127) / 128 * per + sms - 1) / sms, w3 = ((N + 191) / 192 * per + sms - 1) / sms;
+    return 13 * w3 < 10 * w2;
+}
+
+/* wg_launch with the tile of bt tokens (32, 64 or 128; 128 with two or three consumers) */
 template <int WT>
 static void wg_launch_bt(int bt, const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K,
                          const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
                          unsigned slots, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
-                         wg_second second, bool out_bf16) {
+                         wg_second second, bool out_bf16, int consumers) {
     if (bt == 32)
-        wg_launch<WT, 32>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s,
-                          second, out_bf16);
+        wg_launch<WT, 32, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
+                             s, second, out_bf16);
     else if (bt == 64)
-        wg_launch<WT, 64>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part, s,
-                          second, out_bf16);
+        wg_launch<WT, 64, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
+                             s, second, out_bf16);
+    else if (WT != WG_W16 && ksplit == 1 &&
+             (consumers ? consumers == 3
+                        : wg_three_consumers(N, (grp.tiles ? 1 : (max_rows + 127) / 128) * (int64_t)slots,
+                                             second.wdata != NULL)))
+        wg_launch<WT, 128, WT != WG_W16 ? 3 : 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows,
+                                                 ksplit, split_blocks, part, s, second, out_bf16);
     else
-        wg_launch<WT, 128>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
-                           s, second, out_bf16);
+        wg_launch<WT, 128, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
+                              part, s, second, out_bf16);
 }
 
 /* 32 tokens a CTA, 64, else 128. A group's rows scatter about their mean (routing), and a group past
@@ -489,7 +515,7 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
                 int64_t K, const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp_in,
                 int n_groups, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
                 const di_group_tiles *tiles, const uint8_t *const *wdata_b, const uint8_t *const *wscale_b,
-                float *y_b) {
+                float *y_b, int consumers) {
     const int bt = di_wg_gemm_tile(rows_per_group, grp_in.row_off != NULL);
     if (wdata_b && (!grp_in.row_off || ksplit != 1 || !wscale_b || !y_b)) { /* a caller's bug */
         fprintf(stderr, "di_wg_gemm: a second weight set needs row_off groups without a K split\n");
@@ -507,10 +533,10 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
     const unsigned slots = tiles ? (unsigned)tiles->cap : (unsigned)(grp.active && rows < n_groups ? rows : n_groups);
     if (fp4)
         wg_launch_bt<WG_FP4>(bt, xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
-                             part, s, second, true);
+                             part, s, second, true, consumers);
     else
         wg_launch_bt<WG_FP8>(bt, xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
-                             part, s, second, true);
+                             part, s, second, true, consumers);
 }
 
 void di_wg_gemm_w16(const uint16_t *xb, int64_t rows, int64_t N, int64_t K, const uint16_t *w, float *y, bool out_bf16,
@@ -521,5 +547,5 @@ void di_wg_gemm_w16(const uint16_t *xb, int64_t rows, int64_t N, int64_t K, cons
     }
     const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
     wg_launch_bt<WG_W16>(di_wg_gemm_tile(rows, false), xb, K, rows, N, K, reinterpret_cast<const uint8_t *>(w), NULL, y,
-                         N, grp, 1u, rows, ksplit, split_blocks, part, s, wg_second{NULL, NULL, NULL, 0}, out_bf16);
+                         N, grp, 1u, rows, ksplit, split_blocks, part, s, wg_second{NULL, NULL, NULL, 0}, out_bf16, 2);
 }

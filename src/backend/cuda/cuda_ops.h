@@ -75,6 +75,8 @@ typedef struct di_cuda_ctx {
     bool capturing;      /* the stream is being captured (set by the caller around the capture) */
     bool tiled_only;     /* tests: decode-sized quantised GEMMs through the tiled kernel too */
     int wg_ksplit;       /* tests: > 0 sets a single matrix's wgmma K split (else the block scheduler's model) */
+    int wg_consumers;    /* tests: 2 or 3 sets the wgmma kernel's consumer warpgroups where a call may take three
+                          * (else its waves decide: di_wg_gemm) */
     bool wgmma;          /* DEEPINFER_GPU_WGMMA (default on): FP8 / FP4 / BF16 GEMMs past decode sizes on bf16 wgmma */
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
