@@ -1185,7 +1185,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
     if (single) { /* the two halves alone, with the whole's K split (the split follows the rows) */
         const int h = M / 2;
         int blocks;
-        g_cx.wg_ksplit = di_cuda_wg_ksplit(&g_cx, fp4, N, M, K, &blocks);
+        g_cx.wg_ksplit = di_cuda_wg_ksplit(&g_cx, fp4, N, M, K, &blocks, NULL);
         di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
                            h, h, x, yr);
         di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
@@ -1270,26 +1270,32 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
 }
 
 /* the wgmma kernel's K split of a single matrix (di_cuda_wg_ksplit_slots) on the H200's 132 CTA slots:
- * the splits session 34 measured fastest there (docs/PERFORMANCE.md) -- wo_b 3 and the shared
- * expert's w1 / w3 4 and w2 1 at 256 rows, w1 / w3 5 at 128 -- none where the unsplit grid fills
- * the card twice over (a 4,096-row prefill); each split on 16-block boundaries, covering K. A host
- * function: no device work. */
+ * with two consumers a CTA, the splits session 34 measured fastest there (docs/PERFORMANCE.md) --
+ * wo_b 3 and the shared expert's w1 / w3 4 and w2 1 at 256 rows, w1 / w3 5 at 128 -- none where the
+ * unsplit grid fills the card twice over (a 4,096-row prefill); each split on 16-block boundaries,
+ * covering K. With three allowed (session 38), the model's pick for its 1.27x longer CTAs of 1.5x
+ * the rows: wo_b at 256 rows 2 splits of three consumers, the shared w1 / w3 5 of three, the rest
+ * as before on two; the full grids left to the kernel (0). A host function: no device work. */
 static void test_wg_ksplit(void) {
     static const struct {
         int64_t N, rows, K;
-        int want;
-    } c[] = {{5120, 256, 8192, 3}, {2304, 256, 5120, 4}, {5120, 256, 2304, 1},
-             {2304, 128, 5120, 5}, {5120, 4096, 8192, 1}, {512, 4096, 5120, 1}};
-    for (const auto &t : c) {
-        int blocks = 0;
-        const int k = di_cuda_wg_ksplit_slots(t.N, t.rows, t.K, 132, &blocks);
-        const int64_t nb = t.K / 32;
-        const bool ok = k == t.want && blocks % 16 == 0 && (int64_t)k * blocks >= nb && (int64_t)(k - 1) * blocks < nb;
-        printf("%s  %-20s N=%lld rows=%lld K=%lld  %d splits of %d blocks (want %d)\n", ok ? "PASS" : "FAIL", "wg_ksplit",
-               (long long)t.N, (long long)t.rows, (long long)t.K, k, blocks, t.want);
-        if (ok) g_pass++;
-        else g_fail++;
-    }
+        int want, want3, want3_nc; /* splits with two consumers; splits and consumers with three allowed */
+    } c[] = {{5120, 256, 8192, 3, 2, 3}, {2304, 256, 5120, 4, 5, 3}, {5120, 256, 2304, 1, 1, 2},
+             {2304, 128, 5120, 5, 5, 2}, {5120, 4096, 8192, 1, 1, 0}, {512, 4096, 5120, 1, 1, 2}};
+    for (const auto &t : c)
+        for (int three = 0; three < 2; three++) {
+            int blocks = 0, nc = -1;
+            const int k = di_cuda_wg_ksplit_slots(t.N, t.rows, t.K, 132, &blocks, three ? &nc : NULL);
+            const int64_t nb = t.K / 32;
+            const int want = three ? t.want3 : t.want, want_nc = three ? t.want3_nc : -1;
+            const bool ok = k == want && nc == want_nc && blocks % 16 == 0 && (int64_t)k * blocks >= nb &&
+                            (int64_t)(k - 1) * blocks < nb;
+            printf("%s  %-20s N=%lld rows=%lld K=%lld  %d splits of %d blocks, consumers %d (want %d, %d)\n",
+                   ok ? "PASS" : "FAIL", "wg_ksplit", (long long)t.N, (long long)t.rows, (long long)t.K, k, blocks, nc,
+                   want, want_nc);
+            if (ok) g_pass++;
+            else g_fail++;
+        }
 }
 
 /* every 16-bit input of di_e2m1x4_to_e4m3x4 against the e2m1 table */

@@ -133,10 +133,13 @@ bool di_cuda_wgmma_taken(const di_cuda_ctx *ctx, bool fp4, int64_t K, int64_t ro
 /* The K split (returned; *split_blocks its length in blocks of 32) that a single matrix's wgmma call
  * of rows x N x K takes on `slots` CTA slots (the device's multiprocessors times the kernel's CTAs
  * each): the one whose CTAs the block scheduler finishes first, reduce included; 1 where the
- * unsplit grid fills the slots twice over. */
-int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks);
-/* the split such a call takes on this device: di_cuda_ctx.wg_ksplit where set, else the above */
-int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks);
+ * unsplit grid fills the slots twice over. consumers (NULL: two only): the consumer warpgroups a
+ * CTA that go with it -- 2, 3 (128-token tiles: 192 weight rows a CTA, the model's CTAs
+ * DI_WG_THREE_TIME_PCT % as long), or 0 where the grid fills the slots (the kernel's choice). */
+int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks, int *consumers);
+/* the split such a call takes on this device: di_cuda_ctx.wg_ksplit where set (consumers 0), else the above */
+int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks,
+                      int *consumers);
 
 /* The decode-sized twins (cuda_linear_gemv.cu) that di_cuda_linear_mma and di_cuda_linear_bf16w8
  * hand calls of at most DI_GEMV_MAX_ROWS rows (one matrix) or DI_GEMV_MAX_GROUP_ROWS rows per group

@@ -312,6 +312,7 @@ struct mm_args {
     float *part;
     int64_t rows;      /* rows of y (all groups) */
     bool keep_parts;   /* K split: the partial sums stay in part for the consumer (no reduce launch) */
+    int consumers;     /* wgmma: 2 / 3 consumer warpgroups chosen with the K split, 0: the kernel's choice */
 };
 
 /* y [rows, ldy] = the K splits' partial sums added in split order (then bf16-rounded) */
@@ -385,7 +386,7 @@ static void launch(const mm_args &a, cudaStream_t s) {
 static void wg_run(const di_cuda_ctx *ctx, const mm_args &a, bool fp4, const di_group_tiles *tiles, cudaStream_t s) {
     di_wg_gemm(fp4, (const uint16_t *)a.xa, a.lda, a.max_rows, a.rows_hint ? a.rows_hint : a.max_rows, a.N, a.K, a.wdata,
                a.wscale, a.y, a.ldy, a.grp, a.n_groups, a.rows, a.ksplit, a.split_blocks, a.part, s, tiles, nullptr,
-               nullptr, nullptr, ctx->wg_consumers);
+               nullptr, nullptr, ctx->wg_consumers ? ctx->wg_consumers : a.consumers);
     reduce_splits(a, s);
 }
 
@@ -467,34 +468,44 @@ static int64_t wg_makespan(int64_t slots, int n_groups, int64_t n, const int64_t
  * added -- fewer splits on a tie. The shape's split (mm_ksplit) ignored the rows: at B = 256,
  * wo_b's 2 splits made 160 CTAs on 132 multiprocessors, two rounds of the half K; 3 splits take
  * 94.8 -> 73.4 us (session 34). */
-int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks) {
+int di_cuda_wg_ksplit_slots(int64_t N, int64_t rows, int64_t K, int64_t slots, int *split_blocks, int *consumers) {
     const int64_t nb = K / 32, bt = di_wg_gemm_tile(rows, false);
-    const int64_t ctas = (N + 127) / 128 * ((rows + bt - 1) / bt), tiles = (N + 127) / 128 * ((rows + 127) / 128);
-    if (ctas >= 2 * slots) return mm_ksplit_n(nb, 1, split_blocks);
-    int best = 1, best_blocks = (int)nb;
+    const int64_t tiles = (N + 127) / 128 * ((rows + 127) / 128);
+    if (consumers) *consumers = 0; /* the kernel's choice (by its waves) where K stays whole */
+    if ((N + 127) / 128 * ((rows + bt - 1) / bt) >= 2 * slots) return mm_ksplit_n(nb, 1, split_blocks);
+    int best = 1, best_blocks = (int)nb, best_nc = 2;
     int64_t best_cost = INT64_MAX;
-    for (int n = 1; n <= WG_MAX_SPLITS; n++) {
-        int per;
-        const int k = mm_ksplit_n(nb, n, &per);
-        if (k != n && n > 1) continue; /* the same split as a smaller n */
-        int64_t len[WG_MAX_SPLITS];
-        for (int z = 0; z < k; z++) { /* split z's blocks (the last may be short) and the fixed part */
-            const int64_t left = nb - (int64_t)z * per;
-            len[z] = (left < per ? left : per) + WG_CTA_BLOCKS;
+    /* two consumer warpgroups a CTA (128 weight rows), and for 128-token tiles three (192 rows; a
+     * CTA DI_WG_THREE_TIME_PCT % as long): lengths in hundredths of a two-consumer block */
+    for (int nc = 2; nc <= (consumers && bt == 128 ? 3 : 2); nc++) {
+        const int64_t bw = 64 * nc, pct = nc == 3 ? DI_WG_THREE_TIME_PCT : 100;
+        const int64_t ctas = (N + bw - 1) / bw * ((rows + bt - 1) / bt);
+        for (int n = 1; n <= WG_MAX_SPLITS; n++) {
+            int per;
+            const int k = mm_ksplit_n(nb, n, &per);
+            if (k != n && n > 1) continue; /* the same split as a smaller n */
+            int64_t len[WG_MAX_SPLITS];
+            for (int z = 0; z < k; z++) { /* split z's blocks (the last may be short) and the fixed part */
+                const int64_t left = nb - (int64_t)z * per;
+                len[z] = ((left < per ? left : per) + WG_CTA_BLOCKS) * pct;
+            }
+            const int64_t span = wg_makespan(slots, k, ctas, len);
+            if (span == INT64_MAX) continue;
+            const int64_t reduce = 100 * (WG_REDUCE_BLOCKS + k * ((tiles + WG_REDUCE_TILES - 1) / WG_REDUCE_TILES));
+            const int64_t cost = span + (k > 1 ? reduce : 0);
+            if (cost < best_cost) best = k, best_blocks = per, best_nc = nc, best_cost = cost;
         }
-        const int64_t span = wg_makespan(slots, k, ctas, len);
-        if (span == INT64_MAX) continue;
-        const int64_t reduce = WG_REDUCE_BLOCKS + k * ((tiles + WG_REDUCE_TILES - 1) / WG_REDUCE_TILES);
-        const int64_t cost = span + (k > 1 ? reduce : 0);
-        if (cost < best_cost) best = k, best_blocks = per, best_cost = cost;
     }
     *split_blocks = best_blocks;
+    if (consumers) *consumers = best_nc;
     return best;
 }
-int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks) {
+int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows, int64_t K, int *split_blocks,
+                      int *consumers) {
+    if (consumers) *consumers = 0;
     if (ctx->wg_ksplit > 0) return mm_ksplit_n(K / 32, ctx->wg_ksplit, split_blocks);
     const int64_t slots = (int64_t)di_cuda_sm_count() * di_wg_gemm_ctas_per_sm(fp4, di_wg_gemm_tile(rows, false));
-    return di_cuda_wg_ksplit_slots(N, rows, K, slots, split_blocks);
+    return di_cuda_wg_ksplit_slots(N, rows, K, slots, split_blocks, consumers);
 }
 
 extern "C" void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K,
@@ -581,6 +592,7 @@ bool di_cuda_linear_mma_supported(const di_weight *w) {
 struct mm_plan {
     int64_t per_group; /* rows a group (their mean over the groups, at most max_rows) */
     int ksplit, split_blocks;
+    int consumers;       /* wgmma, a single matrix: the consumer warpgroups chosen with its K split (0: the kernel's) */
     bool twin, wg, imma; /* the decode twin (imma: its FP4 int8 form), the wgmma kernel, else the tiles */
     int tile;            /* grouped: the rows of a block's tile over a tile list (0: the kernel takes none) */
     const di_group_tiles *tiles; /* the noted list of such tiles for row_off, or NULL */
@@ -599,8 +611,10 @@ static mm_plan linear_plan(const di_cuda_ctx *ctx, const di_weight *shape, bool 
     /* FP4 at <= 4 rows an expert: exact sums on int8 mma, from the codes' digits */
     p.imma = p.twin && fp4 && ctx->fp4_imma && p.ksplit == 1 && p.per_group <= DI_GEMV_IMMA_ROWS &&
              di_cuda_gemv_imma_ok(K, max_rows);
-    if (p.wg) p.ksplit = !grouped && n_groups == 1 ? di_cuda_wg_ksplit(ctx, fp4, N, max_rows, K, &p.split_blocks)
-                                                   : wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
+    p.consumers = 0;
+    if (p.wg)
+        p.ksplit = !grouped && n_groups == 1 ? di_cuda_wg_ksplit(ctx, fp4, N, max_rows, K, &p.split_blocks, &p.consumers)
+                                             : wg_ksplit(N, max_rows, K, p.ksplit, &p.split_blocks);
     /* over a tile list a block takes tiles of about the groups' mean rows (the int8 twin: not the
      * largest group's, which sizes its blocks without a list) */
     p.tile = !grouped ? 0
@@ -683,8 +697,9 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     for (int m = 0; m < n_mats; m++) { /* the partial sums (K splits) are reused in stream order */
         const uint8_t *wd = wdata ? wdata[m] : NULL, *ws = wscale ? wscale[m] : NULL;
         const uint8_t *const *wdg = wdata_g ? wdata_g[m] : NULL, *const *wsg = wscale_g ? wscale_g[m] : NULL;
-        const mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
-                           n_groups, per_group, ksplit, split_blocks, part, rows};
+        mm_args a = {xq, K, xsc, max_rows, N, K, wd, ws, y[m], N, true, {wdg, wsg, row_off, active, 0, 0, 0},
+                     n_groups, per_group, ksplit, split_blocks, part, rows};
+        a.consumers = plan.consumers;
         if (wg) wg_run(ctx, a, fp4, plan.tiles, s);
         else if (fp4) run_cfg<MM_FP4>(a, s);
         else run_cfg<MM_FP8>(a, s);
@@ -730,10 +745,10 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
                               float *const *y) {
     const int64_t K = w[0]->cols, nb = K / 32;
     const bool fp4 = w[0]->dtype == DI_DT_I8;
-    int ksplit[DI_GEMV_MAX_MATS], split_blocks[DI_GEMV_MAX_MATS];
+    int ksplit[DI_GEMV_MAX_MATS], split_blocks[DI_GEMV_MAX_MATS], consumers[DI_GEMV_MAX_MATS];
     int64_t part_row = 0; /* the largest split's partial sums a row: [ksplit][m][N], reused in stream order */
     for (int i = 0; i < n; i++) {
-        ksplit[i] = di_cuda_wg_ksplit(ctx, fp4, w[i]->rows, m, K, &split_blocks[i]);
+        ksplit[i] = di_cuda_wg_ksplit(ctx, fp4, w[i]->rows, m, K, &split_blocks[i], &consumers[i]);
         const int64_t need = ksplit[i] > 1 ? ksplit[i] * w[i]->rows : 0;
         part_row = need > part_row ? need : part_row;
     }
@@ -745,8 +760,9 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
     for (int i = 0; i < n; i++) {
         const int64_t N = w[i]->rows;
         const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
-        const mm_args a = {(const uint8_t *)xb, K, NULL, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, true,
-                           grp, 1, m, ksplit[i], split_blocks[i], part, m};
+        mm_args a = {(const uint8_t *)xb, K, NULL, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, true,
+                     grp, 1, m, ksplit[i], split_blocks[i], part, m};
+        a.consumers = consumers[i];
         wg_run(ctx, a, fp4, NULL, ctx->stream);
     }
 }
@@ -872,7 +888,8 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
      * gate 30 -> 18.5 us against the tiled kernel's 128 x 128 tiles; session 35) */
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m);
     int split_blocks = shape_blocks;
-    const int ksplit = wg ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks) : shape_split;
+    /* BF16 weights take two consumer warpgroups a CTA: no choice of three */
+    const int ksplit = wg ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks, NULL) : shape_split;
     float *part;
     uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     const uint16_t *xb = act_bf16(ctx, x, m, K, xs);

@@ -59,6 +59,9 @@ void di_wg_gemm_w16(const uint16_t *xb, int64_t rows, int64_t N, int64_t K, cons
 /* the token rows of di_wg_gemm's CTAs for rows_per_group (row_off groups: grouped) -- the tile a
  * row-tile list for it must have (tiles: that list, or NULL) */
 int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);
+/* the time a CTA of three consumer warpgroups takes, in % of one of two (the same stages; 1.5x the
+ * weight rows): ~1.27 on the H200's 128-token tiles (session 38), for the choices between them */
+#define DI_WG_THREE_TIME_PCT 127
 /* CTAs of di_wg_gemm's kernel for tiles of bt tokens a multiprocessor holds at once */
 int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
 

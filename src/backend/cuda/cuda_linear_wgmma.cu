@@ -344,6 +344,11 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
      * consumer 1 issued st -- so one dequantises while the other's wgmmas run, instead of both
      * dequantising at once and then both waiting on the tensor cores. */
     uint32_t a[4][4];
+    /* FP4 64-token tiles, two CTAs a multiprocessor, take no turns: their wgmmas are a quarter of
+     * their stage or less (half tiles: m64n32), and with two CTAs' four consumers on the
+     * multiprocessor the turn's barrier only delayed them (session 38: B = 256's w1 / w3 389 -> 376
+     * us, w2 206 -> 200; the 32-token tiles of B = 128 ran 0.8% slower without turns, so they keep them) */
+    constexpr bool TURNS = !(L::CTAS_PER_SM == 2 && BT == 64);
     auto stages = [&](auto &d, auto plain_tag) { /* d: [4 * NI] of BT tokens, or [2 * NI] of a half tile */
         /* the FP4 tables' words from registers, but in the two-CTA kernels' 64-token loops: there
          * the two registers cost spills (ptxas then rematerialises the constants, ~16 moves a stage) */
@@ -360,11 +365,11 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
              * the dequantisation past the turn's wait (with the wait first it moved most of it there,
              * and one consumer's dequantisation no longer overlapped the other's wgmmas) */
             di_wgmma_fence();
-            if (wg > 0 || st > 0) di_bar_sync(WG_BAR_TURN + (wg == 0 ? NC - 1 : wg - 1), 256); /* the previous one issued */
+            if (TURNS && (wg > 0 || st > 0)) di_bar_sync(WG_BAR_TURN + (wg == 0 ? NC - 1 : wg - 1), 256); /* the previous one issued */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) wg_mma(d, a[kk], di_wgmma_desc_add(desc, 32 * kk));
             di_wgmma_commit();
-            if (wg < NC - 1 || st + 1 < nk) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the next one's turn */
+            if (TURNS && (wg < NC - 1 || st + 1 < nk)) di_bar_arrive(WG_BAR_TURN + wg, 256); /* the next one's turn */
             di_wgmma_wait<0>();
             if (st + WG_SLOTS < nk) di_mbar_arrive(&empty[si]);
             if (++si == WG_SLOTS) si = 0, phase ^= 1;
@@ -455,14 +460,14 @@ static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t
  * of one of two for 1.5x the rows (session 38: the one-CTA-a-multiprocessor layouts, where the
  * third consumer's dequantisation fills tensor-pipe time the two left idle; a 4,096-token
  * prefill's wq_b 1,108 -> 938 us, the routed w1 / w3 2,888 -> 2,428), so waves of CTAs decide:
- * 13 w3 < 10 w2 (w2 / w3: waves of the two- / three-consumer grid). A grid of one or two waves
- * keeps two consumers (B = 256's wo_b, 80 CTAs: 54 of three ran 31 -> 38 us); split K keeps two
- * (di_cuda_wg_ksplit's cost model counts 128-row tiles). yz: the grid's y x z extent, pair: w1 and
- * w3 in one launch (twice the CTAs along x). */
+ * DI_WG_THREE_TIME_PCT w3 < 100 w2 (w2 / w3: waves of the two- / three-consumer grid). A grid of
+ * one or two waves keeps two consumers (B = 256's shared w2, 80 CTAs: 54 of three ran 31 -> 38
+ * us). Where K is split the caller chose the count with the split (di_cuda_wg_ksplit_slots). yz:
+ * the grid's y x z extent, pair: w1 and w3 in one launch (twice the CTAs along x). */
 static bool wg_three_consumers(int64_t N, int64_t yz, bool pair) {
     const int64_t sms = di_cuda_sm_count(), per = pair ? 2 * yz : yz;
     const int64_t w2 = ((N + 127) / 128 * per + sms - 1) / sms, w3 = ((N + 191) / 192 * per + sms - 1) / sms;
-    return 13 * w3 < 10 * w2;
+    return DI_WG_THREE_TIME_PCT * w3 < 100 * w2;
 }
 
 /* wg_launch with the tile of bt tokens (32, 64 or 128; 128 with two or three consumers) */
@@ -477,10 +482,10 @@ static void wg_launch_bt(int bt, const uint16_t *xb, int64_t lda, int64_t max_ro
     else if (bt == 64)
         wg_launch<WT, 64, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
                              s, second, out_bf16);
-    else if (WT != WG_W16 && ksplit == 1 &&
+    else if (WT != WG_W16 &&
              (consumers ? consumers == 3
-                        : wg_three_consumers(N, (grp.tiles ? 1 : (max_rows + 127) / 128) * (int64_t)slots,
-                                             second.wdata != NULL)))
+                        : ksplit == 1 && wg_three_consumers(N, (grp.tiles ? 1 : (max_rows + 127) / 128) * (int64_t)slots,
+                                                            second.wdata != NULL)))
         wg_launch<WT, 128, WT != WG_W16 ? 3 : 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows,
                                                  ksplit, split_blocks, part, s, second, out_bf16);
     else
