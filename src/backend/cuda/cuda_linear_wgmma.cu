@@ -48,7 +48,8 @@
  * A from registers), waits for them and signals the slot empty. ptxas serialises every wgmma
  * (C7513) when registers feeding one are written while another of the warpgroup is in flight, so
  * the next stage's dequantisation waits for this one's wgmmas; instead the two consumers take
- * turns issuing (ping-pong): one dequantises while the other's wgmmas run. The weight scales of
+ * turns issuing (ping-pong): one dequantises while the other's wgmmas run (not the two-CTA FP4
+ * 64-token tiles, whose wgmmas are short: TURNS). The weight scales of
  * the CTA's rows for its whole K split are copied once, at the start. FP4 tiles whose shared memory
  * allows two CTAs a multiprocessor are compiled for two (80 registers a thread).
  *
