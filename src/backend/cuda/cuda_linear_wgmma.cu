@@ -343,13 +343,13 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
      * warpgroup is in flight), then release the slot. The two consumers take turns issuing
      * (ping-pong): consumer 1 issues stage st after consumer 0 did, consumer 0 stage st + 1 after
      * consumer 1 issued st -- so one dequantises while the other's wgmmas run, instead of both
-     * dequantising at once and then both waiting on the tensor cores. */
+     * dequantising at once and then both waiting on the tensor cores (three consumers: 0, 1, 2, 0). */
     uint32_t a[4][4];
     /* FP4 64-token tiles, two CTAs a multiprocessor, take no turns: their wgmmas are a quarter of
      * their stage or less (half tiles: m64n32), and with two CTAs' four consumers on the
      * multiprocessor the turn's barrier only delayed them (session 38: B = 256's w1 / w3 389 -> 376
      * us, w2 206 -> 200; the 32-token tiles of B = 128 ran 0.8% slower without turns, so they keep them) */
-    constexpr bool TURNS = !(L::CTAS_PER_SM == 2 && BT == 64);
+    constexpr bool TURNS = !(FP4 && L::CTAS_PER_SM == 2 && BT == 64);
     auto stages = [&](auto &d, auto plain_tag) { /* d: [4 * NI] of BT tokens, or [2 * NI] of a half tile */
         /* the FP4 tables' words from registers, but in the two-CTA kernels' 64-token loops: there
          * the two registers cost spills (ptxas then rematerialises the constants, ~16 moves a stage) */
@@ -366,7 +366,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
              * the dequantisation past the turn's wait (with the wait first it moved most of it there,
              * and one consumer's dequantisation no longer overlapped the other's wgmmas) */
             di_wgmma_fence();
-            if (TURNS && (wg > 0 || st > 0)) di_bar_sync(WG_BAR_TURN + (wg == 0 ? NC - 1 : wg - 1), 256); /* the previous one issued */
+            if (TURNS && (wg > 0 || st > 0)) /* the previous consumer issued */
+                di_bar_sync(WG_BAR_TURN + (wg == 0 ? NC - 1 : wg - 1), 256);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) wg_mma(d, a[kk], di_wgmma_desc_add(desc, 32 * kk));
             di_wgmma_commit();
