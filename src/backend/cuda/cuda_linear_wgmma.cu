@@ -478,18 +478,19 @@ static void wg_launch_bt(int bt, const uint16_t *xb, int64_t lda, int64_t max_ro
                          const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
                          unsigned slots, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
                          wg_second second, bool out_bf16, int consumers) {
+    constexpr int NC_MAX = WT == WG_W16 ? 2 : 3; /* BF16: six slots of 192 rows' 128-byte stages do not fit */
     if (bt == 32)
         wg_launch<WT, 32, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
                              s, second, out_bf16);
     else if (bt == 64)
         wg_launch<WT, 64, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks, part,
                              s, second, out_bf16);
-    else if (WT != WG_W16 &&
+    else if (NC_MAX == 3 &&
              (consumers ? consumers == 3
                         : ksplit == 1 && wg_three_consumers(N, (grp.tiles ? 1 : (max_rows + 127) / 128) * (int64_t)slots,
                                                             second.wdata != NULL)))
-        wg_launch<WT, 128, WT != WG_W16 ? 3 : 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows,
-                                                 ksplit, split_blocks, part, s, second, out_bf16);
+        wg_launch<WT, 128, NC_MAX>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
+                                   part, s, second, out_bf16);
     else
         wg_launch<WT, 128, 2>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit, split_blocks,
                               part, s, second, out_bf16);
