@@ -3,12 +3,17 @@
  * length, chunks of sequences that already have context, single decode tokens -- with the target
  * at a random place in the batch. Four calls: the target's prefill, then three decode steps.
  *
+ * The other sequences' last rows want their logits or only their greedy token (di_batch.want_logits:
+ * the device gathers the rows that leave it); every row's greedy token must be the argmax of its
+ * logits as the sampler takes it (di_sample_greedy_token), where the logits come back.
+ *
  * On the CPU this holds by construction (every op is per row with a fixed order); the device run
  * (DEEPINFER_ACCELERATOR=nvidia) checks the GPU backend in its batch-invariant mode. */
 #include <stdint.h>
 #include <string.h>
 
 #include "forward/forward.h"
+#include "sample/sampler.h"
 #include "test_harness.h"
 #include "fixture_util.h"
 
@@ -50,17 +55,33 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
         R += rows[i];
     }
     uint8_t *want = calloc((size_t)R, 1);
-    int n_want = 0, target_out = -1;
+    int n_want = 0, n_logit_rows = 0, target_out = -1;
     for (int i = 0, r = 0; i < n; r += rows[i], i++) { /* every sequence's last row: the head's GEMM sees n rows */
-        want[r + rows[i] - 1] = 1;
-        if (r + rows[i] - 1 == target_row) target_out = n_want;
+        const bool target_seq = r + rows[i] - 1 == target_row;
+        want[r + rows[i] - 1] = target_seq || rnd(2) ? DI_WANT_LOGITS : DI_WANT_TOKEN;
+        if (target_seq) target_out = n_logit_rows;
+        n_logit_rows += want[r + rows[i] - 1] == DI_WANT_LOGITS;
         n_want++;
     }
-    float *logits = malloc(sizeof(float) * (size_t)n_want * V);
+    float *logits = malloc(sizeof(float) * (size_t)n_logit_rows * V);
+    int32_t *greedy = malloc(sizeof(int32_t) * (size_t)n_want);
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n, .seqs = seqs, .seq_n_rows = rows, .logits = logits,
-                  .want_logits = want};
+                  .want_logits = want, .greedy_tokens = greedy};
     di_status st = di_forward(m, &b, err);
-    if (!st) memcpy(out, logits + (size_t)target_out * V, sizeof(float) * (size_t)V);
+    if (!st) {
+        memcpy(out, logits + (size_t)target_out * V, sizeof(float) * (size_t)V);
+        int mismatched = 0;
+        for (int r = 0, w = 0, l = 0; r < R; r++) { /* rows whose logits came back: their greedy token */
+            if (!want[r]) continue;
+            if (want[r] == DI_WANT_LOGITS)
+                mismatched += greedy[w] != di_sample_greedy_token(logits + (size_t)l++ * V, (int32_t)V);
+            mismatched += greedy[w] < 0 || greedy[w] >= V;
+            w++;
+        }
+        CHECKF(mismatched == 0, "batch of %d, step %d: %d greedy tokens not the argmax of their logits", n, step,
+               mismatched);
+    }
+    free(greedy);
     free(seqs);
     free(rows);
     free(tokens);
@@ -78,6 +99,21 @@ int main(void) {
         return 1;
     }
     printf("batch invariance, %s backend%s\n", di_model_backend_name(m), m->batch_invariant ? " (batch-invariant mode)" : "");
+    { /* a want_logits value that names nothing, or a token wanted with nowhere to put it: refused */
+        di_seq_state *st = di_seq_state_new(m);
+        int32_t toks[2] = {0, 5};
+        int nr = 2;
+        uint8_t want[2] = {0, 3};
+        int32_t greedy[2];
+        di_batch b = {.n_rows = 2, .tokens = toks, .n_seqs = 1, .seqs = &st, .seq_n_rows = &nr, .want_logits = want,
+                      .greedy_tokens = greedy};
+        di_err e = {0};
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "want_logits[1] = 3"));
+        want[1] = DI_WANT_TOKEN, b.greedy_tokens = NULL;
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "greedy_tokens"));
+        CHECK(st->n_tokens == 0);
+        di_seq_state_free(st);
+    }
     const int64_t V = m->cfg.vocab_size;
     float *ref = malloc(sizeof(float) * (size_t)V * STEPS), *got = malloc(sizeof(float) * (size_t)V);
     di_seq_state *alone = di_seq_state_new(m);

@@ -4,6 +4,8 @@
  *   - with a KV budget too small for all of them at once, every request completes with the same
  *     output (preemption and recompute), and preemptions did happen
  *   - chunked prefill (chunks of 1, 7, 64) gives the same tokens
+ *   - plain-greedy tokens (the argmax where the logits are) equal the host sampler's greedy tokens,
+ *     also with both kinds in one batch
  *   - seeded sampling: identical tokens alone and in any batch; different seeds differ
  *   - the fixture's intended-semantics greedy continuations (repaired_greedy_tokens) are
  *     reproduced, diverging only where the golden margin is below 0.5
@@ -120,6 +122,39 @@ static void test_batching_and_preemption(prompts *p) {
     }
 }
 
+/* Plain-greedy requests take their token from the device's argmax (DI_WANT_TOKEN); greedy requests
+ * that ask for logprobs are sampled on the host from their logits. Both kinds, alone in a batch or
+ * mixed in one (the device then gathers the rows that leave it), give the same tokens. */
+static void test_greedy_paths(prompts *p) {
+    int all[N_REQ];
+    for (int i = 0; i < N_REQ; i++) all[i] = i;
+    int32_t device[N_REQ][GEN], host[N_REQ][GEN], mixed[N_REQ][GEN];
+    di_engine *e = engine_new(0, 0);
+    run_batch(e, p, all, N_REQ, NULL, device);
+    di_request q = greedy_request(NULL, 0, GEN);
+    q.sampling.logprobs = 1;
+    run_batch(e, p, all, N_REQ, &q, host);
+    uint64_t ids[N_REQ];
+    char msg[512];
+    for (int i = 0; i < N_REQ; i++) {
+        di_request r = greedy_request(p->ids[i], p->len[i], GEN);
+        r.sampling.logprobs = i % 3 == 0; /* a third on the host */
+        CHECKF(di_engine_add_request(e, &r, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
+    }
+    CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
+    for (int i = 0; i < N_REQ; i++) {
+        di_result r;
+        CHECK(di_engine_result(e, ids[i], &r) == DI_OK && r.n_tokens == GEN);
+        memcpy(mixed[i], r.token_ids, sizeof(int32_t) * GEN);
+        di_engine_release(e, ids[i]);
+    }
+    const int eq_host = count_equal(device, host, N_REQ), eq_mixed = count_equal(device, mixed, N_REQ);
+    printf("  greedy tokens from the device's argmax vs the host sampler: %d identical, mixed batch %d\n", eq_host,
+           eq_mixed);
+    CHECK(eq_host == N_REQ && eq_mixed == N_REQ);
+    di_engine_free(e);
+}
+
 static void test_seeded_sampling(prompts *p) {
     di_engine *e = engine_new(0, 0);
     di_request q = greedy_request(NULL, 0, GEN);
@@ -209,6 +244,7 @@ int main(void) {
     make_prompts(&p);
     printf("engine on the v41-tiny fixture:\n");
     test_batching_and_preemption(&p);
+    test_greedy_paths(&p);
     test_seeded_sampling(&p);
     test_repaired_greedy();
     test_bad_requests();

@@ -1,5 +1,5 @@
 /* Sampler tests: Philox against Random123's known answers; parameter validation naming the field;
- * greedy argmax and ties; the temperature distribution (a chi-square bound over many positions with
+ * greedy argmax and ties, and the argmax alone as a device takes it; the temperature distribution (a chi-square bound over many positions with
  * a fixed seed, so the test is deterministic); the exact sets top_k / top_p / min_p keep (hand cases
  * read through processed logprobs; a 129,280-token row and 400 random rows of several shapes against
  * a full-sort reference);
@@ -200,6 +200,60 @@ static void test_greedy(void) {
     for (int i = 0; i < 8; i++) d[i] = -INFINITY;
     p.temperature = 1.0f;
     CHECK(di_sampler_sample(g_s, &row, &res, &err) == DI_EINVAL && strstr(err.msg, "no token"));
+}
+
+/* di_sample_greedy_token (what a device computes for plain-greedy rows) is the sampler's argmax:
+ * hand cases of the sanitising and tie rules, then random rows full of ties and non-finite values
+ * against di_sampler_sample at temperature 0; and which params count as plain greedy. */
+static void test_greedy_token(void) {
+    const float a[8] = {1, 3, 3, 2, -5, 0, 3, 2.5f};
+    CHECK(di_sample_greedy_token(a, 8) == 1);
+    const float b[8] = {NAN, 1, INFINITY, 2, FLT_MAX, NAN, INFINITY, 0};
+    CHECK(di_sample_greedy_token(b, 8) == 2); /* +inf counts as FLT_MAX: ties with id 4 go to id 2 */
+    const float c[8] = {-INFINITY, -0.0f, 0.0f, -1e-45f, NAN, -INFINITY, 0.0f, -0.0f};
+    CHECK(di_sample_greedy_token(c, 8) == 1); /* -0 equals +0 */
+    const float d[4] = {-INFINITY, 1e-45f, 0.0f, 1e-45f};
+    CHECK(di_sample_greedy_token(d, 4) == 1); /* a denormal beats zero */
+    const float e[4] = {NAN, -INFINITY, NAN, -INFINITY};
+    CHECK(di_sample_greedy_token(e, 4) == -1);
+    di_err err = {0};
+    CHECK(di_sample_no_token_error(17, &err) == DI_EINVAL && strstr(err.msg, "no token") && strstr(err.msg, "17"));
+    static const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 1e-45f, -1e-45f, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY,
+                                 NAN, 2.5f, 3e38f};
+    const int n_pool = (int)(sizeof pool / sizeof pool[0]);
+    di_sampling_params p = params(0.0f);
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    float row[8];
+    int bad = 0;
+    for (int t = 0; t < 20000; t++) {
+        for (int i = 0; i < 8; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            row[i] = pool[(r >> 33) % (uint64_t)(t % 3 ? n_pool : 5)]; /* a third of the rows: 0 / 1 / denormals only */
+        }
+        const int32_t want = di_sample_greedy_token(row, 8);
+        di_sample_row sr = {row, &p, NULL, NULL, 0};
+        di_sample_result res;
+        const di_status st = di_sampler_sample(g_s, &sr, &res, &err);
+        bad += st ? want != -1 : want != res.token_id;
+    }
+    CHECKF(bad == 0, "%d of 20000 rows: di_sample_greedy_token differs from the sampler's greedy token", bad);
+    CHECK(di_sampling_is_plain_greedy(&p));
+    di_sampling_params q = p;
+    q.top_k = 5, q.top_p = 0.5f, q.min_p = 0.1f, q.seed = 3; /* ignored at temperature 0 */
+    CHECK(di_sampling_is_plain_greedy(&q));
+    q = p, q.temperature = 0.5f;
+    CHECK(!di_sampling_is_plain_greedy(&q));
+    q = p, q.logprobs = 1;
+    CHECK(!di_sampling_is_plain_greedy(&q));
+    q = p, q.repetition_penalty = 1.1f;
+    CHECK(!di_sampling_is_plain_greedy(&q));
+    q = p, q.presence_penalty = 0.5f;
+    CHECK(!di_sampling_is_plain_greedy(&q));
+    q = p, q.frequency_penalty = -0.5f;
+    CHECK(!di_sampling_is_plain_greedy(&q));
+    const di_logit_bias lb = {3, 1.0f};
+    q = p, q.logit_bias = &lb, q.n_logit_bias = 1;
+    CHECK(!di_sampling_is_plain_greedy(&q));
 }
 
 /* ---- temperature: the sampled distribution ---- */
@@ -727,6 +781,7 @@ int main(void) {
     test_philox_kat();
     test_validation();
     test_greedy();
+    test_greedy_token();
     test_temperature_distribution();
     test_filter_sets();
     test_big_row_against_reference();

@@ -81,6 +81,9 @@ DI_SETTING(bench_max_prefill, INT, "--bench-max-prefill", NULL, "16384",
 DI_SETTING(bench_batch, STR, "--bench-batch", NULL, "",
            "bench on a GPU: decode rows of these batch sizes only, comma-separated (e.g. 1,64; each 1..256; "
            "empty or 0 = all of 1, 8, 32, 64, 128, 256)")
+DI_SETTING(bench_logits, BOOL, "--bench-logits", NULL, "0",
+           "bench on a GPU: copy every sequence's logits to the host each step, as for sampled requests "
+           "(default: only the greedy tokens, taken on the device)")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

@@ -161,9 +161,18 @@ static void free_states(di_seq_state **st, int B) {
     for (int b = 0; b < B; b++) di_seq_state_free(st[b]);
 }
 
+/* Where a call's head output goes: every sequence's greedy token, computed on the device (a step of
+ * plain-greedy requests: 4 bytes a sequence cross PCIe), or with --bench-logits every sequence's
+ * logits (a step of sampled requests, which the host samples: B x 517 KB). Page-locked, as the
+ * engine's. One of the two is NULL. */
+typedef struct bench_out {
+    float *logits;   /* [DI_BENCH_MAX_BATCH, vocab] */
+    int32_t *tokens; /* [DI_BENCH_MAX_BATCH] */
+} bench_out;
+
 /* One forward call over the given states (rows_per_seq each); returns seconds, or < 0 on error. */
-static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq, float *logits,
-                            uint64_t salt, di_err *err) {
+static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq,
+                            const bench_out *out, uint64_t salt, di_err *err) {
     const int R = n_seqs * rows_per_seq;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)R);
     int *nr = malloc(sizeof(int) * (size_t)n_seqs);
@@ -171,10 +180,10 @@ static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, in
     for (int r = 0; r < R; r++) tokens[r] = 3 + (int32_t)((salt * 2654435761u + (uint64_t)r * 40503u) % 120000);
     for (int s = 0; s < n_seqs; s++) {
         nr[s] = rows_per_seq;
-        want[(s + 1) * rows_per_seq - 1] = 1;
+        want[(s + 1) * rows_per_seq - 1] = out->logits ? DI_WANT_LOGITS : DI_WANT_TOKEN;
     }
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n_seqs, .seqs = st, .seq_n_rows = nr,
-                  .logits = logits, .want_logits = want};
+                  .logits = out->logits, .want_logits = want, .greedy_tokens = out->tokens};
     double t0 = now_s();
     di_status s = di_forward(m, &b, err);
     double dt = now_s() - t0;
@@ -212,7 +221,7 @@ static double median_of(double *v, int n) {
 /* Two warm-up steps (graphs: the two compressor parities) and `steps` timed decode steps of B
  * sequences; returns the steps timed (< steps on error), *slow when a step exceeded budget_s / steps.
  * bracket_last: the last step inside the backend's profiler range (tools/cuda/device_profile.sh). */
-static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int steps, double budget_s, float *logits,
+static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int steps, double budget_s, const bench_out *out,
                              uint64_t salt, bool bracket_last, double *wall_s, step_timing *tm, bool *slow,
                              di_err *err) {
     const di_device_backend *be = m->dev_backend;
@@ -224,7 +233,7 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
         if (i == 2 && be->graph_stats) be->graph_stats(m, &g0);
         const bool bracket = bracket_last && be->profiler_range && i == n_calls - 1;
         if (bracket) be->profiler_range(true);
-        double dt = timed_forward(m, st, B, 1, logits, salt + (uint64_t)i, err);
+        double dt = timed_forward(m, st, B, 1, out, salt + (uint64_t)i, err);
         if (bracket) be->profiler_range(false);
         if (dt < 0) break;
         if (i > 1) {
@@ -281,13 +290,13 @@ static struct {
 static int g_n_profiles;
 static const char *const *g_stage_names;
 
-static void profile_call(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq, float *logits,
+static void profile_call(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq, const bench_out *out,
                          const char *what) {
     const di_device_backend *be = m->dev_backend;
     if (g_n_profiles >= MAX_PROFILES || be->n_profile_stages > MAX_STAGES) return;
     di_err err = {0};
     be->profile(true, NULL, NULL);
-    const bool ok = timed_forward(m, st, n_seqs, rows_per_seq, logits, 77, &err) >= 0;
+    const bool ok = timed_forward(m, st, n_seqs, rows_per_seq, out, 77, &err) >= 0;
     be->profile(false, &g_stage_names, g_profiles[g_n_profiles].secs);
     if (!ok) return;
     snprintf(g_profiles[g_n_profiles].what, sizeof g_profiles[0].what, "%s", what);
@@ -309,7 +318,7 @@ static void print_profiles(const di_model *m) {
 }
 
 /* Prefill rows: one sequence of S new tokens in one forward call. */
-static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, double budget_s, double deadline,
+static void bench_prefill(const di_model *m, const ceil3 *cl, const bench_out *out, double budget_s, double deadline,
                           int64_t max_prefill) {
     const di_device_backend *be = m->dev_backend;
     di_err err = {0};
@@ -329,13 +338,13 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, float *logits, dou
         di_kv_pool_set_mem(&pool, &be->mem);
         di_seq_state *st[1] = {di_seq_state_new_in(m, &pool)};
         if (S == profiled && be->profiler_range) be->profiler_range(true);
-        double dt = timed_forward(m, st, 1, S, logits, 99, &err);
+        double dt = timed_forward(m, st, 1, S, out, 99, &err);
         if (S == profiled && be->profiler_range) be->profiler_range(false);
         if (dt >= 0 && S <= 4096) { /* where the time goes: the same prefill again, profiled */
             char what[64];
             snprintf(what, sizeof what, "prefill of %d tokens", S);
             di_seq_state_reset(st[0]);
-            profile_call(m, st, 1, S, logits, what);
+            profile_call(m, st, 1, S, out, what);
         }
         di_seq_state_free(st[0]);
         di_kv_pool_destroy(&pool);
@@ -444,20 +453,27 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
            m->exact_gemm ? " (exact GEMMs)" : "", ep, m->proxy.resident_experts,
            m->cfg.n_routed_experts);
     printf("ceilings measured now: HBM copy %.0f GB/s, BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s; "
-           "device memory free %.1f of %.1f GB after the weights\n\n",
+           "device memory free %.1f of %.1f GB after the weights\n",
            cl.hbm, cl.bf16, cl.fp8, (double)free_b / 1e9, (double)total_b / 1e9);
+    printf("each step's output to the host: %s\n\n",
+           s->bench_logits ? "every sequence's logits (--bench-logits: sampled requests)"
+                           : "every sequence's greedy token, taken on the device (greedy requests; "
+                             "--bench-logits copies the logits)");
     printf("| phase | B | context | ms / step | tokens/s | GB moved | TFLOP | roofline ms | bound | %% of roofline |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    /* page-locked, as the engine's: the device writes the logits there, no host copy after */
-    float *logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * DI_BENCH_MAX_BATCH);
+    bench_out out = {NULL, NULL};
+    if (s->bench_logits)
+        out.logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * DI_BENCH_MAX_BATCH);
+    else
+        out.tokens = di_model_result_alloc(m, sizeof(int32_t) * DI_BENCH_MAX_BATCH);
     const int64_t ctxs[] = {4096, 32768, 131072};
     const int steps = quick ? 2 : 4;
     const double budget_s = quick ? 20.0 : 60.0; /* per row: larger B at this context are skipped after */
     const double deadline = now_s() + (quick ? 240.0 : 1500.0); /* the whole table */
     for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
         if (ci == 1) /* after 4K decode: the rows that matter most first */
-            bench_prefill(m, &cl, logits, budget_s, deadline, s->bench_max_prefill);
+            bench_prefill(m, &cl, &out, budget_s, deadline, s->bench_max_prefill);
         if (ctxs[ci] > s->bench_max_context || ctxs[ci] < s->bench_min_context) continue;
         const bool first_ctx = ci == 0 || ctxs[ci - 1] < s->bench_min_context; /* the first that runs */
         bool slow = false;
@@ -489,7 +505,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
             int n_t = 0;
             if (!make_states(m, &pool, B, ctx, 2 * steps + 6, st, &err)) {
                 step_timing tm;
-                n_t = time_decode_steps(m, st, B, steps, budget_s, logits, 0, false, t, &tm, &slow, &err);
+                n_t = time_decode_steps(m, st, B, steps, budget_s, &out, 0, false, t, &tm, &slow, &err);
                 if (n_t == steps && first_ctx && g_n_step_rows < MAX_STEP_ROWS) {
                     /* the same states, every kernel launched directly (the graphs' gain) */
                     step_timing te;
@@ -497,7 +513,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                     bool slow_e = false;
                     const bool graphs = m->device_graphs;
                     m->device_graphs = false;
-                    if (time_decode_steps(m, st, B, steps, budget_s, logits, 100, true, te_wall, &te, &slow_e, &err) == steps) {
+                    if (time_decode_steps(m, st, B, steps, budget_s, &out, 100, true, te_wall, &te, &slow_e, &err) == steps) {
                         g_step_rows[g_n_step_rows].B = B;
                         g_step_rows[g_n_step_rows].graph = tm;
                         g_step_rows[g_n_step_rows].eager = te;
@@ -509,7 +525,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                 if (n_t == steps && first_ctx && (B == 1 || B == 64 || B == 128 || B == 256)) {
                     char what[64];
                     snprintf(what, sizeof what, "decode B = %d at context %lld", B, (long long)ctx);
-                    profile_call(m, st, B, 1, logits, what);
+                    profile_call(m, st, B, 1, &out, what);
                 }
             }
             free_states(st, B);
@@ -527,7 +543,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     print_step_rows();
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
            "sequence per step, median of %d steps after two warm-up steps.\n", steps);
-    di_model_result_free(m, logits);
+    di_model_result_free(m, out.logits);
+    di_model_result_free(m, out.tokens);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "deepinfer bench: %s\n", err.msg);

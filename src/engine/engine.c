@@ -120,7 +120,10 @@ void di_engine_free(di_engine *e) {
     for (int i = 0; i < e->n_reqs; i++) req_free(e->reqs[i]);
     free(e->reqs);
     di_kv_pool_destroy(&e->pool);
-    if (e->model) di_model_result_free(e->model, e->logits);
+    if (e->model) {
+        di_model_result_free(e->model, e->logits);
+        di_model_result_free(e->model, e->greedy);
+    }
     di_sampler_free(e->sampler);
     di_engine_constraint_release(e);
     di_tokenizer_free(e->tok);

@@ -60,8 +60,11 @@ struct di_engine {
     int64_t max_prompt_tokens;  /* longest prompt + generation that fits the budget alone */
     di_engine_stats stats;
     struct di_token_trie *vocab_trie; /* structured output: built on the first constrained request */
-    float *logits;              /* [logits_rows, V] a step's sampled rows, kept across steps:
-                                 * page-locked on a device (di_model_result_alloc), which writes it */
+    float *logits;              /* [logits_rows, V] a step's sampled rows that need their logits,
+                                 * kept across steps: page-locked on a device
+                                 * (di_model_result_alloc), which writes it */
+    int32_t *greedy;            /* [logits_rows] every sampled row's greedy token (the device's argmax:
+                                 * plain-greedy rows need nothing else), page-locked the same way */
     int logits_rows;
 };
 

@@ -105,6 +105,12 @@ static void commit_token(di_engine *e, engine_req *r, const di_sample_result *s)
     if (finish) di_engine_finish_req(e, r, finish, NULL);
 }
 
+/* Whether the request's next token is the argmax of its logits and nothing else (no constraint
+ * mask, bias, penalty or logprobs): the device then reduces its row to the token. */
+static bool plain_greedy(const engine_req *r) {
+    return !r->matcher && di_sampling_is_plain_greedy(&r->sampling);
+}
+
 di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     if (plan->n == 0) return DI_OK;
     const int64_t V = e->model->cfg.vocab_size;
@@ -114,9 +120,11 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
          * updated to a new one */
         const int rows = plan->n > e->opt.max_num_seqs ? plan->n : e->opt.max_num_seqs;
         di_model_result_free(e->model, e->logits);
+        di_model_result_free(e->model, e->greedy);
         e->logits = di_model_result_alloc(e->model, sizeof(float) * (size_t)rows * (size_t)V);
-        e->logits_rows = e->logits ? rows : 0;
-        if (!e->logits) return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", rows);
+        e->greedy = di_model_result_alloc(e->model, sizeof(int32_t) * (size_t)rows);
+        e->logits_rows = e->logits && e->greedy ? rows : 0;
+        if (!e->logits_rows) return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", rows);
     }
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)plan->total_rows);
     di_seq_state **seqs = malloc(sizeof(di_seq_state *) * (size_t)plan->n);
@@ -128,13 +136,15 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         memcpy(tokens + row, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)plan->n_rows[i]);
         seqs[i] = r->state;
         row += plan->n_rows[i];
-        if (plan->samples[i]) want[row - 1] = 1;
+        if (plan->samples[i]) /* plain greedy: only the token leaves the device */
+            want[row - 1] = plain_greedy(r) ? DI_WANT_TOKEN : DI_WANT_LOGITS;
         if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
     }
-    float *logits = e->logits; /* the sampled rows in plan order, [<= plan->n, V] */
+    float *logits = e->logits; /* the sampled rows that need logits in plan order, [<= plan->n, V] */
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
-                  .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want};
+                  .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want,
+                  .greedy_tokens = e->greedy};
     double t0 = now_seconds(), mask_s = 0.0;
     di_status st = di_forward_begin(e->model, &b, err);
     if (!st) { /* while a device computes the step: the constraint masks of its sampled rows */
@@ -150,20 +160,29 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     else e->stats.decode_seconds += dt;
     e->stats.prefill_tokens += prefill_rows;
     e->stats.decode_tokens += decode_rows;
-    int w = 0;
+    int sampled = 0, with_logits = 0, row_end = 0;
     for (int i = 0; i < plan->n && !st; i++) {
         engine_req *r = plan->req[i];
         r->n_computed += plan->n_rows[i];
+        row_end += plan->n_rows[i];
         if (!plan->samples[i]) continue;
-        const float *row_logits = logits + (size_t)w++ * V;
-        di_sample_history hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
-        di_sample_row sr = {.logits = row_logits, .params = &r->sampling, .history = &hist,
-                            .allowed_mask = di_engine_constraint_current(r), .position = (uint64_t)r->n_tokens};
-        di_sample_result res;
+        di_sample_result res = {.token_id = e->greedy[sampled++]};
         di_err serr = {0};
-        if (di_sampler_sample(e->sampler, &sr, &res, &serr)) {
-            di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
-            continue;
+        if (want[row_end - 1] == DI_WANT_TOKEN) { /* the sampler's argmax, taken on the device */
+            if (res.token_id < 0) {
+                di_sample_no_token_error((uint64_t)r->n_tokens, &serr);
+                di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
+                continue;
+            }
+        } else {
+            const float *row_logits = logits + (size_t)with_logits++ * V;
+            di_sample_history hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+            di_sample_row sr = {.logits = row_logits, .params = &r->sampling, .history = &hist,
+                                .allowed_mask = di_engine_constraint_current(r), .position = (uint64_t)r->n_tokens};
+            if (di_sampler_sample(e->sampler, &sr, &res, &serr)) {
+                di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
+                continue;
+            }
         }
         if (!di_engine_constraint_commit(r, res.token_id)) {
             di_engine_finish_req(e, r, DI_FINISH_ERROR, "structured output: sampled token outside the constraint");

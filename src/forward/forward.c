@@ -7,6 +7,7 @@
 #include "forward/device.h"
 #include "forward/forward_internal.h"
 #include "forward/host_steps.h"
+#include "sample/sampler.h"
 
 void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_row, int64_t stride,
                       int64_t offset, const int64_t *pos, int rows, bool inverse) {
@@ -102,6 +103,14 @@ static di_status check_batch(const di_model *m, const di_batch *b, di_err *err) 
         if (di_seq_state_reserve(st, st->n_tokens + b->seq_n_rows[s], err))
             return di_err_prefix(err, "forward: sequence %d", s);
     }
+    for (int r = 0; r < b->n_rows && b->want_logits; r++) {
+        const uint8_t w = b->want_logits[r];
+        if (w > DI_WANT_TOKEN)
+            return di_errf(err, DI_EINVAL, "forward: want_logits[%d] = %d: not a DI_WANT_* value", r, w);
+        if (w == DI_WANT_TOKEN && !b->greedy_tokens)
+            return di_errf(err, DI_EINVAL, "forward: row %d wants its greedy token but the batch has no "
+                           "greedy_tokens buffer", r);
+    }
     for (int r = 0; r < b->n_rows; r++)
         if (b->tokens[r] < 0 || b->tokens[r] >= m->cfg.vocab_size)
             return di_errf(err, DI_ERANGE, "forward: token id %d at row %d outside [0, %d)",
@@ -170,17 +179,24 @@ static void head(fwd_ctx *c, const float *X, const float *pre) {
     const di_model *m = c->m;
     const int n = m->cfg.hc_mult;
     const int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const di_batch *b = c->b;
     float *y = malloc(sizeof(float) * (size_t)D), *yn = malloc(sizeof(float) * (size_t)D);
-    int64_t out_row = 0;
+    float *row_logits = malloc(sizeof(float) * (size_t)V); /* [V] a row whose logits stay here */
+    int64_t logit_row = 0, wanted = 0;
     for (int r = 0; r < c->R; r++) {
-        if (c->b->want_logits && !c->b->want_logits[r]) continue;
+        const int want = b->want_logits ? b->want_logits[r] : DI_WANT_LOGITS;
+        if (want == DI_WANT_NONE) continue;
         di_cpu_hc_pre(X + r * n * D, n, D, pre + r * n, y);
         di_cpu_rmsnorm(y, m->norm, 1, D, (float)m->cfg.rms_norm_eps, yn);
         di_fwd_debug(c, "final_norm_out_row", r, yn, D);
-        di_cpu_linear(&m->head, yn, 1, c->b->logits + out_row++ * V, DI_LIN_F32);
+        float *out = want == DI_WANT_LOGITS && b->logits ? b->logits + logit_row++ * V : row_logits;
+        di_cpu_linear(&m->head, yn, 1, out, DI_LIN_F32);
+        if (b->greedy_tokens) b->greedy_tokens[wanted] = di_sample_greedy_token(out, (int32_t)V);
+        wanted++;
     }
     free(y);
     free(yn);
+    free(row_logits);
 }
 
 /* After the layers: advance each sequence, keep its Engram history and newest DSpark input. */
@@ -234,7 +250,7 @@ static void cpu_forward(const di_model *m, di_batch *b) {
         di_fwd_debug(&c, "block_out", l, X, R * n * D);
     }
     di_fwd_debug(&c, "main_hidden", -1, c.main_hidden, R * (int64_t)cf->n_dspark_targets * D);
-    if (b->logits) head(&c, X, pre);
+    if (b->logits || b->greedy_tokens) head(&c, X, pre);
     if (b->main_hidden)
         memcpy(b->main_hidden, c.main_hidden, sizeof(float) * (size_t)R * cf->n_dspark_targets * D);
     commit_states(&c);

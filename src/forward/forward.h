@@ -16,15 +16,24 @@
 #include "forward/model.h"
 #include "forward/state.h"
 
+/* What a row's head output is for (di_batch.want_logits). DI_WANT_TOKEN rows compute their logits
+ * but only their greedy token leaves the device: a step of B plain-greedy requests moves 4 B bytes
+ * to the host instead of B x vocab x 4 (132 MB at B = 256, ~2.5 ms of PCIe). */
+enum { DI_WANT_NONE = 0, DI_WANT_LOGITS = 1, DI_WANT_TOKEN = 2 };
+
 typedef struct di_batch {
     int n_rows;
     const int32_t *tokens;        /* [n_rows] token ids */
     int n_seqs;
     di_seq_state **seqs;          /* [n_seqs] */
     const int *seq_n_rows;        /* [n_seqs] rows of each sequence (>= 1) */
-    float *logits;                /* out [n_rows, vocab] fp32 (or [n_wanted, vocab], see below), or NULL */
-    const uint8_t *want_logits;   /* [n_rows] nonzero = compute that row's logits, written compactly
-                                     in row order: logits is then [n_wanted, vocab]; NULL = all rows */
+    float *logits;                /* out [n_rows, vocab] fp32 (or [n_logit_rows, vocab], see below), or NULL */
+    const uint8_t *want_logits;   /* [n_rows] DI_WANT_*: which rows run the head (NULL = all, as
+                                     DI_WANT_LOGITS); the DI_WANT_LOGITS rows' logits are written
+                                     compactly in row order: logits is then [n_logit_rows, vocab] */
+    int32_t *greedy_tokens;       /* out [n_wanted] or NULL: for every row that runs the head (either
+                                     kind), in row order, di_sample_greedy_token of its logits (-1 when
+                                     none is finite), computed where the logits are */
     float *main_hidden;           /* out [n_rows, n_targets*D] DSpark inputs (bf16 values), or NULL */
     /* test hook (--replay-topk): forced indexer selections, compressed positions ascending, -1 pad,
      * [n_index_sources, n_rows, index_topk]; NULL = the model's own top-k */

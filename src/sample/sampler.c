@@ -392,11 +392,7 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
             max = s->z[i];
             argmax = i;
         }
-    if (argmax < 0)
-        return di_errf(err, DI_EINVAL,
-                       "sampling: no token can be sampled at position %llu: every logit is -inf or NaN after "
-                       "bias, mask and penalties",
-                       (unsigned long long)row->position);
+    if (argmax < 0) return di_sample_no_token_error(row->position, err);
 
     if (p->temperature == 0.0f) {
         out->token_id = argmax;
@@ -431,6 +427,31 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
             candidate_logprobs(s, n, total, max, p->temperature, p->logprobs, out);
     }
     return DI_OK;
+}
+
+bool di_sampling_is_plain_greedy(const di_sampling_params *p) {
+    return p->temperature == 0.0f && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f &&
+           p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f && p->logprobs == 0;
+}
+
+int32_t di_sample_greedy_token(const float *logits, int32_t vocab) {
+    float max = -INFINITY;
+    int32_t argmax = -1;
+    for (int32_t i = 0; i < vocab; i++) {
+        const float z = sanitize(logits[i]);
+        if (z > max) { /* strict: ties go to the lowest id */
+            max = z;
+            argmax = i;
+        }
+    }
+    return argmax;
+}
+
+di_status di_sample_no_token_error(uint64_t position, di_err *err) {
+    return di_errf(err, DI_EINVAL,
+                   "sampling: no token can be sampled at position %llu: every logit is -inf or NaN after "
+                   "bias, mask and penalties",
+                   (unsigned long long)position);
 }
 
 di_status di_sampler_sample_rows(di_sampler *s, const di_sample_row *rows, int64_t n, di_sample_result *out,

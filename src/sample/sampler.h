@@ -21,6 +21,7 @@
 #ifndef DI_SAMPLE_SAMPLER_H
 #define DI_SAMPLE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -70,6 +71,18 @@ void di_sampler_free(di_sampler *s);
 /* Samples one row. Validates the params (as above) and, where a penalty reads it, the history (ids
  * outside the vocabulary: DI_ERANGE). The logits row is not modified. On failure out->token_id = -1. */
 di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_result *out, di_err *err);
+
+/* Whether a request's rows are sampled by argmax alone -- temperature 0 and nothing that changes
+ * the logits or needs them afterwards (no logit_bias, no penalty, no logprobs; the caller adds "no
+ * allowed-token mask"): such rows can be reduced to their greedy token where the logits are (a
+ * device), and di_sample_greedy_token then gives exactly di_sampler_sample's token. */
+bool di_sampling_is_plain_greedy(const di_sampling_params *p);
+
+/* The argmax of one row as step 4 of the sampler takes it: NaN counts as -inf, +inf as FLT_MAX, ties
+ * go to the lowest id, -0 equals +0; -1 when every entry is -inf or NaN (di_sampler_sample's
+ * DI_EINVAL; di_sample_no_token_error gives its message). */
+int32_t di_sample_greedy_token(const float *logits, int32_t vocab);
+di_status di_sample_no_token_error(uint64_t position, di_err *err);
 
 /* Samples rows[0..n) one after another into out[0..n); the same as n calls of di_sampler_sample.
  * Stops at the first failing row, whose index the error message names. */

@@ -21,6 +21,7 @@
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
  * the small index-score cases, `--moe` the routing and grouping cases. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ extern "C" {
 #include "backend/cpu/cpu_ops.h"
 #include "forward/index_key.h"
 #include "forward/kv_record.h"
+#include "sample/sampler.h"
 }
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_mma.cuh"
@@ -119,6 +121,47 @@ static void test_copy_rows(int64_t n, int64_t width) {
     compare("copy_rows", shape, got, ref, pool_rows * width, "exact");
     cudaFree(dsrc), cudaFree(ddst), cudaFree((void *)ds), cudaFree((void *)dd);
     free(src), free(ref), free(got), free(hs), free(hd);
+}
+
+/* ---- sampling ---- */
+/* cuda_sample.cu's greedy tokens against di_sample_greedy_token (the sampler's argmax) row by row.
+ * Rows of kind 0: random logits with the row's maximum planted at a few places (ties across slices:
+ * the lowest id must win); 1: a pool of 0, -0, +-inf, NaN, FLT_MAX and denormals (sanitising and
+ * sign-of-zero rules); 2: -inf and NaN only (-1); 3: the maximum at the last id. */
+static void test_greedy_tokens(int64_t n, int64_t V) {
+    static const float pool[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, 1e-45f, -1e-45f, 1.0f, -3.0f};
+    float *x = (float *)malloc(4 * n * V);
+    int32_t *ref = (int32_t *)malloc(4 * n), *got = (int32_t *)malloc(4 * n);
+    for (int64_t r = 0; r < n; r++) {
+        float *row = x + r * V;
+        const int kind = (int)(r % 4);
+        for (int64_t i = 0; i < V; i++)
+            row[i] = kind == 0 || kind == 3 ? rnd_normalish() * 4.0f
+                     : kind == 1           ? pool[rnd_u64() % 10]
+                                           : (rnd_u64() & 1 ? -INFINITY : NAN);
+        if (kind == 0)
+            for (int t = 0; t < 3; t++) row[rnd_u64() % V] = 100.0f;
+        if (kind == 3) row[V - 1] = 100.0f;
+        ref[r] = di_sample_greedy_token(row, (int32_t)V);
+    }
+    float *dx = (float *)dev_upload(x, 4 * n * V);
+    int32_t *dt = (int32_t *)dev_poisoned(4 * n);
+    void *ws = dev_poisoned(di_cuda_greedy_ws_bytes(n, V));
+    di_cuda_greedy_tokens(dx, n, V, ws, dt, 0);
+    dev_download(got, dt, 4 * n);
+    int64_t ndiff = 0, shown = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (got[r] == ref[r]) continue;
+        if (shown++ < 4) printf("      row %lld (kind %d): gpu %d cpu %d\n", (long long)r, (int)(r % 4), got[r], ref[r]);
+        ndiff++;
+    }
+    printf("%s  %-20s n=%-5lld V=%-34lld differing %lld / %lld  [exact]\n", ndiff ? "FAIL" : "PASS", "greedy_tokens",
+           (long long)n, (long long)V, (long long)ndiff, (long long)n);
+    fflush(stdout);
+    if (ndiff) g_fail++;
+    else g_pass++;
+    cudaFree(dx), cudaFree(dt), cudaFree(ws);
+    free(x), free(ref), free(got);
 }
 
 /* forward.c di_forward's embedding loop */
@@ -1912,6 +1955,10 @@ static void run_quick(void) {
     test_linear_bf16w8(20, 128, 32, 3);
     test_linear_bf16w8(9, 256, 32, 1);   /* 16-row tiles of the twin (one group) */
     test_linear_bf16w8(2, 1024, 32, 1);  /* one group: K splits */
+    test_greedy_tokens(1, 129280); /* a decode step of one: 32 slices */
+    test_greedy_tokens(5, 40000);
+    test_greedy_tokens(300, 1000); /* one slice a row: no second pass */
+    test_greedy_tokens(3, 7);
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
     test_copy_rows(6, 16384 + 7); /* several blocks per row, a partial chunk */
@@ -2040,6 +2087,8 @@ static void run_full(bool head) {
     test_wgmma_grouping(DI_DT_F8_E4M3, 8192, 5120, r512, 0);
     test_copy_rows(1000, 5120);
     test_copy_rows(64, 640);
+    test_greedy_tokens(256, 129280); /* B = 256's head: two slices a row */
+    test_greedy_tokens(8, 129280);
     test_embed(129280, 64, 4, 5120);
     test_hc_mean(64, 4, 5120, 3, 2);
     test_scale_bf16(64 * 32, 32, 128);

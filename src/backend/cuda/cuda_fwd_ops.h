@@ -359,6 +359,14 @@ void di_cuda_engram_gather(const uint8_t *table, const uint8_t *scale, const int
 void di_cuda_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D,
                          float eps, float inv_sqrt_d, cudaStream_t s);
 
+/* ---- sampling (cuda_sample.cu) ---- */
+/* tokens[i] = the greedy token of logits row i, bit for bit di_sample_greedy_token (src/sample/
+ * sampler.c: NaN as -inf, +inf as FLT_MAX, ties to the lowest id; -1 when every entry is -inf or
+ * NaN). logits [n, V] fp32, tokens [n] int32, ws di_cuda_greedy_ws_bytes(n, V) bytes; all device. */
+size_t di_cuda_greedy_ws_bytes(int64_t n, int64_t V);
+void di_cuda_greedy_tokens(const float *logits, int64_t n, int64_t V, void *ws, int32_t *tokens,
+                           cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

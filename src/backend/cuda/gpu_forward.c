@@ -271,16 +271,22 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_free(f, ffn_q.digit_scale);
 }
 
-/* Final hc collapse, norm and head for the rows that want logits; logits go to the host batch. */
+/* Final hc collapse, norm and head for the rows that run the head (di_batch.want_logits); the
+ * DI_WANT_LOGITS rows' logits and every such row's greedy token go to the host batch. */
 static void head(gpu_fwd *f, const float *X, const float *pre) {
     const di_model *m = f->m;
+    const di_batch *b = f->b;
     const int n = m->cfg.hc_mult;
     const int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    int n_out = 0;
+    int n_out = 0, n_logit_rows = 0;
     const float **xs = di_xmalloc(sizeof(float *) * (size_t)f->R);
     const float **ps = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    bool *to_host = di_xmalloc(sizeof(bool) * (size_t)f->R); /* [n_out] its logits leave the device */
     for (int r = 0; r < f->R; r++) {
-        if (f->b->want_logits && !f->b->want_logits[r]) continue;
+        const int want = b->want_logits ? b->want_logits[r] : DI_WANT_LOGITS;
+        if (want == DI_WANT_NONE) continue;
+        to_host[n_out] = want == DI_WANT_LOGITS && b->logits;
+        n_logit_rows += to_host[n_out];
         xs[n_out] = X + (size_t)r * n * D;
         ps[n_out++] = pre + (size_t)r * n;
     }
@@ -299,11 +305,30 @@ static void head(gpu_fwd *f, const float *X, const float *pre) {
         gpu_copy_rows(f, dp, ps, n_out, n);
         di_cuda_hc_pre(Xo, n_out, n, D, po, y, f->s);
         di_cuda_rmsnorm(y, f->dm->norm, n_out, D, (float)m->cfg.rms_norm_eps, yn, f->s);
-        if (f->b->debug_fn)
+        if (b->debug_fn)
             for (int i = 0, r = 0; r < f->R; r++)
-                if (!f->b->want_logits || f->b->want_logits[r]) gpu_debug(f, "final_norm_out_row", r, yn + (size_t)i++ * D, D);
+                if (!b->want_logits || b->want_logits[r]) gpu_debug(f, "final_norm_out_row", r, yn + (size_t)i++ * D, D);
         gpu_linear(f, &f->dm->head, yn, n_out, logits, DI_LIN_F32);
-        gpu_download_async(f, f->b->logits, logits, sizeof(float) * (size_t)n_out * V);
+        if (b->greedy_tokens) {
+            int32_t *tok = gpu_alloc(f, sizeof(int32_t) * (size_t)n_out); /* [n_out] */
+            void *ws = gpu_alloc(f, di_cuda_greedy_ws_bytes(n_out, V));
+            di_cuda_greedy_tokens(logits, n_out, V, ws, tok, f->s);
+            gpu_download_async(f, b->greedy_tokens, tok, sizeof(int32_t) * (size_t)n_out);
+            gpu_free(f, ws);
+            gpu_free(f, tok);
+        }
+        if (n_logit_rows == n_out) {
+            gpu_download_async(f, b->logits, logits, sizeof(float) * (size_t)n_out * V);
+        } else if (n_logit_rows) { /* a mixed step: the rows that leave, gathered into one copy */
+            float *sent = gpu_alloc(f, sizeof(float) * (size_t)n_logit_rows * V); /* [n_logit_rows, V] */
+            for (int i = 0, j = 0; i < n_out; i++) {
+                dx[i] = to_host[i] ? sent + (size_t)j++ * V : NULL; /* NULL: the row stays */
+                dp[i] = logits + (size_t)i * V;
+            }
+            gpu_copy_rows(f, dx, (const float *const *)dp, n_out, V);
+            gpu_download_async(f, b->logits, sent, sizeof(float) * (size_t)n_logit_rows * V);
+            gpu_free(f, sent);
+        }
         free(dx);
         free(dp);
         gpu_free(f, Xo);
@@ -314,6 +339,7 @@ static void head(gpu_fwd *f, const float *X, const float *pre) {
     }
     free(xs);
     free(ps);
+    free(to_host);
 }
 
 /* After the layers (forward.c commit_states): Engram history and positions on the host, the newest
@@ -498,7 +524,7 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
     }
     if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
     gpu_stage(&f, ST_HEAD);
-    if (b->logits) head(&f, X, pre);
+    if (b->logits || b->greedy_tokens) head(&f, X, pre);
     gpu_stage(&f, ST_OTHER);
     if (b->main_hidden && W > 0) gpu_download_async(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
     commit_states(&f);
