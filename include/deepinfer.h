@@ -149,6 +149,7 @@ typedef struct di_engine_stats {
     int64_t steps, prefill_tokens, decode_tokens, preemptions;
     double prefill_seconds, decode_seconds, plan_seconds;
     double mask_seconds;            /* structured-output masks, computed while a device runs the step */
+    double sample_seconds;          /* sampling the rows whose logits reach the host (host threads) */
     int64_t kv_bytes_in_use, kv_budget_bytes;
     int64_t seq_fixed_bytes;        /* rings + pair state of one sequence */
     double kv_bytes_per_token;      /* paged state per context token */

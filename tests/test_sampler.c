@@ -4,14 +4,17 @@
  * read through processed logprobs; a 129,280-token row and 400 random rows of several shapes against
  * a full-sort reference);
  * penalties, logit bias, masks and logprobs against hand-computed values; determinism, seed
- * sensitivity and independence from the other rows and the call order; non-finite logits. */
+ * sensitivity and independence from the other rows and the call order; non-finite logits; the
+ * thread pool against the sampler alone. */
 #include <float.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "base/numerics.h"
 #include "sample/philox.h"
 #include "sample/sampler.h"
+#include "sample/sampler_pool.h"
 #include "test_harness.h"
 
 #define BIG_VOCAB 129280
@@ -746,6 +749,58 @@ static void test_row_independence(void) {
 }
 
 /* NaN and inf in a sampled (non-greedy) row. */
+/* The pool (several host threads) gives each row exactly di_sampler_sample's result, whatever the
+ * thread count; a row that cannot be sampled fails alone. */
+static void test_pool(void) {
+    enum { V = 3000, N = 97 };
+    float *logits = malloc(sizeof(float) * V * N);
+    di_sampling_params *ps = calloc(N, sizeof *ps);
+    di_sample_row *rows = calloc(N, sizeof *rows);
+    di_sample_result *want = calloc(N, sizeof *want), *got = calloc(N, sizeof *got);
+    di_status *st = calloc(N, sizeof *st), want_st[N];
+    di_err *errs = calloc(N, sizeof *errs);
+    int32_t prompt[5] = {1, 7, 7, 2999, 40};
+    di_sample_history h = {prompt, 5, prompt + 2, 3};
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < V; k++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            logits[(size_t)i * V + k] = (float)((int64_t)(r >> 40) % 2000) / 97.0f;
+        }
+        ps[i] = params(i % 4 == 0 ? 0.0f : 0.3f + 0.1f * (float)(i % 9));
+        ps[i].top_k = i % 3 == 1 ? 40 : 0;
+        ps[i].top_p = i % 5 == 2 ? 0.8f : 1.0f;
+        ps[i].repetition_penalty = i % 7 == 3 ? 1.3f : 1.0f;
+        ps[i].logprobs = i % 6 == 5 ? 3 : 0;
+        ps[i].seed = (uint64_t)i * 31;
+        rows[i] = (di_sample_row){logits + (size_t)i * V, &ps[i], &h, NULL, (uint64_t)(100 + i)};
+    }
+    for (int k = 0; k < V; k++) logits[(size_t)50 * V + k] = -INFINITY; /* row 50: nothing to sample */
+    di_sampler *one = NULL;
+    di_err err = {0};
+    CHECK(di_sampler_create(V, &one, &err) == DI_OK);
+    for (int i = 0; i < N; i++) want_st[i] = di_sampler_sample(one, &rows[i], &want[i], &err);
+    CHECK(want_st[50] == DI_EINVAL && want_st[0] == DI_OK);
+    const int threads[] = {1, 3, 8};
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(threads[t]);
+        di_sampler_pool *pool = NULL;
+        CHECK(di_sampler_pool_create(V, &pool, &err) == DI_OK);
+        memset(got, 0, sizeof *got * N);
+        di_sampler_pool_sample(pool, rows, N, got, st, errs);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += st[i] != want_st[i] || (!st[i] && memcmp(&got[i], &want[i], sizeof got[i]) != 0);
+        CHECKF(bad == 0, "pool of %d threads: %d of %d rows differ from the sampler alone", threads[t], bad, N);
+        CHECK(st[50] == DI_EINVAL && strstr(errs[50].msg, "no token"));
+        di_sampler_pool_free(pool);
+    }
+    di_sampler_pool *pool = NULL;
+    CHECK(di_sampler_pool_create(0, &pool, &err) == DI_EINVAL && !pool);
+    di_sampler_free(one);
+    free(logits), free(ps), free(rows), free(want), free(got), free(st), free(errs);
+}
+
 static void test_nonfinite(void) {
     float a[8] = {NAN, 1, 2, NAN, 0, -INFINITY, 1.5f, NAN};
     di_sampling_params p = params(1.0f);
@@ -792,6 +847,7 @@ int main(void) {
     test_determinism();
     test_row_independence();
     test_nonfinite();
+    test_pool();
     di_sampler_free(g_s);
     di_sampler_free(g_big);
     return TEST_SUMMARY();

@@ -541,6 +541,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     }
     print_profiles(m);
     print_step_rows();
+    di_bench_host_sampling((int32_t)m->cfg.vocab_size, Bs, n_B);
     printf("\nprefill rows: context = new tokens in one call from an empty sequence; decode rows: one new token per "
            "sequence per step, median of %d steps after two warm-up steps.\n", steps);
     di_model_result_free(m, out.logits);

@@ -160,6 +160,9 @@ static void print_summary(di_engine *e, int ok, int failed, double seconds) {
     if (st.mask_seconds > 0)
         fprintf(stderr, "  masks   %10.3f ms per step (structured output; overlapped with a device's forward)\n",
                 st.steps ? 1e3 * st.mask_seconds / (double)st.steps : 0.0);
+    if (st.sample_seconds > 0)
+        fprintf(stderr, "  sampling %9.3f ms per step (on the host: the rows whose logits leave the device)\n",
+                st.steps ? 1e3 * st.sample_seconds / (double)st.steps : 0.0);
     fprintf(stderr, "  KV memory: %lld bytes fixed per sequence + %.1f bytes per context token (budget %lld bytes)\n",
             (long long)st.seq_fixed_bytes, st.kv_bytes_per_token, (long long)st.kv_budget_bytes);
 }

@@ -25,6 +25,9 @@ const char *di_cli_backend(const di_settings *s);
 unsigned di_cli_backend_flags(const di_settings *s);
 /* `deepinfer bench` on a device backend (cmd_bench_gpu.c) */
 int di_cmd_bench_gpu(di_settings *s, const char *backend);
+/* The host sampling table of the device bench (cmd_bench_sampling.c): B rows of `vocab` logits a
+ * step on the engine's sampler pool, for each of Bs[0..n_B). */
+void di_bench_host_sampling(int32_t vocab, const int *Bs, int n_B);
 /* --bench-batch: "" or "0" = the default sizes 1, 8, 32, 64, 128, 256; else a comma-separated list
  * of sizes 1..DI_BENCH_MAX_BATCH, returned ascending without repeats in out[0..*n) (at most
  * DI_BENCH_MAX_BATCH entries). A malformed list is DI_EINVAL naming the flag and the text. */

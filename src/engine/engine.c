@@ -72,7 +72,7 @@ di_status di_engine_create(const di_engine_options *opt, di_engine **out, char *
     struct stat sb;
     snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
     if (!st && stat(path, &sb) == 0) st = di_tokenizer_load(path, &e->tok, &err);
-    if (!st) st = di_sampler_create(e->model->cfg.vocab_size, &e->sampler, &err);
+    if (!st) st = di_sampler_pool_create(e->model->cfg.vocab_size, &e->samplers, &err);
     if (st) {
         di_engine_free(e);
         return fail(errbuf, errcap, &err);
@@ -124,7 +124,7 @@ void di_engine_free(di_engine *e) {
         di_model_result_free(e->model, e->logits);
         di_model_result_free(e->model, e->greedy);
     }
-    di_sampler_free(e->sampler);
+    di_sampler_pool_free(e->samplers);
     di_engine_constraint_release(e);
     di_tokenizer_free(e->tok);
     di_model_free(e->model);

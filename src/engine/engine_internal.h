@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "forward/forward.h"
 #include "sample/sampler.h"
+#include "sample/sampler_pool.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum req_phase { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } req_phase;
@@ -47,7 +48,7 @@ typedef struct engine_req {
 struct di_engine {
     di_model *model;
     di_tokenizer *tok;          /* NULL when the model dir has no tokenizer.json */
-    di_sampler *sampler;
+    di_sampler_pool *samplers; /* one a host thread: the rows whose logits come back */
     di_kv_pool pool;
     di_engine_options opt;
     di_token_callback cb;

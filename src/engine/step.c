@@ -160,36 +160,65 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     else e->stats.decode_seconds += dt;
     e->stats.prefill_tokens += prefill_rows;
     e->stats.decode_tokens += decode_rows;
-    int sampled = 0, with_logits = 0, row_end = 0;
-    for (int i = 0; i < plan->n && !st; i++) {
+    /* the rows whose logits came back, sampled on the host threads at once (each row's draw is a
+     * function of the row alone; requests are committed in plan order below) */
+    int n_host = 0;
+    for (int i = 0, row_end = 0; i < plan->n && !st; i++) {
+        row_end += plan->n_rows[i];
+        n_host += plan->samples[i] && want[row_end - 1] == DI_WANT_LOGITS;
+    }
+    di_sample_row *rows = calloc((size_t)n_host + 1, sizeof *rows);             /* [n_host] */
+    di_sample_history *hist = calloc((size_t)n_host + 1, sizeof *hist);         /* [n_host] */
+    di_sample_result *res = calloc((size_t)n_host + 1, sizeof *res);            /* [n_host] */
+    di_status *res_st = calloc((size_t)n_host + 1, sizeof *res_st);             /* [n_host] */
+    di_err *res_err = calloc((size_t)n_host + 1, sizeof *res_err);              /* [n_host] */
+    for (int i = 0, row_end = 0, j = 0; i < plan->n && !st; i++) {
+        engine_req *r = plan->req[i];
+        row_end += plan->n_rows[i];
+        if (!plan->samples[i] || want[row_end - 1] != DI_WANT_LOGITS) continue;
+        hist[j] = (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+        rows[j] = (di_sample_row){.logits = logits + (size_t)j * V, .params = &r->sampling, .history = &hist[j],
+                                  .allowed_mask = di_engine_constraint_current(r),
+                                  .position = (uint64_t)r->n_tokens};
+        j++;
+    }
+    if (n_host) {
+        const double ts = now_seconds();
+        di_sampler_pool_sample(e->samplers, rows, n_host, res, res_st, res_err);
+        e->stats.sample_seconds += now_seconds() - ts;
+    }
+    for (int i = 0, row_end = 0, sampled = 0, host = 0; i < plan->n && !st; i++) {
         engine_req *r = plan->req[i];
         r->n_computed += plan->n_rows[i];
         row_end += plan->n_rows[i];
         if (!plan->samples[i]) continue;
-        di_sample_result res = {.token_id = e->greedy[sampled++]};
-        di_err serr = {0};
+        di_sample_result token = {.token_id = e->greedy[sampled++]};
         if (want[row_end - 1] == DI_WANT_TOKEN) { /* the sampler's argmax, taken on the device */
-            if (res.token_id < 0) {
+            if (token.token_id < 0) {
+                di_err serr = {0};
                 di_sample_no_token_error((uint64_t)r->n_tokens, &serr);
                 di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
                 continue;
             }
         } else {
-            const float *row_logits = logits + (size_t)with_logits++ * V;
-            di_sample_history hist = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
-            di_sample_row sr = {.logits = row_logits, .params = &r->sampling, .history = &hist,
-                                .allowed_mask = di_engine_constraint_current(r), .position = (uint64_t)r->n_tokens};
-            if (di_sampler_sample(e->sampler, &sr, &res, &serr)) {
-                di_engine_finish_req(e, r, DI_FINISH_ERROR, serr.msg);
+            const int j = host++;
+            if (res_st[j]) {
+                di_engine_finish_req(e, r, DI_FINISH_ERROR, res_err[j].msg);
                 continue;
             }
+            token = res[j];
         }
-        if (!di_engine_constraint_commit(r, res.token_id)) {
+        if (!di_engine_constraint_commit(r, token.token_id)) {
             di_engine_finish_req(e, r, DI_FINISH_ERROR, "structured output: sampled token outside the constraint");
             continue;
         }
-        commit_token(e, r, &res);
+        commit_token(e, r, &token);
     }
+    free(rows);
+    free(hist);
+    free(res);
+    free(res_st);
+    free(res_err);
     free(tokens);
     free(seqs);
     free(want);
