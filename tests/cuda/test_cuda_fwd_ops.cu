@@ -1225,10 +1225,11 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
     float *a = host_poisoned((int64_t)M * N), *b = host_poisoned((int64_t)M * N);
     float *yr = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
     g_cx.wg_consumers = consumers ? 5 - consumers : 0;
-    if (single) { /* the two halves alone, with the whole's K split (the split follows the rows) */
+    if (single) { /* the two halves alone, with the whole's K split (the split follows the rows; the
+                   * whole may weigh three-consumer CTAs for it, so ask as a call does) */
         const int h = M / 2;
-        int blocks;
-        g_cx.wg_ksplit = di_cuda_wg_ksplit(&g_cx, fp4, N, M, K, &blocks, NULL);
+        int blocks, whole_consumers;
+        g_cx.wg_ksplit = di_cuda_wg_ksplit(&g_cx, fp4, N, M, K, &blocks, &whole_consumers);
         di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
                            h, h, x, yr);
         di_cuda_linear_mma(&g_cx, &c.shape, (const uint8_t *)c.wd[0], (const uint8_t *)c.ws[0], NULL, NULL, NULL, NULL, 1,
