@@ -90,6 +90,7 @@ typedef struct di_model {
     di_dspark_weights dspark;
     /* RoPE frequencies (model-spec §1.5): [0] ratio-0 layers, [1] compressed layers */
     float rope_freq[2][DI_FWD_MAX_ROPE_DIM / 2];
+    struct di_rope_cache *rope_cache;      /* rows by position, computed once (rope_cache.c) */
     /* Engram */
     di_engram_consts engram;
     di_engram_token_map token_map;         /* compressed id per token */
@@ -118,7 +119,10 @@ typedef struct di_model {
 di_status di_model_load(di_model **out, const char *dir, di_err *err);
 void di_model_free(di_model *m);
 
-/* cos/sin of RoPE for one position: kind 0 = ratio-0 table, 1 = compressed (YaRN) table. */
+/* cos/sin of RoPE for one position: kind 0 = ratio-0 table, 1 = compressed (YaRN) table; rows of
+ * positions below max_position_embeddings are computed once and kept (rope_cache.c, thread-safe). */
 void di_model_rope_row(const di_model *m, int kind, int64_t pos, float *cos_out, float *sin_out);
+void di_rope_cache_init(di_model *m); /* after the frequencies (model load) */
+void di_rope_cache_free(di_model *m);
 
 #endif

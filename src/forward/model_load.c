@@ -228,15 +228,6 @@ static void build_rope_freqs(di_model *m) {
     }
 }
 
-void di_model_rope_row(const di_model *m, int kind, int64_t pos, float *cos_out, float *sin_out) {
-    const int half = m->cfg.qk_rope_head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        float angle = (float)pos * m->rope_freq[kind][i];
-        cos_out[i] = (float)cos((double)angle);
-        sin_out[i] = (float)sin((double)angle);
-    }
-}
-
 static di_status load_token_map(di_model *m, const char *dir, di_err *err) {
     char path[4096];
     struct stat st;
@@ -314,6 +305,7 @@ di_status di_model_load(di_model **out, const char *dir, di_err *err) {
     st = b.st;
     if (!st) {
         build_rope_freqs(m);
+        di_rope_cache_init(m);
         st = build_engram(m, dir, err);
     }
     if (st) {
@@ -338,6 +330,7 @@ void di_model_free(di_model *m) {
         free(L->engram.qk);
     }
     free(m->layers);
+    di_rope_cache_free(m);
     di_engram_token_map_free(&m->token_map);
     di_checkpoint_close(m->ck);
     free(m);
