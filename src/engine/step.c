@@ -111,6 +111,54 @@ static bool plain_greedy(const engine_req *r) {
     return !r->matcher && di_sampling_is_plain_greedy(&r->sampling);
 }
 
+/* The sampled rows whose logits came back to the host (DI_WANT_LOGITS), in plan order: sampled on
+ * the host threads at once (each row's draw is a function of the row alone; the requests are
+ * committed in plan order afterwards). */
+typedef struct host_samples {
+    int n;
+    di_sample_row *rows;       /* [n] */
+    di_sample_history *hist;   /* [n] */
+    di_sample_result *res;     /* [n] */
+    di_status *status;         /* [n] */
+    di_err *errs;              /* [n] */
+} host_samples;
+
+static void sample_on_host(di_engine *e, const step_plan *plan, const uint8_t *want, const float *logits,
+                           host_samples *hs) {
+    const int64_t V = e->model->cfg.vocab_size;
+    for (int i = 0, row_end = 0; i < plan->n; i++) {
+        row_end += plan->n_rows[i];
+        hs->n += plan->samples[i] && want[row_end - 1] == DI_WANT_LOGITS;
+    }
+    hs->rows = calloc((size_t)hs->n + 1, sizeof *hs->rows);
+    hs->hist = calloc((size_t)hs->n + 1, sizeof *hs->hist);
+    hs->res = calloc((size_t)hs->n + 1, sizeof *hs->res);
+    hs->status = calloc((size_t)hs->n + 1, sizeof *hs->status);
+    hs->errs = calloc((size_t)hs->n + 1, sizeof *hs->errs);
+    for (int i = 0, row_end = 0, j = 0; i < plan->n; i++) {
+        engine_req *r = plan->req[i];
+        row_end += plan->n_rows[i];
+        if (!plan->samples[i] || want[row_end - 1] != DI_WANT_LOGITS) continue;
+        hs->hist[j] = (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+        hs->rows[j] = (di_sample_row){.logits = logits + (size_t)j * V, .params = &r->sampling,
+                                      .history = &hs->hist[j], .allowed_mask = di_engine_constraint_current(r),
+                                      .position = (uint64_t)r->n_tokens};
+        j++;
+    }
+    if (!hs->n) return;
+    const double t0 = now_seconds();
+    di_sampler_pool_sample(e->samplers, hs->rows, hs->n, hs->res, hs->status, hs->errs);
+    e->stats.sample_seconds += now_seconds() - t0;
+}
+
+static void host_samples_free(host_samples *hs) {
+    free(hs->rows);
+    free(hs->hist);
+    free(hs->res);
+    free(hs->status);
+    free(hs->errs);
+}
+
 di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     if (plan->n == 0) return DI_OK;
     const int64_t V = e->model->cfg.vocab_size;
@@ -160,33 +208,8 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     else e->stats.decode_seconds += dt;
     e->stats.prefill_tokens += prefill_rows;
     e->stats.decode_tokens += decode_rows;
-    /* the rows whose logits came back, sampled on the host threads at once (each row's draw is a
-     * function of the row alone; requests are committed in plan order below) */
-    int n_host = 0;
-    for (int i = 0, row_end = 0; i < plan->n && !st; i++) {
-        row_end += plan->n_rows[i];
-        n_host += plan->samples[i] && want[row_end - 1] == DI_WANT_LOGITS;
-    }
-    di_sample_row *rows = calloc((size_t)n_host + 1, sizeof *rows);             /* [n_host] */
-    di_sample_history *hist = calloc((size_t)n_host + 1, sizeof *hist);         /* [n_host] */
-    di_sample_result *res = calloc((size_t)n_host + 1, sizeof *res);            /* [n_host] */
-    di_status *res_st = calloc((size_t)n_host + 1, sizeof *res_st);             /* [n_host] */
-    di_err *res_err = calloc((size_t)n_host + 1, sizeof *res_err);              /* [n_host] */
-    for (int i = 0, row_end = 0, j = 0; i < plan->n && !st; i++) {
-        engine_req *r = plan->req[i];
-        row_end += plan->n_rows[i];
-        if (!plan->samples[i] || want[row_end - 1] != DI_WANT_LOGITS) continue;
-        hist[j] = (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
-        rows[j] = (di_sample_row){.logits = logits + (size_t)j * V, .params = &r->sampling, .history = &hist[j],
-                                  .allowed_mask = di_engine_constraint_current(r),
-                                  .position = (uint64_t)r->n_tokens};
-        j++;
-    }
-    if (n_host) {
-        const double ts = now_seconds();
-        di_sampler_pool_sample(e->samplers, rows, n_host, res, res_st, res_err);
-        e->stats.sample_seconds += now_seconds() - ts;
-    }
+    host_samples hs = {0};
+    if (!st) sample_on_host(e, plan, want, logits, &hs);
     for (int i = 0, row_end = 0, sampled = 0, host = 0; i < plan->n && !st; i++) {
         engine_req *r = plan->req[i];
         r->n_computed += plan->n_rows[i];
@@ -202,11 +225,11 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
             }
         } else {
             const int j = host++;
-            if (res_st[j]) {
-                di_engine_finish_req(e, r, DI_FINISH_ERROR, res_err[j].msg);
+            if (hs.status[j]) {
+                di_engine_finish_req(e, r, DI_FINISH_ERROR, hs.errs[j].msg);
                 continue;
             }
-            token = res[j];
+            token = hs.res[j];
         }
         if (!di_engine_constraint_commit(r, token.token_id)) {
             di_engine_finish_req(e, r, DI_FINISH_ERROR, "structured output: sampled token outside the constraint");
@@ -214,11 +237,7 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         }
         commit_token(e, r, &token);
     }
-    free(rows);
-    free(hist);
-    free(res);
-    free(res_st);
-    free(res_err);
+    host_samples_free(&hs);
     free(tokens);
     free(seqs);
     free(want);
