@@ -131,6 +131,23 @@ static inline float sanitize(float x) {
     return x > FLT_MAX ? FLT_MAX : x;
 }
 
+/* Step 4's argmax of z [vocab]: the largest value, ties to the lowest id (strict >), -1 when every
+ * entry is -inf; raw: z straight from the model, sanitised on the fly (NaN never wins, +inf counts
+ * as FLT_MAX). *max: the value taken (-inf for none). */
+static inline int32_t argmax_of(const float *z, int32_t vocab, bool raw, float *max) {
+    float best = -INFINITY;
+    int32_t argmax = -1;
+    for (int32_t i = 0; i < vocab; i++) {
+        const float v = raw ? sanitize(z[i]) : z[i];
+        if (v > best) { /* strict: ties go to the lowest id */
+            best = v;
+            argmax = i;
+        }
+    }
+    *max = best;
+    return argmax;
+}
+
 static di_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const char *what, di_err *err) {
     if (n < 0 || (n > 0 && !ids))
         return di_errf(err, DI_EINVAL, "sampling: history.%s: %lld ids but %s", what, (long long)n,
@@ -385,13 +402,8 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
         return st;
 
     process_logits(s, row);
-    float max = -INFINITY;
-    int32_t argmax = -1;
-    for (int32_t i = 0; i < s->vocab; i++)
-        if (s->z[i] > max) { /* strict: ties go to the lowest id */
-            max = s->z[i];
-            argmax = i;
-        }
+    float max;
+    const int32_t argmax = argmax_of(s->z, s->vocab, false, &max);
     if (argmax < 0) return di_sample_no_token_error(row->position, err);
 
     if (p->temperature == 0.0f) {
@@ -435,16 +447,8 @@ bool di_sampling_is_plain_greedy(const di_sampling_params *p) {
 }
 
 int32_t di_sample_greedy_token(const float *logits, int32_t vocab) {
-    float max = -INFINITY;
-    int32_t argmax = -1;
-    for (int32_t i = 0; i < vocab; i++) {
-        const float z = sanitize(logits[i]);
-        if (z > max) { /* strict: ties go to the lowest id */
-            max = z;
-            argmax = i;
-        }
-    }
-    return argmax;
+    float max;
+    return argmax_of(logits, vocab, true, &max);
 }
 
 di_status di_sample_no_token_error(uint64_t position, di_err *err) {
