@@ -177,22 +177,25 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)plan->total_rows);
     di_seq_state **seqs = malloc(sizeof(di_seq_state *) * (size_t)plan->n);
     uint8_t *want = calloc((size_t)plan->total_rows, 1);
-    int row = 0;
+    int row = 0, greedy_rows = 0;
     int64_t prefill_rows = 0, decode_rows = 0;
     for (int i = 0; i < plan->n; i++) {
         engine_req *r = plan->req[i];
         memcpy(tokens + row, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)plan->n_rows[i]);
         seqs[i] = r->state;
         row += plan->n_rows[i];
-        if (plan->samples[i]) /* plain greedy: only the token leaves the device */
+        if (plan->samples[i]) { /* plain greedy: only the token leaves the device */
             want[row - 1] = plain_greedy(r) ? DI_WANT_TOKEN : DI_WANT_LOGITS;
+            greedy_rows += want[row - 1] == DI_WANT_TOKEN;
+        }
         if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
     }
     float *logits = e->logits; /* the sampled rows that need logits in plan order, [<= plan->n, V] */
+    /* greedy tokens only where a row wants its token alone (else the host sampler takes the argmax) */
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want,
-                  .greedy_tokens = e->greedy};
+                  .greedy_tokens = greedy_rows ? e->greedy : NULL};
     double t0 = now_seconds(), mask_s = 0.0;
     di_status st = di_forward_begin(e->model, &b, err);
     if (!st) { /* while a device computes the step: the constraint masks of its sampled rows */
@@ -215,8 +218,10 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         r->n_computed += plan->n_rows[i];
         row_end += plan->n_rows[i];
         if (!plan->samples[i]) continue;
-        di_sample_result token = {.token_id = e->greedy[sampled++]};
+        di_sample_result token = {.token_id = -1};
+        const int k = sampled++; /* the row's place among the head's rows (e->greedy) */
         if (want[row_end - 1] == DI_WANT_TOKEN) { /* the sampler's argmax, taken on the device */
+            token.token_id = e->greedy[k];
             if (token.token_id < 0) {
                 di_err serr = {0};
                 di_sample_no_token_error((uint64_t)r->n_tokens, &serr);
