@@ -8,8 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <sys/wait.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "forward/model.h"
 #include "forward/run.h"
 #include "model/demo_model.h"
@@ -21,12 +21,6 @@
 static const char *const k_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json",
                                       "tokenizer.json", "tokenizer_config.json", DI_DEMO_MODEL_STAMP};
 enum { N_FILES = sizeof k_files / sizeof k_files[0] };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
@@ -68,9 +62,9 @@ static void check_files(const char *dir) {
 static void check_run(const char *dir) {
     di_err err = {0};
     di_model *m = NULL;
-    double t0 = now_s();
+    double t0 = di_seconds_now();
     CHECKF(di_model_load(&m, dir, &err) == DI_OK, "%s", err.msg);
-    printf("  di_model_load %.2f s\n", now_s() - t0);
+    printf("  di_model_load %.2f s\n", di_seconds_now() - t0);
     if (!m) return;
     CHECK(m->cfg.vocab_size == 129280 && m->cfg.hidden_size == 64 && m->cfg.num_hidden_layers == 12);
     CHECK(m->cfg.image_token_id == 129264 && m->cfg.dspark_noise_token_id == 128799);
@@ -92,9 +86,9 @@ static void check_run(const char *dir) {
     const int TD = m->cfg.n_dspark_targets * m->cfg.hidden_size;
     float *logits = malloc((size_t)n * (size_t)V * sizeof(float)); /* [n, V] */
     float *hidden = malloc((size_t)n * (size_t)TD * sizeof(float)); /* [n, targets * D] */
-    t0 = now_s();
+    t0 = di_seconds_now();
     CHECKF(di_run_ids(m, ids.ids, n, n - 2, NULL, logits, NULL, hidden, NULL, &err) == DI_OK, "%s", err.msg);
-    printf("  di_run_ids: %d ids (%d prefill + 2 decode) in %.3f s\n", n, n - 2, now_s() - t0);
+    printf("  di_run_ids: %d ids (%d prefill + 2 decode) in %.3f s\n", n, n - 2, di_seconds_now() - t0);
     double h2 = 0;
     for (size_t i = 0; i < (size_t)n * (size_t)TD; i++) h2 += (double)hidden[i] * hidden[i];
     const double h_rms = sqrt(h2 / ((double)n * TD));
@@ -257,14 +251,14 @@ int main(void) {
         return 1;
     }
     di_err err = {0};
-    double t0 = now_s();
+    double t0 = di_seconds_now();
     CHECKF(di_demo_model_write(a, &err) == DI_OK, "%s", err.msg);
-    printf("demo model generated in %.2f s into %s\n", now_s() - t0, a);
+    printf("demo model generated in %.2f s into %s\n", di_seconds_now() - t0, a);
     check_files(a);
     check_run(a);
-    t0 = now_s();
+    t0 = di_seconds_now();
     CHECKF(di_demo_model_write(b, &err) == DI_OK, "%s", err.msg);
-    printf("second generation %.2f s\n", now_s() - t0);
+    printf("second generation %.2f s\n", di_seconds_now() - t0);
     check_deterministic(a, b);
     check_ensure(root);
     tu_rm_rf(a);

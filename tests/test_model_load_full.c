@@ -4,19 +4,13 @@
  * (99,092 compressed ids, the real table sizes) and stays far below the checkpoint's size in
  * memory: everything is a view into the lazily mmapped shards. */
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/file.h"
 #include "forward/model.h"
 #include "model/synthetic_checkpoint.h"
 #include "test_harness.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int main(void) {
     char dir[] = "/tmp/deepinfer-full-load-XXXXXX";
@@ -29,10 +23,10 @@ int main(void) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "cp assets/tokenizer/tokenizer.json '%s'/", dir);
     CHECK(system(cmd) == 0);
-    double t0 = now_s();
+    double t0 = di_seconds_now();
     di_model *m = NULL;
     di_status st = di_model_load(&m, dir, &err);
-    double dt = now_s() - t0;
+    double dt = di_seconds_now() - t0;
     CHECKF(st == DI_OK, "%s", err.msg);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

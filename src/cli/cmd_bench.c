@@ -7,17 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "cli/commands.h"
 #include "deepinfer.h"
 #include "forward/device.h"
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Copy bandwidth (read + write bytes per second) of a buffer far larger than the caches. */
 static double measure_copy_bandwidth(void) {
@@ -27,9 +21,9 @@ static double measure_copy_bandwidth(void) {
     memset(b, 2, n);
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = seconds_now();
+        double t0 = di_seconds_now();
         memcpy(b, a, n);
-        double dt = seconds_now() - t0;
+        double dt = di_seconds_now() - t0;
         if (2.0 * (double)n / dt > best) best = 2.0 * (double)n / dt;
         a[rep] = b[n - 1 - rep]; /* keep the copies observable */
     }

@@ -21,9 +21,9 @@
 #include <string.h>
 #include <ftw.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "cli/commands.h"
 #include "forward/device.h"
 #include "base/file.h"
@@ -33,12 +33,6 @@
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
     return remove(path);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static double wbytes(const di_weight *w) {
@@ -184,9 +178,9 @@ static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, in
     }
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n_seqs, .seqs = st, .seq_n_rows = nr,
                   .logits = out->logits, .want_logits = want, .greedy_tokens = out->tokens};
-    double t0 = now_s();
+    double t0 = di_seconds_now();
     di_status s = di_forward(m, &b, err);
-    double dt = now_s() - t0;
+    double dt = di_seconds_now() - t0;
     free(tokens);
     free(nr);
     free(want);
@@ -213,7 +207,7 @@ static struct {
 } g_step_rows[MAX_STEP_ROWS];
 static int g_n_step_rows;
 
-static double median_of(double *v, int n) {
+double di_bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cmp_d);
     return n ? v[n / 2] : -1.0;
 }
@@ -247,9 +241,9 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
     }
     if (be->graph_stats) be->graph_stats(m, &g1);
     memset(tm, 0, sizeof *tm);
-    tm->wall_ms = median_of(wall_s, n_t) * 1e3; /* sorts wall_s: the caller takes its median too */
-    tm->gpu_ms = be->step_times ? median_of(span, n_t) : -1.0;
-    tm->idle_ms = median_of(idle, n_idle);
+    tm->wall_ms = di_bench_median(wall_s, n_t) * 1e3; /* sorts wall_s: the caller takes its median too */
+    tm->gpu_ms = be->step_times ? di_bench_median(span, n_t) : -1.0;
+    tm->idle_ms = di_bench_median(idle, n_idle);
     tm->captured = g1.captured - g0.captured;
     tm->updated = g1.updated - g0.updated;
     tm->rejected = g1.rejected - g0.rejected;
@@ -329,7 +323,7 @@ static void bench_prefill(const di_model *m, const ceil3 *cl, const bench_out *o
     for (size_t pi = 0; pi < sizeof prefills / sizeof prefills[0]; pi++) {
         const int S = prefills[pi];
         if (S > max_prefill) continue;
-        if (now_s() > deadline) {
+        if (di_seconds_now() > deadline) {
             printf("| prefill | 1 | %d new | skipped: benchmark time budget spent |||||||\n", S);
             continue;
         }
@@ -470,7 +464,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     const int64_t ctxs[] = {4096, 32768, 131072};
     const int steps = quick ? 2 : 4;
     const double budget_s = quick ? 20.0 : 60.0; /* per row: larger B at this context are skipped after */
-    const double deadline = now_s() + (quick ? 240.0 : 1500.0); /* the whole table */
+    const double deadline = di_seconds_now() + (quick ? 240.0 : 1500.0); /* the whole table */
     for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
         if (ci == 1) /* after 4K decode: the rows that matter most first */
             bench_prefill(m, &cl, &out, budget_s, deadline, s->bench_max_prefill);
@@ -480,7 +474,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
         for (int bi = 0; bi < n_B; bi++) {
             const int B = Bs[bi];
             const int64_t ctx = ctxs[ci];
-            if (slow || now_s() > deadline) {
+            if (slow || di_seconds_now() > deadline) {
                 printf("| decode | %d | %lld | skipped: %s |||||||\n", B, (long long)ctx,
                        slow ? "the previous batch size was too slow" : "benchmark time budget spent");
                 continue;
@@ -535,7 +529,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
                 printf("| decode | %d | %lld | failed: %s |||||||\n", B, (long long)ctx, err.msg);
                 continue;
             }
-            const double ms = median_of(t, n_t) * 1e3;
+            const double ms = di_bench_median(t, n_t) * 1e3;
             print_row("decode", B, ctx, ms, B / (ms / 1e3), step_cost(m, B, B, ctx, m->proxy.resident_experts), &cl);
         }
     }

@@ -11,21 +11,10 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "cli/commands.h"
 #include "sample/sampler_pool.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ms of one pool call over B rows, the median of 5; < 0 on error */
 static double time_pool(int32_t vocab, int threads, const float *logits, int B, const di_sampling_params *p) {
@@ -43,12 +32,11 @@ static double time_pool(int32_t vocab, int threads, const float *logits, int B, 
             rows[i] = (di_sample_row){.logits = logits + (size_t)i * vocab, .params = p, .position = (uint64_t)(1000 + i)};
         double t[5];
         for (int rep = 0; rep < 5; rep++) {
-            const double t0 = now_s();
+            const double t0 = di_seconds_now();
             di_sampler_pool_sample(pool, rows, B, out, st, errs);
-            t[rep] = now_s() - t0;
+            t[rep] = di_seconds_now() - t0;
         }
-        qsort(t, 5, sizeof t[0], cmp_d);
-        ms = st[0] ? -1.0 : 1e3 * t[2];
+        ms = st[0] ? -1.0 : 1e3 * di_bench_median(t, 5);
     }
     di_sampler_pool_free(pool);
     free(rows), free(out), free(st), free(errs);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli/cmd_generate_progress.h"
 #include "cli/cmd_generate_request.h"
 #include "cli/cmd_generate_result.h"
@@ -210,7 +211,7 @@ static int run_prompt(const di_settings *s, const di_engine_options *opt, const 
     char msg[1024];
     uint64_t id;
     int rc = EXIT_OK;
-    const double t0 = di_progress_now_s();
+    const double t0 = di_seconds_now();
     if (di_engine_add_request(e, &q, &id, msg, sizeof msg) || di_engine_run(e, msg, sizeof msg)) {
         fprintf(stderr, "deepinfer generate: %s\n", msg);
         rc = EXIT_FAIL;
@@ -222,7 +223,7 @@ static int run_prompt(const di_settings *s, const di_engine_options *opt, const 
             fprintf(stderr, "deepinfer generate: %s\n", r.error ? r.error : "the request failed");
             rc = EXIT_FAIL;
         }
-        if (s->verbose) print_summary(e, rc == EXIT_OK, rc != EXIT_OK, di_progress_now_s() - t0);
+        if (s->verbose) print_summary(e, rc == EXIT_OK, rc != EXIT_OK, di_seconds_now() - t0);
     }
     if (fflush(stdout)) rc = EXIT_FAIL;
     cJSON_free(chat);
@@ -426,7 +427,7 @@ static int run_batch(const di_settings *s, const di_engine_options *opt, const d
     di_progress_init(&b.progress, stderr, b.n_slots);
     rc = run_loop(&b);
     di_progress_end(&b.progress);
-    print_summary(b.e, b.ok, b.failed, di_progress_now_s() - b.progress.t0_s);
+    print_summary(b.e, b.ok, b.failed, di_seconds_now() - b.progress.t0_s);
     if (rc == EXIT_OK && b.failed) rc = EXIT_PARTIAL;
     if (ferror(b.out) || (to_stdout ? fflush(b.out) : fclose(b.out))) {
         fprintf(stderr, "deepinfer generate: --output %s: write failed\n", to_stdout ? "stdout" : s->output);

@@ -1,23 +1,18 @@
 /* Progress display of `deepinfer generate` (see cmd_generate_progress.h). */
 #include "cli/cmd_generate_progress.h"
 
-#include <time.h>
 #include <unistd.h>
+
+#include "base/clock.h"
 
 #define BAR_WIDTH 24
 #define TTY_INTERVAL_S 0.1
 #define LOG_INTERVAL_S 10.0
 
-double di_progress_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void di_progress_init(di_progress *p, FILE *f, int total) {
     *p = (di_progress){.f = f, .tty = isatty(fileno(f)), .total = total};
     p->interval_s = p->tty ? TTY_INTERVAL_S : LOG_INTERVAL_S;
-    p->t0_s = p->last_s = di_progress_now_s();
+    p->t0_s = p->last_s = di_seconds_now();
 }
 
 void di_progress_format_duration(double s, char *buf, size_t cap) {
@@ -27,7 +22,7 @@ void di_progress_format_duration(double s, char *buf, size_t cap) {
 }
 
 void di_progress_update(di_progress *p, int done, int failed, int64_t generated_tokens, bool force) {
-    const double now = di_progress_now_s();
+    const double now = di_seconds_now();
     if (!force && now - p->last_s < p->interval_s) return;
     p->last_s = now;
     const double elapsed = now - p->t0_s;

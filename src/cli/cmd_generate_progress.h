@@ -19,7 +19,6 @@ typedef struct di_progress {
     bool drawn;            /* a bar is on the terminal line (to be cleared) */
 } di_progress;
 
-double di_progress_now_s(void);
 void di_progress_init(di_progress *p, FILE *f, int total);
 /* Redraws when the interval has passed, or always with `force`. */
 void di_progress_update(di_progress *p, int done, int failed, int64_t generated_tokens, bool force);

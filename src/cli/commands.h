@@ -25,6 +25,8 @@ const char *di_cli_backend(const di_settings *s);
 unsigned di_cli_backend_flags(const di_settings *s);
 /* `deepinfer bench` on a device backend (cmd_bench_gpu.c) */
 int di_cmd_bench_gpu(di_settings *s, const char *backend);
+/* the median of v[0..n) (sorts v; -1 for n = 0): the device bench's step times */
+double di_bench_median(double *v, int n);
 /* The host sampling table of the device bench (cmd_bench_sampling.c): B rows of `vocab` logits a
  * step on the engine's sampler pool, for each of Bs[0..n_B). */
 void di_bench_host_sampling(int32_t vocab, const int *Bs, int n_B);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "engine/engine_internal.h"
 #include "forward/device.h"
 #include "tokenizer/prompt.h"
@@ -266,18 +266,12 @@ di_status di_engine_cancel(di_engine *e, uint64_t id) {
     return DI_OK;
 }
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 di_status di_engine_step(di_engine *e, int *active, char *errbuf, size_t errcap) {
     di_err err = {0};
     step_plan plan;
-    double t0 = seconds_now();
+    double t0 = di_seconds_now();
     di_engine_plan(e, &plan);
-    e->stats.plan_seconds += seconds_now() - t0;
+    e->stats.plan_seconds += di_seconds_now() - t0;
     di_status st = di_engine_execute(e, &plan, &err);
     if (plan.n) e->stats.steps++;
     di_step_plan_free(&plan);

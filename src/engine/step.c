@@ -5,16 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "engine/engine_internal.h"
 #include "forward/device.h"
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void text_append(engine_req *r, const char *s, size_t n) {
     if (r->text_len + n + 1 > r->text_cap) {
@@ -146,9 +140,9 @@ static void sample_on_host(di_engine *e, const step_plan *plan, const uint8_t *w
         j++;
     }
     if (!hs->n) return;
-    const double t0 = now_seconds();
+    const double t0 = di_seconds_now();
     di_sampler_pool_sample(e->samplers, hs->rows, hs->n, hs->res, hs->status, hs->errs);
-    e->stats.sample_seconds += now_seconds() - t0;
+    e->stats.sample_seconds += di_seconds_now() - t0;
 }
 
 static void host_samples_free(host_samples *hs) {
@@ -196,17 +190,17 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want,
                   .greedy_tokens = greedy_rows ? e->greedy : NULL};
-    double t0 = now_seconds(), mask_s = 0.0;
+    double t0 = di_seconds_now(), mask_s = 0.0;
     di_status st = di_forward_begin(e->model, &b, err);
     if (!st) { /* while a device computes the step: the constraint masks of its sampled rows */
-        const double tm = now_seconds();
+        const double tm = di_seconds_now();
         for (int i = 0; i < plan->n; i++)
             if (plan->samples[i]) di_engine_constraint_mask(e, plan->req[i]);
-        mask_s = now_seconds() - tm;
+        mask_s = di_seconds_now() - tm;
         e->stats.mask_seconds += mask_s;
         st = di_forward_end(e->model, &b, err);
     }
-    const double dt = now_seconds() - t0 - mask_s; /* the forward's exposed time */
+    const double dt = di_seconds_now() - t0 - mask_s; /* the forward's exposed time */
     if (prefill_rows >= decode_rows) e->stats.prefill_seconds += dt;
     else e->stats.decode_seconds += dt;
     e->stats.prefill_tokens += prefill_rows;

@@ -4,9 +4,9 @@
  * The stages are in gpu_attention.c, gpu_indexer.c and gpu_moe.c. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cuda/gpu_internal.h"
+#include "base/clock.h"
 #include "forward/host_steps.h"
 
 /* ---- stage profile ---- */
@@ -19,16 +19,10 @@ static const char *const k_stage_names[ST_COUNT] = {
     "attention output (wo_a, wo_b)", "MoE router (gate, download, routing)", "MoE routed experts",
     "MoE shared expert + combine", "Engram", "head"};
 
-static double host_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void gpu_stage(const gpu_fwd *f, gpu_stage_id next) {
     if (!g_prof) return;
     cudaStreamSynchronize(f->s);
-    const double t = host_now();
+    const double t = di_seconds_now();
     g_stage_s[g_cur] += t - g_last;
     g_last = t;
     g_cur = next;
@@ -42,7 +36,7 @@ void gpu_profile(bool on, const char *const **names, double *seconds) {
     memset(g_stage_s, 0, sizeof g_stage_s);
     g_prof = on;
     g_cur = ST_OTHER;
-    g_last = host_now();
+    g_last = di_seconds_now();
 }
 
 /* Rows from which a plain (BF16/F32) linear goes to cuBLAS outside batch-invariant mode: below it

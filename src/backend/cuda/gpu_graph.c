@@ -34,15 +34,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cuda/gpu_internal.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "base/clock.h"
 
 bool gpu_graph_begin(gpu_fwd *f) {
     const di_batch *b = f->b;
@@ -57,7 +51,7 @@ bool gpu_graph_begin(gpu_fwd *f) {
     f->capturing = f->cx->capturing = f->cx_side->capturing = true;
     f->graph_reusable = true;
     f->graph_piece = 0;
-    f->capture_t0 = now_s();
+    f->capture_t0 = di_seconds_now();
     return true;
 }
 
@@ -136,13 +130,13 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     if (e != cudaSuccess)
         di_die("CUDA graph capture of a forward call failed: %s (DEEPINFER_ENFORCE_EAGER=1 runs without graphs)",
                cudaGetErrorString(e));
-    const double t1 = now_s();
+    const double t1 = di_seconds_now();
     if (f->graph_piece == 0) gs->stats.captured++;
     gs->stats.capture_s += t1 - f->capture_t0;
     size_t n_nodes = 0;
     const uint64_t sig = graph_signature(graph, &n_nodes, &gs->stats.memory_nodes);
     cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes, sig) : NULL;
-    const double t2 = now_s();
+    const double t2 = di_seconds_now();
     if (exec) {
         gs->stats.updated++;
         gs->stats.update_s += t2 - t1;
@@ -150,7 +144,7 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
         /* the kernel nodes keep the priority of the stream they were captured from (gpu_backend.c attach) */
         GPU_CK(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
         gs->stats.instantiated++;
-        gs->stats.instantiate_s += now_s() - t2;
+        gs->stats.instantiate_s += di_seconds_now() - t2;
     }
     if (f->graph_piece == 0) GPU_CK(cudaEventRecord(start, f->s));
     GPU_CK(cudaGraphLaunch(exec, f->s));
@@ -174,7 +168,7 @@ void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start) {
     }
     f->capturing = f->cx->capturing = f->cx_side->capturing = true;
     f->graph_reusable = true;
-    f->capture_t0 = now_s();
+    f->capture_t0 = di_seconds_now();
 }
 
 void gpu_graphs_drop(gpu_model *g) {
