@@ -5,7 +5,8 @@
  * a full-sort reference);
  * penalties, logit bias, masks and logprobs against hand-computed values; determinism, seed
  * sensitivity and independence from the other rows and the call order; non-finite logits; the
- * thread pool against the sampler alone. */
+ * thread pool against the sampler alone; the shared arithmetic of sample_arith.h (exp against libm,
+ * conversions and products against the compiler's) and the plain-row entry against the full one. */
 #include <float.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -18,6 +19,8 @@
 #include "test_harness.h"
 
 #define BIG_VOCAB 129280
+
+__extension__ typedef unsigned __int128 u128; /* the references' exact products */
 
 static di_sampler *g_s;   /* vocab 8 */
 static di_sampler *g_big; /* vocab BIG_VOCAB */
@@ -57,6 +60,74 @@ static void test_philox_kat(void) {
     CHECK(di_philox_uniform(1, 5, 0) != di_philox_uniform(1, 5, 1));
     CHECK(di_philox_uniform(1, 5, 0) != di_philox_uniform(2, 5, 0));
     CHECK(di_philox_uniform(1, (uint64_t)1 << 32, 0) != di_philox_uniform(1, 0, 0));
+}
+
+/* ---- the arithmetic shared with the device (sample_arith.h) ---- */
+
+static double ulps_apart(double a, double b) {
+    if (a == b) return 0;
+    return fabs(a - b) / (nextafter(fmax(a, b), INFINITY) - fmax(a, b));
+}
+
+static void test_arith(void) {
+    /* exp: 1 at 0, within 2 ulp of libm over [-745, 0] (the subnormal range: within 2 of its ulps) */
+    CHECK(di_sample_exp(0.0) == 1.0 && di_sample_exp(-0.0) == 1.0);
+    CHECK(di_sample_exp(-746.0) == 0.0 && di_sample_exp(-INFINITY) == 0.0 && di_sample_exp(NAN) == 0.0);
+    double worst = 0, worst_x = 0;
+    for (int i = 0; i < 400000; i++) {
+        const double u = di_philox_uniform(11, (uint64_t)i, 0);
+        const double x = i % 4 == 0 ? -745.0 * u : i % 4 == 1 ? -40.0 * u : i % 4 == 2 ? -1.0 * u : -1e-6 * u;
+        const double e = ulps_apart(di_sample_exp(x), exp(x));
+        if (e > worst) worst = e, worst_x = x;
+    }
+    CHECKF(worst <= 2.0, "di_sample_exp is %g ulp from libm at %a", worst, worst_x);
+    /* u64 -> double: the correctly rounded conversion of the compiler, halfway cases included */
+    const uint64_t edge[] = {0, 1, (1ull << 53) - 1, 1ull << 53, (1ull << 53) + 1, (1ull << 53) + 3,
+                             (1ull << 54) + 2, (1ull << 54) + 6, (1ull << 63) - 1, 1ull << 63, ~0ull,
+                             0x8000000000000400ull, 0x8000000000000c00ull, 0x8000000000000401ull};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        CHECKF(di_sample_u64_to_double(edge[i]) == (double)edge[i], "u64 %llx", (unsigned long long)edge[i]);
+    int bad = 0;
+    for (uint64_t i = 0; i < 200000; i++) {
+        const uint64_t a = di_philox_bits53(3, i, 0) << (i % 12), b = di_philox_bits53(4, i, 0) << (i % 11);
+        bad += di_sample_u64_to_double(a ^ (b >> 20)) != (double)(a ^ (b >> 20));
+        const uint64_t r = di_philox_bits53(5, i, 0), t = di_philox_bits53(6, i, 0) << (i % 11);
+        bad += di_sample_mul_shift53(r, t) != (uint64_t)(((u128)r * t) >> 53);
+    }
+    CHECKF(bad == 0, "%d conversions or products differ", bad);
+    CHECK(di_sample_mul_shift53((1ull << 53) - 1, (1ull << 63) - 1) == ((1ull << 63) - 1) - (1ull << 10));
+    /* weights: bits for the vocabulary, exact powers, buckets monotone and 8 an octave */
+    CHECK(di_sample_weight_bits(129280) == 46 && di_sample_weight_bits(8) == 60 && di_sample_weight_bits(131072) == 46);
+    CHECK(di_sample_weight_bits(131073) == 45 && di_sample_weight_bits(1) == 63);
+    CHECK(di_sample_weight_fixed(1.0, 46) == 1ull << 46 && di_sample_weight_fixed(0x1p-47, 46) == 0);
+    CHECK(di_sample_weight_bucket(1) == 0 && di_sample_weight_bucket(1ull << 46) == 46 * 8);
+    CHECK(di_sample_weight_bucket(~0ull) == DI_SAMPLE_WEIGHT_BUCKETS - 1);
+    uint64_t prev = 0;
+    uint32_t prev_bucket = 0;
+    for (int i = 1; i < 5000; i++) {
+        const uint64_t w = prev + 1 + (di_philox_bits53(7, (uint64_t)i, 0) >> (53 - i % 40));
+        const uint32_t bk = di_sample_weight_bucket(w);
+        CHECKF(bk >= prev_bucket, "bucket of %llu < bucket of %llu", (unsigned long long)w, (unsigned long long)prev);
+        prev = w, prev_bucket = bk;
+    }
+    /* a weight below the skip point is 0 whatever min_p; above it, the exp decides */
+    const double skip = di_sample_skip_below(46, -INFINITY);
+    CHECK(di_sample_weight(-32.0f, 0.0f, -INFINITY, 1.0, 0.0, skip, 46) == 0);
+    CHECK(di_sample_weight(-31.0f, 0.0f, -INFINITY, 1.0, 0.0, skip, 46) ==
+          (uint64_t)ldexp(di_sample_exp(-31.0), 46));
+    CHECK(di_sample_weight(-31.0f, 0.0f, -INFINITY, 1.0, 0.0, -INFINITY, 46) ==
+          di_sample_weight(-31.0f, 0.0f, -INFINITY, 1.0, 0.0, skip, 46));
+    CHECK(di_sample_weight(-1.0f, 0.0f, -0.5f, 1.0, 0.0, skip, 46) == 0);  /* below top_k's value */
+    CHECK(di_sample_weight(-1.0f, 0.0f, -INFINITY, 1.0, 0.5, skip, 46) == 0); /* e^-1 < min_p */
+    CHECK(di_sample_weight(-INFINITY, 0.0f, -INFINITY, 1.0, 0.0, skip, 46) == 0);
+    /* the skip shortcut never changes a weight: every x in a fine grid around the skip points */
+    for (int i = 0; i < 20000; i++) {
+        const float z = (float)(-40.0 + i * 0.0005);
+        const double min_p = 0x1p-40;
+        const uint64_t with = di_sample_weight(z, 0.0f, -INFINITY, 1.0, min_p, di_sample_skip_below(46, log(min_p)), 46);
+        bad += with != di_sample_weight(z, 0.0f, -INFINITY, 1.0, min_p, -INFINITY, 46);
+    }
+    CHECKF(bad == 0, "%d weights change with the skip", bad);
 }
 
 /* ---- helpers ---- */
@@ -381,10 +452,11 @@ static void test_filter_sets(void) {
     CHECK(survivors(b, p, NULL) == 0x03);
 }
 
-/* A full-sort reference of the filters for a big row: fills keep[] and returns the sampled token for
- * uniform u, by inverse CDF in id order (the sampler's documented procedure). */
+/* A full-sort reference of the filters for a big row: returns the sampled token for 53 random bits
+ * r53 by inverse CDF in id order over fixed-point weights (the sampler's documented procedure,
+ * docs/SAMPLING.md, written the plain way: a full sort, C's own conversions, 128-bit products). */
 static int cmp_desc_ref(const void *a, const void *b) {
-    const double *x = a, *y = b; /* pairs (w, id) */
+    const uint64_t *x = a, *y = b; /* pairs (W, id) */
     if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
     return (x[1] > y[1]) - (x[1] < y[1]);
 }
@@ -393,45 +465,49 @@ static int cmp_float_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static int32_t reference_sample(const float *z, int32_t v, const di_sampling_params *p, double u, int32_t *n_keep) {
+static int32_t reference_sample(const float *z, int32_t v, const di_sampling_params *p, uint64_t r53,
+                                int32_t *n_keep) {
     float *copy = malloc(sizeof(float) * (size_t)v);
-    double *pairs = malloc(sizeof(double) * 2 * (size_t)v);
-    double *w = calloc((size_t)v, sizeof(double));
+    uint64_t *pairs = malloc(sizeof(uint64_t) * 2 * (size_t)v); /* (W, id) */
+    uint64_t *w = calloc((size_t)v, sizeof(uint64_t));
     memcpy(copy, z, sizeof(float) * (size_t)v);
     qsort(copy, (size_t)v, sizeof(float), cmp_float_desc);
     float m = copy[0];
     float kth = (p->top_k > 0 && p->top_k < v) ? copy[p->top_k - 1] : -INFINITY;
+    int bits = 63;
+    while (((int64_t)1 << (63 - bits)) < v) bits--;
     int32_t n = 0;
-    double total = 0;
+    uint64_t total = 0;
     for (int32_t i = 0; i < v; i++) {
-        if (z[i] < kth) continue;
-        double wi = exp(((double)z[i] - m) / p->temperature);
-        if (!(wi > 0) || wi < p->min_p) continue;
-        w[i] = wi;
-        total += wi;
-        pairs[2 * n] = wi, pairs[2 * n + 1] = i, n++;
+        if (z[i] < kth || z[i] == -INFINITY) continue;
+        double wi = di_sample_exp(((double)z[i] - m) * (1.0 / p->temperature));
+        if (wi < p->min_p) continue;
+        uint64_t W = (uint64_t)ldexp(wi, bits);
+        if (!W) continue;
+        w[i] = W;
+        total += W;
+        pairs[2 * n] = W, pairs[2 * n + 1] = (uint64_t)i, n++;
     }
     if (p->top_p < 1.0f) {
-        qsort(pairs, (size_t)n, 2 * sizeof(double), cmp_desc_ref);
-        double cum = 0, target = (double)p->top_p * total;
+        qsort(pairs, (size_t)n, 2 * sizeof(uint64_t), cmp_desc_ref);
+        const double target = (double)p->top_p * (double)total;
+        uint64_t cum = 0;
         int32_t keep = 0;
-        while (keep < n && cum < target) cum += pairs[2 * keep++];
-        for (int32_t j = keep; j < n; j++) w[(int32_t)pairs[2 * j + 1]] = 0;
+        while (keep < n && (double)cum < target) cum += pairs[2 * keep++];
+        for (int32_t j = keep; j < n; j++) w[pairs[2 * j + 1]] = 0;
         n = keep;
-        total = 0;
-        for (int32_t i = 0; i < v; i++) total += w[i];
+        total = cum;
     }
     *n_keep = n;
-    double acc = 0, target = u * total;
-    int32_t pick = -1, last = -1;
+    const uint64_t target = (uint64_t)(((u128)r53 * total) >> 53);
+    uint64_t acc = 0;
+    int32_t pick = -1;
     for (int32_t i = 0; i < v && pick < 0; i++) {
-        if (w[i] == 0) continue;
-        last = i;
         acc += w[i];
-        if (acc > target) pick = i;
+        if (w[i] && acc > target) pick = i;
     }
     free(copy), free(pairs), free(w);
-    return pick >= 0 ? pick : last;
+    return pick;
 }
 
 static void test_big_row_against_reference(void) {
@@ -454,7 +530,7 @@ static void test_big_row_against_reference(void) {
         p.top_k = cases[c].k, p.top_p = cases[c].p, p.min_p = cases[c].min_p, p.seed = 1000 + c;
         for (uint64_t pos = 0; pos < 12; pos++) {
             int32_t n_keep;
-            int32_t want = reference_sample(z, BIG_VOCAB, &p, di_philox_uniform(p.seed, pos, 0), &n_keep);
+            int32_t want = reference_sample(z, BIG_VOCAB, &p, di_philox_bits53(p.seed, pos, 0), &n_keep);
             int32_t got = sample1(g_big, z, &p, pos);
             if (got != want) {
                 mismatches++;
@@ -499,13 +575,48 @@ static void test_random_rows_against_reference(void) {
         di_sampler_create(v, &s, &err);
         for (uint64_t pos = 0; pos < 5; pos++) {
             int32_t n_keep;
-            int32_t want = reference_sample(z, v, &p, di_philox_uniform(p.seed, pos, 0), &n_keep);
+            int32_t want = reference_sample(z, v, &p, di_philox_bits53(p.seed, pos, 0), &n_keep);
             if (sample1(s, z, &p, pos) != want) mismatches++;
         }
         di_sampler_free(s);
         free(z);
     }
     CHECKF(mismatches == 0, "%d of 2000 draws differ from the reference", mismatches);
+}
+
+/* di_sampler_sample_plain is di_sampler_sample without history or mask; the plain predicates. */
+static void test_plain_rows(void) {
+    float *z = malloc(sizeof(float) * BIG_VOCAB);
+    for (int32_t i = 0; i < BIG_VOCAB; i++) z[i] = (float)(12.0 * di_philox_uniform(8, (uint64_t)i, 0) - 6.0);
+    int differ = 0;
+    for (int c = 0; c < 40; c++) {
+        di_sampling_params p = params((float)(0.2 + 0.1 * c));
+        p.top_k = c % 3 ? 0 : 20 * c + 1, p.top_p = c % 2 ? 0.9f : 1.0f, p.min_p = c % 5 ? 0.0f : 0.01f;
+        p.seed = 77 + (uint64_t)c;
+        const di_plain_sampling ps = di_plain_sampling_of(&p, 1000 + (uint64_t)c);
+        di_err err = {0};
+        CHECK(di_plain_sampling_validate(&ps, BIG_VOCAB, &err) == DI_OK);
+        int32_t tok = -1;
+        CHECK(di_sampler_sample_plain(g_big, z, &ps, &tok, &err) == DI_OK);
+        differ += tok != sample1(g_big, z, &p, 1000 + (uint64_t)c);
+    }
+    CHECK(differ == 0);
+    di_sampling_params p = params(0.7f);
+    CHECK(di_sampling_is_plain_sampled(&p) && !di_sampling_is_plain_greedy(&p));
+    p.logprobs = 1;
+    CHECK(!di_sampling_is_plain_sampled(&p));
+    p = params(0.0f);
+    CHECK(!di_sampling_is_plain_sampled(&p) && di_sampling_is_plain_greedy(&p));
+    p = params(1.0f);
+    p.presence_penalty = 0.5f;
+    CHECK(!di_sampling_is_plain_sampled(&p));
+    di_plain_sampling ps = di_plain_sampling_of(&p, 0);
+    ps.temperature = 0.0f;
+    di_err err = {0};
+    CHECK(di_plain_sampling_validate(&ps, BIG_VOCAB, &err) == DI_EINVAL && strstr(err.msg, "temperature"));
+    ps.temperature = 1.0f, ps.top_p = 0.0f;
+    CHECK(di_plain_sampling_validate(&ps, BIG_VOCAB, &err) == DI_EINVAL && strstr(err.msg, "top_p"));
+    free(z);
 }
 
 /* ---- penalties, bias, mask ---- */
@@ -834,6 +945,7 @@ int main(void) {
     CHECK(di_sampler_create(8, &g_s, &err) == DI_OK);
     CHECK(di_sampler_create(BIG_VOCAB, &g_big, &err) == DI_OK);
     test_philox_kat();
+    test_arith();
     test_validation();
     test_greedy();
     test_greedy_token();
@@ -841,6 +953,7 @@ int main(void) {
     test_filter_sets();
     test_big_row_against_reference();
     test_random_rows_against_reference();
+    test_plain_rows();
     test_penalties();
     test_bias_and_mask();
     test_logprobs();

@@ -6,13 +6,15 @@
  *     scratch arrays are set and cleared over the same ids, so they are all zero between calls);
  *   - one pass finds the max and the argmax (lowest id on ties): greedy stops here;
  *   - top_k: the k-th largest logit by a radix select on the float bits (16 + 8 + 8 bits; O(V), no sort);
- *   - one pass computes w = exp((z - max) / T) in double for tokens at or above the top_k threshold
- *     and keeps those with w >= min_p (w is p / p_max, so this is min_p's test) in id order;
- *   - top_p: a histogram of candidate mass over 2^(1/4)-wide weight buckets finds the bucket where the
- *     mass in (w desc, id asc) order crosses top_p; only that bucket's tokens are sorted (never the
- *     whole nucleus), and the kept set is compacted in place in id order;
- *   - the draw: u from Philox keyed by (seed, position), inverse CDF over the survivors in ascending
- *     id order with double accumulation.
+ *   - one pass computes w = exp((z - max) * (1 / T)) (di_sample_exp) for tokens at or above the top_k
+ *     threshold, keeps those with w >= min_p (w is p / p_max, so this is min_p's test) and a
+ *     fixed-point weight W = floor(w * 2^bits) > 0, in id order (sample/sample_arith.h: integer
+ *     weights make every sum exact, so the device sampler gets the same token);
+ *   - top_p: a histogram of candidate mass over weight buckets (eight an octave) finds the bucket
+ *     where the mass in (W desc, id asc) order crosses top_p; only that bucket's tokens are sorted
+ *     (never the whole nucleus), and the kept set is compacted in place in id order;
+ *   - the draw: 53 bits r from Philox keyed by (seed, position), U = floor(r * total / 2^53), the
+ *     first survivor in ascending id order whose cumulative weight exceeds U.
  * Nothing here reads a clock, a thread id, another row or a previous call. */
 #include "sample/sampler.h"
 
@@ -24,11 +26,10 @@
 #include <string.h>
 
 #include "sample/philox.h"
-
-#define DI_SAMPLER_N_BUCKETS 4096 /* weight_bucket() of w in (0, 1] is at most 4092 */
+#include "sample/sample_arith.h"
 
 typedef struct weighted_id {
-    double w;
+    uint64_t w;
     int32_t id;
 } weighted_id;
 
@@ -36,11 +37,12 @@ struct di_sampler {
     int32_t vocab;
     float *z;            /* [vocab] f32 processed logits, indexed by token id */
     int32_t *cand_id;    /* [vocab] candidate token ids, ascending */
-    double *cand_w;      /* [vocab] f64 exp((z - max) / T) of cand_id[j] */
+    uint64_t *cand_w;    /* [vocab] fixed-point weight floor(exp((z - max) / T) * 2^bits) of cand_id[j] */
+    int weight_bits;     /* di_sample_weight_bits(vocab) */
     uint32_t *keys;      /* [vocab] radix-select scratch: order-preserving keys of z */
     uint32_t *hist16;    /* [65536] radix-select histogram of the keys' top 16 bits */
     weighted_id *sorted; /* [vocab] top_p scratch: the tokens of one weight bucket */
-    double bucket_mass[DI_SAMPLER_N_BUCKETS]; /* top_p: candidate mass per weight bucket */
+    uint64_t bucket_mass[DI_SAMPLE_WEIGHT_BUCKETS]; /* top_p: candidate mass per weight bucket */
     uint8_t *seen;       /* [vocab] repetition-penalty marks; all zero between calls */
     uint32_t *counts;    /* [vocab] output-token counts; all zero between calls */
 };
@@ -100,6 +102,7 @@ di_status di_sampler_create(int32_t vocab_size, di_sampler **out, di_err *err) {
     di_sampler *s = di_xcalloc(1, sizeof *s);
     size_t v = (size_t)vocab_size;
     s->vocab = vocab_size;
+    s->weight_bits = di_sample_weight_bits(vocab_size);
     s->z = di_xmalloc(v * sizeof *s->z);
     s->cand_id = di_xmalloc(v * sizeof *s->cand_id);
     s->cand_w = di_xmalloc(v * sizeof *s->cand_w);
@@ -253,23 +256,18 @@ static float kth_largest(di_sampler *s, int32_t k) {
     return key_float(answer);
 }
 
-/* Fills cand_id/cand_w (ascending ids) with the tokens that pass top_k and min_p and have w > 0;
- * returns their count and sets *total to the sum of w in id order. max is the row's max of z. */
-static int32_t collect_candidates(di_sampler *s, const di_sampling_params *p, float max, double *total) {
+/* Fills cand_id/cand_w (ascending ids) with the tokens that pass top_k and min_p and have a weight
+ * W > 0; returns their count and sets *total to the sum of W. max is the row's max of z. */
+static int32_t collect_candidates(di_sampler *s, const di_sampling_params *p, float max, uint64_t *total) {
     float threshold = -INFINITY;
     if (p->top_k > 0 && p->top_k < s->vocab) threshold = kth_largest(s, p->top_k);
-    double t = p->temperature, min_p = p->min_p, sum = 0.0;
-    /* Below this exponent exp() is certainly < min_p (or 0 in double: exp(-746) underflows), so the
-     * exp call is skipped; the exact test on w follows for the rest. */
-    double skip_below = min_p > 0.0 ? log(min_p) - 1e-6 : -746.0;
+    const double inv_t = di_sample_inv_temperature(p->temperature), min_p = p->min_p;
+    const double skip = di_sample_skip_below(s->weight_bits, min_p > 0.0 ? log(min_p) : -INFINITY);
+    uint64_t sum = 0;
     int32_t n = 0;
     for (int32_t id = 0; id < s->vocab; id++) {
-        float zi = s->z[id];
-        if (zi == -INFINITY || zi < threshold) continue;
-        double x = ((double)zi - (double)max) / t;
-        if (x < skip_below) continue;
-        double w = exp(x);
-        if (!(w > 0.0) || w < min_p) continue;
+        const uint64_t w = di_sample_weight(s->z[id], max, threshold, inv_t, min_p, skip, s->weight_bits);
+        if (!w) continue;
         s->cand_id[n] = id;
         s->cand_w[n] = w;
         sum += w;
@@ -285,53 +283,49 @@ static int cmp_w_desc_id_asc(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Bucket of a weight w in (0, 1]: its exponent and top two mantissa bits (buckets 2^(1/4) apart),
- * monotone in w. w = 1 is bucket 4092. */
-static inline uint32_t weight_bucket(double w) {
-    uint64_t bits;
-    memcpy(&bits, &w, 8);
-    return (uint32_t)(bits >> 50);
-}
-
-/* top_p: keeps the shortest prefix of the candidates in (w desc, id asc) order whose mass reaches
- * top_p of the total; a token is kept when the mass before it is < top_p * total. Without sorting the
- * nucleus: a histogram of mass by weight bucket, walked from the top, finds the bucket where the
- * cumulative mass crosses the target; only that bucket's tokens are sorted. The kept set is then
- * everything at or above the last kept (w, id) in that order, so the candidates are compacted in place
- * and stay in ascending id order. Returns the new count. */
-static int32_t apply_top_p(di_sampler *s, int32_t n, double total, double top_p) {
-    double target = top_p * total;
+/* top_p: keeps the shortest prefix of the candidates in (W desc, id asc) order whose mass reaches
+ * top_p of the total: a token is kept when the mass before it, rounded to double, is < top_p *
+ * total (the same test the device makes). Without sorting the nucleus: a histogram of mass by
+ * weight bucket, walked from the top, finds the bucket where the mass crosses the target; only that
+ * bucket's tokens are sorted. The kept set is then everything at or above the last kept (W, id) in
+ * that order, so the candidates are compacted in place and stay in ascending id order. Returns the
+ * new count; *total becomes the kept mass. */
+static int32_t apply_top_p(di_sampler *s, int32_t n, uint64_t *total, double top_p) {
+    const double target = top_p * di_sample_u64_to_double(*total);
     memset(s->bucket_mass, 0, sizeof s->bucket_mass);
-    for (int32_t j = 0; j < n; j++) s->bucket_mass[weight_bucket(s->cand_w[j])] += s->cand_w[j];
-    double cum = 0.0;
-    weighted_id last = {0.0, -1};
-    for (int32_t b = DI_SAMPLER_N_BUCKETS - 1; b >= 0 && last.id < 0; b--) {
-        double mass = s->bucket_mass[b];
-        if (mass == 0.0) continue;
-        if (cum + mass < target) { /* the whole bucket lies before the cut */
+    for (int32_t j = 0; j < n; j++) s->bucket_mass[di_sample_weight_bucket(s->cand_w[j])] += s->cand_w[j];
+    uint64_t cum = 0; /* the mass before the bucket (then the token) at hand: exact */
+    weighted_id last = {0, -1};
+    for (int32_t b = DI_SAMPLE_WEIGHT_BUCKETS - 1; b >= 0 && last.id < 0; b--) {
+        const uint64_t mass = s->bucket_mass[b];
+        if (mass == 0) continue;
+        if (di_sample_u64_to_double(cum + mass) < target) { /* the next bucket's first token is kept */
             cum += mass;
             continue;
         }
         int32_t nb = 0;
         for (int32_t j = 0; j < n; j++)
-            if (weight_bucket(s->cand_w[j]) == (uint32_t)b) s->sorted[nb++] = (weighted_id){s->cand_w[j], s->cand_id[j]};
+            if (di_sample_weight_bucket(s->cand_w[j]) == (uint32_t)b)
+                s->sorted[nb++] = (weighted_id){s->cand_w[j], s->cand_id[j]};
         qsort(s->sorted, (size_t)nb, sizeof *s->sorted, cmp_w_desc_id_asc);
-        int32_t keep = 0;
-        while (keep < nb && cum < target) cum += s->sorted[keep++].w;
-        /* cum < target on entry to every bucket, so keep >= 1; if the bucket ran out first (rounding
-         * between the id-order and the sorted-order sums), the cut lies in a lower bucket. */
-        if (cum >= target) last = s->sorted[keep - 1];
+        /* the bucket's first token is kept (the mass before it passed the test above); the cut is
+         * the last one whose mass before it still does */
+        for (int32_t k = 0; k < nb && di_sample_u64_to_double(cum) < target; k++) {
+            cum += s->sorted[k].w;
+            last = s->sorted[k];
+        }
     }
     if (last.id < 0) return n; /* the target is reached only with every candidate */
     int32_t m = 0;
     for (int32_t j = 0; j < n; j++) {
-        double w = s->cand_w[j];
+        const uint64_t w = s->cand_w[j];
         if (w > last.w || (w == last.w && s->cand_id[j] <= last.id)) {
             s->cand_id[m] = s->cand_id[j];
             s->cand_w[m] = w;
             m++;
         }
     }
+    *total = cum;
     return m;
 }
 
@@ -375,9 +369,10 @@ static void full_logprobs(const float *x, int32_t vocab, int32_t n_top, di_sampl
 }
 
 /* Log-probabilities of the distribution sampled from: the candidates, renormalised. */
-static void candidate_logprobs(const di_sampler *s, int32_t n, double total, float max, double temperature,
+static void candidate_logprobs(const di_sampler *s, int32_t n, uint64_t total, float max, double temperature,
                                int32_t n_top, di_sample_result *out) {
-    double log_total = log(total);
+    /* the survivors' mass over the top token's probability */
+    const double log_total = log(ldexp(di_sample_u64_to_double(total), -s->weight_bits));
     top_list t = {.cap = n_top};
     for (int32_t j = 0; j < n; j++) {
         int32_t id = s->cand_id[j];
@@ -413,17 +408,15 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
         return DI_OK;
     }
 
-    double total;
+    uint64_t total;
     int32_t n = collect_candidates(s, p, max, &total);
-    assert(n >= 1); /* the argmax has w = 1 and passes every filter */
-    if (p->top_p < 1.0f) {
-        n = apply_top_p(s, n, total, p->top_p);
-        total = 0.0;
-        for (int32_t j = 0; j < n; j++) total += s->cand_w[j];
-    }
-    double target = di_philox_uniform(p->seed, row->position, DI_PHILOX_STREAM_SAMPLE) * total;
-    double acc = 0.0;
-    int32_t pick = n - 1; /* if rounding leaves acc <= target at the end: the last candidate */
+    assert(n >= 1); /* the argmax has w = 1 (W = 2^bits) and passes every filter */
+    if (p->top_p < 1.0f) n = apply_top_p(s, n, &total, p->top_p);
+    /* U < total, and the weights add up to total exactly: some candidate's cumulative mass passes U */
+    const uint64_t target =
+        di_sample_mul_shift53(di_philox_bits53(p->seed, row->position, DI_PHILOX_STREAM_SAMPLE), total);
+    uint64_t acc = 0;
+    int32_t pick = n - 1;
     for (int32_t j = 0; j < n; j++) {
         acc += s->cand_w[j];
         if (acc > target) {
@@ -441,9 +434,42 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
     return DI_OK;
 }
 
-bool di_sampling_is_plain_greedy(const di_sampling_params *p) {
-    return p->temperature == 0.0f && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f &&
-           p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f && p->logprobs == 0;
+/* Nothing changes the logits (bias, penalties) and nothing needs them afterwards (logprobs). */
+static bool plain_params(const di_sampling_params *p) {
+    return p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+           p->presence_penalty == 0.0f && p->logprobs == 0;
+}
+
+bool di_sampling_is_plain_greedy(const di_sampling_params *p) { return p->temperature == 0.0f && plain_params(p); }
+
+bool di_sampling_is_plain_sampled(const di_sampling_params *p) { return p->temperature > 0.0f && plain_params(p); }
+
+di_plain_sampling di_plain_sampling_of(const di_sampling_params *p, uint64_t position) {
+    return (di_plain_sampling){.temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
+                               .top_k = p->top_k, .seed = p->seed, .position = position};
+}
+
+di_status di_plain_sampling_validate(const di_plain_sampling *ps, int32_t vocab_size, di_err *err) {
+    di_sampling_params p;
+    di_sampling_params_init(&p);
+    p.temperature = ps->temperature, p.top_p = ps->top_p, p.min_p = ps->min_p, p.top_k = ps->top_k;
+    di_status st = di_sampling_params_validate(&p, vocab_size, err);
+    if (!st && !(ps->temperature > 0.0f))
+        st = di_errf(err, DI_EINVAL, "sampling: temperature = %g: a sampled row needs one > 0", ps->temperature);
+    return st;
+}
+
+di_status di_sampler_sample_plain(di_sampler *s, const float *logits, const di_plain_sampling *ps, int32_t *token,
+                                  di_err *err) {
+    di_sampling_params p;
+    di_sampling_params_init(&p);
+    p.temperature = ps->temperature, p.top_p = ps->top_p, p.min_p = ps->min_p, p.top_k = ps->top_k;
+    p.seed = ps->seed;
+    const di_sample_row row = {.logits = logits, .params = &p, .position = ps->position};
+    di_sample_result res;
+    const di_status st = di_sampler_sample(s, &row, &res, err);
+    *token = res.token_id;
+    return st;
 }
 
 int32_t di_sample_greedy_token(const float *logits, int32_t vocab) {

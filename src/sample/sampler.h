@@ -9,8 +9,9 @@
  *      then frequency and presence penalties over output tokens only (OpenAI)
  *   4. temperature 0: argmax, ties to the lowest token id. Otherwise logits / temperature, then
  *      min_p and top_k (both thresholds on the logit), then top_p over what is left, renormalised
- *   5. one uniform u in [0,1) from Philox4x32-10 keyed by (seed, position); the token is found by
- *      inverse CDF over the survivors in ascending token id order, accumulated in double.
+ *   5. 53 random bits from Philox4x32-10 keyed by (seed, position); the token is found by inverse
+ *      CDF over the survivors in ascending token id order, on fixed-point integer weights
+ *      (sample/sample_arith.h), so a device that samples a row gets the same token.
  *
  * Non-finite logits: NaN counts as -inf (never sampled), +inf as FLT_MAX (so a row with +inf
  * entries samples among those). A row in which no token is left (all -inf/NaN, or all disallowed)
@@ -25,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "sample/sample_arith.h"
 
 /* di_sampling_params, di_logit_bias, di_logprobs_mode and di_token_logprob are public types
  * (include/deepinfer.h). */
@@ -77,6 +79,18 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
  * allowed-token mask"): such rows can be reduced to their greedy token where the logits are (a
  * device), and di_sample_greedy_token then gives exactly di_sampler_sample's token. */
 bool di_sampling_is_plain_greedy(const di_sampling_params *p);
+
+/* Whether a request's rows are drawn from the logits alone -- temperature > 0 and no logit_bias,
+ * penalty or logprobs (the caller adds "no allowed-token mask"): such a row can be sampled where the
+ * logits are from its di_plain_sampling (cuda_sample.cu), and di_sampler_sample_plain gives the same
+ * token. */
+bool di_sampling_is_plain_sampled(const di_sampling_params *p);
+di_plain_sampling di_plain_sampling_of(const di_sampling_params *p, uint64_t position);
+/* DI_EINVAL as di_sampling_params_validate for its fields, and for a temperature that is not > 0. */
+di_status di_plain_sampling_validate(const di_plain_sampling *ps, int32_t vocab_size, di_err *err);
+/* di_sampler_sample of one row with these settings, no history and no mask: *token (-1 on failure). */
+di_status di_sampler_sample_plain(di_sampler *s, const float *logits, const di_plain_sampling *ps, int32_t *token,
+                                  di_err *err);
 
 /* The argmax of one row as step 4 of the sampler takes it: NaN counts as -inf, +inf as FLT_MAX, ties
  * go to the lowest id, -0 equals +0; -1 when every entry is -inf or NaN (di_sampler_sample's
