@@ -3,9 +3,11 @@
  * length, chunks of sequences that already have context, single decode tokens -- with the target
  * at a random place in the batch. Four calls: the target's prefill, then three decode steps.
  *
- * The other sequences' last rows want their logits or only their greedy token (di_batch.want_logits:
- * the device gathers the rows that leave it); every row's greedy token must be the argmax of its
- * logits as the sampler takes it (di_sample_greedy_token), where the logits come back.
+ * The other sequences' last rows want their logits, only their greedy token or only a sampled token
+ * (di_batch.want_logits: the device gathers the rows that leave it); every row's greedy token must
+ * be the argmax of its logits as the sampler takes it (di_sample_greedy_token), where the logits
+ * come back, and every sampled token a token of the vocabulary (test_engine and test_cuda_fwd_ops
+ * check the draws themselves against the host sampler).
  *
  * On the CPU this holds by construction (every op is per row with a fixed order); the device run
  * (DEEPINFER_ACCELERATOR=nvidia) checks the GPU backend in its batch-invariant mode. */
@@ -55,10 +57,15 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
         R += rows[i];
     }
     uint8_t *want = calloc((size_t)R, 1);
+    di_plain_sampling *sampling = calloc((size_t)R, sizeof *sampling); /* [R] */
     int n_want = 0, n_logit_rows = 0, target_out = -1;
     for (int i = 0, r = 0; i < n; r += rows[i], i++) { /* every sequence's last row: the head's GEMM sees n rows */
         const bool target_seq = r + rows[i] - 1 == target_row;
-        want[r + rows[i] - 1] = target_seq || rnd(2) ? DI_WANT_LOGITS : DI_WANT_TOKEN;
+        const uint32_t kind = rnd(3);
+        want[r + rows[i] - 1] = target_seq || kind == 0 ? DI_WANT_LOGITS : kind == 1 ? DI_WANT_TOKEN : DI_WANT_SAMPLE;
+        sampling[r + rows[i] - 1] = (di_plain_sampling){.temperature = 0.5f + (float)rnd(3), .top_p = 0.9f,
+                                                        .top_k = (int32_t)rnd(50), .seed = rnd(1000),
+                                                        .position = (uint64_t)step};
         if (target_seq) target_out = n_logit_rows;
         n_logit_rows += want[r + rows[i] - 1] == DI_WANT_LOGITS;
         n_want++;
@@ -66,7 +73,7 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
     float *logits = malloc(sizeof(float) * (size_t)n_logit_rows * V);
     int32_t *greedy = malloc(sizeof(int32_t) * (size_t)n_want);
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n, .seqs = seqs, .seq_n_rows = rows, .logits = logits,
-                  .want_logits = want, .greedy_tokens = greedy};
+                  .want_logits = want, .head_tokens = greedy, .row_sampling = sampling};
     di_status st = di_forward(m, &b, err);
     if (!st) {
         memcpy(out, logits + (size_t)target_out * V, sizeof(float) * (size_t)V);
@@ -82,6 +89,7 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
                mismatched);
     }
     free(greedy);
+    free(sampling);
     free(seqs);
     free(rows);
     free(tokens);
@@ -103,14 +111,19 @@ int main(void) {
         di_seq_state *st = di_seq_state_new(m);
         int32_t toks[2] = {0, 5};
         int nr = 2;
-        uint8_t want[2] = {0, 3};
+        uint8_t want[2] = {0, 4};
         int32_t greedy[2];
         di_batch b = {.n_rows = 2, .tokens = toks, .n_seqs = 1, .seqs = &st, .seq_n_rows = &nr, .want_logits = want,
-                      .greedy_tokens = greedy};
+                      .head_tokens = greedy};
         di_err e = {0};
-        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "want_logits[1] = 3"));
-        want[1] = DI_WANT_TOKEN, b.greedy_tokens = NULL;
-        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "greedy_tokens"));
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "want_logits[1] = 4"));
+        want[1] = DI_WANT_TOKEN, b.head_tokens = NULL;
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "head_tokens"));
+        want[1] = DI_WANT_SAMPLE, b.head_tokens = greedy;
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "row_sampling"));
+        di_plain_sampling ps[2] = {{0}, {.temperature = 0.0f, .top_p = 1.0f}};
+        b.row_sampling = ps;
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "row 1") && strstr(e.msg, "temperature"));
         CHECK(st->n_tokens == 0);
         di_seq_state_free(st);
     }

@@ -155,6 +155,42 @@ static void test_greedy_paths(prompts *p) {
     di_engine_free(e);
 }
 
+/* Seeded sampled requests: their rows drawn on the device (DI_WANT_SAMPLE, a GPU backend) give the
+ * host sampler's tokens (logprobs = 1 keeps a request's rows on the host), also mixed in one batch.
+ * On the CPU backend both runs sample on the host. */
+static void test_sampled_paths(prompts *p) {
+    int all[N_REQ];
+    for (int i = 0; i < N_REQ; i++) all[i] = i;
+    int32_t device[N_REQ][GEN], host[N_REQ][GEN], mixed[N_REQ][GEN];
+    di_engine *e = engine_new(0, 0);
+    di_request q = greedy_request(NULL, 0, GEN);
+    q.sampling.temperature = 0.9f, q.sampling.top_p = 0.9f, q.sampling.top_k = 40, q.sampling.min_p = 0.001f;
+    q.sampling.seed = 4242, q.has_seed = true;
+    run_batch(e, p, all, N_REQ, &q, device);
+    q.sampling.logprobs = 1;
+    run_batch(e, p, all, N_REQ, &q, host);
+    uint64_t ids[N_REQ];
+    char msg[512];
+    for (int i = 0; i < N_REQ; i++) {
+        di_request r = greedy_request(p->ids[i], p->len[i], GEN);
+        r.sampling = q.sampling, r.has_seed = true;
+        r.sampling.logprobs = i % 3 == 0; /* a third on the host */
+        CHECKF(di_engine_add_request(e, &r, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
+    }
+    CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
+    for (int i = 0; i < N_REQ; i++) {
+        di_result r;
+        CHECK(di_engine_result(e, ids[i], &r) == DI_OK && r.n_tokens == GEN);
+        memcpy(mixed[i], r.token_ids, sizeof(int32_t) * GEN);
+        di_engine_release(e, ids[i]);
+    }
+    const int eq_host = count_equal(device, host, N_REQ), eq_mixed = count_equal(device, mixed, N_REQ);
+    printf("  sampled tokens drawn where the logits are vs the host sampler: %d identical, mixed batch %d\n",
+           eq_host, eq_mixed);
+    CHECK(eq_host == N_REQ && eq_mixed == N_REQ);
+    di_engine_free(e);
+}
+
 static void test_seeded_sampling(prompts *p) {
     di_engine *e = engine_new(0, 0);
     di_request q = greedy_request(NULL, 0, GEN);
@@ -245,6 +281,7 @@ int main(void) {
     printf("engine on the v41-tiny fixture:\n");
     test_batching_and_preemption(&p);
     test_greedy_paths(&p);
+    test_sampled_paths(&p);
     test_seeded_sampling(&p);
     test_repaired_greedy();
     test_bad_requests();

@@ -84,6 +84,9 @@ DI_SETTING(bench_batch, STR, "--bench-batch", NULL, "",
 DI_SETTING(bench_logits, BOOL, "--bench-logits", NULL, "0",
            "bench on a GPU: copy every sequence's logits to the host each step, as for sampled requests "
            "(default: only the greedy tokens, taken on the device)")
+DI_SETTING(bench_sampled, BOOL, "--bench-sampled", NULL, "0",
+           "bench on a GPU: draw every sequence's token on the device at temperature 1, top_p 0.95 (sampled "
+           "requests; the host samples nothing); --bench-logits overrides it")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

@@ -162,6 +162,7 @@ static void free_states(di_seq_state **st, int B) {
 typedef struct bench_out {
     float *logits;   /* [DI_BENCH_MAX_BATCH, vocab] */
     int32_t *tokens; /* [DI_BENCH_MAX_BATCH] */
+    bool sampled;    /* tokens drawn on the device (--bench-sampled), not greedy */
 } bench_out;
 
 /* One forward call over the given states (rows_per_seq each); returns seconds, or < 0 on error. */
@@ -171,19 +172,24 @@ static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, in
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)R);
     int *nr = malloc(sizeof(int) * (size_t)n_seqs);
     uint8_t *want = calloc((size_t)R, 1);
+    di_plain_sampling *sampling = calloc((size_t)R, sizeof *sampling); /* [R] */
     for (int r = 0; r < R; r++) tokens[r] = 3 + (int32_t)((salt * 2654435761u + (uint64_t)r * 40503u) % 120000);
     for (int s = 0; s < n_seqs; s++) {
+        const int last = (s + 1) * rows_per_seq - 1;
         nr[s] = rows_per_seq;
-        want[(s + 1) * rows_per_seq - 1] = out->logits ? DI_WANT_LOGITS : DI_WANT_TOKEN;
+        want[last] = out->logits ? DI_WANT_LOGITS : out->sampled ? DI_WANT_SAMPLE : DI_WANT_TOKEN;
+        sampling[last] = (di_plain_sampling){.temperature = 1.0f, .top_p = 0.95f, .seed = salt + (uint64_t)s,
+                                             .position = (uint64_t)st[s]->n_tokens + (uint64_t)rows_per_seq};
     }
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n_seqs, .seqs = st, .seq_n_rows = nr,
-                  .logits = out->logits, .want_logits = want, .greedy_tokens = out->tokens};
+                  .logits = out->logits, .want_logits = want, .head_tokens = out->tokens, .row_sampling = sampling};
     double t0 = di_seconds_now();
     di_status s = di_forward(m, &b, err);
     double dt = di_seconds_now() - t0;
     free(tokens);
     free(nr);
     free(want);
+    free(sampling);
     return s ? -1.0 : dt;
 }
 
@@ -450,13 +456,15 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
            "device memory free %.1f of %.1f GB after the weights\n",
            cl.hbm, cl.bf16, cl.fp8, (double)free_b / 1e9, (double)total_b / 1e9);
     printf("each step's output to the host: %s\n\n",
-           s->bench_logits ? "every sequence's logits (--bench-logits: sampled requests)"
-                           : "every sequence's greedy token, taken on the device (greedy requests; "
-                             "--bench-logits copies the logits)");
+           s->bench_logits    ? "every sequence's logits (--bench-logits: sampled requests, sampled on the host)"
+           : s->bench_sampled ? "every sequence's token, drawn on the device at T = 1, top_p = 0.95 (--bench-sampled: "
+                                "sampled requests)"
+                              : "every sequence's greedy token, taken on the device (greedy requests; "
+                                "--bench-sampled draws sampled tokens there, --bench-logits copies the logits)");
     printf("| phase | B | context | ms / step | tokens/s | GB moved | TFLOP | roofline ms | bound | %% of roofline |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    bench_out out = {NULL, NULL};
+    bench_out out = {NULL, NULL, s->bench_sampled && !s->bench_logits};
     if (s->bench_logits)
         out.logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * DI_BENCH_MAX_BATCH);
     else

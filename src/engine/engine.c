@@ -122,7 +122,7 @@ void di_engine_free(di_engine *e) {
     di_kv_pool_destroy(&e->pool);
     if (e->model) {
         di_model_result_free(e->model, e->logits);
-        di_model_result_free(e->model, e->greedy);
+        di_model_result_free(e->model, e->head_tokens);
     }
     di_sampler_pool_free(e->samplers);
     di_engine_constraint_release(e);

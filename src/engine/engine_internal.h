@@ -64,8 +64,9 @@ struct di_engine {
     float *logits;              /* [logits_rows, V] a step's sampled rows that need their logits,
                                  * kept across steps: page-locked on a device
                                  * (di_model_result_alloc), which writes it */
-    int32_t *greedy;            /* [logits_rows] every sampled row's greedy token (the device's argmax:
-                                 * plain-greedy rows need nothing else), page-locked the same way */
+    int32_t *head_tokens;       /* [logits_rows] every sampled row's token taken where its logits are
+                                 * (di_batch.head_tokens: the device's argmax of a plain-greedy row,
+                                 * its draw of a plain-sampled one), page-locked the same way */
     int logits_rows;
 };
 

@@ -99,10 +99,15 @@ static void commit_token(di_engine *e, engine_req *r, const di_sample_result *s)
     if (finish) di_engine_finish_req(e, r, finish, NULL);
 }
 
-/* Whether the request's next token is the argmax of its logits and nothing else (no constraint
- * mask, bias, penalty or logprobs): the device then reduces its row to the token. */
-static bool plain_greedy(const engine_req *r) {
-    return !r->matcher && di_sampling_is_plain_greedy(&r->sampling);
+/* What the forward hands back for a request's sampled row: its greedy token alone when that is all
+ * the request needs (no constraint mask, bias, penalty or logprobs); on a device also the token
+ * drawn there when the request samples with no such extras (the host draws the same one: the CPU
+ * backend leaves these rows to the host's sampler threads); otherwise the logits. */
+static uint8_t head_want(const di_engine *e, const engine_req *r) {
+    if (r->matcher) return DI_WANT_LOGITS;
+    if (di_sampling_is_plain_greedy(&r->sampling)) return DI_WANT_TOKEN;
+    if (e->model->dev_backend && di_sampling_is_plain_sampled(&r->sampling)) return DI_WANT_SAMPLE;
+    return DI_WANT_LOGITS;
 }
 
 /* The sampled rows whose logits came back to the host (DI_WANT_LOGITS), in plan order: sampled on
@@ -162,34 +167,36 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
          * updated to a new one */
         const int rows = plan->n > e->opt.max_num_seqs ? plan->n : e->opt.max_num_seqs;
         di_model_result_free(e->model, e->logits);
-        di_model_result_free(e->model, e->greedy);
+        di_model_result_free(e->model, e->head_tokens);
         e->logits = di_model_result_alloc(e->model, sizeof(float) * (size_t)rows * (size_t)V);
-        e->greedy = di_model_result_alloc(e->model, sizeof(int32_t) * (size_t)rows);
-        e->logits_rows = e->logits && e->greedy ? rows : 0;
+        e->head_tokens = di_model_result_alloc(e->model, sizeof(int32_t) * (size_t)rows);
+        e->logits_rows = e->logits && e->head_tokens ? rows : 0;
         if (!e->logits_rows) return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", rows);
     }
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)plan->total_rows);
     di_seq_state **seqs = malloc(sizeof(di_seq_state *) * (size_t)plan->n);
     uint8_t *want = calloc((size_t)plan->total_rows, 1);
-    int row = 0, greedy_rows = 0;
+    di_plain_sampling *row_sampling = calloc((size_t)plan->total_rows, sizeof *row_sampling); /* [total_rows] */
+    int row = 0, token_rows = 0;
     int64_t prefill_rows = 0, decode_rows = 0;
     for (int i = 0; i < plan->n; i++) {
         engine_req *r = plan->req[i];
         memcpy(tokens + row, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)plan->n_rows[i]);
         seqs[i] = r->state;
         row += plan->n_rows[i];
-        if (plan->samples[i]) { /* plain greedy: only the token leaves the device */
-            want[row - 1] = plain_greedy(r) ? DI_WANT_TOKEN : DI_WANT_LOGITS;
-            greedy_rows += want[row - 1] == DI_WANT_TOKEN;
+        if (plan->samples[i]) { /* plain greedy or plain sampled: only the token leaves the device */
+            want[row - 1] = head_want(e, r);
+            token_rows += want[row - 1] != DI_WANT_LOGITS;
+            if (want[row - 1] == DI_WANT_SAMPLE) row_sampling[row - 1] = di_plain_sampling_of(&r->sampling, (uint64_t)r->n_tokens);
         }
         if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
     }
     float *logits = e->logits; /* the sampled rows that need logits in plan order, [<= plan->n, V] */
-    /* greedy tokens only where a row wants its token alone (else the host sampler takes the argmax) */
+    /* head tokens only where a row wants its token alone (else the host sampler takes the argmax) */
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want,
-                  .greedy_tokens = greedy_rows ? e->greedy : NULL};
+                  .head_tokens = token_rows ? e->head_tokens : NULL, .row_sampling = row_sampling};
     double t0 = di_seconds_now(), mask_s = 0.0;
     di_status st = di_forward_begin(e->model, &b, err);
     if (!st) { /* while a device computes the step: the constraint masks of its sampled rows */
@@ -213,9 +220,9 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         row_end += plan->n_rows[i];
         if (!plan->samples[i]) continue;
         di_sample_result token = {.token_id = -1};
-        const int k = sampled++; /* the row's place among the head's rows (e->greedy) */
-        if (want[row_end - 1] == DI_WANT_TOKEN) { /* the sampler's argmax, taken on the device */
-            token.token_id = e->greedy[k];
+        const int k = sampled++; /* the row's place among the head's rows (e->head_tokens) */
+        if (want[row_end - 1] != DI_WANT_LOGITS) { /* the sampler's token, taken on the device */
+            token.token_id = e->head_tokens[k];
             if (token.token_id < 0) {
                 di_err serr = {0};
                 di_sample_no_token_error((uint64_t)r->n_tokens, &serr);
@@ -240,5 +247,6 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     free(tokens);
     free(seqs);
     free(want);
+    free(row_sampling);
     return st;
 }

@@ -105,11 +105,16 @@ static di_status check_batch(const di_model *m, const di_batch *b, di_err *err) 
     }
     for (int r = 0; r < b->n_rows && b->want_logits; r++) {
         const uint8_t w = b->want_logits[r];
-        if (w > DI_WANT_TOKEN)
+        if (w > DI_WANT_SAMPLE)
             return di_errf(err, DI_EINVAL, "forward: want_logits[%d] = %d: not a DI_WANT_* value", r, w);
-        if (w == DI_WANT_TOKEN && !b->greedy_tokens)
-            return di_errf(err, DI_EINVAL, "forward: row %d wants its greedy token but the batch has no "
-                           "greedy_tokens buffer", r);
+        if ((w == DI_WANT_TOKEN || w == DI_WANT_SAMPLE) && !b->head_tokens)
+            return di_errf(err, DI_EINVAL, "forward: row %d wants its %s token but the batch has no "
+                           "head_tokens buffer", r, w == DI_WANT_TOKEN ? "greedy" : "sampled");
+        if (w == DI_WANT_SAMPLE && !b->row_sampling)
+            return di_errf(err, DI_EINVAL, "forward: row %d wants a sampled token but the batch has no "
+                           "row_sampling", r);
+        if (w == DI_WANT_SAMPLE && di_plain_sampling_validate(&b->row_sampling[r], m->cfg.vocab_size, err))
+            return di_err_prefix(err, "forward: row %d", r);
     }
     for (int r = 0; r < b->n_rows; r++)
         if (b->tokens[r] < 0 || b->tokens[r] >= m->cfg.vocab_size)
@@ -183,6 +188,7 @@ static void head(fwd_ctx *c, const float *X, const float *pre) {
     float *y = malloc(sizeof(float) * (size_t)D), *yn = malloc(sizeof(float) * (size_t)D);
     float *row_logits = malloc(sizeof(float) * (size_t)V); /* [V] a row whose logits stay here */
     int64_t logit_row = 0, wanted = 0;
+    di_sampler *sampler = NULL; /* the DI_WANT_SAMPLE rows' (5 MB of scratch at V4.1's vocabulary) */
     for (int r = 0; r < c->R; r++) {
         const int want = b->want_logits ? b->want_logits[r] : DI_WANT_LOGITS;
         if (want == DI_WANT_NONE) continue;
@@ -191,9 +197,17 @@ static void head(fwd_ctx *c, const float *X, const float *pre) {
         di_fwd_debug(c, "final_norm_out_row", r, yn, D);
         float *out = want == DI_WANT_LOGITS && b->logits ? b->logits + logit_row++ * V : row_logits;
         di_cpu_linear(&m->head, yn, 1, out, DI_LIN_F32);
-        if (b->greedy_tokens) b->greedy_tokens[wanted] = di_sample_greedy_token(out, (int32_t)V);
+        if (want == DI_WANT_SAMPLE) {
+            di_err serr = {0};
+            if (!sampler && di_sampler_create((int32_t)V, &sampler, &serr)) abort(); /* only V <= 0 fails */
+            /* validated with the batch; the only failure left is a row with no finite logit (-1) */
+            di_sampler_sample_plain(sampler, out, &b->row_sampling[r], &b->head_tokens[wanted], &serr);
+        } else if (b->head_tokens) {
+            b->head_tokens[wanted] = di_sample_greedy_token(out, (int32_t)V);
+        }
         wanted++;
     }
+    di_sampler_free(sampler);
     free(y);
     free(yn);
     free(row_logits);
@@ -250,7 +264,7 @@ static void cpu_forward(const di_model *m, di_batch *b) {
         di_fwd_debug(&c, "block_out", l, X, R * n * D);
     }
     di_fwd_debug(&c, "main_hidden", -1, c.main_hidden, R * (int64_t)cf->n_dspark_targets * D);
-    if (b->logits || b->greedy_tokens) head(&c, X, pre);
+    if (b->logits || b->head_tokens) head(&c, X, pre);
     if (b->main_hidden)
         memcpy(b->main_hidden, c.main_hidden, sizeof(float) * (size_t)R * cf->n_dspark_targets * D);
     commit_states(&c);

@@ -15,11 +15,13 @@
 
 #include "forward/model.h"
 #include "forward/state.h"
+#include "sample/sample_arith.h"
 
 /* What a row's head output is for (di_batch.want_logits). DI_WANT_TOKEN rows compute their logits
- * but only their greedy token leaves the device: a step of B plain-greedy requests moves 4 B bytes
- * to the host instead of B x vocab x 4 (132 MB at B = 256, ~2.5 ms of PCIe). */
-enum { DI_WANT_NONE = 0, DI_WANT_LOGITS = 1, DI_WANT_TOKEN = 2 };
+ * but only their greedy token leaves the device, DI_WANT_SAMPLE rows only the token the sampler
+ * draws from them (row_sampling): a step of B such requests moves 4 B bytes to the host instead of
+ * B x vocab x 4 (132 MB at B = 256, ~2.5 ms of PCIe), and the host samples nothing. */
+enum { DI_WANT_NONE = 0, DI_WANT_LOGITS = 1, DI_WANT_TOKEN = 2, DI_WANT_SAMPLE = 3 };
 
 typedef struct di_batch {
     int n_rows;
@@ -31,9 +33,12 @@ typedef struct di_batch {
     const uint8_t *want_logits;   /* [n_rows] DI_WANT_*: which rows run the head (NULL = all, as
                                      DI_WANT_LOGITS); the DI_WANT_LOGITS rows' logits are written
                                      compactly in row order: logits is then [n_logit_rows, vocab] */
-    int32_t *greedy_tokens;       /* out [n_wanted] or NULL: for every row that runs the head (either
-                                     kind), in row order, di_sample_greedy_token of its logits (-1 when
-                                     none is finite), computed where the logits are */
+    int32_t *head_tokens;         /* out [n_wanted] or NULL: for every row that runs the head, in row
+                                     order, computed where the logits are: a DI_WANT_SAMPLE row's
+                                     token as di_sampler_sample_plain draws it with row_sampling[r],
+                                     any other row's di_sample_greedy_token; -1 when no token can be
+                                     drawn (every logit -inf or NaN) */
+    const di_plain_sampling *row_sampling; /* [n_rows], read for DI_WANT_SAMPLE rows only */
     float *main_hidden;           /* out [n_rows, n_targets*D] DSpark inputs (bf16 values), or NULL */
     /* test hook (--replay-topk): forced indexer selections, compressed positions ascending, -1 pad,
      * [n_index_sources, n_rows, index_topk]; NULL = the model's own top-k */

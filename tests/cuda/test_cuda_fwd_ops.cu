@@ -20,7 +20,8 @@
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
- * the small index-score cases, `--moe` the routing and grouping cases. */
+ * the small index-score cases, `--moe` the routing and grouping cases, `--sample` the greedy and
+ * sampled tokens (a B = 256 head's rows included), `--sample-small` those at emulator sizes. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -162,6 +163,80 @@ static void test_greedy_tokens(int64_t n, int64_t V) {
     else g_pass++;
     cudaFree(dx), cudaFree(dt), cudaFree(ws);
     free(x), free(ref), free(got);
+}
+
+/* cuda_sample.cu's sampled tokens against the host sampler (di_sampler_sample_plain) row by row,
+ * each row with its own settings and seed. Rows of kind 0: model-like logits (a wide body, a few
+ * strong tokens), random temperature / top_k / top_p / min_p; 1: every logit equal, top_p 0.5 (the
+ * cut's weight bucket holds the whole row: past SAMPLE_CAP, read again from the row); 2: heavy exact
+ * ties (half-integers), top_k and top_p cutting inside ties; 3: a pool of 0, -0, +-inf, NaN,
+ * FLT_MAX and denormals; 4: -inf and NaN only (-1); 5: temperature 0 (not a sampled row: its entry
+ * is left alone); 6: the bf16 grid at temperature 5 and top_p 0.999 (nearly uniform); 7: Gumbel
+ * noise at a low temperature with min_p. */
+static void test_sample_tokens(int64_t n, int64_t V) {
+    static const float pool[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, 1e-45f, -1e-45f, 1.0f, -3.0f};
+    const int32_t untouched = 0x5eed;
+    float *x = (float *)malloc(4 * n * V);
+    di_plain_sampling *ps = (di_plain_sampling *)calloc(n, sizeof *ps);
+    int32_t *ref = (int32_t *)malloc(4 * n), *got = (int32_t *)malloc(4 * n), *init = (int32_t *)malloc(4 * n);
+    di_sampler *smp = NULL;
+    di_err err = {};
+    if (di_sampler_create((int32_t)V, &smp, &err)) abort();
+    for (int64_t r = 0; r < n; r++) {
+        float *row = x + r * V;
+        const int kind = (int)(r % 8);
+        di_plain_sampling *p = &ps[r];
+        p->temperature = (float)(0.3 + 1.7 * (rnd_u64() % 1000) / 1000.0);
+        p->top_p = rnd_u64() % 3 ? (float)(0.05 + 0.95 * (rnd_u64() % 1000) / 1000.0) : 1.0f;
+        p->top_k = rnd_u64() % 2 ? (int32_t)(rnd_u64() % (uint64_t)(V + V / 4 + 1)) : 0;
+        p->min_p = rnd_u64() % 4 == 0 ? (float)(0.2 * (rnd_u64() % 1000) / 1000.0) : 0.0f;
+        p->seed = rnd_u64();
+        p->position = rnd_u64() % 100000;
+        for (int64_t i = 0; i < V; i++) {
+            const float u = (float)((rnd_u64() >> 11) * 0x1p-53);
+            row[i] = kind == 0 ? rnd_normalish() * 3.0f
+                     : kind == 1 ? 0.25f
+                     : kind == 2 ? (float)(int)(u * 6) * 0.5f
+                     : kind == 3 ? pool[rnd_u64() % 10]
+                     : kind == 4 ? (rnd_u64() & 1 ? -INFINITY : NAN)
+                     : kind == 6 ? di_bf16_round(20.0f * u - 10.0f)
+                                 : -logf(-logf(u + 1e-12f) + 1e-12f);
+        }
+        if (kind == 0)
+            for (int t = 0; t < 6; t++) row[rnd_u64() % V] = 9.0f + (float)t;
+        if (kind == 1) p->top_p = 0.5f, p->top_k = 0, p->min_p = 0.0f, p->temperature = 1.0f;
+        if (kind == 5) p->temperature = 0.0f;
+        if (kind == 6) p->temperature = 5.0f, p->top_p = 0.999f, p->top_k = 0, p->min_p = 0.0f;
+        if (kind == 7) p->temperature = 0.2f, p->min_p = 0.001f;
+        init[r] = untouched;
+        if (kind == 5) {
+            ref[r] = untouched;
+        } else {
+            di_sampler_sample_plain(smp, row, p, &ref[r], &err); /* -1 for kind 4 */
+        }
+    }
+    float *dx = (float *)dev_upload(x, 4 * n * V);
+    int32_t *dt = (int32_t *)dev_upload(init, 4 * n);
+    di_plain_sampling *dp = (di_plain_sampling *)dev_upload(ps, sizeof *ps * n);
+    void *ws = dev_poisoned(di_cuda_sample_ws_bytes(n, V));
+    di_cuda_sample_tokens(dx, n, V, dp, ws, dt, 0);
+    dev_download(got, dt, 4 * n);
+    int64_t ndiff = 0, shown = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (got[r] == ref[r]) continue;
+        if (shown++ < 4)
+            printf("      row %lld (kind %d, T %g top_k %d top_p %g min_p %g): gpu %d cpu %d\n", (long long)r,
+                   (int)(r % 8), ps[r].temperature, ps[r].top_k, ps[r].top_p, ps[r].min_p, got[r], ref[r]);
+        ndiff++;
+    }
+    printf("%s  %-20s n=%-5lld V=%-34lld differing %lld / %lld  [exact]\n", ndiff ? "FAIL" : "PASS", "sample_tokens",
+           (long long)n, (long long)V, (long long)ndiff, (long long)n);
+    fflush(stdout);
+    if (ndiff) g_fail++;
+    else g_pass++;
+    cudaFree(dx), cudaFree(dt), cudaFree(dp), cudaFree(ws);
+    free(x), free(ps), free(ref), free(got), free(init);
+    di_sampler_free(smp);
 }
 
 /* forward.c di_forward's embedding loop */
@@ -1960,6 +2035,9 @@ static void run_quick(void) {
     test_greedy_tokens(5, 40000);
     test_greedy_tokens(300, 1000); /* one slice a row: no second pass */
     test_greedy_tokens(3, 7);
+    test_sample_tokens(64, 129280);
+    test_sample_tokens(40, 3000);
+    test_sample_tokens(16, 5);
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
     test_copy_rows(6, 16384 + 7); /* several blocks per row, a partial chunk */
@@ -2090,6 +2168,7 @@ static void run_full(bool head) {
     test_copy_rows(64, 640);
     test_greedy_tokens(256, 129280); /* B = 256's head: two slices a row */
     test_greedy_tokens(8, 129280);
+    test_sample_tokens(256, 129280);
     test_embed(129280, 64, 4, 5120);
     test_hc_mean(64, 4, 5120, 3, 2);
     test_scale_bf16(64 * 32, 32, 128);
@@ -2137,6 +2216,17 @@ int main(int argc, char **argv) {
     else if (argc > 1 && !strcmp(argv[1], "--wgmma")) run_wgmma_quick();
     else if (argc > 1 && !strcmp(argv[1], "--imma")) run_imma_quick();
     else if (argc > 1 && !strcmp(argv[1], "--index")) run_index_quick(); /* the index-score cases alone */
+    else if (argc > 1 && !strcmp(argv[1], "--sample")) { /* the sampling cases alone, a B = 256 head included */
+        test_greedy_tokens(256, 129280);
+        test_sample_tokens(16, 5);
+        test_sample_tokens(40, 3000);
+        test_sample_tokens(256, 129280);
+    } else if (argc > 1 && !strcmp(argv[1], "--sample-small")) { /* the same at emulator sizes */
+        test_greedy_tokens(3, 7);
+        test_sample_tokens(16, 5);
+        test_sample_tokens(24, 3000);
+        test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
+    }
     else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping, the SwiGLU and combine alone, one
                                                          prefill-sized; grouped GEMMs of x's rows through a list */
         test_moe_route(5, 16, 4, 0);

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
+#include "sample/sample_arith.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -366,6 +367,14 @@ void di_cuda_engram_gate(float *X, const float *kv, const float *qk, int64_t R, 
 size_t di_cuda_greedy_ws_bytes(int64_t n, int64_t V);
 void di_cuda_greedy_tokens(const float *logits, int64_t n, int64_t V, void *ws, int32_t *tokens,
                            cudaStream_t s);
+/* tokens[i] = the token di_sampler_sample_plain (src/sample/sampler.h) draws from logits row i with
+ * params[i], for the rows whose params[i].temperature is > 0 (-1 when every logit is -inf or NaN);
+ * other rows are left as they are (run di_cuda_greedy_tokens first for them). params must be valid
+ * (di_plain_sampling_validate). logits [n, V] fp32, params [n], tokens [n] int32, ws
+ * di_cuda_sample_ws_bytes(n, V) bytes (the rows' weights: 8 V bytes a row); all device. */
+size_t di_cuda_sample_ws_bytes(int64_t n, int64_t V);
+void di_cuda_sample_tokens(const float *logits, int64_t n, int64_t V, const di_plain_sampling *params, void *ws,
+                           int32_t *tokens, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -1,20 +1,22 @@
-/* Sampling on the device: the greedy token of each logits row, the sampler's step 4 at temperature 0
- * (src/sample/sampler.c di_sample_greedy_token) computed where the logits are, so that a step of
- * plain-greedy requests copies 4 bytes a row to the host instead of the row's 129,280 logits
- * (132 MB at B = 256, ~2.5 ms over PCIe).
+/* Sampling on the device, where the logits are, so that a step's rows send 4 bytes each to the
+ * host instead of 129,280 logits (132 MB at B = 256, ~2.5 ms over PCIe) and the host samples
+ * nothing (a B = 256 step at T = 1 took ~29 ms on 16 host threads):
+ *   - di_cuda_greedy_tokens: the greedy token of each row, the sampler's step 4 at temperature 0
+ *     (di_sample_greedy_token);
+ *   - di_cuda_sample_tokens (cuda_sample_draw.cu): the token di_sampler_sample_plain draws, for the
+ *     rows whose di_plain_sampling has a temperature > 0 -- bit for bit the host's.
  *
- * Ordering: each entry becomes one 64-bit key whose unsigned order is the CPU loop's choice --
+ * Greedy. Each entry becomes one 64-bit key whose unsigned order is the CPU loop's choice --
  * high word the sanitised logit (NaN -> -inf, +inf -> FLT_MAX, -0 -> +0, as `sanitize` and `>`
  * treat them) mapped to an order-preserving unsigned, low word ~id so that equal logits prefer the
  * lowest id. The row's token is the maximal key's id, or -1 when that key's logit is -inf (no entry
  * can be sampled). A maximum over keys does not depend on the order of reduction: the result is a
- * function of the row alone, whatever the grid.
+ * function of the row alone, whatever the grid. A decode step has few rows, so a row is cut into
+ * slices (up to GREEDY_MAX_SLICES, at least GREEDY_MIN_SLICE entries each) until the grid covers
+ * the card twice; pass 1, a block per (slice, row), reduces its slice to a key; pass 2, a warp per
+ * row, reduces the row's keys to its token. With one slice a row, pass 1 writes the token itself.
  *
- * Work: a decode step has few rows, so a row is cut into slices (up to GREEDY_MAX_SLICES, at least
- * GREEDY_MIN_SLICE entries each) until the grid covers the card twice; pass 1, a block per (slice,
- * row), reduces its slice to a key; pass 2, a warp per row, reduces the row's keys to its token.
- * With one slice a row, pass 1 writes the token itself. Integer work only: the result does not
- * depend on flush-to-zero or any float mode. */
+ * Sampled rows: cuda_sample_draw.cu. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 

@@ -266,7 +266,8 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
 }
 
 /* Final hc collapse, norm and head for the rows that run the head (di_batch.want_logits); the
- * DI_WANT_LOGITS rows' logits and every such row's greedy token go to the host batch. */
+ * DI_WANT_LOGITS rows' logits and every such row's token (DI_WANT_SAMPLE rows: drawn here; others:
+ * the greedy one) go to the host batch. */
 static void head(gpu_fwd *f, const float *X, const float *pre) {
     const di_model *m = f->m;
     const di_batch *b = f->b;
@@ -276,11 +277,15 @@ static void head(gpu_fwd *f, const float *X, const float *pre) {
     const float **xs = di_xmalloc(sizeof(float *) * (size_t)f->R);
     const float **ps = di_xmalloc(sizeof(float *) * (size_t)f->R);
     bool *to_host = di_xmalloc(sizeof(bool) * (size_t)f->R); /* [n_out] its logits leave the device */
+    /* [n_out] the DI_WANT_SAMPLE rows' settings, temperature 0 for the others */
+    di_plain_sampling *sampling = di_xcalloc((size_t)f->R, sizeof *sampling);
+    int n_sampled = 0;
     for (int r = 0; r < f->R; r++) {
         const int want = b->want_logits ? b->want_logits[r] : DI_WANT_LOGITS;
         if (want == DI_WANT_NONE) continue;
         to_host[n_out] = want == DI_WANT_LOGITS && b->logits;
         n_logit_rows += to_host[n_out];
+        if (want == DI_WANT_SAMPLE) sampling[n_out] = b->row_sampling[r], n_sampled++;
         xs[n_out] = X + (size_t)r * n * D;
         ps[n_out++] = pre + (size_t)r * n;
     }
@@ -303,11 +308,18 @@ static void head(gpu_fwd *f, const float *X, const float *pre) {
             for (int i = 0, r = 0; r < f->R; r++)
                 if (!b->want_logits || b->want_logits[r]) gpu_debug(f, "final_norm_out_row", r, yn + (size_t)i++ * D, D);
         gpu_linear(f, &f->dm->head, yn, n_out, logits, DI_LIN_F32);
-        if (b->greedy_tokens) {
+        if (b->head_tokens) {
             int32_t *tok = gpu_alloc(f, sizeof(int32_t) * (size_t)n_out); /* [n_out] */
             void *ws = gpu_alloc(f, di_cuda_greedy_ws_bytes(n_out, V));
             di_cuda_greedy_tokens(logits, n_out, V, ws, tok, f->s);
-            gpu_download_async(f, b->greedy_tokens, tok, sizeof(int32_t) * (size_t)n_out);
+            if (n_sampled) { /* over the greedy tokens of the sampled rows */
+                di_plain_sampling *d_sampling = gpu_upload(f, sampling, sizeof *sampling * (size_t)n_out); /* [n_out] */
+                void *sws = gpu_alloc(f, di_cuda_sample_ws_bytes(n_out, V));
+                di_cuda_sample_tokens(logits, n_out, V, d_sampling, sws, tok, f->s);
+                gpu_free(f, sws);
+                gpu_free(f, d_sampling);
+            }
+            gpu_download_async(f, b->head_tokens, tok, sizeof(int32_t) * (size_t)n_out);
             gpu_free(f, ws);
             gpu_free(f, tok);
         }
@@ -334,6 +346,7 @@ static void head(gpu_fwd *f, const float *X, const float *pre) {
     free(xs);
     free(ps);
     free(to_host);
+    free(sampling);
 }
 
 /* After the layers (forward.c commit_states): Engram history and positions on the host, the newest
@@ -518,7 +531,7 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
     }
     if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
     gpu_stage(&f, ST_HEAD);
-    if (b->logits || b->greedy_tokens) head(&f, X, pre);
+    if (b->logits || b->head_tokens) head(&f, X, pre);
     gpu_stage(&f, ST_OTHER);
     if (b->main_hidden && W > 0) gpu_download_async(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
     commit_states(&f);

@@ -31,7 +31,8 @@ for f in "${srcs[@]}"; do
     g++ $CXXFLAGS -c "$f" -o "$o" &
     objs+=("$o")
 done
-for f in src/base/numerics.c src/backend/cpu/*.c src/forward/index_key.c src/forward/kv_record.c; do
+for f in src/base/numerics.c src/base/error.c src/backend/cpu/*.c src/forward/index_key.c src/forward/kv_record.c \
+    src/sample/*.c; do
     o="$B/$(basename "$f" .c).c.o"
     throttle
     gcc -std=c11 -O2 -D_GNU_SOURCE -fopenmp -Isrc -Iinclude -c "$f" -o "$o" &

@@ -1,0 +1,452 @@
+/* Sampled tokens on the device: for each logits row whose di_plain_sampling has a temperature > 0,
+ * the token di_sampler_sample_plain draws on the host, bit for bit -- both sides run the arithmetic
+ * of sample/sample_arith.h: an exp of IEEE operations and fixed-point integer weights W, whose
+ * sums are exact in any order (so the atomics' order changes nothing). A step of plain-sampled
+ * requests then sends 4 bytes a row to the host and the host samples nothing.
+ *
+ * Three launches:
+ *   1. thresholds, a block a row: the max of the sanitised logits and, for top_k, the k-th largest
+ *      (a radix select over the float keys, four 8-bit digits: the host's value whatever its
+ *      digits); clears the row's histogram and sum;
+ *   2. weights, a block per (slice, row) -- the exps are the work (double precision), spread over
+ *      the card: W of every id into the workspace ([n, V] u64, 0 for a filtered token), the row's
+ *      sum and, for top_p, its histogram of count and mass over the weight buckets (eight an
+ *      octave), added into the row's by integer atomics;
+ *   3. draw, a block a row, integers only, reading W: for top_p the bucket holding the cut (the
+ *      lowest non-empty bucket whose first key's mass before it, rounded to double, is still below
+ *      top_p * total) and the cut inside it, by a radix select over 64-bit keys (W << id bits | ~id:
+ *      the order (W desc, id asc)) -- the bucket's keys gathered into shared memory when they fit
+ *      (SAMPLE_CAP), and digits only below the highest bit where its smallest and largest keys
+ *      differ; then U = floor(r * kept mass / 2^53) and the first kept token in id order whose
+ *      cumulative weight exceeds it (a warp a segment of ids, the segments' sums scanned in order,
+ *      one warp walking the segment that holds U).
+ * A thread adds a run of histogram entries with one digit at once (hist_run): a flat row, whose
+ * weights share a bucket and whose keys share digits, would otherwise send every entry's atomic to
+ * one address. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fwd_ops.h"
+
+#include <float.h>
+
+#define SAMPLE_THREADS 512
+#define SAMPLE_WARPS (SAMPLE_THREADS / 32)
+#define SAMPLE_CAP 4096             /* keys of the cut's bucket gathered into shared memory (32 KB) */
+#define WEIGHT_THREADS 256
+#define WEIGHT_MIN_SLICE 2048       /* ids a weights block at least */
+#define WEIGHT_GRID_TARGET (132 * 8) /* weights blocks a launch: every multiprocessor several times */
+#define NB DI_SAMPLE_WEIGHT_BUCKETS
+
+/* A row's state between the launches (workspace, after the weights). */
+typedef struct sample_row_ws {
+    uint64_t total;      /* the sum of the row's W */
+    float max, kth;      /* the largest sanitised logit; top_k's value (-inf: off) */
+    uint32_t count[NB];  /* top_p: weights a bucket */
+    uint64_t mass[NB];   /* top_p: W a bucket */
+} sample_row_ws;
+
+/* NaN -> -inf, +inf -> FLT_MAX: the sampler's `sanitize` */
+__device__ __forceinline__ float sample_sanitize(float x) {
+    x = x != x ? -INFINITY : x;
+    return x > FLT_MAX ? FLT_MAX : x;
+}
+
+/* the host's float_key / key_float (sampler.c) */
+__device__ __forceinline__ uint32_t sample_float_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float sample_key_float(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+/* f(j, src[j]) for j = start, start + step, ... < end, LOADS loads in flight a thread: the passes
+ * over a row are bound by their loads' latency, not by bandwidth, with one load at a time. */
+#define LOADS 8
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_loaded(const T *__restrict__ src, int64_t start, int64_t step, int64_t end,
+                                                F f) {
+    for (int64_t j0 = start; j0 < end; j0 += LOADS * step) {
+        T v[LOADS];
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) v[u] = j0 + u * step < end ? src[j0 + u * step] : T();
+#pragma unroll
+        for (int u = 0; u < LOADS; u++)
+            if (j0 + u * step < end) f(j0 + u * step, v[u]);
+    }
+}
+
+/* v >> s for s up to 64 (a key's digits above the one at hand) */
+__device__ __forceinline__ uint64_t sample_shr(uint64_t v, int s) { return s >= 64 ? 0 : v >> s; }
+
+typedef struct sample_smem {
+    uint64_t mass[NB]; /* per bucket, then per digit */
+    uint32_t count[NB];
+    uint64_t keys[SAMPLE_CAP]; /* the cut's bucket, when it fits */
+    uint64_t warp_u64[SAMPLE_WARPS];
+    float warp_f[SAMPLE_WARPS];
+    uint64_t mass_above, base;
+    uint32_t n_keys, remaining;
+    int chosen, walker;
+} sample_smem;
+
+/* A thread's run of histogram entries with one digit, added to shared memory when the digit
+ * changes. */
+typedef struct hist_run {
+    uint32_t digit, n;
+    uint64_t mass;
+} hist_run;
+
+__device__ __forceinline__ void run_flush(hist_run *r, uint32_t *count, uint64_t *mass) {
+    if (!r->n) return;
+    atomicAdd(&count[r->digit], r->n);
+    if (r->mass) atomicAdd((unsigned long long *)&mass[r->digit], (unsigned long long)r->mass);
+    r->n = 0;
+    r->mass = 0;
+}
+
+__device__ __forceinline__ void run_add(hist_run *r, uint32_t digit, uint64_t w, uint32_t *count, uint64_t *mass) {
+    if (r->n && r->digit != digit) run_flush(r, count, mass);
+    r->digit = digit;
+    r->n++;
+    r->mass += w;
+}
+
+__device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t t = __shfl_xor_sync(0xffffffffu, v, o);
+        v = t > v ? t : v;
+    }
+    return v;
+}
+
+/* block-wide reductions of SAMPLE_THREADS threads (every thread gets the result) */
+__device__ float block_max_f(float v, sample_smem *sm) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) sm->warp_f[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = sm->warp_f[0];
+    for (int w = 1; w < SAMPLE_WARPS; w++) m = fmaxf(m, sm->warp_f[w]);
+    __syncthreads(); /* warp_f is reused */
+    return m;
+}
+
+__device__ uint64_t block_max_u64(uint64_t v, sample_smem *sm) {
+    v = warp_max_u64(v);
+    if ((threadIdx.x & 31) == 0) sm->warp_u64[threadIdx.x >> 5] = v;
+    __syncthreads();
+    uint64_t m = 0;
+    for (int w = 0; w < SAMPLE_WARPS; w++) m = sm->warp_u64[w] > m ? sm->warp_u64[w] : m;
+    __syncthreads();
+    return m;
+}
+
+/* ---- 1. thresholds ---- */
+
+/* The k-th largest sanitised logit of x [V] (1 <= k < V): four 8-bit digits of the float keys, from
+ * the top; a digit's bucket is the one where the count from the top reaches the rank still wanted. */
+__device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *sm) {
+    uint32_t prefix = 0;
+    if (threadIdx.x == 0) sm->remaining = (uint32_t)k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->count[d] = 0;
+        __syncthreads();
+        hist_run run = {0, 0, 0};
+        for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) {
+            const uint32_t key = sample_float_key(sample_sanitize(v));
+            if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
+                run_add(&run, (key >> shift) & 255u, 0, sm->count, sm->mass);
+        });
+        run_flush(&run, sm->count, sm->mass);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint32_t b = 255, rem = sm->remaining;
+            while (sm->count[b] < rem) rem -= sm->count[b--]; /* the counts from the top reach rem */
+            sm->remaining = rem;
+            sm->chosen = (int)b;
+        }
+        __syncthreads();
+        prefix |= (uint32_t)sm->chosen << shift;
+    }
+    return sample_key_float(prefix);
+}
+
+/* block per row (sampled rows only): ws[row]'s max and kth; its sum and histogram cleared. logits [n, V] */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_plain_sampling *__restrict__ params,
+                         sample_row_ws *__restrict__ ws) {
+    __shared__ sample_smem sm;
+    const di_plain_sampling p = params[blockIdx.x];
+    if (!(p.temperature > 0.0f)) return;
+    sample_row_ws *r = &ws[blockIdx.x];
+    for (int b = threadIdx.x; b < NB; b += SAMPLE_THREADS) r->count[b] = 0, r->mass[b] = 0;
+    const float *x = logits + (int64_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, sample_sanitize(v)); });
+    m = block_max_f(m, &sm);
+    const float kth = m > -INFINITY && p.top_k > 0 && p.top_k < V ? kth_largest(x, V, p.top_k, &sm) : -INFINITY;
+    if (threadIdx.x == 0) r->total = 0, r->max = m, r->kth = kth;
+}
+
+/* ---- 2. weights ---- */
+
+/* block (slice, row) (sampled rows with a finite max): W [n, V] of the slice's ids; the slice's
+ * sum and (top_p) histogram added into ws[row]. */
+__global__ void __launch_bounds__(WEIGHT_THREADS)
+sample_weights_kernel(const float *__restrict__ logits, int64_t V, int64_t slice_len,
+                      const di_plain_sampling *__restrict__ params, sample_row_ws *__restrict__ ws,
+                      uint64_t *__restrict__ W) {
+    __shared__ uint32_t count[NB];
+    __shared__ uint64_t mass[NB];
+    __shared__ uint64_t warp_sum[WEIGHT_THREADS / 32];
+    const int64_t row = blockIdx.y;
+    const di_plain_sampling p = params[row];
+    if (!(p.temperature > 0.0f)) return;
+    sample_row_ws *r = &ws[row];
+    const float max = r->max, kth = r->kth;
+    if (max == -INFINITY) return; /* nothing to draw: the draw writes -1 */
+    const bool top_p = p.top_p < 1.0f;
+    const int bits = di_sample_weight_bits(V);
+    const double inv_t = di_sample_inv_temperature(p.temperature), min_p = p.min_p;
+    const double skip = di_sample_skip_below(bits, -INFINITY); /* no log(min_p) here: the no-weight shortcut */
+    for (int b = threadIdx.x; b < NB && top_p; b += WEIGHT_THREADS) count[b] = 0, mass[b] = 0;
+    __syncthreads();
+    const float *x = logits + row * V;
+    uint64_t *w_row = W + row * V;
+    const int64_t lo = (int64_t)blockIdx.x * slice_len, hi = lo + slice_len < V ? lo + slice_len : V;
+    uint64_t sum = 0;
+    hist_run run = {0, 0, 0};
+    for_each_loaded(x, lo + threadIdx.x, WEIGHT_THREADS, hi, [&](int64_t i, float z) {
+        const uint64_t w = di_sample_weight(sample_sanitize(z), max, kth, inv_t, min_p, skip, bits);
+        w_row[i] = w;
+        sum += w;
+        if (top_p && w) run_add(&run, di_sample_weight_bucket(w), w, count, mass);
+    });
+    run_flush(&run, count, mass);
+    sum = warp_sum_u64(sum);
+    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint64_t t = 0;
+        for (int w = 0; w < WEIGHT_THREADS / 32; w++) t += warp_sum[w];
+        atomicAdd((unsigned long long *)&r->total, (unsigned long long)t);
+    }
+    for (int b = threadIdx.x; b < NB && top_p; b += WEIGHT_THREADS)
+        if (count[b]) {
+            atomicAdd(&r->count[b], count[b]);
+            atomicAdd((unsigned long long *)&r->mass[b], (unsigned long long)mass[b]);
+        }
+}
+
+/* ---- 3. draw ---- */
+
+/* top_p's walk over a histogram (n buckets, the highest first, sm->mass_above the mass of
+ * everything higher): the lowest non-empty bucket whose first key's mass before it, as a double,
+ * is < target -- the last that holds kept keys. Thread 0; the choice and the mass above it go to
+ * shared memory. */
+__device__ void cut_walk(int n, double target, sample_smem *sm) {
+    if (threadIdx.x != 0) return;
+    uint64_t before = sm->mass_above, chosen_before = before;
+    int chosen = -1;
+    for (int b = n - 1; b >= 0; b--) {
+        if (!sm->count[b]) continue;
+        if (!(di_sample_u64_to_double(before) < target)) break;
+        chosen = b;
+        chosen_before = before;
+        before += sm->mass[b];
+    }
+    sm->chosen = chosen; /* >= 0: the first non-empty bucket passes (mass_above passed before) */
+    sm->mass_above = chosen_before;
+}
+
+/* (W desc, id asc) as one unsigned order; W comes back out of it. No key is 0 (W >= 1). */
+__device__ __forceinline__ uint64_t make_key(uint64_t w, int64_t i, int id_bits) {
+    return (w << id_bits) | (((uint64_t)1 << id_bits) - 1 - (uint64_t)i);
+}
+
+/* f(key) for every key of weight bucket `bucket`: from shared memory when gathered, else from the
+ * row's weights. */
+template <typename F>
+__device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket,
+                                                    bool gathered, const sample_smem *sm, F f) {
+    if (gathered) {
+        for (int64_t j = threadIdx.x; j < (int64_t)sm->n_keys; j += SAMPLE_THREADS) f(sm->keys[j]);
+        return;
+    }
+    for_each_loaded(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
+        if (w && di_sample_weight_bucket(w) == bucket) f(make_key(w, j, id_bits));
+    });
+}
+
+/* The smallest kept key of weight bucket `bucket`: the bucket's smallest and largest keys first
+ * (their common leading bits are every key's), then 8-bit digits from the one holding the highest
+ * bit where they differ -- a flat row, whose keys differ in their id bits alone, takes three digits
+ * instead of eight. Read from the row's weights, the keys under the digits taken so far are
+ * gathered into shared memory as soon as they fit. Returns it; sm->mass_above becomes the mass of
+ * the larger keys. */
+__device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, bool gathered,
+                            double target, sample_smem *sm) {
+    uint64_t lo = ~(uint64_t)0, hi = 0;
+    for_each_bucket_key(w_row, V, id_bits, bucket, gathered, sm, [&](uint64_t key) {
+        lo = key < lo ? key : lo;
+        hi = key > hi ? key : hi;
+    });
+    lo = ~block_max_u64(~lo, sm);
+    hi = block_max_u64(hi, sm);
+    if (lo == hi) return lo; /* one key: kept (the bucket's first key is), mass_above as it is */
+    const int first = (63 - __clzll((long long)(lo ^ hi))) / 8 * 8;
+    uint64_t prefix = first + 8 >= 64 ? 0 : lo & ~((((uint64_t)1) << (first + 8)) - 1);
+    for (int shift = first; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->count[d] = 0, sm->mass[d] = 0;
+        __syncthreads();
+        hist_run run = {0, 0, 0};
+        for_each_bucket_key(w_row, V, id_bits, bucket, gathered, sm, [&](uint64_t key) {
+            if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
+                run_add(&run, (uint32_t)(key >> shift) & 255u, key >> id_bits, sm->count, sm->mass);
+        });
+        run_flush(&run, sm->count, sm->mass);
+        __syncthreads();
+        cut_walk(256, target, sm);
+        __syncthreads();
+        prefix |= (uint64_t)sm->chosen << shift;
+        if (!gathered && shift > 0 && sm->count[sm->chosen] <= SAMPLE_CAP) {
+            /* the keys under the prefix fit: gather them, and read shared memory from here on */
+            __syncthreads(); /* everyone has read count */
+            if (threadIdx.x == 0) sm->n_keys = 0;
+            __syncthreads();
+            for_each_bucket_key(w_row, V, id_bits, bucket, false, sm, [&](uint64_t key) {
+                if (sample_shr(key, shift) == sample_shr(prefix, shift)) sm->keys[atomicAdd(&sm->n_keys, 1u)] = key;
+            });
+            __syncthreads();
+            gathered = true;
+        }
+    }
+    return prefix;
+}
+
+/* block per row (sampled rows): tokens[row] = the draw. W [n, V] */
+__global__ void __launch_bounds__(SAMPLE_THREADS, 1)
+sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sampling *__restrict__ params,
+                   const sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens) {
+    __shared__ sample_smem sm;
+    const di_plain_sampling p = params[blockIdx.x];
+    if (!(p.temperature > 0.0f)) return;
+    const sample_row_ws *r = &ws[blockIdx.x];
+    if (r->max == -INFINITY) { /* nothing can be drawn */
+        if (threadIdx.x == 0) tokens[blockIdx.x] = -1;
+        return;
+    }
+    const uint64_t *w_row = W + (int64_t)blockIdx.x * V;
+    const int id_bits = di_sample_id_bits(V);
+    const uint64_t total = r->total; /* >= 2^bits: the max's weight */
+    uint64_t cut = 0, kept = total;  /* no top_p: every weighted token */
+    if (p.top_p < 1.0f) {
+        const double target = (double)p.top_p * di_sample_u64_to_double(total);
+        for (int b = threadIdx.x; b < NB; b += SAMPLE_THREADS) sm.count[b] = r->count[b], sm.mass[b] = r->mass[b];
+        if (threadIdx.x == 0) sm.mass_above = 0, sm.n_keys = 0;
+        __syncthreads();
+        cut_walk(NB, target, &sm);
+        __syncthreads();
+        const uint32_t bucket = (uint32_t)sm.chosen;
+        const bool gathered = sm.count[bucket] <= SAMPLE_CAP;
+        __syncthreads(); /* count is reused */
+        if (gathered) {
+            for_each_loaded(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
+                if (w && di_sample_weight_bucket(w) == bucket) sm.keys[atomicAdd(&sm.n_keys, 1u)] = make_key(w, i, id_bits);
+            });
+            __syncthreads();
+        }
+        cut = cut_key(w_row, V, id_bits, bucket, gathered, target, &sm);
+        kept = sm.mass_above + (cut >> id_bits);
+    }
+
+    /* the draw: the first kept token, in id order, whose cumulative weight exceeds U. A warp sums
+     * a segment of ids; the segment holding U is cut into a run of ids a thread, whose sums are
+     * scanned; the thread whose run holds U walks it. */
+    const uint64_t U = di_sample_mul_shift53(di_philox_bits53(p.seed, p.position, 0), kept);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t seg = ((V + SAMPLE_WARPS - 1) / SAMPLE_WARPS + 31) / 32 * 32; /* ids a warp */
+    uint64_t mine = 0;
+    const int64_t lo = warp * seg, hi = lo + seg < V ? lo + seg : V;
+    for_each_loaded(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
+        if (w && make_key(w, i, id_bits) >= cut) mine += w;
+    });
+    mine = warp_sum_u64(mine);
+    if (lane == 0) sm.warp_u64[warp] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) { /* the segment holding U (the segments add up to kept > U) */
+        uint64_t base = 0;
+        int w = 0;
+        while (w < SAMPLE_WARPS - 1 && base + sm.warp_u64[w] <= U) base += sm.warp_u64[w++];
+        sm.walker = w;
+        sm.base = base;
+    }
+    __syncthreads();
+    const int64_t s_lo = sm.walker * seg, s_hi = s_lo + seg < V ? s_lo + seg : V;
+    const int64_t per = (seg + SAMPLE_THREADS - 1) / SAMPLE_THREADS; /* ids a thread: 16 at 129,280 */
+    const int64_t t_lo = s_lo + threadIdx.x * per, t_hi = t_lo + per < s_hi ? t_lo + per : s_hi;
+    uint64_t own = 0;
+    for_each_loaded(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
+        if (w && make_key(w, i, id_bits) >= cut) own += w;
+    });
+    /* exclusive prefix of the threads' sums, in thread order */
+    uint64_t incl = own;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+    }
+    if (lane == 31) sm.warp_u64[warp] = incl;
+    __syncthreads();
+    uint64_t acc = sm.base + incl - own;
+    for (int w = 0; w < warp; w++) acc += sm.warp_u64[w];
+    if (!(acc <= U && U < acc + own)) return; /* exactly one thread goes on: the runs tile the segment */
+    for (int64_t i = t_lo; i < t_hi; i++) {
+        const uint64_t w = w_row[i];
+        if (!w || make_key(w, i, id_bits) < cut) continue;
+        acc += w;
+        if (acc > U) {
+            tokens[blockIdx.x] = (int32_t)i;
+            return;
+        }
+    }
+}
+
+static int64_t weight_slices(int64_t n, int64_t V) {
+    int64_t s = (WEIGHT_GRID_TARGET + n - 1) / n;
+    const int64_t most = (V + WEIGHT_MIN_SLICE - 1) / WEIGHT_MIN_SLICE;
+    if (s > most) s = most;
+    return s < 1 ? 1 : s;
+}
+
+extern "C" size_t di_cuda_sample_ws_bytes(int64_t n, int64_t V) {
+    const size_t rows = (size_t)(n > 0 ? n : 1);
+    return rows * sizeof(sample_row_ws) + rows * (size_t)(V > 0 ? V : 1) * sizeof(uint64_t);
+}
+
+extern "C" void di_cuda_sample_tokens(const float *logits, int64_t n, int64_t V, const di_plain_sampling *params,
+                                      void *ws, int32_t *tokens, cudaStream_t s) {
+    if (n <= 0 || V <= 0) return;
+    if (n > 65535 || V > ((int64_t)1 << 31)) {
+        fprintf(stderr, "di_cuda_sample_tokens: %lld rows of %lld exceed the grid or the key\n", (long long)n,
+                (long long)V);
+        abort();
+    }
+    sample_row_ws *rows = (sample_row_ws *)ws;       /* [n] */
+    uint64_t *W = (uint64_t *)(rows + n);             /* [n, V] */
+    sample_thresholds_kernel<<<(unsigned)n, SAMPLE_THREADS, 0, s>>>(logits, V, params, rows);
+    DI_CUDA_LAUNCHED();
+    const int64_t slices = weight_slices(n, V), slice_len = (V + slices - 1) / slices;
+    sample_weights_kernel<<<dim3((unsigned)slices, (unsigned)n), WEIGHT_THREADS, 0, s>>>(logits, V, slice_len, params,
+                                                                                        rows, W);
+    DI_CUDA_LAUNCHED();
+    sample_draw_kernel<<<(unsigned)n, SAMPLE_THREADS, 0, s>>>(W, V, params, rows, tokens);
+    DI_CUDA_LAUNCHED();
+}
