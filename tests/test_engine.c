@@ -57,15 +57,17 @@ static di_request greedy_request(const int32_t *ids, int n, int max_tokens) {
     return q;
 }
 
-/* Runs requests [0, n) together; out[i] receives the generated ids (GEN each). */
-static void run_batch(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
-                      int32_t out[][GEN]) {
+/* Runs requests [0, n) together; out[i] receives the generated ids (GEN each). With logprobs_every
+ * k > 0, every k-th request (from the first) asks for logprobs = 1: its rows reach the host sampler. */
+static void run_requests(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
+                         int logprobs_every, int32_t out[][GEN]) {
     uint64_t ids[N_REQ];
     char msg[512];
     for (int i = 0; i < n; i++) {
         di_request q = tmpl ? *tmpl : greedy_request(NULL, 0, GEN);
         q.prompt_ids = p->ids[which[i]];
         q.n_prompt_ids = p->len[which[i]];
+        if (logprobs_every && i % logprobs_every == 0) q.sampling.logprobs = 1;
         CHECKF(di_engine_add_request(e, &q, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
     }
     CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
@@ -76,6 +78,11 @@ static void run_batch(di_engine *e, const prompts *p, const int *which, int n, c
         memcpy(out[i], r.token_ids, sizeof(int32_t) * GEN);
         di_engine_release(e, ids[i]);
     }
+}
+
+static void run_batch(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
+                      int32_t out[][GEN]) {
+    run_requests(e, p, which, n, tmpl, 0, out);
 }
 
 static int count_equal(int32_t a[][GEN], int32_t b[][GEN], int n) {
@@ -122,73 +129,32 @@ static void test_batching_and_preemption(prompts *p) {
     }
 }
 
-/* Plain-greedy requests take their token from the device's argmax (DI_WANT_TOKEN); greedy requests
- * that ask for logprobs are sampled on the host from their logits. Both kinds, alone in a batch or
- * mixed in one (the device then gathers the rows that leave it), give the same tokens. */
-static void test_greedy_paths(prompts *p) {
+/* The requests of template tmpl (every prompt) three ways: as they are, all with logprobs = 1 (their
+ * rows then reach the host's sampler as logits) and mixed (every third with logprobs): the tokens
+ * must not depend on where a row was sampled. */
+static void check_sampling_paths(prompts *p, const di_request *tmpl, const char *what) {
     int all[N_REQ];
     for (int i = 0; i < N_REQ; i++) all[i] = i;
     int32_t device[N_REQ][GEN], host[N_REQ][GEN], mixed[N_REQ][GEN];
     di_engine *e = engine_new(0, 0);
-    run_batch(e, p, all, N_REQ, NULL, device);
-    di_request q = greedy_request(NULL, 0, GEN);
-    q.sampling.logprobs = 1;
-    run_batch(e, p, all, N_REQ, &q, host);
-    uint64_t ids[N_REQ];
-    char msg[512];
-    for (int i = 0; i < N_REQ; i++) {
-        di_request r = greedy_request(p->ids[i], p->len[i], GEN);
-        r.sampling.logprobs = i % 3 == 0; /* a third on the host */
-        CHECKF(di_engine_add_request(e, &r, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
-    }
-    CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
-    for (int i = 0; i < N_REQ; i++) {
-        di_result r;
-        CHECK(di_engine_result(e, ids[i], &r) == DI_OK && r.n_tokens == GEN);
-        memcpy(mixed[i], r.token_ids, sizeof(int32_t) * GEN);
-        di_engine_release(e, ids[i]);
-    }
+    run_batch(e, p, all, N_REQ, tmpl, device);
+    run_requests(e, p, all, N_REQ, tmpl, 1, host);  /* every one on the host */
+    run_requests(e, p, all, N_REQ, tmpl, 3, mixed); /* a third on the host */
     const int eq_host = count_equal(device, host, N_REQ), eq_mixed = count_equal(device, mixed, N_REQ);
-    printf("  greedy tokens from the device's argmax vs the host sampler: %d identical, mixed batch %d\n", eq_host,
-           eq_mixed);
+    printf("  %s vs the host sampler: %d identical, mixed batch %d\n", what, eq_host, eq_mixed);
     CHECK(eq_host == N_REQ && eq_mixed == N_REQ);
     di_engine_free(e);
 }
 
-/* Seeded sampled requests: their rows drawn on the device (DI_WANT_SAMPLE, a GPU backend) give the
- * host sampler's tokens (logprobs = 1 keeps a request's rows on the host), also mixed in one batch.
- * On the CPU backend both runs sample on the host. */
-static void test_sampled_paths(prompts *p) {
-    int all[N_REQ];
-    for (int i = 0; i < N_REQ; i++) all[i] = i;
-    int32_t device[N_REQ][GEN], host[N_REQ][GEN], mixed[N_REQ][GEN];
-    di_engine *e = engine_new(0, 0);
+/* Plain-greedy requests take their token from the device's argmax (DI_WANT_TOKEN); seeded sampled
+ * requests have theirs drawn on the device (DI_WANT_SAMPLE). On the CPU backend the sampled ones
+ * are sampled on the host either way. */
+static void test_sampling_paths(prompts *p) {
     di_request q = greedy_request(NULL, 0, GEN);
+    check_sampling_paths(p, &q, "greedy tokens from the device's argmax");
     q.sampling.temperature = 0.9f, q.sampling.top_p = 0.9f, q.sampling.top_k = 40, q.sampling.min_p = 0.001f;
     q.sampling.seed = 4242, q.has_seed = true;
-    run_batch(e, p, all, N_REQ, &q, device);
-    q.sampling.logprobs = 1;
-    run_batch(e, p, all, N_REQ, &q, host);
-    uint64_t ids[N_REQ];
-    char msg[512];
-    for (int i = 0; i < N_REQ; i++) {
-        di_request r = greedy_request(p->ids[i], p->len[i], GEN);
-        r.sampling = q.sampling, r.has_seed = true;
-        r.sampling.logprobs = i % 3 == 0; /* a third on the host */
-        CHECKF(di_engine_add_request(e, &r, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
-    }
-    CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
-    for (int i = 0; i < N_REQ; i++) {
-        di_result r;
-        CHECK(di_engine_result(e, ids[i], &r) == DI_OK && r.n_tokens == GEN);
-        memcpy(mixed[i], r.token_ids, sizeof(int32_t) * GEN);
-        di_engine_release(e, ids[i]);
-    }
-    const int eq_host = count_equal(device, host, N_REQ), eq_mixed = count_equal(device, mixed, N_REQ);
-    printf("  sampled tokens drawn where the logits are vs the host sampler: %d identical, mixed batch %d\n",
-           eq_host, eq_mixed);
-    CHECK(eq_host == N_REQ && eq_mixed == N_REQ);
-    di_engine_free(e);
+    check_sampling_paths(p, &q, "sampled tokens drawn where the logits are");
 }
 
 static void test_seeded_sampling(prompts *p) {
@@ -280,8 +246,7 @@ int main(void) {
     make_prompts(&p);
     printf("engine on the v41-tiny fixture:\n");
     test_batching_and_preemption(&p);
-    test_greedy_paths(&p);
-    test_sampled_paths(&p);
+    test_sampling_paths(&p);
     test_seeded_sampling(&p);
     test_repaired_greedy();
     test_bad_requests();

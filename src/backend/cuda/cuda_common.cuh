@@ -295,4 +295,14 @@ static __device__ __forceinline__ float di_dev_warp_max(float v) {
     return v;
 }
 
+/* the warp's largest unsigned 64-bit value, in every lane (the sampling kernels' keys) */
+static __device__ __forceinline__ uint64_t di_dev_warp_max_u64(uint64_t v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
 #endif

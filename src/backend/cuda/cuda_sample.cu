@@ -43,15 +43,6 @@ __device__ __forceinline__ int32_t greedy_token_of(uint64_t key) {
     return (uint32_t)(key >> 32) <= GREEDY_ORDER_NEG_INF ? -1 : (int32_t)~(uint32_t)key;
 }
 
-__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const uint64_t w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
-
 /* block (slice, row): keys[row * slices + slice] = the slice's maximal key, or, with one slice a
  * row, tokens[row] = its token. logits [n, V] */
 __global__ void __launch_bounds__(GREEDY_THREADS)
@@ -77,12 +68,12 @@ greedy_slices_kernel(const float *__restrict__ logits, int64_t V, int64_t slice_
         best = k > best ? k : best;
     }
     __shared__ uint64_t warp_best[GREEDY_THREADS / 32];
-    best = warp_max_u64(best);
+    best = di_dev_warp_max_u64(best);
     if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
     __syncthreads();
     if (threadIdx.x >= 32) return;
     best = threadIdx.x < GREEDY_THREADS / 32 ? warp_best[threadIdx.x] : 0;
-    best = warp_max_u64(best);
+    best = di_dev_warp_max_u64(best);
     if (threadIdx.x) return;
     if (gridDim.x == 1) tokens[row] = greedy_token_of(best);
     else keys[row * gridDim.x + blockIdx.x] = best;
@@ -94,7 +85,7 @@ __global__ void __launch_bounds__(32) greedy_rows_kernel(const uint64_t *__restr
     const uint64_t *k = keys + (int64_t)blockIdx.x * slices;
     uint64_t best = 0;
     for (int j = threadIdx.x; j < slices; j += 32) best = k[j] > best ? k[j] : best;
-    best = warp_max_u64(best);
+    best = di_dev_warp_max_u64(best);
     if (threadIdx.x == 0) tokens[blockIdx.x] = greedy_token_of(best);
 }
 

@@ -117,15 +117,6 @@ __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
     return v;
 }
 
-__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const uint64_t t = __shfl_xor_sync(0xffffffffu, v, o);
-        v = t > v ? t : v;
-    }
-    return v;
-}
-
 /* block-wide reductions of SAMPLE_THREADS threads (every thread gets the result) */
 __device__ float block_max_f(float v, sample_smem *sm) {
 #pragma unroll
@@ -139,7 +130,7 @@ __device__ float block_max_f(float v, sample_smem *sm) {
 }
 
 __device__ uint64_t block_max_u64(uint64_t v, sample_smem *sm) {
-    v = warp_max_u64(v);
+    v = di_dev_warp_max_u64(v);
     if ((threadIdx.x & 31) == 0) sm->warp_u64[threadIdx.x >> 5] = v;
     __syncthreads();
     uint64_t m = 0;
