@@ -155,10 +155,10 @@ static void free_states(di_seq_state **st, int B) {
     for (int b = 0; b < B; b++) di_seq_state_free(st[b]);
 }
 
-/* Where a call's head output goes: every sequence's greedy token, computed on the device (a step of
- * plain-greedy requests: 4 bytes a sequence cross PCIe), or with --bench-logits every sequence's
- * logits (a step of sampled requests, which the host samples: B x 517 KB). Page-locked, as the
- * engine's. One of the two is NULL. */
+/* Where a call's head output goes: every sequence's token, taken on the device (a step of
+ * plain-greedy requests, or with --bench-sampled of plain-sampled ones drawn there: 4 bytes a
+ * sequence cross PCIe), or with --bench-logits every sequence's logits (a step of requests the host
+ * samples: B x 517 KB). Page-locked, as the engine's. One of the two buffers is NULL. */
 typedef struct bench_out {
     float *logits;   /* [DI_BENCH_MAX_BATCH, vocab] */
     int32_t *tokens; /* [DI_BENCH_MAX_BATCH] */

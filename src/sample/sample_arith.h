@@ -1,4 +1,4 @@
-/* The sampler's arithmetic, written once for the host (sampler.c) and the device (cuda_sample.cu),
+/* The sampler's arithmetic, written once for the host (sampler.c) and the device (cuda_sample_draw.cu),
  * so that a row sampled on a GPU gets the host sampler's token bit for bit.
  *
  * A draw must not depend on where it runs, and two things in the obvious sampler do: libm's `exp`
@@ -26,6 +26,7 @@
 #ifndef DI_SAMPLE_SAMPLE_ARITH_H
 #define DI_SAMPLE_SAMPLE_ARITH_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -76,6 +77,41 @@ DI_SA_FN double di_sa_bits_double(uint64_t u) {
     return d;
 #endif
 }
+
+DI_SA_FN uint32_t di_sa_float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+DI_SA_FN float di_sa_bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* A logit as the sampler sees it: NaN -> -inf (never sampled), +inf -> FLT_MAX (the largest finite
+ * logit, so +inf tokens share the mass). Branch-free: it runs over every logit of every row. */
+DI_SA_FN float di_sample_sanitize(float x) {
+    x = x != x ? -INFINITY : x;
+    return x > FLT_MAX ? FLT_MAX : x;
+}
+
+/* Order-preserving map of a non-NaN float to uint32 (larger float -> larger key; top_k's radix
+ * select) and back. */
+DI_SA_FN uint32_t di_sample_float_key(float f) {
+    const uint32_t u = di_sa_float_bits(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+DI_SA_FN float di_sample_key_float(uint32_t k) { return di_sa_bits_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
 
 /* 2^e for -1022 <= e <= 1023, exactly. */
 DI_SA_FN double di_sample_pow2(int e) { return di_sa_bits_double((uint64_t)(e + 1023) << 52); }

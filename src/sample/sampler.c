@@ -19,7 +19,6 @@
 #include "sample/sampler.h"
 
 #include <assert.h>
-#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -37,7 +36,7 @@ struct di_sampler {
     int32_t vocab;
     float *z;            /* [vocab] f32 processed logits, indexed by token id */
     int32_t *cand_id;    /* [vocab] candidate token ids, ascending */
-    uint64_t *cand_w;    /* [vocab] fixed-point weight floor(exp((z - max) / T) * 2^bits) of cand_id[j] */
+    uint64_t *cand_w;    /* [vocab] fixed-point weight floor(exp((z - max) * (1/T)) * 2^bits) of cand_id[j] */
     int weight_bits;     /* di_sample_weight_bits(vocab) */
     uint32_t *keys;      /* [vocab] radix-select scratch: order-preserving keys of z */
     uint32_t *hist16;    /* [65536] radix-select histogram of the keys' top 16 bits */
@@ -128,12 +127,6 @@ void di_sampler_free(di_sampler *s) {
     free(s);
 }
 
-/* NaN -> -inf (never sampled), +inf -> FLT_MAX (the largest finite logit, so +inf tokens share the mass). */
-static inline float sanitize(float x) {
-    x = x != x ? -INFINITY : x; /* branch-free: this runs over every logit of every row */
-    return x > FLT_MAX ? FLT_MAX : x;
-}
-
 /* Step 4's argmax of z [vocab]: the largest value, ties to the lowest id (strict >), -1 when every
  * entry is -inf; raw: z straight from the model, sanitised on the fly (NaN never wins, +inf counts
  * as FLT_MAX). *max: the value taken (-inf for none). */
@@ -141,7 +134,7 @@ static inline int32_t argmax_of(const float *z, int32_t vocab, bool raw, float *
     float best = -INFINITY;
     int32_t argmax = -1;
     for (int32_t i = 0; i < vocab; i++) {
-        const float v = raw ? sanitize(z[i]) : z[i];
+        const float v = raw ? di_sample_sanitize(z[i]) : z[i];
         if (v > best) { /* strict: ties go to the lowest id */
             best = v;
             argmax = i;
@@ -167,10 +160,10 @@ static void process_logits(di_sampler *s, const di_sample_row *row) {
     const di_sampling_params *p = row->params;
     const di_sample_history *h = row->history;
     float *z = s->z; /* [vocab] f32 */
-    for (int32_t i = 0; i < s->vocab; i++) z[i] = sanitize(row->logits[i]);
+    for (int32_t i = 0; i < s->vocab; i++) z[i] = di_sample_sanitize(row->logits[i]);
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
         int32_t id = p->logit_bias[i].token_id;
-        z[id] = sanitize(z[id] + p->logit_bias[i].bias);
+        z[id] = di_sample_sanitize(z[id] + p->logit_bias[i].bias);
     }
     if (row->allowed_mask)
         for (int32_t i = 0; i < s->vocab; i++)
@@ -185,7 +178,7 @@ static void process_logits(di_sampler *s, const di_sample_row *row) {
                 int32_t id = ids[i];
                 if (s->seen[id]) continue;
                 s->seen[id] = 1;
-                z[id] = sanitize(z[id] < 0.0f ? z[id] * rp : z[id] / rp); /* a tiny rp can overflow */
+                z[id] = di_sample_sanitize(z[id] < 0.0f ? z[id] * rp : z[id] / rp); /* a tiny rp can overflow */
             }
         }
         for (int64_t i = 0; i < h->n_prompt; i++) s->seen[h->prompt_ids[i]] = 0;
@@ -198,24 +191,12 @@ static void process_logits(di_sampler *s, const di_sample_row *row) {
             int32_t id = h->output_ids[i];
             if (!s->counts[id]) continue; /* already applied */
             z[id] = z[id] - fp * (float)s->counts[id];
-            z[id] = sanitize(z[id] - pp);
+            z[id] = di_sample_sanitize(z[id] - pp);
             s->counts[id] = 0;
         }
     }
 }
 
-/* Order-preserving map of a non-NaN float to uint32 (larger float -> larger key) and back. */
-static inline uint32_t float_key(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-static inline float key_float(uint32_t k) {
-    uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* In a histogram hist[0..n_buckets) of keys, the bucket holding the `*remaining`-th largest key;
  * *remaining becomes its rank within that bucket. */
@@ -237,7 +218,7 @@ static float kth_largest(di_sampler *s, int32_t k) {
     uint32_t *hist = s->hist16; /* [65536] */
     uint32_t remaining = (uint32_t)k;
     memset(hist, 0, 65536 * sizeof *hist);
-    for (int32_t i = 0; i < s->vocab; i++) hist[(keys[i] = float_key(s->z[i])) >> 16]++;
+    for (int32_t i = 0; i < s->vocab; i++) hist[(keys[i] = di_sample_float_key(s->z[i])) >> 16]++;
     uint32_t top = rank_bucket(hist, 65536, &remaining);
     int64_t n = 0;
     for (int32_t i = 0; i < s->vocab; i++)
@@ -253,7 +234,7 @@ static float kth_largest(di_sampler *s, int32_t k) {
             if (((keys[i] >> shift) & 255u) == b) keys[m++] = keys[i];
         n = m;
     }
-    return key_float(answer);
+    return di_sample_key_float(answer);
 }
 
 /* Fills cand_id/cand_w (ascending ids) with the tokens that pass top_k and min_p and have a weight
@@ -359,12 +340,12 @@ static void top_store(const top_list *t, di_sample_result *out) {
 /* log_softmax over a whole row x (sanitised on the fly), in double with id-order summation. */
 static void full_logprobs(const float *x, int32_t vocab, int32_t n_top, di_sample_result *out) {
     double max = -INFINITY, sum = 0.0;
-    for (int32_t i = 0; i < vocab; i++) max = fmax(max, (double)sanitize(x[i]));
-    for (int32_t i = 0; i < vocab; i++) sum += exp((double)sanitize(x[i]) - max);
+    for (int32_t i = 0; i < vocab; i++) max = fmax(max, (double)di_sample_sanitize(x[i]));
+    for (int32_t i = 0; i < vocab; i++) sum += exp((double)di_sample_sanitize(x[i]) - max);
     double lse = max + log(sum);
     top_list t = {.cap = n_top};
-    for (int32_t i = 0; i < vocab; i++) top_push(&t, (double)sanitize(x[i]) - lse, i);
-    out->logprob = (float)((double)sanitize(x[out->token_id]) - lse);
+    for (int32_t i = 0; i < vocab; i++) top_push(&t, (double)di_sample_sanitize(x[i]) - lse, i);
+    out->logprob = (float)((double)di_sample_sanitize(x[out->token_id]) - lse);
     top_store(&t, out);
 }
 
@@ -449,10 +430,17 @@ di_plain_sampling di_plain_sampling_of(const di_sampling_params *p, uint64_t pos
                                .top_k = p->top_k, .seed = p->seed, .position = position};
 }
 
-di_status di_plain_sampling_validate(const di_plain_sampling *ps, int32_t vocab_size, di_err *err) {
+/* The full params of a plain-sampled row: its settings, everything else off. */
+static di_sampling_params params_of_plain(const di_plain_sampling *ps) {
     di_sampling_params p;
     di_sampling_params_init(&p);
     p.temperature = ps->temperature, p.top_p = ps->top_p, p.min_p = ps->min_p, p.top_k = ps->top_k;
+    p.seed = ps->seed;
+    return p;
+}
+
+di_status di_plain_sampling_validate(const di_plain_sampling *ps, int32_t vocab_size, di_err *err) {
+    const di_sampling_params p = params_of_plain(ps);
     di_status st = di_sampling_params_validate(&p, vocab_size, err);
     if (!st && !(ps->temperature > 0.0f))
         st = di_errf(err, DI_EINVAL, "sampling: temperature = %g: a sampled row needs one > 0", ps->temperature);
@@ -461,10 +449,7 @@ di_status di_plain_sampling_validate(const di_plain_sampling *ps, int32_t vocab_
 
 di_status di_sampler_sample_plain(di_sampler *s, const float *logits, const di_plain_sampling *ps, int32_t *token,
                                   di_err *err) {
-    di_sampling_params p;
-    di_sampling_params_init(&p);
-    p.temperature = ps->temperature, p.top_p = ps->top_p, p.min_p = ps->min_p, p.top_k = ps->top_k;
-    p.seed = ps->seed;
+    const di_sampling_params p = params_of_plain(ps);
     const di_sample_row row = {.logits = logits, .params = &p, .position = ps->position};
     di_sample_result res;
     const di_status st = di_sampler_sample(s, &row, &res, err);

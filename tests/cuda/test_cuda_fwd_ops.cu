@@ -125,6 +125,30 @@ static void test_copy_rows(int64_t n, int64_t width) {
 }
 
 /* ---- sampling ---- */
+/* A token a row, the device's against the host's: the first differing rows (described by
+ * describe(r, ctx) into a line) and the PASS / FAIL line. */
+static void check_row_tokens(const char *name, int64_t n, int64_t V, const int32_t *got, const int32_t *ref,
+                             void (*describe)(int64_t r, const void *ctx, char *line, size_t cap), const void *ctx) {
+    int64_t ndiff = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (got[r] == ref[r]) continue;
+        if (ndiff++ < 4) {
+            char line[160];
+            describe(r, ctx, line, sizeof line);
+            printf("      row %lld (%s): gpu %d cpu %d\n", (long long)r, line, got[r], ref[r]);
+        }
+    }
+    printf("%s  %-20s n=%-5lld V=%-34lld differing %lld / %lld  [exact]\n", ndiff ? "FAIL" : "PASS", name,
+           (long long)n, (long long)V, (long long)ndiff, (long long)n);
+    fflush(stdout);
+    if (ndiff) g_fail++;
+    else g_pass++;
+}
+
+static void describe_greedy_row(int64_t r, const void *, char *line, size_t cap) {
+    snprintf(line, cap, "kind %d", (int)(r % 4));
+}
+
 /* cuda_sample.cu's greedy tokens against di_sample_greedy_token (the sampler's argmax) row by row.
  * Rows of kind 0: random logits with the row's maximum planted at a few places (ties across slices:
  * the lowest id must win); 1: a pool of 0, -0, +-inf, NaN, FLT_MAX and denormals (sanitising and
@@ -150,22 +174,18 @@ static void test_greedy_tokens(int64_t n, int64_t V) {
     void *ws = dev_poisoned(di_cuda_greedy_ws_bytes(n, V));
     di_cuda_greedy_tokens(dx, n, V, ws, dt, 0);
     dev_download(got, dt, 4 * n);
-    int64_t ndiff = 0, shown = 0;
-    for (int64_t r = 0; r < n; r++) {
-        if (got[r] == ref[r]) continue;
-        if (shown++ < 4) printf("      row %lld (kind %d): gpu %d cpu %d\n", (long long)r, (int)(r % 4), got[r], ref[r]);
-        ndiff++;
-    }
-    printf("%s  %-20s n=%-5lld V=%-34lld differing %lld / %lld  [exact]\n", ndiff ? "FAIL" : "PASS", "greedy_tokens",
-           (long long)n, (long long)V, (long long)ndiff, (long long)n);
-    fflush(stdout);
-    if (ndiff) g_fail++;
-    else g_pass++;
+    check_row_tokens("greedy_tokens", n, V, got, ref, describe_greedy_row, NULL);
     cudaFree(dx), cudaFree(dt), cudaFree(ws);
     free(x), free(ref), free(got);
 }
 
-/* cuda_sample.cu's sampled tokens against the host sampler (di_sampler_sample_plain) row by row,
+static void describe_sampled_row(int64_t r, const void *ctx, char *line, size_t cap) {
+    const di_plain_sampling *p = (const di_plain_sampling *)ctx + r;
+    snprintf(line, cap, "kind %d, T %g top_k %d top_p %g min_p %g", (int)(r % 8), p->temperature, p->top_k, p->top_p,
+             p->min_p);
+}
+
+/* cuda_sample_draw.cu's sampled tokens against the host sampler (di_sampler_sample_plain) row by row,
  * each row with its own settings and seed. Rows of kind 0: model-like logits (a wide body, a few
  * strong tokens), random temperature / top_k / top_p / min_p; 1: every logit equal, top_p 0.5 (the
  * cut's weight bucket holds the whole row: past SAMPLE_CAP, read again from the row); 2: heavy exact
@@ -221,19 +241,7 @@ static void test_sample_tokens(int64_t n, int64_t V) {
     void *ws = dev_poisoned(di_cuda_sample_ws_bytes(n, V));
     di_cuda_sample_tokens(dx, n, V, dp, ws, dt, 0);
     dev_download(got, dt, 4 * n);
-    int64_t ndiff = 0, shown = 0;
-    for (int64_t r = 0; r < n; r++) {
-        if (got[r] == ref[r]) continue;
-        if (shown++ < 4)
-            printf("      row %lld (kind %d, T %g top_k %d top_p %g min_p %g): gpu %d cpu %d\n", (long long)r,
-                   (int)(r % 8), ps[r].temperature, ps[r].top_k, ps[r].top_p, ps[r].min_p, got[r], ref[r]);
-        ndiff++;
-    }
-    printf("%s  %-20s n=%-5lld V=%-34lld differing %lld / %lld  [exact]\n", ndiff ? "FAIL" : "PASS", "sample_tokens",
-           (long long)n, (long long)V, (long long)ndiff, (long long)n);
-    fflush(stdout);
-    if (ndiff) g_fail++;
-    else g_pass++;
+    check_row_tokens("sample_tokens", n, V, got, ref, describe_sampled_row, ps);
     cudaFree(dx), cudaFree(dt), cudaFree(dp), cudaFree(ws);
     free(x), free(ps), free(ref), free(got), free(init);
     di_sampler_free(smp);

@@ -26,8 +26,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 
-#include <float.h>
-
 #define SAMPLE_THREADS 512
 #define SAMPLE_WARPS (SAMPLE_THREADS / 32)
 #define SAMPLE_CAP 4096             /* keys of the cut's bucket gathered into shared memory (32 KB) */
@@ -43,21 +41,6 @@ typedef struct sample_row_ws {
     uint32_t count[NB];  /* top_p: weights a bucket */
     uint64_t mass[NB];   /* top_p: W a bucket */
 } sample_row_ws;
-
-/* NaN -> -inf, +inf -> FLT_MAX: the sampler's `sanitize` */
-__device__ __forceinline__ float sample_sanitize(float x) {
-    x = x != x ? -INFINITY : x;
-    return x > FLT_MAX ? FLT_MAX : x;
-}
-
-/* the host's float_key / key_float (sampler.c) */
-__device__ __forceinline__ uint32_t sample_float_key(float f) {
-    const uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float sample_key_float(uint32_t k) {
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 
 /* f(j, src[j]) for j = start, start + step, ... < end, LOADS loads in flight a thread: the passes
  * over a row are bound by their loads' latency, not by bandwidth, with one load at a time. */
@@ -151,7 +134,7 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *
         __syncthreads();
         hist_run run = {0, 0, 0};
         for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) {
-            const uint32_t key = sample_float_key(sample_sanitize(v));
+            const uint32_t key = di_sample_float_key(di_sample_sanitize(v));
             if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
                 run_add(&run, (key >> shift) & 255u, 0, sm->count, sm->mass);
         });
@@ -166,7 +149,7 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *
         __syncthreads();
         prefix |= (uint32_t)sm->chosen << shift;
     }
-    return sample_key_float(prefix);
+    return di_sample_key_float(prefix);
 }
 
 /* block per row (sampled rows only): ws[row]'s max and kth; its sum and histogram cleared. logits [n, V] */
@@ -180,7 +163,7 @@ sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_p
     for (int b = threadIdx.x; b < NB; b += SAMPLE_THREADS) r->count[b] = 0, r->mass[b] = 0;
     const float *x = logits + (int64_t)blockIdx.x * V;
     float m = -INFINITY;
-    for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, sample_sanitize(v)); });
+    for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
     m = block_max_f(m, &sm);
     const float kth = m > -INFINITY && p.top_k > 0 && p.top_k < V ? kth_largest(x, V, p.top_k, &sm) : -INFINITY;
     if (threadIdx.x == 0) r->total = 0, r->max = m, r->kth = kth;
@@ -215,7 +198,7 @@ sample_weights_kernel(const float *__restrict__ logits, int64_t V, int64_t slice
     uint64_t sum = 0;
     hist_run run = {0, 0, 0};
     for_each_loaded(x, lo + threadIdx.x, WEIGHT_THREADS, hi, [&](int64_t i, float z) {
-        const uint64_t w = di_sample_weight(sample_sanitize(z), max, kth, inv_t, min_p, skip, bits);
+        const uint64_t w = di_sample_weight(di_sample_sanitize(z), max, kth, inv_t, min_p, skip, bits);
         w_row[i] = w;
         sum += w;
         if (top_p && w) run_add(&run, di_sample_weight_bucket(w), w, count, mass);
