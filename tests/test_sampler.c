@@ -15,6 +15,7 @@
 #include "base/numerics.h"
 #include "sample/philox.h"
 #include "sample/sampler.h"
+#include "sample/sample_simd.h"
 #include "sample/sampler_pool.h"
 #include "test_harness.h"
 
@@ -128,6 +129,99 @@ static void test_arith(void) {
         bad += with != di_sample_weight(z, 0.0f, -INFINITY, 1.0, min_p, -INFINITY, 46);
     }
     CHECKF(bad == 0, "%d weights change with the skip", bad);
+}
+
+/* ---- the row passes' SIMD forms (sample_simd.h) against the scalar form, every token ---- */
+
+/* A row of n logits of kind `kind` (0: broad, 1: peaked with exact ties, 2: every special value) */
+static void simd_row(float *z, int32_t n, int kind, uint64_t seed) {
+    static const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f,
+                                    0x1p-126f, 1.0f, -1.0f};
+    for (int32_t i = 0; i < n; i++) {
+        const double u = di_philox_uniform(seed, (uint64_t)i, 0);
+        if (kind == 0) z[i] = (float)((u - 0.5) * 40.0);
+        else if (kind == 1) z[i] = (float)floor(u * 8.0) * 0.25f + (i % 97 == 0 ? 6.0f : 0.0f);
+        else z[i] = i % 5 ? special[(uint32_t)(u * 12.0) % 12] : (float)((u - 0.5) * 1e3);
+    }
+}
+
+static void test_simd_forms(void) {
+    const di_sample_form best = di_sample_best_form();
+    static const char *names[] = {"scalar", "avx2", "avx512"};
+    printf("sampler row passes: this CPU runs the scalar form%s%s (the others are checked where a CPU has them)\n",
+           best >= DI_SAMPLE_AVX2 ? ", avx2" : "", best >= DI_SAMPLE_AVX512 ? ", avx512" : "");
+    static const int32_t sizes[] = {129280, 2048, 1500, 1000, 37, 5};
+    static const float temps[] = {1.0f, 0.05f, 0.7f, 5.0f, 300.0f};
+    const int32_t most = sizes[0];
+    float *z = malloc(sizeof(float) * most), *c0 = malloc(sizeof(float) * most), *c1 = malloc(sizeof(float) * most);
+    uint64_t *w0 = malloc(8 * (size_t)most), *w1 = malloc(8 * (size_t)most);
+    uint16_t *b0 = malloc(2 * (size_t)most), *b1 = malloc(2 * (size_t)most);
+    int cases = 0, bad = 0;
+    for (int form = DI_SAMPLE_AVX2; form <= (int)best; form++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (int kind = 0; kind < 3; kind++) {
+                const int32_t n = sizes[si];
+                simd_row(z, n, kind, 100 + si * 3 + (uint64_t)kind);
+                /* the copy: bit for bit */
+                di_sample_sanitized_copy(DI_SAMPLE_SCALAR, c0, z, n);
+                di_sample_sanitized_copy((di_sample_form)form, c1, z, n);
+                bad += memcmp(c0, c1, sizeof(float) * n) != 0;
+                /* the argmax: raw and sanitised rows; every entry -inf / NaN gives -1 */
+                for (int raw = 0; raw < 2; raw++) {
+                    float m0, m1;
+                    const int32_t a0 = di_sample_argmax(DI_SAMPLE_SCALAR, raw ? z : c0, n, raw, &m0);
+                    const int32_t a1 = di_sample_argmax((di_sample_form)form, raw ? z : c0, n, raw, &m1);
+                    if (a0 != a1 || memcmp(&m0, &m1, sizeof m0)) {
+                        bad++;
+                        fprintf(stderr, "%s argmax n %d kind %d raw %d: %d (%a) != %d (%a)\n", names[form], n, kind, raw,
+                                a1, m1, a0, m0);
+                    }
+                }
+                /* the weights and their buckets under every filter */
+                float max;
+                di_sample_argmax(DI_SAMPLE_SCALAR, c0, n, false, &max);
+                const int bits = di_sample_weight_bits(n);
+                for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+                    for (int filt = 0; filt < 3; filt++) {
+                        const double min_p = filt == 1 ? 0.01 : 0.0;
+                        const di_weight_filter f = {
+                            .max = max, .kth = filt == 2 ? c0[n / 2] : -INFINITY,
+                            .inv_t = di_sample_inv_temperature(temps[ti]), .min_p = min_p,
+                            .skip = di_sample_skip_below(bits, min_p > 0 ? log(min_p) : -INFINITY), .bits = bits};
+                        const uint64_t s0 = di_sample_weights(DI_SAMPLE_SCALAR, c0, n, &f, w0, b0);
+                        const uint64_t s1 = di_sample_weights((di_sample_form)form, c0, n, &f, w1, b1);
+                        memset(b1, 0xee, 2); /* no bucket array asked: none written, the weights the same */
+                        const uint64_t s2 = di_sample_weights((di_sample_form)form, c0, n, &f, w1, NULL);
+                        int diff = s0 != s1 || s0 != s2 || b1[0] != 0xeeee ||
+                                   memcmp(w0, w1, 8 * (size_t)n) != 0;
+                        di_sample_weights((di_sample_form)form, c0, n, &f, w1, b1);
+                        diff += memcmp(b0, b1, 2 * (size_t)n) != 0;
+                        for (int32_t i = 0; i < n && diff; i++)
+                            if (w0[i] != w1[i] || b0[i] != b1[i]) {
+                                fprintf(stderr, "%s weights n %d kind %d T %g filter %d id %d: %llu/%u != %llu/%u\n",
+                                        names[form], n, kind, temps[ti], filt, i, (unsigned long long)w1[i], b1[i],
+                                        (unsigned long long)w0[i], b0[i]);
+                                break;
+                            }
+                        bad += diff != 0;
+                        cases++;
+                    }
+            }
+    /* the scalar form's buckets are di_sample_weight_bucket's, DI_SAMPLE_NO_BUCKET for no weight */
+    simd_row(z, 4096, 0, 9);
+    float max;
+    di_sample_argmax(DI_SAMPLE_SCALAR, z, 4096, false, &max);
+    const di_weight_filter f = {.max = max, .kth = -INFINITY, .inv_t = 1.0, .min_p = 0.0,
+                                .skip = di_sample_skip_below(51, -INFINITY), .bits = 51};
+    di_sample_weights(DI_SAMPLE_SCALAR, z, 4096, &f, w0, b0);
+    int zero = 0;
+    for (int32_t i = 0; i < 4096; i++) {
+        zero += w0[i] == 0;
+        bad += b0[i] != (w0[i] ? di_sample_weight_bucket(w0[i]) : DI_SAMPLE_NO_BUCKET);
+    }
+    CHECKF(zero > 100 && zero < 4000, "%d of 4096 broad logits without weight", zero);
+    CHECKF(bad == 0, "%d of %d row-pass cases differ from the scalar form", bad, cases);
+    free(z), free(c0), free(c1), free(w0), free(w1), free(b0), free(b1);
 }
 
 /* ---- helpers ---- */
@@ -946,6 +1040,7 @@ int main(void) {
     CHECK(di_sampler_create(BIG_VOCAB, &g_big, &err) == DI_OK);
     test_philox_kat();
     test_arith();
+    test_simd_forms();
     test_validation();
     test_greedy();
     test_greedy_token();

@@ -7,15 +7,19 @@
  *   - one pass finds the max and the argmax (lowest id on ties): greedy stops here;
  *   - top_k: the k-th largest logit by a radix select on the float bits (16 + 8 + 8 bits; O(V), no sort);
  *   - one pass computes w = exp((z - max) * (1 / T)) (di_sample_exp) for tokens at or above the top_k
- *     threshold, keeps those with w >= min_p (w is p / p_max, so this is min_p's test) and a
- *     fixed-point weight W = floor(w * 2^bits) > 0, in id order (sample/sample_arith.h: integer
- *     weights make every sum exact, so the device sampler gets the same token);
- *   - top_p: a histogram of candidate mass over weight buckets (eight an octave) finds the bucket
- *     where the mass in (W desc, id asc) order crosses top_p; only that bucket's tokens are sorted
- *     (never the whole nucleus), and the kept set is compacted in place in id order;
+ *     threshold and the fixed-point weight W = floor(w * 2^bits) of those with w >= min_p (w is
+ *     p / p_max, so this is min_p's test), 0 for the others: a weight for every id, in id order
+ *     (sample/sample_arith.h: integer weights make every sum exact, so the device sampler gets the
+ *     same token);
+ *   - top_p: a histogram of candidate mass over weight buckets (eight an octave; the weight pass
+ *     writes each token's) finds the bucket where the mass in (W desc, id asc) order crosses top_p;
+ *     only that bucket's tokens are sorted (never the whole nucleus); the cut is the last (W, id)
+ *     kept, and the draw skips the tokens past it;
  *   - the draw: 53 bits r from Philox keyed by (seed, position), U = floor(r * total / 2^53), the
  *     first survivor in ascending id order whose cumulative weight exceeds U.
- * Nothing here reads a clock, a thread id, another row or a previous call. */
+ * The passes over the whole row (the copy, the argmax, the weights) run in SIMD where the CPU has it
+ * (sample/sample_simd.c: the same bits in every form). Nothing here reads a clock, a thread id,
+ * another row or a previous call. */
 #include "sample/sampler.h"
 
 #include <assert.h>
@@ -26,22 +30,32 @@
 
 #include "sample/philox.h"
 #include "sample/sample_arith.h"
+#include "sample/sample_simd.h"
 
+/* A token and its weight; as top_p's cut, the last kept in (W desc, id asc) order. */
 typedef struct weighted_id {
     uint64_t w;
     int32_t id;
 } weighted_id;
 
+/* The cut that keeps every token. */
+static const weighted_id keep_all = {0, INT32_MAX};
+
+/* Whether a token of weight w is at or above the cut in (W desc, id asc) order. */
+static inline bool kept(weighted_id cut, uint64_t w, int32_t id) { return w > cut.w || (w == cut.w && id <= cut.id); }
+
 struct di_sampler {
     int32_t vocab;
+    di_sample_form form; /* the row passes' SIMD form (di_sample_best_form) */
     float *z;            /* [vocab] f32 processed logits, indexed by token id */
-    int32_t *cand_id;    /* [vocab] candidate token ids, ascending */
-    uint64_t *cand_w;    /* [vocab] fixed-point weight floor(exp((z - max) * (1/T)) * 2^bits) of cand_id[j] */
+    uint64_t *w;         /* [vocab] fixed-point weight floor(exp((z - max) * (1/T)) * 2^bits) of each id,
+                            0 = not a candidate */
+    uint16_t *bucket;    /* [vocab] top_p: di_sample_weight_bucket of w, DI_SAMPLE_NO_BUCKET for w = 0 */
     int weight_bits;     /* di_sample_weight_bits(vocab) */
     uint32_t *keys;      /* [vocab] radix-select scratch: order-preserving keys of z */
     uint32_t *hist16;    /* [65536] radix-select histogram of the keys' top 16 bits */
     weighted_id *sorted; /* [vocab] top_p scratch: the tokens of one weight bucket */
-    uint64_t bucket_mass[DI_SAMPLE_WEIGHT_BUCKETS]; /* top_p: candidate mass per weight bucket */
+    uint64_t bucket_mass[DI_SAMPLE_WEIGHT_BUCKETS + 1]; /* top_p: candidate mass per weight bucket (+ none) */
     uint8_t *seen;       /* [vocab] repetition-penalty marks; all zero between calls */
     uint32_t *counts;    /* [vocab] output-token counts; all zero between calls */
 };
@@ -103,8 +117,9 @@ di_status di_sampler_create(int32_t vocab_size, di_sampler **out, di_err *err) {
     s->vocab = vocab_size;
     s->weight_bits = di_sample_weight_bits(vocab_size);
     s->z = di_xmalloc(v * sizeof *s->z);
-    s->cand_id = di_xmalloc(v * sizeof *s->cand_id);
-    s->cand_w = di_xmalloc(v * sizeof *s->cand_w);
+    s->form = di_sample_best_form();
+    s->w = di_xmalloc(v * sizeof *s->w);
+    s->bucket = di_xmalloc(v * sizeof *s->bucket);
     s->keys = di_xmalloc(v * sizeof *s->keys);
     s->hist16 = di_xmalloc(65536 * sizeof *s->hist16);
     s->sorted = di_xmalloc(v * sizeof *s->sorted);
@@ -117,31 +132,14 @@ di_status di_sampler_create(int32_t vocab_size, di_sampler **out, di_err *err) {
 void di_sampler_free(di_sampler *s) {
     if (!s) return;
     free(s->z);
-    free(s->cand_id);
-    free(s->cand_w);
+    free(s->w);
+    free(s->bucket);
     free(s->keys);
     free(s->hist16);
     free(s->sorted);
     free(s->seen);
     free(s->counts);
     free(s);
-}
-
-/* Step 4's argmax of z [vocab]: the largest value, ties to the lowest id (strict >), -1 when every
- * entry is -inf; raw: z straight from the model, sanitised on the fly (NaN never wins, +inf counts
- * as FLT_MAX). *max: the value taken (-inf for none). */
-static inline int32_t argmax_of(const float *z, int32_t vocab, bool raw, float *max) {
-    float best = -INFINITY;
-    int32_t argmax = -1;
-    for (int32_t i = 0; i < vocab; i++) {
-        const float v = raw ? di_sample_sanitize(z[i]) : z[i];
-        if (v > best) { /* strict: ties go to the lowest id */
-            best = v;
-            argmax = i;
-        }
-    }
-    *max = best;
-    return argmax;
 }
 
 static di_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const char *what, di_err *err) {
@@ -160,7 +158,7 @@ static void process_logits(di_sampler *s, const di_sample_row *row) {
     const di_sampling_params *p = row->params;
     const di_sample_history *h = row->history;
     float *z = s->z; /* [vocab] f32 */
-    for (int32_t i = 0; i < s->vocab; i++) z[i] = di_sample_sanitize(row->logits[i]);
+    di_sample_sanitized_copy(s->form, z, row->logits, s->vocab);
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
         int32_t id = p->logit_bias[i].token_id;
         z[id] = di_sample_sanitize(z[id] + p->logit_bias[i].bias);
@@ -237,25 +235,35 @@ static float kth_largest(di_sampler *s, int32_t k) {
     return di_sample_key_float(answer);
 }
 
-/* Fills cand_id/cand_w (ascending ids) with the tokens that pass top_k and min_p and have a weight
- * W > 0; returns their count and sets *total to the sum of W. max is the row's max of z. */
-static int32_t collect_candidates(di_sampler *s, const di_sampling_params *p, float max, uint64_t *total) {
-    float threshold = -INFINITY;
-    if (p->top_k > 0 && p->top_k < s->vocab) threshold = kth_largest(s, p->top_k);
-    const double inv_t = di_sample_inv_temperature(p->temperature), min_p = p->min_p;
-    const double skip = di_sample_skip_below(s->weight_bits, min_p > 0.0 ? log(min_p) : -INFINITY);
-    uint64_t sum = 0;
-    int32_t n = 0;
-    for (int32_t id = 0; id < s->vocab; id++) {
-        const uint64_t w = di_sample_weight(s->z[id], max, threshold, inv_t, min_p, skip, s->weight_bits);
-        if (!w) continue;
-        s->cand_id[n] = id;
-        s->cand_w[n] = w;
-        sum += w;
-        n++;
+/* Fills w[vocab] with each token's weight (0 unless it passes top_k and min_p with a weight W > 0),
+ * and bucket[vocab] with their weight buckets where top_p needs them; returns the sum of the
+ * weights. max is the row's max of z. */
+static uint64_t weigh_tokens(di_sampler *s, const di_sampling_params *p, float max) {
+    const double min_p = p->min_p;
+    const di_weight_filter f = {
+        .max = max,
+        .kth = p->top_k > 0 && p->top_k < s->vocab ? kth_largest(s, p->top_k) : -INFINITY,
+        .inv_t = di_sample_inv_temperature(p->temperature),
+        .min_p = min_p,
+        .skip = di_sample_skip_below(s->weight_bits, min_p > 0.0 ? log(min_p) : -INFINITY),
+        .bits = s->weight_bits,
+    };
+    return di_sample_weights(s->form, s->z, s->vocab, &f, s->w, p->top_p < 1.0f ? s->bucket : NULL);
+}
+
+/* The draw: U = floor(r * total / 2^53) for Philox's 53 bits r at (seed, position); the first id
+ * whose cumulative weight, over the tokens the cut keeps, exceeds U (a weight of 0 never does: the
+ * sum before it already did not). U < total and the kept weights add up to total exactly, so some
+ * id's does. */
+static int32_t draw(const uint64_t *w, int32_t n, weighted_id cut, uint64_t total, uint64_t seed, uint64_t position) {
+    const uint64_t target = di_sample_mul_shift53(di_philox_bits53(seed, position, DI_PHILOX_STREAM_SAMPLE), total);
+    uint64_t acc = 0;
+    int32_t id = 0;
+    for (; id < n - 1; id++) {
+        acc += w[id] & -(uint64_t)kept(cut, w[id], id); /* branch-free: the cut is crossed at random */
+        if (acc > target) break;
     }
-    *total = sum;
-    return n;
+    return id;
 }
 
 static int cmp_w_desc_id_asc(const void *a, const void *b) {
@@ -269,12 +277,15 @@ static int cmp_w_desc_id_asc(const void *a, const void *b) {
  * total (the same test the device makes). Without sorting the nucleus: a histogram of mass by
  * weight bucket, walked from the top, finds the bucket where the mass crosses the target; only that
  * bucket's tokens are sorted. The kept set is then everything at or above the last kept (W, id) in
- * that order, so the candidates are compacted in place and stay in ascending id order. Returns the
- * new count; *total becomes the kept mass. */
-static int32_t apply_top_p(di_sampler *s, int32_t n, uint64_t *total, double top_p) {
+ * that order: returns that cut (keep_all when the target is reached only with every candidate), and
+ * *total becomes the kept mass. */
+static weighted_id apply_top_p(di_sampler *s, uint64_t *total, double top_p) {
     const double target = top_p * di_sample_u64_to_double(*total);
+    const int32_t n = s->vocab;
+    const uint64_t *w = s->w;        /* [vocab] */
+    const uint16_t *bkt = s->bucket; /* [vocab] */
     memset(s->bucket_mass, 0, sizeof s->bucket_mass);
-    for (int32_t j = 0; j < n; j++) s->bucket_mass[di_sample_weight_bucket(s->cand_w[j])] += s->cand_w[j];
+    for (int32_t id = 0; id < n; id++) s->bucket_mass[bkt[id]] += w[id]; /* no weight: the extra bucket */
     uint64_t cum = 0; /* the mass before the bucket (then the token) at hand: exact */
     weighted_id last = {0, -1};
     for (int32_t b = DI_SAMPLE_WEIGHT_BUCKETS - 1; b >= 0 && last.id < 0; b--) {
@@ -285,9 +296,8 @@ static int32_t apply_top_p(di_sampler *s, int32_t n, uint64_t *total, double top
             continue;
         }
         int32_t nb = 0;
-        for (int32_t j = 0; j < n; j++)
-            if (di_sample_weight_bucket(s->cand_w[j]) == (uint32_t)b)
-                s->sorted[nb++] = (weighted_id){s->cand_w[j], s->cand_id[j]};
+        for (int32_t id = 0; id < n; id++)
+            if (bkt[id] == b) s->sorted[nb++] = (weighted_id){w[id], id};
         qsort(s->sorted, (size_t)nb, sizeof *s->sorted, cmp_w_desc_id_asc);
         /* the bucket's first token is kept (the mass before it passed the test above); the cut is
          * the last one whose mass before it still does */
@@ -296,18 +306,9 @@ static int32_t apply_top_p(di_sampler *s, int32_t n, uint64_t *total, double top
             last = s->sorted[k];
         }
     }
-    if (last.id < 0) return n; /* the target is reached only with every candidate */
-    int32_t m = 0;
-    for (int32_t j = 0; j < n; j++) {
-        const uint64_t w = s->cand_w[j];
-        if (w > last.w || (w == last.w && s->cand_id[j] <= last.id)) {
-            s->cand_id[m] = s->cand_id[j];
-            s->cand_w[m] = w;
-            m++;
-        }
-    }
+    if (last.id < 0) return keep_all; /* the target is reached only with every candidate */
     *total = cum;
-    return m;
+    return last;
 }
 
 /* The n best (value desc, id asc) of a stream of (value, id) pushed in ascending id order. */
@@ -350,13 +351,13 @@ static void full_logprobs(const float *x, int32_t vocab, int32_t n_top, di_sampl
 }
 
 /* Log-probabilities of the distribution sampled from: the candidates, renormalised. */
-static void candidate_logprobs(const di_sampler *s, int32_t n, uint64_t total, float max, double temperature,
+static void candidate_logprobs(const di_sampler *s, weighted_id cut, uint64_t total, float max, double temperature,
                                int32_t n_top, di_sample_result *out) {
     /* the survivors' mass over the top token's probability */
     const double log_total = log(ldexp(di_sample_u64_to_double(total), -s->weight_bits));
     top_list t = {.cap = n_top};
-    for (int32_t j = 0; j < n; j++) {
-        int32_t id = s->cand_id[j];
+    for (int32_t id = 0; id < s->vocab; id++) {
+        if (!s->w[id] || !kept(cut, s->w[id], id)) continue;
         double lp = ((double)s->z[id] - (double)max) / temperature - log_total;
         top_push(&t, lp, id);
         if (id == out->token_id) out->logprob = (float)lp;
@@ -379,7 +380,7 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
 
     process_logits(s, row);
     float max;
-    const int32_t argmax = argmax_of(s->z, s->vocab, false, &max);
+    const int32_t argmax = di_sample_argmax(s->form, s->z, s->vocab, false, &max);
     if (argmax < 0) return di_sample_no_token_error(row->position, err);
 
     if (p->temperature == 0.0f) {
@@ -389,28 +390,15 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
         return DI_OK;
     }
 
-    uint64_t total;
-    int32_t n = collect_candidates(s, p, max, &total);
-    assert(n >= 1); /* the argmax has w = 1 (W = 2^bits) and passes every filter */
-    if (p->top_p < 1.0f) n = apply_top_p(s, n, &total, p->top_p);
-    /* U < total, and the weights add up to total exactly: some candidate's cumulative mass passes U */
-    const uint64_t target =
-        di_sample_mul_shift53(di_philox_bits53(p->seed, row->position, DI_PHILOX_STREAM_SAMPLE), total);
-    uint64_t acc = 0;
-    int32_t pick = n - 1;
-    for (int32_t j = 0; j < n; j++) {
-        acc += s->cand_w[j];
-        if (acc > target) {
-            pick = j;
-            break;
-        }
-    }
-    out->token_id = s->cand_id[pick];
+    uint64_t total = weigh_tokens(s, p, max);
+    assert(s->w[argmax] > 0); /* the argmax has w = 1 (W = 2^bits) and passes every filter */
+    const weighted_id cut = p->top_p < 1.0f ? apply_top_p(s, &total, p->top_p) : keep_all;
+    out->token_id = draw(s->w, s->vocab, cut, total, p->seed, row->position);
     if (p->logprobs > 0) {
         if (p->logprobs_mode == DI_LOGPROBS_RAW)
             full_logprobs(row->logits, s->vocab, p->logprobs, out);
         else
-            candidate_logprobs(s, n, total, max, p->temperature, p->logprobs, out);
+            candidate_logprobs(s, cut, total, max, p->temperature, p->logprobs, out);
     }
     return DI_OK;
 }
@@ -459,7 +447,7 @@ di_status di_sampler_sample_plain(di_sampler *s, const float *logits, const di_p
 
 int32_t di_sample_greedy_token(const float *logits, int32_t vocab) {
     float max;
-    return argmax_of(logits, vocab, true, &max);
+    return di_sample_argmax(di_sample_best_form(), logits, vocab, true, &max);
 }
 
 di_status di_sample_no_token_error(uint64_t position, di_err *err) {
