@@ -133,7 +133,8 @@ static void test_arith(void) {
 
 /* ---- the row passes' SIMD forms (sample_simd.h) against the scalar form, every token ---- */
 
-/* A row of n logits of kind `kind` (0: broad, 1: peaked with exact ties, 2: every special value) */
+/* A row of n logits of kind `kind` (0: broad, 1: peaked with exact ties, 2: every special value, 3:
+ * spread over [-760, 0], so that exp(z - max) runs into the subnormals and below) */
 static void simd_row(float *z, int32_t n, int kind, uint64_t seed) {
     static const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f,
                                     0x1p-126f, 1.0f, -1.0f};
@@ -141,7 +142,8 @@ static void simd_row(float *z, int32_t n, int kind, uint64_t seed) {
         const double u = di_philox_uniform(seed, (uint64_t)i, 0);
         if (kind == 0) z[i] = (float)((u - 0.5) * 40.0);
         else if (kind == 1) z[i] = (float)floor(u * 8.0) * 0.25f + (i % 97 == 0 ? 6.0f : 0.0f);
-        else z[i] = i % 5 ? special[(uint32_t)(u * 12.0) % 12] : (float)((u - 0.5) * 1e3);
+        else if (kind == 2) z[i] = i % 5 ? special[(uint32_t)(u * 12.0) % 12] : (float)((u - 0.5) * 1e3);
+        else z[i] = i == n / 3 ? 0.0f : (float)(-760.0 * u);
     }
 }
 
@@ -159,7 +161,7 @@ static void test_simd_forms(void) {
     int cases = 0, bad = 0;
     for (int form = DI_SAMPLE_AVX2; form <= (int)best; form++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-            for (int kind = 0; kind < 3; kind++) {
+            for (int kind = 0; kind < 4; kind++) {
                 const int32_t n = sizes[si];
                 simd_row(z, n, kind, 100 + si * 3 + (uint64_t)kind);
                 /* the copy: bit for bit */
@@ -177,8 +179,38 @@ static void test_simd_forms(void) {
                                 a1, m1, a0, m0);
                     }
                 }
-                /* the weights and their buckets under every filter */
+                /* a mask: words of every density, the row's tail past the last whole vector */
+                uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((n + 31) / 32));
+                for (int32_t wd = 0; wd < (n + 31) / 32; wd++) {
+                    const uint64_t r = di_philox_bits53(12, (uint64_t)wd, (uint32_t)kind);
+                    mask[wd] = wd % 3 == 0 ? (uint32_t)r : wd % 3 == 1 ? (uint32_t)(r & (r >> 20)) : ~(uint32_t)(r & (r >> 9));
+                }
+                memcpy(c1, c0, sizeof(float) * n);
+                float *c2 = malloc(sizeof(float) * n);
+                memcpy(c2, c0, sizeof(float) * n);
+                di_sample_apply_mask(DI_SAMPLE_SCALAR, c1, mask, n);
+                di_sample_apply_mask((di_sample_form)form, c2, mask, n);
+                bad += memcmp(c1, c2, sizeof(float) * n) != 0;
+                for (int32_t i = 0; i < n; i++) /* the scalar form is the definition */
+                    bad += ((mask[i / 32] >> (i % 32)) & 1u) ? memcmp(&c1[i], &c0[i], 4) != 0 : c1[i] != -INFINITY;
+                free(c2), free(mask);
+                /* the search for a value at or above a threshold, from several places */
+                for (int q = 0; q < 12; q++) {
+                    const int32_t from = q % 3 == 0 ? 0 : (int32_t)(di_philox_uniform(7, (uint64_t)q, 0) * n);
+                    const float thr = q % 4 == 0 ? -INFINITY : c0[(int32_t)(di_philox_uniform(8, (uint64_t)q, 0) * n)];
+                    bad += di_sample_find_at_least(DI_SAMPLE_SCALAR, z, from, n, thr) !=
+                           di_sample_find_at_least((di_sample_form)form, z, from, n, thr);
+                }
+                /* the exp sum, over the raw row, bit for bit */
                 float max;
+                di_sample_argmax(DI_SAMPLE_SCALAR, z, n, true, &max);
+                const double e0 = di_sample_exp_sum(DI_SAMPLE_SCALAR, z, n, max);
+                const double e1 = di_sample_exp_sum((di_sample_form)form, z, n, max);
+                if (memcmp(&e0, &e1, sizeof e0)) {
+                    bad++;
+                    fprintf(stderr, "%s exp sum n %d kind %d: %a != %a\n", names[form], n, kind, e1, e0);
+                }
+                /* the weights and their buckets under every filter */
                 di_sample_argmax(DI_SAMPLE_SCALAR, c0, n, false, &max);
                 const int bits = di_sample_weight_bits(n);
                 for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
@@ -220,6 +252,16 @@ static void test_simd_forms(void) {
         bad += b0[i] != (w0[i] ? di_sample_weight_bucket(w0[i]) : DI_SAMPLE_NO_BUCKET);
     }
     CHECKF(zero > 100 && zero < 4000, "%d of 4096 broad logits without weight", zero);
+    /* the exp sum is the sum: against libm's exps added in long double, rows reaching the subnormals */
+    for (int kind = 0; kind < 4; kind++) {
+        simd_row(z, 50000, kind, 77 + (uint64_t)kind);
+        di_sample_argmax(DI_SAMPLE_SCALAR, z, 50000, true, &max);
+        long double ref = 0;
+        for (int32_t i = 0; i < 50000; i++) ref += expl((long double)di_sample_sanitize(z[i]) - max);
+        const double got = di_sample_exp_sum(DI_SAMPLE_SCALAR, z, 50000, max);
+        CHECKF(fabs(got - (double)ref) <= 1e-13 * (double)ref, "kind %d: exp sum %.17g, long double %.17Lg", kind, got,
+               ref);
+    }
     CHECKF(bad == 0, "%d of %d row-pass cases differ from the scalar form", bad, cases);
     free(z), free(c0), free(c1), free(w0), free(w1), free(b0), free(b1);
 }
@@ -634,18 +676,31 @@ static void test_big_row_against_reference(void) {
         }
     }
     CHECK(mismatches == 0);
+    /* a rising row: every token would enter top_k's heap, so the radix select takes over */
+    for (int32_t i = 0; i < BIG_VOCAB; i++) z[i] = (float)i * 1e-4f;
+    const int32_t ks[] = {1, 50, 1024, 1025};
+    for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
+        di_sampling_params p = params(0.01f);
+        p.top_k = ks[c], p.seed = 77;
+        for (uint64_t pos = 0; pos < 4; pos++) {
+            int32_t n_keep;
+            const int32_t want = reference_sample(z, BIG_VOCAB, &p, di_philox_bits53(p.seed, pos, 0), &n_keep);
+            CHECKF(sample1(g_big, z, &p, pos) == want && want >= BIG_VOCAB - ks[c], "rising row, top_k %d", ks[c]);
+        }
+    }
     free(z);
 }
 
-/* Random rows of several shapes (flat, heavy exact ties, the bf16 grid, many -inf, Gumbel) and random
- * filter settings against the same reference: the bucketed top_p and the radix top_k must pick exactly
- * the full sort's tokens. */
+/* Random rows of several shapes (flat, heavy exact ties, the bf16 grid, many -inf, Gumbel, rising --
+ * the heap top_k's worst order, which hands it to the radix select) and random filter settings
+ * against the same reference: the bucketed top_p and the heap and radix top_k must pick exactly the
+ * full sort's tokens. */
 static void test_random_rows_against_reference(void) {
     int mismatches = 0;
     for (int trial = 0; trial < 400; trial++) {
         int32_t v = 1 + (int32_t)(di_philox_uniform(5, (uint64_t)trial, 0) * 3000);
         float *z = malloc(sizeof(float) * (size_t)v);
-        int shape = trial % 5;
+        int shape = trial % 6;
         for (int32_t i = 0; i < v; i++) {
             double u = di_philox_uniform(6 + (uint64_t)trial, (uint64_t)i, 0);
             float x = (float)(8 * u);
@@ -653,6 +708,7 @@ static void test_random_rows_against_reference(void) {
             if (shape == 2) x = di_bf16_round((float)(20 * u - 10));
             if (shape == 3) x = u < 0.3 ? -INFINITY : (float)(3 * u);
             if (shape == 4) x = (float)-log(-log(u + 1e-12) + 1e-12);
+            if (shape == 5) x = (float)i * 0.01f - (float)(u < 0.1);
             z[i] = x;
         }
         if (shape == 3) z[v / 2] = 1.0f;

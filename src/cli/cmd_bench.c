@@ -3,7 +3,8 @@
  * of 64 prompt tokens that each generate 16 tokens, and prints prefill and decode tokens/s, the
  * mean scheduling (planning) time per step, and the decode step time against the memory roofline
  * measured in the same run (copy bandwidth: a decode step must at least read the weights it uses).
- * Default model: the bundled tiny fixture. */
+ * Default model: the bundled tiny fixture. Then the host sampler's table (cmd_bench_sampling.c) at
+ * V4.1's vocabulary, whatever the model's: the cost of sampling a step's rows on this CPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "cli/commands.h"
 #include "deepinfer.h"
 #include "forward/device.h"
+
+#define DI_V41_VOCAB 129280 /* the host sampling table's row length */
 
 /* Copy bandwidth (read + write bytes per second) of a buffer far larger than the caches. */
 static double measure_copy_bandwidth(void) {
@@ -105,5 +108,9 @@ int di_cmd_bench(di_settings *s, int argc, char **argv) {
                steps > 0 ? 1e6 * plan / steps : 0);
     }
     di_engine_free(e);
+    if (!rc) {
+        const int Bs[] = {1, 8, 64, 256};
+        di_bench_host_sampling(DI_V41_VOCAB, Bs, 4);
+    }
     return rc;
 }

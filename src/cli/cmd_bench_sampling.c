@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "cli/commands.h"
+#include "sample/sample_simd.h"
 #include "sample/sampler_pool.h"
 
 /* ms of one pool call over B rows, the median of 5; < 0 on error */
@@ -68,8 +69,10 @@ void di_bench_host_sampling(int32_t vocab, const int *Bs, int n_B) {
                  {"T = 0.7, top_p = 0.95", 0.7f, 0.95f, 0, 0},
                  {"T = 0.7, top_k = 50", 0.7f, 1.0f, 50, 0}};
     const int all = omp_get_max_threads();
+    static const char *forms[] = {"scalar", "AVX2", "AVX-512F"};
     printf("\nhost sampling of a step's rows (requests whose logits reach the host; vocabulary %d; median of 5; "
-           "ms a step on %d threads and on 1):\n\n", vocab, all);
+           "ms a step on %d threads and on 1; row passes in the %s form):\n\n",
+           vocab, all, forms[di_sample_best_form()]);
     printf("| sampling | B | ms, %d threads | ms, 1 thread | speed-up |\n|---|---|---|---|---|\n", all);
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
         for (int bi = 0; bi < n_B; bi++) {

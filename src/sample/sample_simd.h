@@ -1,11 +1,14 @@
 /* The host sampler's passes over a whole row, in a scalar and x86 vector forms.
  *
  * A sampled row of V4.1 is 129,280 logits, and the sampler reads them a few times: a sanitised
- * copy, the argmax, and -- for T > 0 -- the weight pass, one exp a token. These are the passes
- * here; on x86-64 CPUs with AVX2 (or AVX-512F) they run 8 (16) floats or 4 (8) doubles a step,
+ * copy, a structured-output mask, the argmax, for T > 0 the weight pass (one exp a token), for logprobs of the whole
+ * vocabulary a sum of exps and a search for the best tokens, for top_p a gather of one weight
+ * bucket, and the draw's walk over the weights. These are the passes here; on x86-64 CPUs with AVX2 (or AVX-512F) they run 8 (16) floats or 4 (8) doubles a step,
  * the form chosen at run time (di_sample_best_form). Every form gives the same bits as the scalar
- * one: the copy and the argmax only compare and select; the weight pass runs the same IEEE
- * operations in the same order as sample_arith.h's di_sample_weight (no fused multiply-add, the
+ * one: the copy, the mask, the argmax and the searches only compare and select, the walk adds integers; the
+ * exp sum fixes its order of
+ * addition; the weight pass runs the same IEEE operations in the same order as sample_arith.h's
+ * di_sample_weight (no fused multiply-add, the
  * exp table by a gather, floor by the 2^52 rounding trick) -- so the device sampler's too.
  * tests/test_sampler.c checks each form the CPU has against the scalar one on every token. */
 #ifndef DI_SAMPLE_SAMPLE_SIMD_H
@@ -23,9 +26,30 @@ di_sample_form di_sample_best_form(void);
 /* dst[i] = di_sample_sanitize(src[i]) for i < n: NaN -> -inf, +inf -> FLT_MAX. */
 void di_sample_sanitized_copy(di_sample_form form, float *dst, const float *src, int32_t n);
 
+/* z[i] = -inf for every i < n whose bit (i % 32 of word i / 32) in allowed is clear. */
+void di_sample_apply_mask(di_sample_form form, float *z, const uint32_t *allowed, int32_t n);
+
 /* The first id of the largest value of z[0..n) (-1 when every entry is -inf), *max its value;
  * raw: z straight from the model, sanitised on the fly (NaN never wins, +inf counts as FLT_MAX). */
 int32_t di_sample_argmax(di_sample_form form, const float *z, int32_t n, bool raw, float *max);
+
+/* The first id in [from, n) whose sanitised value is >= thr, or n. */
+int32_t di_sample_find_at_least(di_sample_form form, const float *z, int32_t from, int32_t n, float thr);
+
+/* The sum over i < n of di_sample_exp(sanitise(z[i]) - max) (max: the row's largest sanitised value,
+ * finite; terms below e^-708 count 0: they cannot change a sum holding the max's 1), added in a
+ * fixed order whatever the form: eight partial sums, id i into sum i % 8 in id
+ * order, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). The log-softmax's normaliser. */
+double di_sample_exp_sum(di_sample_form form, const float *z, int32_t n, float max);
+
+/* The first index in [from, n) with a[i] == v, or n (top_p's gather of one weight bucket). */
+int32_t di_sample_find_u16(di_sample_form form, const uint16_t *a, int32_t from, int32_t n, uint16_t v);
+
+/* The draw's walk: the first id in [0, n - 1) whose cumulative weight, over the ids the cut keeps
+ * (w > cut_w, or w == cut_w and id <= cut_id: top_p's last kept token), exceeds target; n - 1 if
+ * none does. */
+int32_t di_sample_draw_index(di_sample_form form, const uint64_t *w, int32_t n, uint64_t cut_w, int32_t cut_id,
+                             uint64_t target);
 
 /* The filters of one row, as di_sample_weight takes them. */
 typedef struct di_weight_filter {

@@ -5,7 +5,10 @@
  *   - bias, mask and penalties touch only the listed ids (penalties read the history; the seen/count
  *     scratch arrays are set and cleared over the same ids, so they are all zero between calls);
  *   - one pass finds the max and the argmax (lowest id on ties): greedy stops here;
- *   - top_k: the k-th largest logit by a radix select on the float bits (16 + 8 + 8 bits; O(V), no sort);
+ *   - top_k: the k-th largest logit -- for k <= 1,024 by a min-heap of the k best fed only the logits
+ *     above its least (a SIMD search skips the rest: a few hundred pushes on a row in random order),
+ *     otherwise (or when a row feeds the heap too often) by a radix select on the float bits
+ *     (16 + 8 + 8 bits; O(V), no sort);
  *   - one pass computes w = exp((z - max) * (1 / T)) (di_sample_exp) for tokens at or above the top_k
  *     threshold and the fixed-point weight W = floor(w * 2^bits) of those with w >= min_p (w is
  *     p / p_max, so this is min_p's test), 0 for the others: a weight for every id, in id order
@@ -32,6 +35,9 @@
 #include "sample/sample_arith.h"
 #include "sample/sample_simd.h"
 
+/* top_k up to this many takes the heap (kth_largest_small), larger ones the radix select. */
+#define SMALL_TOP_K 1024
+
 /* A token and its weight; as top_p's cut, the last kept in (W desc, id asc) order. */
 typedef struct weighted_id {
     uint64_t w;
@@ -54,8 +60,11 @@ struct di_sampler {
     int weight_bits;     /* di_sample_weight_bits(vocab) */
     uint32_t *keys;      /* [vocab] radix-select scratch: order-preserving keys of z */
     uint32_t *hist16;    /* [65536] radix-select histogram of the keys' top 16 bits */
+    float heap[SMALL_TOP_K]; /* top_k <= SMALL_TOP_K: min-heap of the k largest logits so far */
     weighted_id *sorted; /* [vocab] top_p scratch: the tokens of one weight bucket */
-    uint64_t bucket_mass[DI_SAMPLE_WEIGHT_BUCKETS + 1]; /* top_p: candidate mass per weight bucket (+ none) */
+    /* top_p: candidate mass per weight bucket (+ none), ids in four interleaved tables (consecutive
+       ids of one bucket do not wait on each other's add) */
+    uint64_t bucket_mass[4][DI_SAMPLE_WEIGHT_BUCKETS + 1];
     uint8_t *seen;       /* [vocab] repetition-penalty marks; all zero between calls */
     uint32_t *counts;    /* [vocab] output-token counts; all zero between calls */
 };
@@ -163,9 +172,7 @@ static void process_logits(di_sampler *s, const di_sample_row *row) {
         int32_t id = p->logit_bias[i].token_id;
         z[id] = di_sample_sanitize(z[id] + p->logit_bias[i].bias);
     }
-    if (row->allowed_mask)
-        for (int32_t i = 0; i < s->vocab; i++)
-            if (!((row->allowed_mask[i >> 5] >> (i & 31)) & 1u)) z[i] = -INFINITY;
+    if (row->allowed_mask) di_sample_apply_mask(s->form, z, row->allowed_mask, s->vocab);
     if (!h) return;
     float rp = p->repetition_penalty;
     if (rp != 1.0f) { /* once per distinct token of prompt + output */
@@ -235,6 +242,43 @@ static float kth_largest(di_sampler *s, int32_t k) {
     return di_sample_key_float(answer);
 }
 
+/* Restores the min-heap h[0..k) below i after h[i] changed. */
+static void sift_down(float *h, int32_t k, int32_t i) {
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= k) return;
+        if (c + 1 < k && h[c + 1] < h[c]) c++;
+        if (!(h[c] < h[i])) return;
+        const float t = h[c];
+        h[c] = h[i], h[i] = t;
+        i = c;
+    }
+}
+
+/* The k-th largest value of z for 1 <= k <= SMALL_TOP_K, or NAN when the row fed the heap more
+ * than a row in random order would (a rising row: the caller takes the radix select). The heap
+ * holds the k largest values seen; only a value above its least changes it. */
+static float kth_largest_small(di_sampler *s, int32_t k) {
+    float *h = s->heap; /* [k] */
+    memcpy(h, s->z, sizeof(float) * (size_t)k);
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sift_down(h, k, i); /* heapify */
+    int64_t budget = 16 * (int64_t)k + 4096; /* pushes; random order needs about k ln(vocab / k) */
+    for (int32_t id = k;; id++) {
+        /* z > least <=> z >= the next float up (-inf's is -FLT_MAX; FLT_MAX's is +inf: none) */
+        id = di_sample_find_at_least(s->form, s->z, id, s->vocab, nextafterf(h[0], INFINITY));
+        if (id >= s->vocab) return h[0];
+        if (--budget < 0) return NAN;
+        h[0] = s->z[id];
+        sift_down(h, k, 0);
+    }
+}
+
+/* The k-th largest value of z, 1 <= k < vocab. */
+static float top_k_value(di_sampler *s, int32_t k) {
+    const float v = k <= SMALL_TOP_K ? kth_largest_small(s, k) : NAN;
+    return v == v ? v : kth_largest(s, k);
+}
+
 /* Fills w[vocab] with each token's weight (0 unless it passes top_k and min_p with a weight W > 0),
  * and bucket[vocab] with their weight buckets where top_p needs them; returns the sum of the
  * weights. max is the row's max of z. */
@@ -242,28 +286,13 @@ static uint64_t weigh_tokens(di_sampler *s, const di_sampling_params *p, float m
     const double min_p = p->min_p;
     const di_weight_filter f = {
         .max = max,
-        .kth = p->top_k > 0 && p->top_k < s->vocab ? kth_largest(s, p->top_k) : -INFINITY,
+        .kth = p->top_k > 0 && p->top_k < s->vocab ? top_k_value(s, p->top_k) : -INFINITY,
         .inv_t = di_sample_inv_temperature(p->temperature),
         .min_p = min_p,
         .skip = di_sample_skip_below(s->weight_bits, min_p > 0.0 ? log(min_p) : -INFINITY),
         .bits = s->weight_bits,
     };
     return di_sample_weights(s->form, s->z, s->vocab, &f, s->w, p->top_p < 1.0f ? s->bucket : NULL);
-}
-
-/* The draw: U = floor(r * total / 2^53) for Philox's 53 bits r at (seed, position); the first id
- * whose cumulative weight, over the tokens the cut keeps, exceeds U (a weight of 0 never does: the
- * sum before it already did not). U < total and the kept weights add up to total exactly, so some
- * id's does. */
-static int32_t draw(const uint64_t *w, int32_t n, weighted_id cut, uint64_t total, uint64_t seed, uint64_t position) {
-    const uint64_t target = di_sample_mul_shift53(di_philox_bits53(seed, position, DI_PHILOX_STREAM_SAMPLE), total);
-    uint64_t acc = 0;
-    int32_t id = 0;
-    for (; id < n - 1; id++) {
-        acc += w[id] & -(uint64_t)kept(cut, w[id], id); /* branch-free: the cut is crossed at random */
-        if (acc > target) break;
-    }
-    return id;
 }
 
 static int cmp_w_desc_id_asc(const void *a, const void *b) {
@@ -284,20 +313,25 @@ static weighted_id apply_top_p(di_sampler *s, uint64_t *total, double top_p) {
     const int32_t n = s->vocab;
     const uint64_t *w = s->w;        /* [vocab] */
     const uint16_t *bkt = s->bucket; /* [vocab] */
-    memset(s->bucket_mass, 0, sizeof s->bucket_mass);
-    for (int32_t id = 0; id < n; id++) s->bucket_mass[bkt[id]] += w[id]; /* no weight: the extra bucket */
+    uint64_t(*mass4)[DI_SAMPLE_WEIGHT_BUCKETS + 1] = s->bucket_mass;
+    memset(mass4, 0, sizeof s->bucket_mass);
+    int32_t id = 0; /* no weight: the extra bucket */
+    for (; id + 4 <= n; id += 4)
+        for (int q = 0; q < 4; q++) mass4[q][bkt[id + q]] += w[id + q];
+    for (; id < n; id++) mass4[0][bkt[id]] += w[id];
     uint64_t cum = 0; /* the mass before the bucket (then the token) at hand: exact */
     weighted_id last = {0, -1};
     for (int32_t b = DI_SAMPLE_WEIGHT_BUCKETS - 1; b >= 0 && last.id < 0; b--) {
-        const uint64_t mass = s->bucket_mass[b];
+        const uint64_t mass = mass4[0][b] + mass4[1][b] + mass4[2][b] + mass4[3][b];
         if (mass == 0) continue;
         if (di_sample_u64_to_double(cum + mass) < target) { /* the next bucket's first token is kept */
             cum += mass;
             continue;
         }
         int32_t nb = 0;
-        for (int32_t id = 0; id < n; id++)
-            if (bkt[id] == b) s->sorted[nb++] = (weighted_id){w[id], id};
+        for (int32_t i = di_sample_find_u16(s->form, bkt, 0, n, (uint16_t)b); i < n;
+             i = di_sample_find_u16(s->form, bkt, i + 1, n, (uint16_t)b))
+            s->sorted[nb++] = (weighted_id){w[i], i};
         qsort(s->sorted, (size_t)nb, sizeof *s->sorted, cmp_w_desc_id_asc);
         /* the bucket's first token is kept (the mass before it passed the test above); the cut is
          * the last one whose mass before it still does */
@@ -338,14 +372,28 @@ static void top_store(const top_list *t, di_sample_result *out) {
     for (int32_t i = 0; i < t->n; i++) out->top[i] = (di_token_logprob){t->id[i], (float)t->value[i]};
 }
 
-/* log_softmax over a whole row x (sanitised on the fly), in double with id-order summation. */
-static void full_logprobs(const float *x, int32_t vocab, int32_t n_top, di_sample_result *out) {
-    double max = -INFINITY, sum = 0.0;
-    for (int32_t i = 0; i < vocab; i++) max = fmax(max, (double)di_sample_sanitize(x[i]));
-    for (int32_t i = 0; i < vocab; i++) sum += exp((double)di_sample_sanitize(x[i]) - max);
-    double lse = max + log(sum);
+/* The best (value desc, id asc) of value = sanitise(x[id]) - lse over a row, into t. Only tokens
+ * whose logit could enter the list are looked at: once it is full, the search skips to the next
+ * logit at or above (float)(its smallest value + lse) less two float ulps (a float ulp is far above
+ * the subtraction's double rounding), and top_push decides exactly. */
+static void top_of_row(di_sample_form form, const float *x, int32_t vocab, double lse, top_list *t) {
+    if (t->cap == 0) return;
+    for (int32_t id = 0;; id++) {
+        float thr = -INFINITY;
+        if (t->n == t->cap) thr = nextafterf(nextafterf((float)(t->value[t->n - 1] + lse), -INFINITY), -INFINITY);
+        if ((id = di_sample_find_at_least(form, x, id, vocab, thr)) >= vocab) return;
+        top_push(t, (double)di_sample_sanitize(x[id]) - lse, id);
+    }
+}
+
+/* log_softmax over a whole row x (sanitised on the fly), in double: exps by di_sample_exp added in
+ * sample_simd.h's fixed order. */
+static void full_logprobs(di_sample_form form, const float *x, int32_t vocab, int32_t n_top, di_sample_result *out) {
+    float max;
+    di_sample_argmax(form, x, vocab, true, &max); /* finite: the row has a token */
+    const double lse = (double)max + log(di_sample_exp_sum(form, x, vocab, max));
     top_list t = {.cap = n_top};
-    for (int32_t i = 0; i < vocab; i++) top_push(&t, (double)di_sample_sanitize(x[i]) - lse, i);
+    top_of_row(form, x, vocab, lse, &t);
     out->logprob = (float)((double)di_sample_sanitize(x[out->token_id]) - lse);
     top_store(&t, out);
 }
@@ -386,17 +434,23 @@ di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_r
     if (p->temperature == 0.0f) {
         out->token_id = argmax;
         if (p->logprobs > 0)
-            full_logprobs(p->logprobs_mode == DI_LOGPROBS_RAW ? row->logits : s->z, s->vocab, p->logprobs, out);
+            full_logprobs(s->form, p->logprobs_mode == DI_LOGPROBS_RAW ? row->logits : s->z, s->vocab, p->logprobs,
+                          out);
         return DI_OK;
     }
 
     uint64_t total = weigh_tokens(s, p, max);
     assert(s->w[argmax] > 0); /* the argmax has w = 1 (W = 2^bits) and passes every filter */
     const weighted_id cut = p->top_p < 1.0f ? apply_top_p(s, &total, p->top_p) : keep_all;
-    out->token_id = draw(s->w, s->vocab, cut, total, p->seed, row->position);
+    /* the draw: U = floor(r * total / 2^53) for Philox's 53 bits r at (seed, position); the first id
+     * whose cumulative weight over the kept tokens exceeds U (U < total, and the kept weights add up
+     * to total exactly, so some id's does; a weight of 0 never does) */
+    const uint64_t u =
+        di_sample_mul_shift53(di_philox_bits53(p->seed, row->position, DI_PHILOX_STREAM_SAMPLE), total);
+    out->token_id = di_sample_draw_index(s->form, s->w, s->vocab, cut.w, cut.id, u);
     if (p->logprobs > 0) {
         if (p->logprobs_mode == DI_LOGPROBS_RAW)
-            full_logprobs(row->logits, s->vocab, p->logprobs, out);
+            full_logprobs(s->form, row->logits, s->vocab, p->logprobs, out);
         else
             candidate_logprobs(s, cut, total, max, p->temperature, p->logprobs, out);
     }
