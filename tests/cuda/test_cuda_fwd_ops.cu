@@ -21,7 +21,8 @@
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
  * the small index-score cases, `--moe` the routing and grouping cases, `--sample` the greedy and
- * sampled tokens (a B = 256 head's rows included), `--sample-small` those at emulator sizes. */
+ * sampled tokens (a B = 256 head's rows included), `--sample-small` those at emulator sizes,
+ * `--sample-many` only the cases past the grid's y dimension. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -125,6 +126,9 @@ static void test_copy_rows(int64_t n, int64_t width) {
 }
 
 /* ---- sampling ---- */
+/* More head rows than a grid's y dimension holds (65,535): the launches go in pieces. */
+#define DI_ROWS_PAST_GRID_Y (65535 + 70)
+
 /* A token a row, the device's against the host's: the first differing rows (described by
  * describe(r, ctx) into a line) and the PASS / FAIL line. */
 static void check_row_tokens(const char *name, int64_t n, int64_t V, const int32_t *got, const int32_t *ref,
@@ -2177,6 +2181,8 @@ static void run_full(bool head) {
     test_greedy_tokens(256, 129280); /* B = 256's head: two slices a row */
     test_greedy_tokens(8, 129280);
     test_sample_tokens(256, 129280);
+    test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3); /* launches in pieces of 65,535 rows */
+    test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     test_embed(129280, 64, 4, 5120);
     test_hc_mean(64, 4, 5120, 3, 2);
     test_scale_bf16(64 * 32, 32, 128);
@@ -2229,6 +2235,11 @@ int main(int argc, char **argv) {
         test_sample_tokens(16, 5);
         test_sample_tokens(40, 3000);
         test_sample_tokens(256, 129280);
+        test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3);
+        test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
+    } else if (argc > 1 && !strcmp(argv[1], "--sample-many")) { /* past the grid's y: slow on the emulator */
+        test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3);
+        test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     } else if (argc > 1 && !strcmp(argv[1], "--sample-small")) { /* the same at emulator sizes */
         test_greedy_tokens(3, 7);
         test_sample_tokens(16, 5);

@@ -39,6 +39,9 @@ extern "C" {
 /* Checks the launch just made (configuration errors surface here, faults at the next sync). */
 #define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
 
+/* The most blocks a grid's y (and z) dimension takes: launches over more rows go in pieces. */
+#define DI_CUDA_MAX_GRID_Y 65535
+
 /* the current device's multiprocessor count, asked once (launch heuristics that fill the GPU) */
 static inline int di_cuda_sm_count(void) {
     static int sms;

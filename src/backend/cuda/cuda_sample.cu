@@ -104,17 +104,20 @@ extern "C" size_t di_cuda_greedy_ws_bytes(int64_t n, int64_t V) {
 extern "C" void di_cuda_greedy_tokens(const float *logits, int64_t n, int64_t V, void *ws, int32_t *tokens,
                                       cudaStream_t s) {
     if (n <= 0 || V <= 0) return;
-    if (n > 65535 || V > INT32_MAX) {
-        fprintf(stderr, "di_cuda_greedy_tokens: %lld rows of %lld exceed the grid or the key\n", (long long)n,
-                (long long)V);
+    if (V > INT32_MAX) { /* the key holds a 32-bit id: no vocabulary comes near */
+        fprintf(stderr, "di_cuda_greedy_tokens: a vocabulary of %lld exceeds the key\n", (long long)V);
         abort();
     }
     const int slices = greedy_slices(n, V);
     const int64_t slice_len = (V + slices - 1) / slices;
-    greedy_slices_kernel<<<dim3((unsigned)slices, (unsigned)n), GREEDY_THREADS, 0, s>>>(logits, V, slice_len,
-                                                                                       (uint64_t *)ws, tokens);
-    DI_CUDA_LAUNCHED();
-    if (slices == 1) return;
-    greedy_rows_kernel<<<(unsigned)n, 32, 0, s>>>((const uint64_t *)ws, slices, tokens);
-    DI_CUDA_LAUNCHED();
+    for (int64_t r0 = 0; r0 < n; r0 += DI_CUDA_MAX_GRID_Y) { /* rows on the grid's y: at most 65,535 a launch */
+        const int64_t m = n - r0 < DI_CUDA_MAX_GRID_Y ? n - r0 : DI_CUDA_MAX_GRID_Y;
+        uint64_t *keys = (uint64_t *)ws + r0 * slices; /* [m, slices] */
+        greedy_slices_kernel<<<dim3((unsigned)slices, (unsigned)m), GREEDY_THREADS, 0, s>>>(
+            logits + r0 * V, V, slice_len, keys, tokens + r0);
+        DI_CUDA_LAUNCHED();
+        if (slices == 1) continue;
+        greedy_rows_kernel<<<(unsigned)m, 32, 0, s>>>(keys, slices, tokens + r0);
+        DI_CUDA_LAUNCHED();
+    }
 }

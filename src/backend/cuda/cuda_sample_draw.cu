@@ -408,19 +408,22 @@ extern "C" size_t di_cuda_sample_ws_bytes(int64_t n, int64_t V) {
 extern "C" void di_cuda_sample_tokens(const float *logits, int64_t n, int64_t V, const di_plain_sampling *params,
                                       void *ws, int32_t *tokens, cudaStream_t s) {
     if (n <= 0 || V <= 0) return;
-    if (n > 65535 || V > ((int64_t)1 << 31)) {
-        fprintf(stderr, "di_cuda_sample_tokens: %lld rows of %lld exceed the grid or the key\n", (long long)n,
-                (long long)V);
+    if (V > ((int64_t)1 << 31)) { /* the keys hold a 31-bit id: no vocabulary comes near */
+        fprintf(stderr, "di_cuda_sample_tokens: a vocabulary of %lld exceeds the key\n", (long long)V);
         abort();
     }
     sample_row_ws *rows = (sample_row_ws *)ws;       /* [n] */
     uint64_t *W = (uint64_t *)(rows + n);             /* [n, V] */
-    sample_thresholds_kernel<<<(unsigned)n, SAMPLE_THREADS, 0, s>>>(logits, V, params, rows);
-    DI_CUDA_LAUNCHED();
     const int64_t slices = weight_slices(n, V), slice_len = (V + slices - 1) / slices;
-    sample_weights_kernel<<<dim3((unsigned)slices, (unsigned)n), WEIGHT_THREADS, 0, s>>>(logits, V, slice_len, params,
-                                                                                        rows, W);
-    DI_CUDA_LAUNCHED();
-    sample_draw_kernel<<<(unsigned)n, SAMPLE_THREADS, 0, s>>>(W, V, params, rows, tokens);
-    DI_CUDA_LAUNCHED();
+    for (int64_t r0 = 0; r0 < n; r0 += DI_CUDA_MAX_GRID_Y) { /* rows on the weights' grid y: 65,535 a launch */
+        const int64_t m = n - r0 < DI_CUDA_MAX_GRID_Y ? n - r0 : DI_CUDA_MAX_GRID_Y;
+        const float *lg = logits + r0 * V;
+        sample_thresholds_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, s>>>(lg, V, params + r0, rows + r0);
+        DI_CUDA_LAUNCHED();
+        sample_weights_kernel<<<dim3((unsigned)slices, (unsigned)m), WEIGHT_THREADS, 0, s>>>(
+            lg, V, slice_len, params + r0, rows + r0, W + r0 * V);
+        DI_CUDA_LAUNCHED();
+        sample_draw_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, s>>>(W + r0 * V, V, params + r0, rows + r0, tokens + r0);
+        DI_CUDA_LAUNCHED();
+    }
 }
