@@ -146,16 +146,22 @@ static const double di_sa_exp2_64[64] = DI_SA_EXP2_64_TABLE;
  * ln2 / 64 split so that its product with that integer is exact; then 2^k * 2^(j/64) * p(r) with p
  * the degree-5 Taylor polynomial by Horner (|r| <= ln2 / 128: its remainder is below 2^-54).
  * For k < -1022 the power of two is applied in two exact steps and one rounding into the subnormals. */
+#define DI_SA_EXP_TO_N 0x1.71547652b82fep+6    /* 64 / ln 2 */
+#define DI_SA_EXP_MAGIC 0x1.8p52               /* x + magic - magic rounds x to an integer */
+#define DI_SA_EXP_LN2_HI 0x1.62e42fee00000p-7  /* ln 2 / 64, high part (its products with n exact) */
+#define DI_SA_EXP_LN2_LO 0x1.a39ef35793c76p-39 /* ln 2 / 64, low part */
+#define DI_SA_EXP_C5 0x1.1111111111111p-7      /* 1 / 5!, 1 / 4!, 1 / 3!, correctly rounded */
+#define DI_SA_EXP_C4 0x1.5555555555555p-5
+#define DI_SA_EXP_C3 0x1.5555555555555p-3
 DI_SA_FN double di_sample_exp(double x) {
     if (!(x >= -745.0)) return 0.0;
-    const double magic = 0x1.8p52;
-    double kd = DI_SA_ADD(DI_SA_MUL(x, 0x1.71547652b82fep+6), magic); /* x * 64 / ln 2, to an integer */
-    kd = DI_SA_SUB(kd, magic);
+    double kd = DI_SA_ADD(DI_SA_MUL(x, DI_SA_EXP_TO_N), DI_SA_EXP_MAGIC); /* x * 64 / ln 2, to an integer */
+    kd = DI_SA_SUB(kd, DI_SA_EXP_MAGIC);
     const double r =
-        DI_SA_SUB(DI_SA_SUB(x, DI_SA_MUL(kd, 0x1.62e42fee00000p-7)), DI_SA_MUL(kd, 0x1.a39ef35793c76p-39));
-    double p = 0x1.1111111111111p-7; /* 1 / 5!, then 1 / i! for i = 4 .. 0, correctly rounded */
-    p = DI_SA_ADD(DI_SA_MUL(p, r), 0x1.5555555555555p-5);
-    p = DI_SA_ADD(DI_SA_MUL(p, r), 0x1.5555555555555p-3);
+        DI_SA_SUB(DI_SA_SUB(x, DI_SA_MUL(kd, DI_SA_EXP_LN2_HI)), DI_SA_MUL(kd, DI_SA_EXP_LN2_LO));
+    double p = DI_SA_EXP_C5; /* then 1 / i! for i = 4 .. 0 by Horner */
+    p = DI_SA_ADD(DI_SA_MUL(p, r), DI_SA_EXP_C4);
+    p = DI_SA_ADD(DI_SA_MUL(p, r), DI_SA_EXP_C3);
     p = DI_SA_ADD(DI_SA_MUL(p, r), 0x1p-1);
     p = DI_SA_ADD(DI_SA_MUL(p, r), 0x1p+0);
     p = DI_SA_ADD(DI_SA_MUL(p, r), 0x1p+0);

@@ -34,14 +34,6 @@
 
 _Static_assert(DI_SAMPLE_NO_BUCKET == DI_SAMPLE_WEIGHT_BUCKETS, "the no-weight bucket is one past the last");
 
-/* The constants of di_sample_exp, for the vector forms. */
-#define EXP_TO_N 0x1.71547652b82fep+6      /* 64 / ln 2 */
-#define EXP_MAGIC 0x1.8p52                 /* rounds to an integer */
-#define EXP_LN2_HI 0x1.62e42fee00000p-7    /* ln 2 / 64, high part */
-#define EXP_LN2_LO 0x1.a39ef35793c76p-39   /* ln 2 / 64, low part */
-#define EXP_C5 0x1.1111111111111p-7
-#define EXP_C4 0x1.5555555555555p-5
-#define EXP_C3 0x1.5555555555555p-3
 #define TWO52 0x1p52
 #define BUCKET_BIAS (1023 * 8)
 /* The exp sum's terms below e^-708 (< 2^-1021) are 0: the sum holds the max's 1, so they could
@@ -234,13 +226,13 @@ __attribute__((target("avx2"))) static int32_t find_at_least_avx2(const float *z
 /* di_sample_exp(x) of 4 values x in [-708, 0] (2^k stays normal: the scalar form's first branch). */
 __attribute__((target("avx2"))) static inline __m256d exp4(__m256d x) {
     const __m256d one = _mm256_set1_pd(1.0);
-    __m256d kd = _mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(EXP_TO_N)), _mm256_set1_pd(EXP_MAGIC));
-    kd = _mm256_sub_pd(kd, _mm256_set1_pd(EXP_MAGIC));
-    const __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(kd, _mm256_set1_pd(EXP_LN2_HI))),
-                                    _mm256_mul_pd(kd, _mm256_set1_pd(EXP_LN2_LO)));
-    __m256d p = _mm256_set1_pd(EXP_C5);
-    p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(EXP_C4));
-    p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(EXP_C3));
+    __m256d kd = _mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(DI_SA_EXP_TO_N)), _mm256_set1_pd(DI_SA_EXP_MAGIC));
+    kd = _mm256_sub_pd(kd, _mm256_set1_pd(DI_SA_EXP_MAGIC));
+    const __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(kd, _mm256_set1_pd(DI_SA_EXP_LN2_HI))),
+                                    _mm256_mul_pd(kd, _mm256_set1_pd(DI_SA_EXP_LN2_LO)));
+    __m256d p = _mm256_set1_pd(DI_SA_EXP_C5);
+    p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(DI_SA_EXP_C4));
+    p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(DI_SA_EXP_C3));
     p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(0.5));
     p = _mm256_add_pd(_mm256_mul_pd(p, r), one);
     p = _mm256_add_pd(_mm256_mul_pd(p, r), one);
@@ -383,13 +375,13 @@ __attribute__((target("avx512f"))) static int32_t find_at_least_avx512(const flo
 /* di_sample_exp(x) of 8 values x in [-708, 0]. */
 __attribute__((target("avx512f"))) static inline __m512d exp8(__m512d x) {
     const __m512d one = _mm512_set1_pd(1.0);
-    __m512d kd = _mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(EXP_TO_N)), _mm512_set1_pd(EXP_MAGIC));
-    kd = _mm512_sub_pd(kd, _mm512_set1_pd(EXP_MAGIC));
-    const __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(kd, _mm512_set1_pd(EXP_LN2_HI))),
-                                    _mm512_mul_pd(kd, _mm512_set1_pd(EXP_LN2_LO)));
-    __m512d p = _mm512_set1_pd(EXP_C5);
-    p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(EXP_C4));
-    p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(EXP_C3));
+    __m512d kd = _mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(DI_SA_EXP_TO_N)), _mm512_set1_pd(DI_SA_EXP_MAGIC));
+    kd = _mm512_sub_pd(kd, _mm512_set1_pd(DI_SA_EXP_MAGIC));
+    const __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(kd, _mm512_set1_pd(DI_SA_EXP_LN2_HI))),
+                                    _mm512_mul_pd(kd, _mm512_set1_pd(DI_SA_EXP_LN2_LO)));
+    __m512d p = _mm512_set1_pd(DI_SA_EXP_C5);
+    p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(DI_SA_EXP_C4));
+    p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(DI_SA_EXP_C3));
     p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(0.5));
     p = _mm512_add_pd(_mm512_mul_pd(p, r), one);
     p = _mm512_add_pd(_mm512_mul_pd(p, r), one);
