@@ -892,6 +892,52 @@ static void test_bias_and_mask(void) {
 
 /* ---- logprobs ---- */
 
+/* The raw top list against a scan of every id (the sampler's search only looks at the logits that
+ * could enter): rows where lse dwarfs the listed logits (1,000 over values near 0, where many
+ * floats round to one logprob) and plain rows, the same lse (max + log of the exp sum). */
+static void test_logprob_top_list(void) {
+    const int32_t n = BIG_VOCAB, n_top = DI_SAMPLER_MAX_LOGPROBS;
+    float *z = malloc(sizeof(float) * n);
+    int bad = 0;
+    for (int kind = 0; kind < 4; kind++) {
+        for (int32_t i = 0; i < n; i++) {
+            const double u = di_philox_uniform(31, (uint64_t)i, (uint32_t)kind);
+            z[i] = kind == 0 ? (float)((u - 0.5) * 1e-4)                      /* near 0, a float ulp ~1e-12 */
+                   : kind == 1 ? (float)ldexp(u - 0.5, -(int)(u * 1000) % 120) /* every magnitude to 2^-120 */
+                   : kind == 2 ? (float)((int)(u * 7) * 0.5)                  /* exact ties */
+                               : (float)((u - 0.5) * 20.0);
+        }
+        if (kind < 2) z[n / 2] = 1000.0f;
+        float max;
+        di_sample_argmax(DI_SAMPLE_SCALAR, z, n, false, &max);
+        const double lse = (double)max + log(di_sample_exp_sum(DI_SAMPLE_SCALAR, z, n, max));
+        int32_t want[DI_SAMPLER_MAX_LOGPROBS];
+        double want_v[DI_SAMPLER_MAX_LOGPROBS];
+        int m = 0;
+        for (int32_t i = 0; i < n; i++) { /* insertion into the n_top best, (value desc, id asc) */
+            const double v = (double)z[i] - lse;
+            if (m == n_top && !(v > want_v[m - 1])) continue;
+            int k = m < n_top ? m++ : m - 1;
+            for (; k > 0 && want_v[k - 1] < v; k--) want_v[k] = want_v[k - 1], want[k] = want[k - 1];
+            want_v[k] = v, want[k] = i;
+        }
+        di_sampling_params p = params(0.0f);
+        p.logprobs = n_top;
+        di_sample_result res;
+        sample_full(g_big, z, &p, NULL, NULL, 0, &res);
+        bad += res.n_top != m;
+        for (int k = 0; k < m && k < res.n_top; k++)
+            if (res.top[k].token_id != want[k] || res.top[k].logprob != (float)want_v[k]) {
+                bad++;
+                fprintf(stderr, "kind %d rank %d: id %d (%g), scan %d (%g)\n", kind, k, res.top[k].token_id,
+                        res.top[k].logprob, want[k], (float)want_v[k]);
+                break;
+            }
+    }
+    CHECKF(bad == 0, "%d top lists differ from the scan", bad);
+    free(z);
+}
+
 static void test_logprobs(void) {
     const float logits[8] = {1.0f, 2.0f, 3.0f, 0.5f, 3.0f, -1.0f, -INFINITY, NAN};
     double lse = 0;
@@ -1108,6 +1154,7 @@ int main(void) {
     test_penalties();
     test_bias_and_mask();
     test_logprobs();
+    test_logprob_top_list();
     test_determinism();
     test_row_independence();
     test_nonfinite();

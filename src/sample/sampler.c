@@ -372,15 +372,22 @@ static void top_store(const top_list *t, di_sample_result *out) {
     for (int32_t i = 0; i < t->n; i++) out->top[i] = (di_token_logprob){t->id[i], (float)t->value[i]};
 }
 
+/* The largest float <= v. */
+static float float_at_or_below(double v) {
+    const float f = (float)v; /* to nearest: may be above v (+inf past FLT_MAX) */
+    return (double)f > v ? nextafterf(f, -INFINITY) : f;
+}
+
 /* The best (value desc, id asc) of value = sanitise(x[id]) - lse over a row, into t. Only tokens
- * whose logit could enter the list are looked at: once it is full, the search skips to the next
- * logit at or above (float)(its smallest value + lse) less two float ulps (a float ulp is far above
- * the subtraction's double rounding), and top_push decides exactly. */
+ * whose logit could enter the list are looked at: once it is full, a token enters only if
+ * fl(z - lse) > least, hence (rounding is monotone) z - lse > least exactly, z > least + lse; the
+ * search skips to the next logit at or above a float below that sum (its double rounding undone by
+ * one step down), and top_push decides exactly. */
 static void top_of_row(di_sample_form form, const float *x, int32_t vocab, double lse, top_list *t) {
     if (t->cap == 0) return;
     for (int32_t id = 0;; id++) {
         float thr = -INFINITY;
-        if (t->n == t->cap) thr = nextafterf(nextafterf((float)(t->value[t->n - 1] + lse), -INFINITY), -INFINITY);
+        if (t->n == t->cap) thr = float_at_or_below(nextafter(t->value[t->n - 1] + lse, -INFINITY));
         if ((id = di_sample_find_at_least(form, x, id, vocab, thr)) >= vocab) return;
         top_push(t, (double)di_sample_sanitize(x[id]) - lse, id);
     }
