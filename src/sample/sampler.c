@@ -27,6 +27,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,9 @@
 #include "sample/philox.h"
 #include "sample/sample_arith.h"
 #include "sample/sample_simd.h"
+
+/* A row's weight pass is spread over the threads in slices of at least this many ids. */
+#define WEIGHT_SLICE_MIN 16384
 
 /* top_k up to this many takes the heap (kth_largest_small), larger ones the radix select. */
 #define SMALL_TOP_K 1024
@@ -292,7 +296,21 @@ static uint64_t weigh_tokens(di_sampler *s, const di_sampling_params *p, float m
         .skip = di_sample_skip_below(s->weight_bits, min_p > 0.0 ? log(min_p) : -INFINITY),
         .bits = s->weight_bits,
     };
-    return di_sample_weights(s->form, s->z, s->vocab, &f, s->w, p->top_p < 1.0f ? s->bucket : NULL);
+    uint16_t *bucket = p->top_p < 1.0f ? s->bucket : NULL; /* [vocab] */
+    /* A row sampled alone (not inside the pool's threads) spreads its weight pass over the threads:
+     * each id's weight is its own and the sum is of integers, so the result is the same. */
+    const int32_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const int32_t slices = threads < s->vocab / WEIGHT_SLICE_MIN ? threads : s->vocab / WEIGHT_SLICE_MIN;
+    if (slices <= 1) return di_sample_weights(s->form, s->z, s->vocab, &f, s->w, bucket);
+    const int32_t len = ((s->vocab + slices - 1) / slices + 15) & ~15; /* slices * len >= vocab; whole vector steps */
+    uint64_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total) num_threads(slices)
+    for (int32_t i = 0; i < slices; i++) {
+        const int32_t lo = i * len < s->vocab ? i * len : s->vocab;
+        const int32_t hi = lo + len < s->vocab ? lo + len : s->vocab;
+        total += di_sample_weights(s->form, s->z + lo, hi - lo, &f, s->w + lo, bucket ? bucket + lo : NULL);
+    }
+    return total;
 }
 
 static int cmp_w_desc_id_asc(const void *a, const void *b) {
