@@ -601,8 +601,10 @@ static int cmp_float_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static int32_t reference_sample(const float *z, int32_t v, const di_sampling_params *p, uint64_t r53,
-                                int32_t *n_keep) {
+/* The token the filters and the draw give, by full sorts; *n_keep: the survivors' count; kept_w
+ * (may be NULL): each id's weight among the survivors (0 for the others) and *kept_total their sum. */
+static int32_t reference_sample_kept(const float *z, int32_t v, const di_sampling_params *p, uint64_t r53,
+                                     int32_t *n_keep, uint64_t *kept_w, uint64_t *kept_total) {
     float *copy = malloc(sizeof(float) * (size_t)v);
     uint64_t *pairs = malloc(sizeof(uint64_t) * 2 * (size_t)v); /* (W, id) */
     uint64_t *w = calloc((size_t)v, sizeof(uint64_t));
@@ -635,6 +637,7 @@ static int32_t reference_sample(const float *z, int32_t v, const di_sampling_par
         total = cum;
     }
     *n_keep = n;
+    if (kept_w) memcpy(kept_w, w, sizeof(uint64_t) * (size_t)v), *kept_total = total;
     const uint64_t target = (uint64_t)(((u128)r53 * total) >> 53);
     uint64_t acc = 0;
     int32_t pick = -1;
@@ -644,6 +647,58 @@ static int32_t reference_sample(const float *z, int32_t v, const di_sampling_par
     }
     free(copy), free(pairs), free(w);
     return pick;
+}
+
+static int32_t reference_sample(const float *z, int32_t v, const di_sampling_params *p, uint64_t r53,
+                                int32_t *n_keep) {
+    return reference_sample_kept(z, v, p, r53, n_keep, NULL, NULL);
+}
+
+/* Processed logprobs: the drawn token's and the top list over the reference's survivors, each
+ * ((z - max) / T - log(survivors' mass / 2^bits)), ranked (value desc, id asc) by a scan of every id
+ * (the sampler's search only looks at the logits that could enter). */
+static void test_processed_logprobs_against_reference(void) {
+    float *z = malloc(sizeof(float) * BIG_VOCAB);
+    uint64_t *kw = malloc(sizeof(uint64_t) * BIG_VOCAB);
+    for (int32_t i = 0; i < BIG_VOCAB; i++) z[i] = (float)(8.0 * di_philox_uniform(51, (uint64_t)i, 0) - 4.0);
+    for (int32_t i = 0; i < 30; i++) z[(i * 4099) % BIG_VOCAB] = 6.0f + 0.125f * (float)(i % 4); /* ties */
+    const struct { float t, top_p, min_p; int32_t top_k; } cases[] = {
+        {1.0f, 1.0f, 0.0f, 0}, {0.7f, 0.95f, 0.0f, 0}, {1.0f, 1.0f, 0.0f, 12}, {0.5f, 0.3f, 0.0f, 0},
+        {1.5f, 0.99f, 0.02f, 500}};
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        di_sampling_params p = params(cases[c].t);
+        p.top_p = cases[c].top_p, p.min_p = cases[c].min_p, p.top_k = cases[c].top_k, p.seed = 300 + c;
+        p.logprobs = DI_SAMPLER_MAX_LOGPROBS, p.logprobs_mode = DI_LOGPROBS_PROCESSED;
+        int32_t n_keep;
+        uint64_t total;
+        const int32_t want = reference_sample_kept(z, BIG_VOCAB, &p, di_philox_bits53(p.seed, 0, 0), &n_keep, kw, &total);
+        float max = -INFINITY;
+        for (int32_t i = 0; i < BIG_VOCAB; i++) max = z[i] > max ? z[i] : max;
+        const double log_total = log(ldexp(di_sample_u64_to_double(total), -di_sample_weight_bits(BIG_VOCAB)));
+        int32_t ids[DI_SAMPLER_MAX_LOGPROBS];
+        double vals[DI_SAMPLER_MAX_LOGPROBS];
+        int m = 0;
+        for (int32_t i = 0; i < BIG_VOCAB; i++) {
+            if (!kw[i]) continue;
+            const double v = ((double)z[i] - (double)max) / (double)p.temperature - log_total;
+            if (m == DI_SAMPLER_MAX_LOGPROBS && !(v > vals[m - 1])) continue;
+            int k = m < DI_SAMPLER_MAX_LOGPROBS ? m++ : m - 1;
+            for (; k > 0 && vals[k - 1] < v; k--) vals[k] = vals[k - 1], ids[k] = ids[k - 1];
+            vals[k] = v, ids[k] = i;
+        }
+        di_sample_result res;
+        const int32_t got = sample_full(g_big, z, &p, NULL, NULL, 0, &res);
+        int diff = got != want || res.n_top != m ||
+                   res.logprob != (float)(((double)z[want] - (double)max) / (double)p.temperature - log_total);
+        for (int k = 0; k < m && k < res.n_top && !diff; k++)
+            diff = res.top[k].token_id != ids[k] || res.top[k].logprob != (float)vals[k];
+        if (diff) fprintf(stderr, "processed logprobs, case %zu: token %d / %d, %d of %d listed\n", c, got, want,
+                          res.n_top, m);
+        bad += diff;
+    }
+    CHECKF(bad == 0, "%d processed-logprob cases differ from the reference", bad);
+    free(z), free(kw);
 }
 
 static void test_big_row_against_reference(void) {
@@ -1176,6 +1231,7 @@ int main(void) {
     test_temperature_distribution();
     test_filter_sets();
     test_big_row_against_reference();
+    test_processed_logprobs_against_reference();
     test_random_rows_against_reference();
     test_plain_rows();
     test_penalties();

@@ -423,17 +423,25 @@ static void full_logprobs(di_sample_form form, const float *x, int32_t vocab, in
     top_store(&t, out);
 }
 
-/* Log-probabilities of the distribution sampled from: the candidates, renormalised. */
+/* A candidate's logprob in the distribution sampled from: its weight over the survivors' (in log
+ * form, at the temperature); log_total: the log of the survivors' mass over the top token's. */
+static inline double candidate_logprob(const di_sampler *s, int32_t id, float max, double temperature,
+                                       double log_total) {
+    return ((double)s->z[id] - (double)max) / temperature - log_total;
+}
+
+/* Log-probabilities of the distribution sampled from: the candidates, renormalised. A candidate's
+ * logprob is non-decreasing in its logit, so once the list is full only a logit above the least
+ * listed one's can enter: the search skips to those, and top_push decides exactly. */
 static void candidate_logprobs(const di_sampler *s, weighted_id cut, uint64_t total, float max, double temperature,
                                int32_t n_top, di_sample_result *out) {
-    /* the survivors' mass over the top token's probability */
     const double log_total = log(ldexp(di_sample_u64_to_double(total), -s->weight_bits));
+    out->logprob = (float)candidate_logprob(s, out->token_id, max, temperature, log_total); /* a kept candidate */
     top_list t = {.cap = n_top};
-    for (int32_t id = 0; id < s->vocab; id++) {
-        if (!s->w[id] || !kept(cut, s->w[id], id)) continue;
-        double lp = ((double)s->z[id] - (double)max) / temperature - log_total;
-        top_push(&t, lp, id);
-        if (id == out->token_id) out->logprob = (float)lp;
+    for (int32_t id = 0; n_top > 0; id++) {
+        const float thr = t.n == t.cap ? nextafterf(s->z[t.id[t.n - 1]], INFINITY) : -INFINITY;
+        if ((id = di_sample_find_at_least(s->form, s->z, id, s->vocab, thr)) >= s->vocab) break;
+        if (s->w[id] && kept(cut, s->w[id], id)) top_push(&t, candidate_logprob(s, id, max, temperature, log_total), id);
     }
     top_store(&t, out);
 }
