@@ -89,8 +89,7 @@ static int32_t draw_scalar(const uint64_t *w, int32_t from, int32_t n, uint64_t 
                            uint64_t target) {
     int32_t id = from;
     for (; id < n - 1; id++) {
-        const bool kept = w[id] > cut_w || (w[id] == cut_w && id <= cut_id);
-        acc += w[id] & -(uint64_t)kept; /* branch-free: the cut is crossed at random */
+        acc += w[id] & -(uint64_t)di_sample_kept(w[id], id, cut_w, cut_id); /* branch-free: crossed at random */
         if (acc > target) break;
     }
     return id;
@@ -188,7 +187,8 @@ __attribute__((target("avx2"))) static int32_t find_u16_avx2(const uint16_t *a, 
     return find_u16_scalar(a, i, n, v);
 }
 
-/* The walk 16 ids a step: a step's kept weight in one sum, the step that crosses walked alone. */
+/* The walk 16 ids a step: a step's kept weight in one sum (di_sample_kept in lanes), the step that
+ * crosses walked alone. */
 __attribute__((target("avx2"))) static int32_t draw_avx2(const uint64_t *w, int32_t n, uint64_t cut_w, int32_t cut_id,
                                                          uint64_t target) {
     const __m256i cw = _mm256_set1_epi64x((long long)cut_w), cid = _mm256_set1_epi64x(cut_id);

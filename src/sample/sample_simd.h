@@ -1,16 +1,16 @@
 /* The host sampler's passes over a whole row, in a scalar and x86 vector forms.
  *
  * A sampled row of V4.1 is 129,280 logits, and the sampler reads them a few times: a sanitised
- * copy, a structured-output mask, the argmax, for T > 0 the weight pass (one exp a token), for logprobs of the whole
- * vocabulary a sum of exps and a search for the best tokens, for top_p a gather of one weight
- * bucket, and the draw's walk over the weights. These are the passes here; on x86-64 CPUs with AVX2 (or AVX-512F) they run 8 (16) floats or 4 (8) doubles a step,
- * the form chosen at run time (di_sample_best_form). Every form gives the same bits as the scalar
- * one: the copy, the mask, the argmax and the searches only compare and select, the walk adds integers; the
- * exp sum fixes its order of
- * addition; the weight pass runs the same IEEE operations in the same order as sample_arith.h's
- * di_sample_weight (no fused multiply-add, the
- * exp table by a gather, floor by the 2^52 rounding trick) -- so the device sampler's too.
- * tests/test_sampler.c checks each form the CPU has against the scalar one on every token. */
+ * copy, a structured-output mask, the argmax, for T > 0 the weight pass (one exp a token), for
+ * logprobs a sum of exps and a search for the best tokens, for top_p a gather of one weight bucket,
+ * and the draw's walk over the weights. These are the passes here; on x86-64 CPUs with AVX2 (or
+ * AVX-512F) they run 8 (16) floats or 4 (8) doubles a step, the form chosen at run time
+ * (di_sample_best_form). Every form gives the same bits as the scalar one: the copy, the mask, the
+ * argmax and the searches only compare and select, the walk adds integers, the exp sum fixes its
+ * order of addition, and the weight pass runs the same IEEE operations in the same order as
+ * sample_arith.h's di_sample_weight (no fused multiply-add, the exp table by a gather, floor by the
+ * 2^52 rounding trick) -- so the device sampler's too. tests/test_sampler.c checks each form the
+ * CPU has against the scalar one on every token. */
 #ifndef DI_SAMPLE_SAMPLE_SIMD_H
 #define DI_SAMPLE_SAMPLE_SIMD_H
 
@@ -45,9 +45,14 @@ double di_sample_exp_sum(di_sample_form form, const float *z, int32_t n, float m
 /* The first index in [from, n) with a[i] == v, or n (top_p's gather of one weight bucket). */
 int32_t di_sample_find_u16(di_sample_form form, const uint16_t *a, int32_t from, int32_t n, uint16_t v);
 
+/* Whether top_p's cut keeps a token of weight w: it is at or above (cut_w, cut_id), the last token
+ * kept, in (W desc, id asc) order. */
+static inline bool di_sample_kept(uint64_t w, int32_t id, uint64_t cut_w, int32_t cut_id) {
+    return w > cut_w || (w == cut_w && id <= cut_id);
+}
+
 /* The draw's walk: the first id in [0, n - 1) whose cumulative weight, over the ids the cut keeps
- * (w > cut_w, or w == cut_w and id <= cut_id: top_p's last kept token), exceeds target; n - 1 if
- * none does. */
+ * (di_sample_kept), exceeds target; n - 1 if none does. */
 int32_t di_sample_draw_index(di_sample_form form, const uint64_t *w, int32_t n, uint64_t cut_w, int32_t cut_id,
                              uint64_t target);
 

@@ -51,9 +51,6 @@ typedef struct weighted_id {
 /* The cut that keeps every token. */
 static const weighted_id keep_all = {0, INT32_MAX};
 
-/* Whether a token of weight w is at or above the cut in (W desc, id asc) order. */
-static inline bool kept(weighted_id cut, uint64_t w, int32_t id) { return w > cut.w || (w == cut.w && id <= cut.id); }
-
 struct di_sampler {
     int32_t vocab;
     di_sample_form form; /* the row passes' SIMD form (di_sample_best_form) */
@@ -441,7 +438,8 @@ static void candidate_logprobs(const di_sampler *s, weighted_id cut, uint64_t to
     for (int32_t id = 0; n_top > 0; id++) {
         const float thr = t.n == t.cap ? nextafterf(s->z[t.id[t.n - 1]], INFINITY) : -INFINITY;
         if ((id = di_sample_find_at_least(s->form, s->z, id, s->vocab, thr)) >= s->vocab) break;
-        if (s->w[id] && kept(cut, s->w[id], id)) top_push(&t, candidate_logprob(s, id, max, temperature, log_total), id);
+        if (s->w[id] && di_sample_kept(s->w[id], id, cut.w, cut.id))
+            top_push(&t, candidate_logprob(s, id, max, temperature, log_total), id);
     }
     top_store(&t, out);
 }

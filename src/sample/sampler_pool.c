@@ -1,8 +1,9 @@
 /* Sampling many rows at once on the host: one di_sampler (scratch for the vocabulary) a thread, the
  * rows spread over the threads. A step of B sampled requests hands the host B rows of 129,280
  * logits; one thread takes ~0.26 ms a row at temperature 1 (docs/SAMPLING.md: the development
- * machine, SIMD passes), so B = 256 on one thread would add ~70 ms to a ~57 ms device step. Each row's draw is a pure function of the row (sampler.h), so the
- * tokens do not depend on the number of threads or on which thread takes which row.
+ * machine, SIMD passes), so B = 256 on one thread would add ~70 ms to a ~57 ms device step. Each
+ * row's draw is a pure function of the row (sampler.h), so the tokens do not depend on the number
+ * of threads or on which thread takes which row.
  *
  * Samplers past the first are made on first use by the thread that owns them (a sampler's memory,
  * ~5 MB at 129,280 ids, is only spent where threads actually sample). */
