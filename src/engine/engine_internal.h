@@ -42,7 +42,7 @@ typedef struct engine_req {
     /* structured output (structured.c); NULL without a constraint */
     struct di_grammar *grammar;
     struct di_matcher *matcher;
-    uint32_t *allowed;         /* [(vocab + 31) / 32] mask of the next token */
+    uint32_t *allowed;         /* [(max(model, tokenizer vocab) + 31) / 32] mask of the next token */
 } engine_req;
 
 struct di_engine {

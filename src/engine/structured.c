@@ -31,7 +31,12 @@ di_status di_engine_constraint_init(di_engine *e, engine_req *r, const di_reques
     di_status st = di_constrain_compile(kind, text, strlen(text), &o, &r->grammar, err);
     if (st) return di_err_prefix(err, "request: %s", kind == DI_CONSTRAIN_REGEX ? "regex" : kind == DI_CONSTRAIN_EBNF ? "grammar" : "json_schema");
     r->matcher = di_matcher_new(r->grammar, e->vocab_trie);
-    r->allowed = di_xmalloc(((size_t)di_token_trie_vocab_size(e->vocab_trie) + 31) / 32 * sizeof(uint32_t));
+    /* the sampler reads the mask over the model's vocabulary; should the tokenizer have fewer ids
+     * (a model without Engram may: with it the loader insists on equal sizes), the words past the
+     * matcher's stay 0 and the padding ids are never allowed */
+    const int32_t trie_vocab = di_token_trie_vocab_size(e->vocab_trie), model_vocab = e->model->cfg.vocab_size;
+    const size_t words = ((size_t)(trie_vocab > model_vocab ? trie_vocab : model_vocab) + 31) / 32;
+    r->allowed = di_xcalloc(words, sizeof(uint32_t));
     return DI_OK;
 }
 
