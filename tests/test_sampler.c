@@ -6,7 +6,8 @@
  * penalties, logit bias, masks and logprobs against hand-computed values; determinism, seed
  * sensitivity and independence from the other rows and the call order; non-finite logits; the
  * thread pool against the sampler alone; the shared arithmetic of sample_arith.h (exp against libm,
- * conversions and products against the compiler's) and the plain-row entry against the full one. */
+ * conversions and products against the compiler's) and the plain-row entry against the full one;
+ * the edit lists of steps 1-3 (sample_edits.h) against the stages applied in request order. */
 #include <float.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 
 #include "base/numerics.h"
 #include "sample/philox.h"
+#include "sample/sample_edits.h"
 #include "sample/sampler.h"
 #include "sample/sample_simd.h"
 #include "sample/sampler_pool.h"
@@ -1218,6 +1220,134 @@ static void test_nonfinite(void) {
     CHECK(sample_full(g_s, c, &p, &h, NULL, 0, &res) == 0 && res.logprob == 0.0f && res.n_top == 2);
 }
 
+/* ---- edit lists (sample_edits.h) ---- */
+
+/* Steps 1-3 as the sampler ran them before the edit lists: the bias in request order, the mask,
+ * then each distinct prompt / output id's penalties straight from the history. */
+static void reference_edits(float *z, int32_t v, const di_sampling_params *p, const di_sample_history *h,
+                            const uint32_t *mask) {
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const int32_t id = p->logit_bias[i].token_id;
+        z[id] = di_sample_sanitize(z[id] + p->logit_bias[i].bias);
+    }
+    for (int32_t id = 0; id < v && mask; id++)
+        if (!(mask[id / 32] >> (id % 32) & 1)) z[id] = -INFINITY;
+    uint8_t *seen = calloc((size_t)v, 1);
+    uint32_t *count = calloc((size_t)v, sizeof *count);
+    if (p->repetition_penalty != 1.0f)
+        for (int64_t i = 0; i < h->n_prompt + h->n_output; i++) {
+            const int32_t id = i < h->n_prompt ? h->prompt_ids[i] : h->output_ids[i - h->n_prompt];
+            if (seen[id]++) continue;
+            const float rp = p->repetition_penalty;
+            z[id] = di_sample_sanitize(z[id] < 0.0f ? z[id] * rp : z[id] / rp);
+        }
+    if (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) {
+        for (int64_t i = 0; i < h->n_output; i++) count[h->output_ids[i]]++;
+        for (int32_t id = 0; id < v; id++)
+            if (count[id]) {
+                const float t = z[id] - p->frequency_penalty * (float)count[id];
+                z[id] = di_sample_sanitize(t - p->presence_penalty);
+            }
+    }
+    free(seen);
+    free(count);
+}
+
+/* Random params, histories (ids drawn from a few, so they repeat) and masks over rows of several
+ * vocabularies: the built lists are well formed (bias grouped by id and stable within an id, no id
+ * twice in a stage, the counts summing to the output's length), and applied to the sanitised row
+ * they give the reference's bits; building twice gives the same lists (the scratch is cleared). */
+static void test_edit_lists(void) {
+    const int32_t vocabs[3] = {5, 300, 4099};
+    uint64_t rng = 0x5eed;
+    int rows = 0, empty = 0;
+    for (int vi = 0; vi < 3; vi++) {
+        const int32_t v = vocabs[vi];
+        di_sample_editor *ed = di_sample_editor_new(v);
+        float *logits = malloc(sizeof(float) * (size_t)v), *z = malloc(sizeof(float) * (size_t)v);
+        float *want = malloc(sizeof(float) * (size_t)v);
+        uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((v + 31) / 32));
+        int32_t prompt[64], output[64];
+        di_logit_bias bias[40];
+        for (int it = 0; it < 300; it++, rows++) {
+            for (int32_t i = 0; i < v; i++) {
+                const uint64_t r = di_philox_bits53(rng, (uint64_t)i, 7);
+                logits[i] = (float)((double)(r % 2001) / 100.0 - 10.0);
+                if (r % 97 == 0) logits[i] = r % 2 ? INFINITY : NAN;
+                if (r % 89 == 0) logits[i] = -INFINITY;
+            }
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            const int32_t ids = 1 + (int32_t)(rng >> 40) % (v < 12 ? v : 12); /* histories drawn from few ids */
+            di_sampling_params p = params(1.0f);
+            const int kind = it % 8;
+            p.repetition_penalty = kind & 1 ? 0.5f + (float)(it % 7) * 0.25f : 1.0f;
+            p.frequency_penalty = kind & 2 ? -2.0f + (float)(it % 9) * 0.5f : 0.0f;
+            p.presence_penalty = kind & 2 ? 1.5f - (float)(it % 5) * 0.75f : 0.0f;
+            p.n_logit_bias = kind & 4 ? 1 + it % 40 : 0;
+            for (int32_t i = 0; i < p.n_logit_bias; i++)
+                bias[i] = (di_logit_bias){(int32_t)(((rng >> (i % 30)) + (uint64_t)i * 7919) % (uint64_t)ids),
+                                          (float)(i % 11) - 5.5f + (it % 3 ? 1e30f : 0.0f) * (float)(i == 2)};
+            p.logit_bias = bias;
+            const int n_prompt = it % 64, n_output = (it * 7) % 64;
+            for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((uint64_t)(i * 31 + it) % (uint64_t)ids);
+            for (int i = 0; i < n_output; i++) output[i] = (int32_t)((uint64_t)(i * 17 + 3 * it) % (uint64_t)ids);
+            di_sample_history h = {prompt, n_prompt, output, n_output};
+            for (int32_t w = 0; w < (v + 31) / 32; w++) mask[w] = (uint32_t)(rng >> (w % 32)) | (it % 3 ? 0u : ~0u);
+            const uint32_t *m = it % 4 == 1 ? NULL : mask;
+            const di_sample_row row = {.logits = logits, .params = &p, .history = &h, .allowed_mask = m};
+            di_sample_edits e, again;
+            di_err err = {0};
+            CHECK(di_sample_edits_build(ed, &row, &e, &err) == DI_OK);
+            empty += di_sample_edits_empty(&e);
+            for (int32_t i = 1; i < e.n_bias; i++) CHECK(e.bias[i - 1].token_id <= e.bias[i].token_id);
+            for (int32_t i = 0; i < e.n_bias; i++) { /* stable: an id's entries in request order */
+                int32_t k = 0;
+                for (int32_t j = 0; j < p.n_logit_bias; j++)
+                    if (bias[j].token_id == e.bias[i].token_id && k++ == 0) {
+                        int32_t first = i;
+                        while (first > 0 && e.bias[first - 1].token_id == e.bias[i].token_id) first--;
+                        int32_t nth = i - first, seen = 0;
+                        for (int32_t q = 0; q < p.n_logit_bias; q++)
+                            if (bias[q].token_id == e.bias[i].token_id && seen++ == nth)
+                                CHECK(bias[q].bias == e.bias[i].bias);
+                    }
+            }
+            int64_t counted = 0;
+            for (int32_t i = 0; i < e.n_output; i++) counted += e.output_counts[i];
+            CHECK(e.n_output == 0 || counted == n_output);
+            for (int32_t i = 0; i < e.n_repeated; i++)
+                for (int32_t j = 0; j < i; j++) CHECK(e.repeated[i] != e.repeated[j]);
+            for (int32_t i = 0; i < e.n_output; i++)
+                for (int32_t j = 0; j < i; j++) CHECK(e.output_ids[i] != e.output_ids[j]);
+            di_sample_sanitized_copy(DI_SAMPLE_SCALAR, z, logits, v);
+            di_sample_edits_apply(di_sample_best_form(), &e, z, v);
+            di_sample_sanitized_copy(DI_SAMPLE_SCALAR, want, logits, v);
+            reference_edits(want, v, &p, &h, m);
+            CHECKF(!memcmp(z, want, sizeof(float) * (size_t)v), "vocab %d row %d: edits differ from the reference", v, it);
+            const int32_t n_rep = e.n_repeated, n_out = e.n_output;
+            CHECK(di_sample_edits_build(ed, &row, &again, &err) == DI_OK);
+            CHECK(again.n_repeated == n_rep && again.n_output == n_out);
+        }
+        /* a history id outside the vocabulary is an error where a penalty reads it, as in di_sampler_sample */
+        int32_t bad[1] = {v};
+        di_sample_history hb = {bad, 1, NULL, 0};
+        di_sampling_params p = params(1.0f);
+        di_sample_row row = {.logits = logits, .params = &p, .history = &hb};
+        di_sample_edits e;
+        di_err err = {0};
+        CHECK(di_sample_edits_build(ed, &row, &e, &err) == DI_OK); /* no penalty reads it */
+        p.repetition_penalty = 1.1f;
+        CHECK(di_sample_edits_build(ed, &row, &e, &err) == DI_ERANGE && strstr(err.msg, "prompt_ids[0]"));
+        di_sample_editor_free(ed);
+        free(logits);
+        free(z);
+        free(want);
+        free(mask);
+    }
+    printf("edit lists: %d rows against the in-order stages, %d without edits\n", rows, empty);
+    CHECK(empty > 0 && empty < rows);
+}
+
 int main(void) {
     di_err err = {0};
     CHECK(di_sampler_create(8, &g_s, &err) == DI_OK);
@@ -1236,6 +1366,7 @@ int main(void) {
     test_plain_rows();
     test_penalties();
     test_bias_and_mask();
+    test_edit_lists();
     test_logprobs();
     test_logprob_top_list();
     test_determinism();

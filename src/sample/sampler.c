@@ -2,8 +2,8 @@
  *
  * How one row is processed, and what each stage costs for a vocabulary of V (129,280 for V4.1):
  *   - the row is copied into scratch z[V] with NaN -> -inf and +inf -> FLT_MAX (one pass);
- *   - bias, mask and penalties touch only the listed ids (penalties read the history; the seen/count
- *     scratch arrays are set and cleared over the same ids, so they are all zero between calls);
+ *   - bias, mask and penalties touch only the listed ids (sample/sample_edits.c lists them from the
+ *     params and the history; a device sampling the row applies the same lists);
  *   - one pass finds the max and the argmax (lowest id on ties): greedy stops here;
  *   - top_k: the k-th largest logit -- for k <= 1,024 by a min-heap of the k best fed only the logits
  *     above its least (a SIMD search skips the rest: a few hundred pushes on a row in random order),
@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "sample/philox.h"
+#include "sample/sample_edits.h"
 #include "sample/sample_arith.h"
 #include "sample/sample_simd.h"
 
@@ -66,8 +67,7 @@ struct di_sampler {
     /* top_p: candidate mass per weight bucket (+ none), ids in four interleaved tables (consecutive
        ids of one bucket do not wait on each other's add) */
     uint64_t bucket_mass[4][DI_SAMPLE_WEIGHT_BUCKETS + 1];
-    uint8_t *seen;       /* [vocab] repetition-penalty marks; all zero between calls */
-    uint32_t *counts;    /* [vocab] output-token counts; all zero between calls */
+    di_sample_editor *editor; /* steps 1-3's lists (sample_edits.h) */
 };
 
 void di_sampling_params_init(di_sampling_params *p) {
@@ -133,8 +133,7 @@ di_status di_sampler_create(int32_t vocab_size, di_sampler **out, di_err *err) {
     s->keys = di_xmalloc(v * sizeof *s->keys);
     s->hist16 = di_xmalloc(65536 * sizeof *s->hist16);
     s->sorted = di_xmalloc(v * sizeof *s->sorted);
-    s->seen = di_xcalloc(v, sizeof *s->seen);
-    s->counts = di_xcalloc(v, sizeof *s->counts);
+    s->editor = di_sample_editor_new(vocab_size);
     *out = s;
     return DI_OK;
 }
@@ -147,62 +146,20 @@ void di_sampler_free(di_sampler *s) {
     free(s->keys);
     free(s->hist16);
     free(s->sorted);
-    free(s->seen);
-    free(s->counts);
+    di_sample_editor_free(s->editor);
     free(s);
 }
 
-static di_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const char *what, di_err *err) {
-    if (n < 0 || (n > 0 && !ids))
-        return di_errf(err, DI_EINVAL, "sampling: history.%s: %lld ids but %s", what, (long long)n,
-                       n < 0 ? "a negative count" : "no array");
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return di_errf(err, DI_ERANGE, "sampling: history.%s[%lld] = %d: outside the vocabulary [0, %d)", what,
-                           (long long)i, ids[i], vocab);
+/* Steps 1-3 of sampler.h: bias, mask, penalties, on the sanitised copy z (sample_edits.h: the
+ * device applies the same edits to a row it samples). */
+static di_status process_logits(di_sampler *s, const di_sample_row *row, di_err *err) {
+    di_sample_edits edits;
+    const di_status st = di_sample_edits_build(s->editor, row, &edits, err);
+    if (st) return st;
+    di_sample_sanitized_copy(s->form, s->z, row->logits, s->vocab);
+    di_sample_edits_apply(s->form, &edits, s->z, s->vocab);
     return DI_OK;
 }
-
-/* Steps 1-3 of sampler.h: bias, mask, penalties, on the sanitised copy z. */
-static void process_logits(di_sampler *s, const di_sample_row *row) {
-    const di_sampling_params *p = row->params;
-    const di_sample_history *h = row->history;
-    float *z = s->z; /* [vocab] f32 */
-    di_sample_sanitized_copy(s->form, z, row->logits, s->vocab);
-    for (int32_t i = 0; i < p->n_logit_bias; i++) {
-        int32_t id = p->logit_bias[i].token_id;
-        z[id] = di_sample_sanitize(z[id] + p->logit_bias[i].bias);
-    }
-    if (row->allowed_mask) di_sample_apply_mask(s->form, z, row->allowed_mask, s->vocab);
-    if (!h) return;
-    float rp = p->repetition_penalty;
-    if (rp != 1.0f) { /* once per distinct token of prompt + output */
-        for (int pass = 0; pass < 2; pass++) {
-            const int32_t *ids = pass ? h->output_ids : h->prompt_ids;
-            int64_t n = pass ? h->n_output : h->n_prompt;
-            for (int64_t i = 0; i < n; i++) {
-                int32_t id = ids[i];
-                if (s->seen[id]) continue;
-                s->seen[id] = 1;
-                z[id] = di_sample_sanitize(z[id] < 0.0f ? z[id] * rp : z[id] / rp); /* a tiny rp can overflow */
-            }
-        }
-        for (int64_t i = 0; i < h->n_prompt; i++) s->seen[h->prompt_ids[i]] = 0;
-        for (int64_t i = 0; i < h->n_output; i++) s->seen[h->output_ids[i]] = 0;
-    }
-    float fp = p->frequency_penalty, pp = p->presence_penalty;
-    if (fp != 0.0f || pp != 0.0f) { /* vLLM: z -= fp * count; z -= pp * (count > 0), in f32 */
-        for (int64_t i = 0; i < h->n_output; i++) s->counts[h->output_ids[i]]++;
-        for (int64_t i = 0; i < h->n_output; i++) {
-            int32_t id = h->output_ids[i];
-            if (!s->counts[id]) continue; /* already applied */
-            z[id] = z[id] - fp * (float)s->counts[id];
-            z[id] = di_sample_sanitize(z[id] - pp);
-            s->counts[id] = 0;
-        }
-    }
-}
-
 
 /* In a histogram hist[0..n_buckets) of keys, the bucket holding the `*remaining`-th largest key;
  * *remaining becomes its rank within that bucket. */
@@ -446,18 +403,10 @@ static void candidate_logprobs(const di_sampler *s, weighted_id cut, uint64_t to
 
 di_status di_sampler_sample(di_sampler *s, const di_sample_row *row, di_sample_result *out, di_err *err) {
     const di_sampling_params *p = row->params;
-    const di_sample_history *h = row->history;
     memset(out, 0, sizeof *out);
     out->token_id = -1;
     di_status st = di_sampling_params_validate(p, s->vocab, err);
-    if (st) return st;
-    if (h && p->repetition_penalty != 1.0f && (st = check_ids(h->prompt_ids, h->n_prompt, s->vocab, "prompt_ids", err)))
-        return st;
-    if (h && (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) &&
-        (st = check_ids(h->output_ids, h->n_output, s->vocab, "output_ids", err)))
-        return st;
-
-    process_logits(s, row);
+    if (st || (st = process_logits(s, row, err))) return st;
     float max;
     const int32_t argmax = di_sample_argmax(s->form, s->z, s->vocab, false, &max);
     if (argmax < 0) return di_sample_no_token_error(row->position, err);
