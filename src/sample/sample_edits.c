@@ -69,6 +69,18 @@ static void grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     *p = di_xrealloc(*p, elem * (size_t)*cap);
 }
 
+di_status di_sample_history_check(const di_sample_row *row, int32_t vocab, di_err *err) {
+    const di_sampling_params *p = row->params;
+    const di_sample_history *h = row->history;
+    const bool repetition = h && p->repetition_penalty != 1.0f;
+    const bool frequency = h && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+    di_status st;
+    if (repetition && (st = check_ids(h->prompt_ids, h->n_prompt, vocab, "prompt_ids", err))) return st;
+    if ((repetition || frequency) && (st = check_ids(h->output_ids, h->n_output, vocab, "output_ids", err)))
+        return st;
+    return DI_OK;
+}
+
 di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, di_sample_edits *out, di_err *err) {
     const di_sampling_params *p = row->params;
     const di_sample_history *h = row->history;
@@ -76,10 +88,8 @@ di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, 
     out->repetition_penalty = 1.0f;
     const bool repetition = h && p->repetition_penalty != 1.0f;
     const bool frequency = h && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
-    di_status st;
-    if (repetition && (st = check_ids(h->prompt_ids, h->n_prompt, ed->vocab, "prompt_ids", err))) return st;
-    if ((repetition || frequency) && (st = check_ids(h->output_ids, h->n_output, ed->vocab, "output_ids", err)))
-        return st;
+    const di_status st = di_sample_history_check(row, ed->vocab, err);
+    if (st) return st;
 
     out->bias = p->logit_bias, out->n_bias = p->n_logit_bias;
     bool grouped = true;

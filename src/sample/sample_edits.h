@@ -46,6 +46,9 @@ void di_sample_editor_free(di_sample_editor *ed);
  * lists point into ed and the row's params; valid until ed's next build. */
 di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, di_sample_edits *out, di_err *err);
 
+/* The check di_sample_edits_build makes of the history, alone (ed not needed). */
+di_status di_sample_history_check(const di_sample_row *row, int32_t vocab, di_err *err);
+
 /* Whether the edits change nothing (no bias, mask or penalty): the row is then plain. */
 bool di_sample_edits_empty(const di_sample_edits *e);
 

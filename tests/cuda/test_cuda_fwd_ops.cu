@@ -20,8 +20,8 @@
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
- * the small index-score cases, `--moe` the routing and grouping cases, `--sample` the greedy and
- * sampled tokens (a B = 256 head's rows included), `--sample-small` those at emulator sizes,
+ * the small index-score cases, `--moe` the routing and grouping cases, `--sample` the greedy,
+ * sampled and edited tokens (a B = 256 head's rows included), `--sample-small` those at emulator sizes,
  * `--sample-many` only the cases past the grid's y dimension. */
 #include <float.h>
 #include <math.h>
@@ -37,6 +37,7 @@ extern "C" {
 #include "backend/cpu/cpu_ops.h"
 #include "forward/index_key.h"
 #include "forward/kv_record.h"
+#include "sample/sample_edits.h"
 #include "sample/sampler.h"
 }
 #include "backend/cuda/cuda_fwd_ops.h"
@@ -248,6 +249,126 @@ static void test_sample_tokens(int64_t n, int64_t V) {
     check_row_tokens("sample_tokens", n, V, got, ref, describe_sampled_row, ps);
     cudaFree(dx), cudaFree(dt), cudaFree(dp), cudaFree(ws);
     free(x), free(ps), free(ref), free(got), free(init);
+    di_sampler_free(smp);
+}
+
+/* cuda_sample_edit.cu's edits, then the greedy and sampled tokens over the edited rows, against the
+ * host sampler (di_sampler_sample with the same params, history and mask) row by row; and the
+ * edited rows themselves, sanitised, against di_sample_edits_apply on the host's sanitised copy,
+ * bit for bit. Only every other row is edited (the rest must stay as they were). Each edited row
+ * draws: a logit bias of up to 40 entries over a few ids (duplicates, out of order, some huge), a
+ * mask (none, random, all but a few ids, or nothing allowed: -1), repetition / frequency / presence
+ * penalties over a history drawn from a few ids, a temperature of 0 (greedy) or > 0 with random
+ * filters; the logits model-like, with specials (+-inf, NaN) here and there. */
+static void test_edit_tokens(int64_t n, int64_t V) {
+    float *x = (float *)malloc(4 * n * V), *want = (float *)malloc(4 * n * V), *got = (float *)malloc(4 * n * V);
+    di_sampling_params *params = (di_sampling_params *)calloc(n, sizeof *params);
+    di_plain_sampling *ps = (di_plain_sampling *)calloc(n, sizeof *ps);
+    di_logit_bias *bias = (di_logit_bias *)malloc(sizeof *bias * 40 * n);
+    const int64_t words = (V + 31) / 32;
+    uint32_t *mask = (uint32_t *)malloc(4 * words * n);
+    int32_t *hist = (int32_t *)malloc(4 * 96 * n);
+    int32_t *ref = (int32_t *)malloc(4 * n), *tok = (int32_t *)malloc(4 * n);
+    std::vector<di_cuda_row_edits> hdr;
+    std::vector<void *> dev_arrays;
+    di_sampler *smp = NULL;
+    di_err err = {};
+    if (di_sampler_create((int32_t)V, &smp, &err)) abort();
+    di_sample_editor *ed = di_sample_editor_new((int32_t)V);
+    auto up = [&](const void *h, size_t bytes) -> void * {
+        void *d = bytes ? dev_upload(h, bytes) : dev_poisoned(4); /* an empty list: never read */
+        dev_arrays.push_back(d);
+        return d;
+    };
+    for (int64_t r = 0; r < n; r++) {
+        float *row = x + r * V;
+        for (int64_t i = 0; i < V; i++) {
+            const uint64_t u = rnd_u64();
+            row[i] = u % 211 == 0 ? (u & 256 ? INFINITY : NAN) : u % 173 == 0 ? -INFINITY : rnd_normalish() * 3.0f;
+        }
+        for (int t = 0; t < 4; t++) row[rnd_u64() % V] = 8.0f + (float)t;
+        di_sampling_params *p = &params[r];
+        di_sampling_params_init(p);
+        p->temperature = r % 3 == 0 ? 0.0f : (float)(0.3 + 1.5 * (rnd_u64() % 1000) / 1000.0);
+        p->top_p = rnd_u64() % 2 ? (float)(0.1 + 0.9 * (rnd_u64() % 1000) / 1000.0) : 1.0f;
+        p->top_k = rnd_u64() % 3 == 0 ? (int32_t)(1 + rnd_u64() % 100) : 0;
+        p->min_p = rnd_u64() % 4 == 0 ? 0.05f : 0.0f;
+        p->seed = rnd_u64();
+        const int64_t few = 1 + (int64_t)(rnd_u64() % (V < 50 ? V : 50));
+        const int kind = (int)(r / 2 % 8);
+        di_logit_bias *b = bias + 40 * r;
+        p->n_logit_bias = kind & 1 ? (int32_t)(1 + rnd_u64() % 40) : 0;
+        for (int32_t i = 0; i < p->n_logit_bias; i++)
+            b[i] = (di_logit_bias){(int32_t)(rnd_u64() % (uint64_t)few),
+                                   rnd_u64() % 9 == 0 ? 3e38f : (float)((int)(rnd_u64() % 2001) - 1000) * 0.013f};
+        p->logit_bias = b;
+        p->repetition_penalty = kind & 2 ? 0.6f + 0.2f * (float)(rnd_u64() % 6) : 1.0f;
+        p->frequency_penalty = kind & 4 ? (float)((int)(rnd_u64() % 9) - 4) * 0.5f : 0.0f;
+        p->presence_penalty = kind & 4 ? (float)((int)(rnd_u64() % 9) - 4) * 0.375f : 0.0f;
+        int32_t *h = hist + 96 * r;
+        const int n_prompt = (int)(rnd_u64() % 48), n_output = (int)(rnd_u64() % 48);
+        for (int i = 0; i < n_prompt + n_output; i++) h[i] = (int32_t)(rnd_u64() % (uint64_t)few);
+        di_sample_history hi = {h, n_prompt, h + n_prompt, n_output};
+        uint32_t *m = mask + words * r;
+        const int mask_kind = (int)(r / 16 % 4); /* 0 none, 1 random, 2 all but a few, 3 nothing */
+        for (int64_t w = 0; w < words; w++)
+            m[w] = mask_kind == 1 ? (uint32_t)rnd_u64() : mask_kind == 2 ? 0xffffffffu : 0u;
+        if (mask_kind == 2)
+            for (int t = 0; t < 5; t++) {
+                const uint64_t id = rnd_u64() % (uint64_t)V;
+                m[id / 32] &= ~(1u << (id % 32));
+            }
+        const di_sample_row srow = {.logits = row, .params = p, .history = &hi,
+                                    .allowed_mask = mask_kind ? m : NULL, .position = rnd_u64() % 100000};
+        memcpy(want + r * V, row, 4 * V);
+        if (r % 2) { /* not edited: greedy on the raw row, left as it was */
+            ref[r] = di_sample_greedy_token(row, (int32_t)V);
+            continue;
+        }
+        di_sample_result res;
+        di_sampler_sample(smp, &srow, &res, &err); /* -1 when the mask leaves nothing */
+        ref[r] = res.token_id;
+        if (p->temperature > 0.0f) ps[r] = di_plain_sampling_of(p, srow.position);
+        di_sample_edits e;
+        if (di_sample_edits_build(ed, &srow, &e, &err)) abort();
+        di_sample_sanitized_copy(DI_SAMPLE_SCALAR, want + r * V, row, (int32_t)V);
+        di_sample_edits_apply(DI_SAMPLE_SCALAR, &e, want + r * V, (int32_t)V);
+        std::vector<int32_t> ids(e.n_bias);
+        std::vector<float> vals(e.n_bias);
+        for (int32_t i = 0; i < e.n_bias; i++) ids[i] = e.bias[i].token_id, vals[i] = e.bias[i].bias;
+        di_cuda_row_edits d = {};
+        d.row = r;
+        d.bias_ids = (const int32_t *)up(ids.data(), 4 * ids.size());
+        d.bias = (const float *)up(vals.data(), 4 * vals.size());
+        d.mask = e.mask ? (const uint32_t *)up(e.mask, 4 * words) : NULL;
+        d.repeated = (const int32_t *)up(e.repeated, 4 * (size_t)e.n_repeated);
+        d.output_ids = (const int32_t *)up(e.output_ids, 4 * (size_t)e.n_output);
+        d.output_counts = (const uint32_t *)up(e.output_counts, 4 * (size_t)e.n_output);
+        d.n_bias = e.n_bias, d.n_repeated = e.n_repeated, d.n_output = e.n_output;
+        d.repetition_penalty = e.repetition_penalty;
+        d.frequency_penalty = e.frequency_penalty, d.presence_penalty = e.presence_penalty;
+        hdr.push_back(d);
+    }
+    float *dx = (float *)dev_upload(x, 4 * n * V);
+    di_cuda_row_edits *dh = (di_cuda_row_edits *)dev_upload(hdr.data(), sizeof hdr[0] * hdr.size());
+    int32_t *dt = (int32_t *)dev_poisoned(4 * n);
+    di_plain_sampling *dp = (di_plain_sampling *)dev_upload(ps, sizeof *ps * n);
+    void *gws = dev_poisoned(di_cuda_greedy_ws_bytes(n, V)), *sws = dev_poisoned(di_cuda_sample_ws_bytes(n, V));
+    di_cuda_edit_logits(dx, V, dh, (int64_t)hdr.size(), 0);
+    dev_download(got, dx, 4 * n * V);
+    di_cuda_greedy_tokens(dx, n, V, gws, dt, 0);
+    di_cuda_sample_tokens(dx, n, V, dp, sws, dt, 0);
+    dev_download(tok, dt, 4 * n);
+    for (int64_t r = 0; r < n; r += 2) /* the edited rows as the samplers read them */
+        for (int64_t i = 0; i < V; i++) got[r * V + i] = di_sample_sanitize(got[r * V + i]);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld V=%lld", (long long)n, (long long)V);
+    compare("edit_logits", shape, got, want, n * V, "exact");
+    check_row_tokens("edited_tokens", n, V, tok, ref, describe_sampled_row, ps);
+    for (void *d : dev_arrays) cudaFree(d);
+    cudaFree(dx), cudaFree(dh), cudaFree(dt), cudaFree(dp), cudaFree(gws), cudaFree(sws);
+    free(x), free(want), free(got), free(params), free(ps), free(bias), free(mask), free(hist), free(ref), free(tok);
+    di_sample_editor_free(ed);
     di_sampler_free(smp);
 }
 
@@ -2050,6 +2171,7 @@ static void run_quick(void) {
     test_sample_tokens(64, 129280);
     test_sample_tokens(40, 3000);
     test_sample_tokens(16, 5);
+    test_edit_tokens(64, 3000);
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
     test_copy_rows(6, 16384 + 7); /* several blocks per row, a partial chunk */
@@ -2181,6 +2303,7 @@ static void run_full(bool head) {
     test_greedy_tokens(256, 129280); /* B = 256's head: two slices a row */
     test_greedy_tokens(8, 129280);
     test_sample_tokens(256, 129280);
+    test_edit_tokens(256, 129280); /* a B = 256 head of edited rows (structured output, penalties) */
     test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3); /* launches in pieces of 65,535 rows */
     test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     test_embed(129280, 64, 4, 5120);
@@ -2235,6 +2358,8 @@ int main(int argc, char **argv) {
         test_sample_tokens(16, 5);
         test_sample_tokens(40, 3000);
         test_sample_tokens(256, 129280);
+        test_edit_tokens(64, 3000);
+        test_edit_tokens(256, 129280);
         test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3);
         test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     } else if (argc > 1 && !strcmp(argv[1], "--sample-many")) { /* past the grid's y: slow on the emulator */
@@ -2245,6 +2370,8 @@ int main(int argc, char **argv) {
         test_sample_tokens(16, 5);
         test_sample_tokens(24, 3000);
         test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
+        test_edit_tokens(64, 3000);
+        test_edit_tokens(4, 5);
     }
     else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping, the SwiGLU and combine alone, one
                                                          prefill-sized; grouped GEMMs of x's rows through a list */

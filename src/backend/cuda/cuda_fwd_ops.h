@@ -376,6 +376,24 @@ size_t di_cuda_sample_ws_bytes(int64_t n, int64_t V);
 void di_cuda_sample_tokens(const float *logits, int64_t n, int64_t V, const di_plain_sampling *params, void *ws,
                            int32_t *tokens, cudaStream_t s);
 
+/* A row's sampler edits (sample/sample_edits.h's lists) in device memory. */
+typedef struct di_cuda_row_edits {
+    int64_t row;                   /* the logits row they edit */
+    const int32_t *bias_ids;       /* [n_bias] grouped by id, request order within an id */
+    const float *bias;             /* [n_bias] */
+    const uint32_t *mask;          /* [(V + 31) / 32] allowed-token bits, or NULL */
+    const int32_t *repeated;       /* [n_repeated] distinct ids of prompt + output */
+    const int32_t *output_ids;     /* [n_output] distinct output ids */
+    const uint32_t *output_counts; /* [n_output] */
+    int32_t n_bias, n_repeated, n_output;
+    float repetition_penalty, frequency_penalty, presence_penalty;
+} di_cuda_row_edits;
+/* In place on logits [*, V]: for each of the n rows edits[i] names, the sampler's steps 1-3 (bias,
+ * mask, repetition / frequency / presence penalties), bit for bit di_sample_edits_apply on the
+ * host's sanitised copy at the ids the lists touch (cuda_sample_edit.cu); the other ids keep their
+ * raw values, which di_cuda_greedy_tokens / di_cuda_sample_tokens sanitise as they read. */
+void di_cuda_edit_logits(float *logits, int64_t V, const di_cuda_row_edits *edits, int64_t n, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
