@@ -3,8 +3,10 @@
  * length, chunks of sequences that already have context, single decode tokens -- with the target
  * at a random place in the batch. Four calls: the target's prefill, then three decode steps.
  *
- * The other sequences' last rows want their logits, only their greedy token or only a sampled token
- * (di_batch.want_logits: the device gathers the rows that leave it); every row's greedy token must
+ * The other sequences' last rows want their logits, only their greedy token, only a sampled token
+ * or, on a device, only a token taken after a mask, a bias and penalties (applied to the row where
+ * its logits are: the target's must not notice) (di_batch.want_logits: the device gathers the rows
+ * that leave it); every row's greedy token must
  * be the argmax of its logits as the sampler takes it (di_sample_greedy_token), where the logits
  * come back, and every sampled token a token of the vocabulary (test_engine and test_cuda_fwd_ops
  * check the draws themselves against the host sampler).
@@ -58,14 +60,28 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
     }
     uint8_t *want = calloc((size_t)R, 1);
     di_plain_sampling *sampling = calloc((size_t)R, sizeof *sampling); /* [R] */
+    di_sample_row *edited = calloc((size_t)R, sizeof *edited);           /* [R] */
+    const int64_t words = (V + 31) / 32;
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)words); /* every other id allowed */
+    for (int64_t w = 0; w < words; w++) mask[w] = 0x55555555u;
+    static const di_logit_bias bias[2] = {{6, 3.0f}, {2, -1.0f}};
+    static const int32_t hist[4] = {6, 8, 8, 10};
+    static const di_sample_history h = {hist, 2, hist + 2, 2};
+    di_sampling_params ep;
+    di_sampling_params_init(&ep);
+    ep.logit_bias = bias, ep.n_logit_bias = 2, ep.repetition_penalty = 1.5f, ep.frequency_penalty = 0.5f;
     int n_want = 0, n_logit_rows = 0, target_out = -1;
     for (int i = 0, r = 0; i < n; r += rows[i], i++) { /* every sequence's last row: the head's GEMM sees n rows */
         const bool target_seq = r + rows[i] - 1 == target_row;
-        const uint32_t kind = rnd(3);
-        want[r + rows[i] - 1] = target_seq || kind == 0 ? DI_WANT_LOGITS : kind == 1 ? DI_WANT_TOKEN : DI_WANT_SAMPLE;
+        const uint32_t kind = rnd(m->dev_backend ? 4 : 3);
+        want[r + rows[i] - 1] = target_seq || kind == 0 ? DI_WANT_LOGITS
+                                : kind == 1             ? DI_WANT_TOKEN
+                                : kind == 2             ? DI_WANT_SAMPLE : DI_WANT_EDITED;
         sampling[r + rows[i] - 1] = (di_plain_sampling){.temperature = 0.5f + (float)rnd(3), .top_p = 0.9f,
                                                         .top_k = (int32_t)rnd(50), .seed = rnd(1000),
                                                         .position = (uint64_t)step};
+        edited[r + rows[i] - 1] = (di_sample_row){.params = &ep, .history = &h, .allowed_mask = mask,
+                                                  .position = (uint64_t)step};
         if (target_seq) target_out = n_logit_rows;
         n_logit_rows += want[r + rows[i] - 1] == DI_WANT_LOGITS;
         n_want++;
@@ -73,7 +89,7 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
     float *logits = malloc(sizeof(float) * (size_t)n_logit_rows * V);
     int32_t *greedy = malloc(sizeof(int32_t) * (size_t)n_want);
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n, .seqs = seqs, .seq_n_rows = rows, .logits = logits,
-                  .want_logits = want, .head_tokens = greedy, .row_sampling = sampling};
+                  .want_logits = want, .head_tokens = greedy, .row_sampling = sampling, .sample_rows = edited};
     di_status st = di_forward(m, &b, err);
     if (!st) {
         memcpy(out, logits + (size_t)target_out * V, sizeof(float) * (size_t)V);
@@ -83,6 +99,7 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
             if (want[r] == DI_WANT_LOGITS)
                 mismatched += greedy[w] != di_sample_greedy_token(logits + (size_t)l++ * V, (int32_t)V);
             mismatched += greedy[w] < 0 || greedy[w] >= V;
+            if (want[r] == DI_WANT_EDITED) mismatched += greedy[w] % 2 != 0; /* the mask's */
             w++;
         }
         CHECKF(mismatched == 0, "batch of %d, step %d: %d greedy tokens not the argmax of their logits", n, step,
@@ -90,6 +107,8 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
     }
     free(greedy);
     free(sampling);
+    free(edited);
+    free(mask);
     free(seqs);
     free(rows);
     free(tokens);
@@ -111,12 +130,31 @@ int main(void) {
         di_seq_state *st = di_seq_state_new(m);
         int32_t toks[2] = {0, 5};
         int nr = 2;
-        uint8_t want[2] = {0, 4};
+        uint8_t want[2] = {0, 5};
         int32_t greedy[2];
         di_batch b = {.n_rows = 2, .tokens = toks, .n_seqs = 1, .seqs = &st, .seq_n_rows = &nr, .want_logits = want,
                       .head_tokens = greedy};
         di_err e = {0};
-        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "want_logits[1] = 4"));
+        CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "want_logits[1] = 5"));
+        /* an edited token: a device's, with sampler inputs, no logprobs, a history a penalty can read */
+        want[1] = DI_WANT_EDITED;
+        if (!m->dev_backend) {
+            CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "device backend"));
+        } else {
+            CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "sample_rows"));
+            di_sampling_params sp;
+            di_sampling_params_init(&sp);
+            sp.logprobs = 2;
+            di_sample_row srows[2] = {{0}, {.params = &sp}};
+            b.sample_rows = srows;
+            CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "row 1") && strstr(e.msg, "logprobs"));
+            sp.logprobs = 0, sp.repetition_penalty = 1.2f;
+            const int32_t bad[1] = {m->cfg.vocab_size + 5};
+            const di_sample_history bh = {bad, 1, NULL, 0};
+            srows[1].history = &bh;
+            CHECK(di_forward(m, &b, &e) == DI_ERANGE && strstr(e.msg, "prompt_ids[0]"));
+            b.sample_rows = NULL;
+        }
         want[1] = DI_WANT_TOKEN, b.head_tokens = NULL;
         CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "head_tokens"));
         want[1] = DI_WANT_SAMPLE, b.head_tokens = greedy;

@@ -4,7 +4,10 @@
  * by max_tokens must say "length" and be a valid prefix. The outputs are written as JSON lines and,
  * when python3 with `jsonschema` is available, checked by tools/constrain/validate_outputs.py with
  * a real validator (Python `jsonschema`, `re.fullmatch`). Also: an invalid constraint fails that
- * request alone. */
+ * request alone, and constrained requests give the same tokens whether the engine samples them
+ * where the logits are (on a device: mask, bias and penalties applied there) or on the host (the
+ * same requests with logprobs). `test_constrain_engine paths` runs that check alone (the emulated
+ * GPU of tools/cuda/emu/run_emu_model.sh). */
 #include <unistd.h>
 
 #include "constrain/constrain.h"
@@ -40,7 +43,57 @@ static void json_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
 }
 
-int main(void) {
+/* Constrained requests (each kind, greedy and sampled, some with a bias and penalties) run as they
+ * are and again with logprobs = 1, whose rows the host samples: the tokens must be the same. On a
+ * device the first run applies the masks there (DI_WANT_EDITED); on the CPU both runs sample on the
+ * host. */
+static void test_sampling_paths(const char *model_dir) {
+    di_engine_options o = {.model_dir = model_dir};
+    di_engine *e = NULL;
+    char msg[512];
+    CHECKF(di_engine_create(&o, &e, msg, sizeof msg) == DI_OK, "%s", msg);
+    if (!e) return;
+    enum { N = 12, GEN = 24 };
+    static const di_logit_bias bias[3] = {{16, 1.5f}, {90, -2.0f}, {16, 0.5f}}; /* one id twice */
+    int32_t tokens[2][N][GEN];
+    int n_tok[2][N];
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t ids[N];
+        for (int i = 0; i < N; i++) {
+            di_request q = {.prompt = "Answer:", .max_tokens = GEN, .has_seed = true};
+            di_sampling_params_init(&q.sampling);
+            q.sampling.temperature = i % 4 == 3 ? 0.0f : 1.0f;
+            q.sampling.seed = (uint64_t)(500 + i);
+            if (i % 3 == 0) q.regex = k_regex;
+            if (i % 3 == 1) q.json_schema = k_schema;
+            if (i % 3 == 2) q.grammar_ebnf = k_ebnf;
+            if (i % 2) {
+                q.sampling.logit_bias = bias, q.sampling.n_logit_bias = 3;
+                q.sampling.repetition_penalty = 1.2f, q.sampling.presence_penalty = 0.5f;
+            }
+            q.sampling.logprobs = pass;
+            CHECKF(di_engine_add_request(e, &q, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
+        }
+        CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
+        for (int i = 0; i < N; i++) {
+            di_result res;
+            CHECK(di_engine_result(e, ids[i], &res) == DI_OK);
+            CHECKF(res.finish == DI_FINISH_STOP || res.finish == DI_FINISH_LENGTH, "request %d: %s (%s)", i,
+                   di_finish_reason_name(res.finish), res.error ? res.error : "");
+            n_tok[pass][i] = (int)res.n_tokens;
+            memcpy(tokens[pass][i], res.token_ids, sizeof(int32_t) * (size_t)res.n_tokens);
+            di_engine_release(e, ids[i]);
+        }
+    }
+    int same = 0;
+    for (int i = 0; i < N; i++)
+        same += n_tok[0][i] == n_tok[1][i] && !memcmp(tokens[0][i], tokens[1][i], sizeof(int32_t) * (size_t)n_tok[0][i]);
+    printf("constrained requests sampled where the logits are vs on the host (logprobs): %d of %d identical\n", same, N);
+    CHECK(same == N);
+    di_engine_free(e);
+}
+
+int main(int argc, char **argv) {
     char dir[] = "/tmp/deepinfer-constrain-engine-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char model_dir[4096], out_path[4200];
@@ -50,6 +103,13 @@ int main(void) {
     if (di_demo_model_write(model_dir, &err)) {
         fprintf(stderr, "demo model: %s\n", err.msg);
         return 1;
+    }
+    test_sampling_paths(model_dir);
+    char cmd[16384];
+    if (argc > 1 && !strcmp(argv[1], "paths")) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd)) {}
+        return TEST_SUMMARY();
     }
     di_engine_options o = {.model_dir = model_dir};
     di_engine *e = NULL;
@@ -131,7 +191,6 @@ int main(void) {
     di_engine_free(e);
 
     /* a real validator, when there is one */
-    char cmd[16384];
     snprintf(cmd, sizeof cmd, "python3 -c 'import jsonschema' 2>/dev/null");
     if (system(cmd) == 0) {
         FILE *sf = NULL;

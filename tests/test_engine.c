@@ -132,10 +132,10 @@ static void test_batching_and_preemption(prompts *p) {
 /* The requests of template tmpl (every prompt) three ways: as they are, all with logprobs = 1 (their
  * rows then reach the host's sampler as logits) and mixed (every third with logprobs): the tokens
  * must not depend on where a row was sampled. */
-static void check_sampling_paths(prompts *p, const di_request *tmpl, const char *what) {
+static void check_sampling_paths(prompts *p, const di_request *tmpl, const char *what, int32_t device[N_REQ][GEN]) {
     int all[N_REQ];
     for (int i = 0; i < N_REQ; i++) all[i] = i;
-    int32_t device[N_REQ][GEN], host[N_REQ][GEN], mixed[N_REQ][GEN];
+    int32_t host[N_REQ][GEN], mixed[N_REQ][GEN];
     di_engine *e = engine_new(0, 0);
     run_batch(e, p, all, N_REQ, tmpl, device);
     run_requests(e, p, all, N_REQ, tmpl, 1, host);  /* every one on the host */
@@ -147,14 +147,29 @@ static void check_sampling_paths(prompts *p, const di_request *tmpl, const char 
 }
 
 /* Plain-greedy requests take their token from the device's argmax (DI_WANT_TOKEN); seeded sampled
- * requests have theirs drawn on the device (DI_WANT_SAMPLE). On the CPU backend the sampled ones
- * are sampled on the host either way. */
+ * requests have theirs drawn on the device (DI_WANT_SAMPLE); requests with a logit bias and
+ * penalties have them applied there first (DI_WANT_EDITED), greedy or sampled. On the CPU backend
+ * all but the plain greedy ones are sampled on the host either way. */
 static void test_sampling_paths(prompts *p) {
+    static int32_t plain[2][N_REQ][GEN], edited[2][N_REQ][GEN]; /* [greedy, sampled] */
     di_request q = greedy_request(NULL, 0, GEN);
-    check_sampling_paths(p, &q, "greedy tokens from the device's argmax");
+    check_sampling_paths(p, &q, "greedy tokens from the device's argmax", plain[0]);
     q.sampling.temperature = 0.9f, q.sampling.top_p = 0.9f, q.sampling.top_k = 40, q.sampling.min_p = 0.001f;
     q.sampling.seed = 4242, q.has_seed = true;
-    check_sampling_paths(p, &q, "sampled tokens drawn where the logits are");
+    check_sampling_paths(p, &q, "sampled tokens drawn where the logits are", plain[1]);
+    /* a bias on a few ids (one listed twice, out of order) and every penalty: repetition over the
+     * prompt's ids too, frequency and presence over the output's */
+    static const di_logit_bias bias[4] = {{900, 2.5f}, {17, -30.0f}, {900, -0.75f}, {5, 1.25f}};
+    q.sampling.logit_bias = bias, q.sampling.n_logit_bias = 4;
+    q.sampling.repetition_penalty = 1.3f, q.sampling.frequency_penalty = 0.4f, q.sampling.presence_penalty = -0.3f;
+    check_sampling_paths(p, &q, "sampled tokens after bias and penalties where the logits are", edited[1]);
+    q.sampling.temperature = 0.0f;
+    check_sampling_paths(p, &q, "greedy tokens after bias and penalties where the logits are", edited[0]);
+    /* the edits matter: they change some continuations */
+    const int same_greedy = count_equal(plain[0], edited[0], N_REQ), same_sampled = count_equal(plain[1], edited[1], N_REQ);
+    printf("  continuations unchanged by the bias and penalties: greedy %d, sampled %d of %d\n", same_greedy,
+           same_sampled, N_REQ);
+    CHECK(same_greedy < N_REQ && same_sampled < N_REQ);
 }
 
 static void test_seeded_sampling(prompts *p) {
@@ -241,15 +256,24 @@ static void test_bad_requests(void) {
     di_engine_free(e);
 }
 
-int main(void) {
+/* With arguments, only the parts named (batching, sampling, seeded, repaired, bad): the emulated
+ * GPU (tools/cuda/emu/run_emu_model.sh) takes minutes a part. */
+static bool part(int argc, char **argv, const char *name) {
+    if (argc < 2) return true;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return true;
+    return false;
+}
+
+int main(int argc, char **argv) {
     prompts p;
     make_prompts(&p);
     printf("engine on the v41-tiny fixture:\n");
-    test_batching_and_preemption(&p);
-    test_sampling_paths(&p);
-    test_seeded_sampling(&p);
-    test_repaired_greedy();
-    test_bad_requests();
+    if (part(argc, argv, "batching")) test_batching_and_preemption(&p);
+    if (part(argc, argv, "sampling")) test_sampling_paths(&p);
+    if (part(argc, argv, "seeded")) test_seeded_sampling(&p);
+    if (part(argc, argv, "repaired")) test_repaired_greedy();
+    if (part(argc, argv, "bad")) test_bad_requests();
     for (int i = 0; i < N_REQ; i++) free(p.ids[i]);
     return TEST_SUMMARY();
 }

@@ -1,7 +1,9 @@
 /* Running a planned step (the backend half of the step loop): one forward over the planned rows of
  * every scheduled request, then sampling, stop checks, streaming and commit for the requests whose
  * prompt is complete. The forward is begun, the structured-output masks of the rows to be sampled
- * are computed while a device runs it (they depend on committed tokens only), then it is ended. */
+ * are computed while a device runs it (they depend on committed tokens only), then it is ended: a
+ * device applies them then (with the row's bias and penalties) and samples the row where its
+ * logits are, unless the request wants logprobs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,13 +102,16 @@ static void commit_token(di_engine *e, engine_req *r, const di_sample_result *s)
 }
 
 /* What the forward hands back for a request's sampled row: its greedy token alone when that is all
- * the request needs (no constraint mask, bias, penalty or logprobs); on a device also the token
- * drawn there when the request samples with no such extras (the host draws the same one: the CPU
- * backend leaves these rows to the host's sampler threads); otherwise the logits. */
+ * the request needs (no constraint mask, bias, penalty or logprobs); on a device the token drawn
+ * there too when the request samples with no such extras, and the token taken there after its
+ * bias, mask and penalties (the edits) when it has some but no logprobs -- the host's sampler
+ * would take the same one (the CPU backend leaves these rows to the host's sampler threads);
+ * otherwise the logits. */
 static uint8_t head_want(const di_engine *e, const engine_req *r) {
-    if (r->matcher) return DI_WANT_LOGITS;
-    if (di_sampling_is_plain_greedy(&r->sampling)) return DI_WANT_TOKEN;
-    if (e->model->dev_backend && di_sampling_is_plain_sampled(&r->sampling)) return DI_WANT_SAMPLE;
+    const bool device = e->model->dev_backend != NULL;
+    if (!r->matcher && di_sampling_is_plain_greedy(&r->sampling)) return DI_WANT_TOKEN;
+    if (!r->matcher && device && di_sampling_is_plain_sampled(&r->sampling)) return DI_WANT_SAMPLE;
+    if (device && r->sampling.logprobs == 0) return DI_WANT_EDITED;
     return DI_WANT_LOGITS;
 }
 
@@ -177,6 +182,8 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     di_seq_state **seqs = malloc(sizeof(di_seq_state *) * (size_t)plan->n);
     uint8_t *want = calloc((size_t)plan->total_rows, 1);
     di_plain_sampling *row_sampling = calloc((size_t)plan->total_rows, sizeof *row_sampling); /* [total_rows] */
+    di_sample_row *sample_rows = calloc((size_t)plan->total_rows, sizeof *sample_rows);        /* [total_rows] */
+    di_sample_history *hist = calloc((size_t)plan->n, sizeof *hist);                           /* [plan->n] */
     int row = 0, token_rows = 0;
     int64_t prefill_rows = 0, decode_rows = 0;
     for (int i = 0; i < plan->n; i++) {
@@ -184,10 +191,16 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         memcpy(tokens + row, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)plan->n_rows[i]);
         seqs[i] = r->state;
         row += plan->n_rows[i];
-        if (plan->samples[i]) { /* plain greedy or plain sampled: only the token leaves the device */
+        if (plan->samples[i]) { /* unless the row needs its logits on the host, only its token leaves the device */
             want[row - 1] = head_want(e, r);
             token_rows += want[row - 1] != DI_WANT_LOGITS;
             if (want[row - 1] == DI_WANT_SAMPLE) row_sampling[row - 1] = di_plain_sampling_of(&r->sampling, (uint64_t)r->n_tokens);
+            if (want[row - 1] == DI_WANT_EDITED) { /* the mask's words are filled while the step runs */
+                hist[i] = (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+                sample_rows[row - 1] = (di_sample_row){.params = &r->sampling, .history = &hist[i],
+                                                       .allowed_mask = di_engine_constraint_current(r),
+                                                       .position = (uint64_t)r->n_tokens};
+            }
         }
         if (plan->n_rows[i] == 1 && r->n_computed >= r->n_prompt) decode_rows++; /* generating */
         else prefill_rows += plan->n_rows[i];                                    /* prompt or recompute */
@@ -196,7 +209,8 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     /* head tokens only where a row wants its token alone (else the host sampler takes the argmax) */
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want,
-                  .head_tokens = token_rows ? e->head_tokens : NULL, .row_sampling = row_sampling};
+                  .head_tokens = token_rows ? e->head_tokens : NULL, .row_sampling = row_sampling,
+                  .sample_rows = sample_rows};
     double t0 = di_seconds_now(), mask_s = 0.0;
     di_status st = di_forward_begin(e->model, &b, err);
     if (!st) { /* while a device computes the step: the constraint masks of its sampled rows */
@@ -248,5 +262,7 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     free(seqs);
     free(want);
     free(row_sampling);
+    free(sample_rows);
+    free(hist);
     return st;
 }

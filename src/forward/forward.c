@@ -7,6 +7,7 @@
 #include "forward/device.h"
 #include "forward/forward_internal.h"
 #include "forward/host_steps.h"
+#include "sample/sample_edits.h"
 #include "sample/sampler.h"
 
 void di_fwd_rope_rows(const di_model *m, int kind, float *x, int64_t n_vec_per_row, int64_t stride,
@@ -79,6 +80,23 @@ void di_fwd_block(fwd_ctx *c, const di_layer *L, float *X, float *pre) {
     free(Y);
 }
 
+/* A DI_WANT_EDITED row: a device's, with its sampler inputs valid, no logprobs (they need the
+ * logits on the host), and a history whose ids a penalty can read. */
+static di_status check_edited_row(const di_model *m, const di_batch *b, int r, di_err *err) {
+    if (!m->dev_backend)
+        return di_errf(err, DI_EINVAL, "forward: row %d: DI_WANT_EDITED is a device backend's (the CPU "
+                       "backend's caller samples the logits: DI_WANT_LOGITS)", r);
+    if (!b->sample_rows || !b->sample_rows[r].params)
+        return di_errf(err, DI_EINVAL, "forward: row %d wants an edited token but the batch has no sample_rows", r);
+    const di_sample_row *row = &b->sample_rows[r];
+    di_status st = di_sampling_params_validate(row->params, m->cfg.vocab_size, err);
+    if (!st && row->params->logprobs > 0)
+        st = di_errf(err, DI_EINVAL, "sampling: logprobs = %d: an edited row's token leaves the device alone "
+                     "(DI_WANT_LOGITS for logprobs)", row->params->logprobs);
+    if (!st) st = di_sample_history_check(row, m->cfg.vocab_size, err);
+    return st ? di_err_prefix(err, "forward: row %d", r) : DI_OK;
+}
+
 static di_status check_batch(const di_model *m, const di_batch *b, di_err *err) {
     if (b->n_rows <= 0 || b->n_seqs <= 0) return di_errf(err, DI_EINVAL, "forward: empty batch");
     int total = 0;
@@ -105,11 +123,15 @@ static di_status check_batch(const di_model *m, const di_batch *b, di_err *err) 
     }
     for (int r = 0; r < b->n_rows && b->want_logits; r++) {
         const uint8_t w = b->want_logits[r];
-        if (w > DI_WANT_SAMPLE)
+        if (w > DI_WANT_EDITED)
             return di_errf(err, DI_EINVAL, "forward: want_logits[%d] = %d: not a DI_WANT_* value", r, w);
-        if ((w == DI_WANT_TOKEN || w == DI_WANT_SAMPLE) && !b->head_tokens)
+        if ((w == DI_WANT_TOKEN || w == DI_WANT_SAMPLE || w == DI_WANT_EDITED) && !b->head_tokens)
             return di_errf(err, DI_EINVAL, "forward: row %d wants its %s token but the batch has no "
                            "head_tokens buffer", r, w == DI_WANT_TOKEN ? "greedy" : "sampled");
+        if (w == DI_WANT_EDITED) {
+            di_status st = check_edited_row(m, b, r, err);
+            if (st) return st;
+        }
         if (w == DI_WANT_SAMPLE && !b->row_sampling)
             return di_errf(err, DI_EINVAL, "forward: row %d wants a sampled token but the batch has no "
                            "row_sampling", r);

@@ -16,12 +16,15 @@
 #include "forward/model.h"
 #include "forward/state.h"
 #include "sample/sample_arith.h"
+#include "sample/sampler.h"
 
 /* What a row's head output is for (di_batch.want_logits). DI_WANT_TOKEN rows compute their logits
  * but only their greedy token leaves the device, DI_WANT_SAMPLE rows only the token the sampler
- * draws from them (row_sampling): a step of B such requests moves 4 B bytes to the host instead of
- * B x vocab x 4 (132 MB at B = 256, ~2.5 ms of PCIe), and the host samples nothing. */
-enum { DI_WANT_NONE = 0, DI_WANT_LOGITS = 1, DI_WANT_TOKEN = 2, DI_WANT_SAMPLE = 3 };
+ * draws from them (row_sampling), DI_WANT_EDITED rows (a device backend's) only the token
+ * di_sampler_sample takes from them with a logit bias, a mask or penalties (sample_rows; no
+ * logprobs): a step of B such requests moves 4 B bytes to the host instead of B x vocab x 4 (132 MB
+ * at B = 256, ~2.5 ms of PCIe), and the host samples nothing. */
+enum { DI_WANT_NONE = 0, DI_WANT_LOGITS = 1, DI_WANT_TOKEN = 2, DI_WANT_SAMPLE = 3, DI_WANT_EDITED = 4 };
 
 typedef struct di_batch {
     int n_rows;
@@ -36,9 +39,15 @@ typedef struct di_batch {
     int32_t *head_tokens;         /* out [n_wanted] or NULL: for every row that runs the head, in row
                                      order, computed where the logits are: a DI_WANT_SAMPLE row's
                                      token as di_sampler_sample_plain draws it with row_sampling[r],
-                                     any other row's di_sample_greedy_token; -1 when no token can be
-                                     drawn (every logit -inf or NaN) */
+                                     a DI_WANT_EDITED row's as di_sampler_sample takes it with
+                                     sample_rows[r], any other row's di_sample_greedy_token; -1 when
+                                     no token can be drawn (every logit -inf or NaN, after the edits) */
     const di_plain_sampling *row_sampling; /* [n_rows], read for DI_WANT_SAMPLE rows only */
+    /* [n_rows], read for DI_WANT_EDITED rows only: params (logprobs 0), history, allowed_mask and
+     * position as di_sampler_sample takes them (logits unused). Read by di_forward_end: the masks'
+     * contents may be written between di_forward_begin and di_forward_end (the engine computes
+     * them while the device runs the step). */
+    const di_sample_row *sample_rows;
     float *main_hidden;           /* out [n_rows, n_targets*D] DSpark inputs (bf16 values), or NULL */
     /* test hook (--replay-topk): forced indexer selections, compressed positions ascending, -1 pad,
      * [n_index_sources, n_rows, index_topk]; NULL = the model's own top-k */
@@ -57,7 +66,7 @@ di_status di_forward(const di_model *m, di_batch *b, di_err *err);
  * computes structured-output masks there): di_forward_begin checks the batch and starts the call
  * (the CPU backend computes all of it here); di_forward_end waits for it and fills logits,
  * main_hidden and topk_out. Between the two, the batch, its buffers and its sequences must not be
- * touched and no other forward call may begin. */
+ * touched (but for the DI_WANT_EDITED rows' masks) and no other forward call may begin. */
 di_status di_forward_begin(const di_model *m, di_batch *b, di_err *err);
 di_status di_forward_end(const di_model *m, di_batch *b, di_err *err);
 

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_ceilings.h"
 #include "backend/cuda/gpu_internal.h"
+#include "sample/sample_edits.h"
 
 void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind, cudaStream_t s);
 void gpu_fill_kv_blocks(void *dev, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
@@ -406,6 +407,7 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w3);
     }
     gpu_graphs_free(g);
+    di_sample_editor_free(g->editor);
     if (g->stg.base) cudaFreeHost(g->stg.base);
     if (g->arena.base) cudaFree(g->arena.base);
     cudaEventDestroy(g->ev_start);

@@ -265,90 +265,6 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_free(f, ffn_q.digit_scale);
 }
 
-/* Final hc collapse, norm and head for the rows that run the head (di_batch.want_logits); the
- * DI_WANT_LOGITS rows' logits and every such row's token (DI_WANT_SAMPLE rows: drawn here; others:
- * the greedy one) go to the host batch. */
-static void head(gpu_fwd *f, const float *X, const float *pre) {
-    const di_model *m = f->m;
-    const di_batch *b = f->b;
-    const int n = m->cfg.hc_mult;
-    const int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    int n_out = 0, n_logit_rows = 0;
-    const float **xs = di_xmalloc(sizeof(float *) * (size_t)f->R);
-    const float **ps = di_xmalloc(sizeof(float *) * (size_t)f->R);
-    bool *to_host = di_xmalloc(sizeof(bool) * (size_t)f->R); /* [n_out] its logits leave the device */
-    /* [n_out] the DI_WANT_SAMPLE rows' settings, temperature 0 for the others */
-    di_plain_sampling *sampling = di_xcalloc((size_t)f->R, sizeof *sampling);
-    int n_sampled = 0;
-    for (int r = 0; r < f->R; r++) {
-        const int want = b->want_logits ? b->want_logits[r] : DI_WANT_LOGITS;
-        if (want == DI_WANT_NONE) continue;
-        to_host[n_out] = want == DI_WANT_LOGITS && b->logits;
-        n_logit_rows += to_host[n_out];
-        if (want == DI_WANT_SAMPLE) sampling[n_out] = b->row_sampling[r], n_sampled++;
-        xs[n_out] = X + (size_t)r * n * D;
-        ps[n_out++] = pre + (size_t)r * n;
-    }
-    if (n_out) {
-        float *Xo = gpu_alloc(f, sizeof(float) * (size_t)n_out * n * D); /* [n_out, n, D] */
-        float *po = gpu_alloc(f, sizeof(float) * (size_t)n_out * n);     /* [n_out, n] */
-        float *y = gpu_alloc(f, sizeof(float) * (size_t)n_out * D);      /* [n_out, D] bf16 */
-        float *yn = gpu_alloc(f, sizeof(float) * (size_t)n_out * D);
-        float *logits = gpu_alloc(f, sizeof(float) * (size_t)n_out * V); /* [n_out, V] */
-        float **dx = di_xmalloc(sizeof(float *) * (size_t)n_out), **dp = di_xmalloc(sizeof(float *) * (size_t)n_out);
-        for (int i = 0; i < n_out; i++) {
-            dx[i] = Xo + (size_t)i * n * D;
-            dp[i] = po + (size_t)i * n;
-        }
-        gpu_copy_rows(f, dx, xs, n_out, n * D);
-        gpu_copy_rows(f, dp, ps, n_out, n);
-        di_cuda_hc_pre(Xo, n_out, n, D, po, y, f->s);
-        di_cuda_rmsnorm(y, f->dm->norm, n_out, D, (float)m->cfg.rms_norm_eps, yn, f->s);
-        if (b->debug_fn)
-            for (int i = 0, r = 0; r < f->R; r++)
-                if (!b->want_logits || b->want_logits[r]) gpu_debug(f, "final_norm_out_row", r, yn + (size_t)i++ * D, D);
-        gpu_linear(f, &f->dm->head, yn, n_out, logits, DI_LIN_F32);
-        if (b->head_tokens) {
-            int32_t *tok = gpu_alloc(f, sizeof(int32_t) * (size_t)n_out); /* [n_out] */
-            void *ws = gpu_alloc(f, di_cuda_greedy_ws_bytes(n_out, V));
-            di_cuda_greedy_tokens(logits, n_out, V, ws, tok, f->s);
-            if (n_sampled) { /* over the greedy tokens of the sampled rows */
-                di_plain_sampling *d_sampling = gpu_upload(f, sampling, sizeof *sampling * (size_t)n_out); /* [n_out] */
-                void *sws = gpu_alloc(f, di_cuda_sample_ws_bytes(n_out, V));
-                di_cuda_sample_tokens(logits, n_out, V, d_sampling, sws, tok, f->s);
-                gpu_free(f, sws);
-                gpu_free(f, d_sampling);
-            }
-            gpu_download_async(f, b->head_tokens, tok, sizeof(int32_t) * (size_t)n_out);
-            gpu_free(f, ws);
-            gpu_free(f, tok);
-        }
-        if (n_logit_rows == n_out) {
-            gpu_download_async(f, b->logits, logits, sizeof(float) * (size_t)n_out * V);
-        } else if (n_logit_rows) { /* a mixed step: the rows that leave, gathered into one copy */
-            float *sent = gpu_alloc(f, sizeof(float) * (size_t)n_logit_rows * V); /* [n_logit_rows, V] */
-            for (int i = 0, j = 0; i < n_out; i++) {
-                dx[i] = to_host[i] ? sent + (size_t)j++ * V : NULL; /* NULL: the row stays */
-                dp[i] = logits + (size_t)i * V;
-            }
-            gpu_copy_rows(f, dx, (const float *const *)dp, n_out, V);
-            gpu_download_async(f, b->logits, sent, sizeof(float) * (size_t)n_logit_rows * V);
-            gpu_free(f, sent);
-        }
-        free(dx);
-        free(dp);
-        gpu_free(f, Xo);
-        gpu_free(f, po);
-        gpu_free(f, y);
-        gpu_free(f, yn);
-        gpu_free(f, logits);
-    }
-    free(xs);
-    free(ps);
-    free(to_host);
-    free(sampling);
-}
-
 /* After the layers (forward.c commit_states): Engram history and positions on the host, the newest
  * DSpark input into the state's device buffer. */
 static void commit_states(gpu_fwd *f) {
@@ -531,7 +447,7 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
     }
     if (W > 0) gpu_debug(&f, "main_hidden", -1, f.d_main_hidden, R * W);
     gpu_stage(&f, ST_HEAD);
-    if (b->logits || b->head_tokens) head(&f, X, pre);
+    if (b->logits || b->head_tokens) gpu_head(&f, X, pre);
     gpu_stage(&f, ST_OTHER);
     if (b->main_hidden && W > 0) gpu_download_async(&f, b->main_hidden, f.d_main_hidden, sizeof(float) * (size_t)R * W);
     commit_states(&f);
@@ -546,10 +462,15 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
 }
 
 di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
-    (void)b, (void)err;
+    (void)err;
     gpu_model *g = m->dev;
     gpu_fwd *f = g->pending;
     if (!f) return DI_OK;
+    if (f->head_pending.logits) { /* the edited rows' token pass, behind the call; the step ends after it */
+        if (b) f->b = b;         /* the begun batch (NULL: a call abandoned, whose pass is dropped) */
+        gpu_head_finish(f, b != NULL);
+        cudaEventRecord(g->ev_end, f->s);
+    }
     cudaError_t e = cudaStreamSynchronize(f->s);
     if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
     gpu_downloads_finish(f);

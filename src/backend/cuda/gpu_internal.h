@@ -74,6 +74,16 @@ typedef struct gpu_graphs {
 
 typedef struct gpu_fwd gpu_fwd;
 
+/* A call's head token pass left to gpu_forward_end (gpu_head.c): its DI_WANT_EDITED rows' masks
+ * are written while the device runs the call. logits NULL: none. */
+typedef struct gpu_head_pending {
+    float *logits;               /* [n_out, V] device, the call's temporary until the pass */
+    int n_out;
+    int *rows;                   /* [n_out] the batch row of each head row */
+    di_plain_sampling *sampling; /* [n_out] temperature 0: a greedy row */
+    bool any_sampled;
+} gpu_head_pending;
+
 typedef struct gpu_model {
     di_model dm;               /* device pointers (layers below) */
     gpu_bump stg;              /* cudaHostAlloc'ed */
@@ -91,6 +101,7 @@ typedef struct gpu_model {
      * beside the routed experts; forked from and joined back into the main stream by the events */
     di_cuda_ctx cx_side;
     cudaEvent_t ev_fork, ev_join;
+    struct di_sample_editor *editor; /* the edited rows' lists (gpu_head.c), made at the first */
     void **allocs;             /* every weight allocation, for detach */
     int n_allocs, cap_allocs;
     size_t bytes;              /* weight bytes on the device */
@@ -139,6 +150,7 @@ struct gpu_fwd {
      * has finished (gpu_downloads_finish) */
     struct gpu_pending_download { void *host; const void *pinned; size_t bytes; } *dl;
     int n_dl, cap_dl;
+    gpu_head_pending head_pending;
 };
 
 /* a CUDA runtime call that must succeed (the process ends with the file, line and message) */
@@ -234,6 +246,13 @@ void gpu_moe_combine_free(gpu_fwd *f, gpu_moe_combine *c);
  * row list, with no gathering launch */
 bool gpu_moe_input_digits(const gpu_fwd *f, const di_layer *L);
 void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X);
+
+/* The final collapse, norm, vocabulary projection and each head row's logits or token (gpu_head.c);
+ * with DI_WANT_EDITED rows the token pass is left to gpu_head_finish. */
+void gpu_head(gpu_fwd *f, const float *X, const float *pre);
+/* Enqueues the token pass gpu_head left, if any (the masks are written by now); run false: drops
+ * it (a call abandoned: its batch may be gone). */
+void gpu_head_finish(gpu_fwd *f, bool run);
 
 /* ---- kernels of the driver (gpu_kernels.cu) ---- */
 /* Attention index lists [R, n_list] of KV row pointers in the reference's order (attention.c

@@ -4,6 +4,7 @@
 # C driver): a logic check of the driver (pointer lists, paged addressing, stage order) on a
 # machine without a GPU. Slow: every thread block runs on real threads. Not a device result.
 #     bash tools/cuda/emu/run_emu_model.sh [test_name ...]
+# EMU_TEST_ARGS: arguments for each test (e.g. "sampling" for test_engine's sampling paths alone).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${EMU_BUILD:-/tmp/deepinfer-cuda-emu-model}
@@ -44,5 +45,5 @@ for t in "${TESTS[@]}"; do
     gcc $CFLAGS -c tests/$t.c -o "$B/obj/$t.main.o" -Itests
     g++ -pthread -o "$B/$t" "$B/obj/$t.main.o" "${objs[@]}" $LIBS
     echo "== $t (GPU path, emulated)"
-    DI_TEST_BACKEND=cuda "$B/$t"
+    DI_TEST_BACKEND=cuda "$B/$t" ${EMU_TEST_ARGS:-}
 done

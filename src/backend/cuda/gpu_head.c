@@ -1,0 +1,205 @@
+/* The head of the GPU forward pass (forward.c head): the final hc collapse, norm and vocabulary
+ * projection for the rows that run it, then what each row wants (di_batch.want_logits): its logits
+ * to the host (DI_WANT_LOGITS) or only its token -- the greedy one (DI_WANT_TOKEN), the one drawn
+ * from its di_plain_sampling (DI_WANT_SAMPLE) or the one the sampler takes after its edits
+ * (DI_WANT_EDITED: logit bias, structured-output mask, penalties; cuda_sample_edit.cu).
+ *
+ * An edited row's mask is computed on the host while the device runs the step (the engine does
+ * it between di_forward_begin and di_forward_end), so a call with such rows leaves its token pass
+ * -- edits, greedy tokens, draws, the tokens' download -- to gpu_head_finish, which
+ * gpu_forward_end runs before it waits: the pass is enqueued behind the call's graphs (the logits
+ * stay in the call's temporaries until then) and reads the masks as they are by then. Without
+ * edited rows the pass is part of the call (and of its graph) as before. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/gpu_internal.h"
+#include "sample/sample_edits.h"
+
+/* greedy tokens of every head row, draws for the sampled ones (after the edits, if any), and the
+ * tokens' download into the batch's head_tokens */
+static void token_pass(gpu_fwd *f, float *logits, int n_out, const di_plain_sampling *sampling, bool any_sampled,
+                       const di_cuda_row_edits *d_edits, int n_edits) {
+    const int64_t V = f->m->cfg.vocab_size;
+    if (n_edits) di_cuda_edit_logits(logits, V, d_edits, n_edits, f->s);
+    int32_t *tok = gpu_alloc(f, sizeof(int32_t) * (size_t)n_out); /* [n_out] */
+    void *ws = gpu_alloc(f, di_cuda_greedy_ws_bytes(n_out, V));
+    di_cuda_greedy_tokens(logits, n_out, V, ws, tok, f->s);
+    if (any_sampled) { /* over the greedy tokens of the sampled rows */
+        di_plain_sampling *d_sampling = gpu_upload(f, sampling, sizeof *sampling * (size_t)n_out); /* [n_out] */
+        void *sws = gpu_alloc(f, di_cuda_sample_ws_bytes(n_out, V));
+        di_cuda_sample_tokens(logits, n_out, V, d_sampling, sws, tok, f->s);
+        gpu_free(f, sws);
+        gpu_free(f, d_sampling);
+    }
+    gpu_download_async(f, f->b->head_tokens, tok, sizeof(int32_t) * (size_t)n_out);
+    gpu_free(f, ws);
+    gpu_free(f, tok);
+}
+
+/* A growing host buffer of 16-byte aligned arrays. */
+typedef struct packed {
+    uint8_t *p;
+    size_t n, cap;
+} packed;
+
+static size_t pack(packed *b, const void *src, size_t bytes) {
+    const size_t off = (b->n + 15) & ~(size_t)15;
+    if (off + bytes > b->cap) {
+        b->cap = 2 * (off + bytes) + 4096;
+        b->p = di_xrealloc(b->p, b->cap);
+    }
+    if (bytes) memcpy(b->p + off, src, bytes);
+    b->n = off + bytes;
+    return off;
+}
+
+/* The edited head rows' lists (sample_edits.c, from the batch's sample_rows as they are now) in
+ * device memory: one upload of every row's arrays (*d_lists), then their headers [*n_edits]. */
+static di_cuda_row_edits *upload_edits(gpu_fwd *f, const gpu_head_pending *hp, void **d_lists, int *n_edits) {
+    gpu_model *g = (gpu_model *)f->g;
+    const int32_t V = (int32_t)f->m->cfg.vocab_size;
+    if (!g->editor) g->editor = di_sample_editor_new(V);
+    di_cuda_row_edits *hdr = di_xcalloc((size_t)hp->n_out, sizeof *hdr);          /* [n_out] */
+    size_t(*off)[6] = di_xcalloc((size_t)hp->n_out, sizeof *off);                 /* [n_out][6] */
+    packed buf = {0};
+    int n = 0;
+    for (int i = 0; i < hp->n_out; i++) {
+        const int r = hp->rows[i];
+        if (f->b->want_logits[r] != DI_WANT_EDITED) continue;
+        di_sample_edits e;
+        di_err err = {0};
+        if (di_sample_edits_build(g->editor, &f->b->sample_rows[r], &e, &err)) /* checked by di_forward_begin */
+            di_die("GPU head: row %d's edits: %s", r, err.msg);
+        di_cuda_row_edits *h = &hdr[n];
+        h->row = i;
+        h->n_bias = e.n_bias, h->n_repeated = e.n_repeated, h->n_output = e.n_output;
+        h->repetition_penalty = e.repetition_penalty;
+        h->frequency_penalty = e.frequency_penalty, h->presence_penalty = e.presence_penalty;
+        off[n][0] = pack(&buf, NULL, sizeof(int32_t) * (size_t)e.n_bias);
+        off[n][1] = pack(&buf, NULL, sizeof(float) * (size_t)e.n_bias);
+        for (int32_t k = 0; k < e.n_bias; k++) {
+            memcpy(buf.p + off[n][0] + 4 * (size_t)k, &e.bias[k].token_id, 4);
+            memcpy(buf.p + off[n][1] + 4 * (size_t)k, &e.bias[k].bias, 4);
+        }
+        off[n][2] = e.mask ? pack(&buf, e.mask, sizeof(uint32_t) * (size_t)((V + 31) / 32)) : SIZE_MAX;
+        off[n][3] = pack(&buf, e.repeated, sizeof(int32_t) * (size_t)e.n_repeated);
+        off[n][4] = pack(&buf, e.output_ids, sizeof(int32_t) * (size_t)e.n_output);
+        off[n][5] = pack(&buf, e.output_counts, sizeof(uint32_t) * (size_t)e.n_output);
+        n++;
+    }
+    uint8_t *d = gpu_upload(f, buf.p, buf.n);
+    *d_lists = d;
+    for (int k = 0; k < n; k++) {
+        hdr[k].bias_ids = (const int32_t *)(d + off[k][0]);
+        hdr[k].bias = (const float *)(d + off[k][1]);
+        hdr[k].mask = off[k][2] == SIZE_MAX ? NULL : (const uint32_t *)(d + off[k][2]);
+        hdr[k].repeated = (const int32_t *)(d + off[k][3]);
+        hdr[k].output_ids = (const int32_t *)(d + off[k][4]);
+        hdr[k].output_counts = (const uint32_t *)(d + off[k][5]);
+    }
+    di_cuda_row_edits *d_hdr = gpu_upload(f, hdr, sizeof *hdr * (size_t)n); /* [n] */
+    free(buf.p);
+    free(off);
+    free(hdr);
+    *n_edits = n;
+    return d_hdr;
+}
+
+void gpu_head(gpu_fwd *f, const float *X, const float *pre) {
+    const di_model *m = f->m;
+    const di_batch *b = f->b;
+    const int n = m->cfg.hc_mult;
+    const int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    int n_out = 0, n_logit_rows = 0, n_edited = 0;
+    const float **xs = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    const float **ps = di_xmalloc(sizeof(float *) * (size_t)f->R);
+    int *rows = di_xmalloc(sizeof(int) * (size_t)f->R);     /* [n_out] the batch row of each head row */
+    bool *to_host = di_xmalloc(sizeof(bool) * (size_t)f->R); /* [n_out] its logits leave the device */
+    /* [n_out] the sampled rows' settings, temperature 0 for the greedy ones */
+    di_plain_sampling *sampling = di_xcalloc((size_t)f->R, sizeof *sampling);
+    bool any_sampled = false;
+    for (int r = 0; r < f->R; r++) {
+        const int want = b->want_logits ? b->want_logits[r] : DI_WANT_LOGITS;
+        if (want == DI_WANT_NONE) continue;
+        to_host[n_out] = want == DI_WANT_LOGITS && b->logits;
+        n_logit_rows += to_host[n_out];
+        if (want == DI_WANT_SAMPLE) sampling[n_out] = b->row_sampling[r];
+        if (want == DI_WANT_EDITED) {
+            const di_sample_row *row = &b->sample_rows[r];
+            if (row->params->temperature > 0.0f) sampling[n_out] = di_plain_sampling_of(row->params, row->position);
+            n_edited++;
+        }
+        any_sampled |= sampling[n_out].temperature > 0.0f;
+        rows[n_out] = r;
+        xs[n_out] = X + (size_t)r * n * D;
+        ps[n_out++] = pre + (size_t)r * n;
+    }
+    if (n_out) {
+        float *Xo = gpu_alloc(f, sizeof(float) * (size_t)n_out * n * D); /* [n_out, n, D] */
+        float *po = gpu_alloc(f, sizeof(float) * (size_t)n_out * n);     /* [n_out, n] */
+        float *y = gpu_alloc(f, sizeof(float) * (size_t)n_out * D);      /* [n_out, D] bf16 */
+        float *yn = gpu_alloc(f, sizeof(float) * (size_t)n_out * D);
+        float *logits = gpu_alloc(f, sizeof(float) * (size_t)n_out * V); /* [n_out, V] */
+        float **dx = di_xmalloc(sizeof(float *) * (size_t)n_out), **dp = di_xmalloc(sizeof(float *) * (size_t)n_out);
+        for (int i = 0; i < n_out; i++) {
+            dx[i] = Xo + (size_t)i * n * D;
+            dp[i] = po + (size_t)i * n;
+        }
+        gpu_copy_rows(f, dx, xs, n_out, n * D);
+        gpu_copy_rows(f, dp, ps, n_out, n);
+        di_cuda_hc_pre(Xo, n_out, n, D, po, y, f->s);
+        di_cuda_rmsnorm(y, f->dm->norm, n_out, D, (float)m->cfg.rms_norm_eps, yn, f->s);
+        if (b->debug_fn)
+            for (int i = 0; i < n_out; i++) gpu_debug(f, "final_norm_out_row", rows[i], yn + (size_t)i * D, D);
+        gpu_linear(f, &f->dm->head, yn, n_out, logits, DI_LIN_F32);
+        /* the rows that leave go first: the edits (at gpu_head_finish) change the edited rows in place */
+        if (n_logit_rows == n_out) {
+            gpu_download_async(f, b->logits, logits, sizeof(float) * (size_t)n_out * V);
+        } else if (n_logit_rows) { /* a mixed step: the rows that leave, gathered into one copy */
+            float *sent = gpu_alloc(f, sizeof(float) * (size_t)n_logit_rows * V); /* [n_logit_rows, V] */
+            for (int i = 0, j = 0; i < n_out; i++) {
+                dx[i] = to_host[i] ? sent + (size_t)j++ * V : NULL; /* NULL: the row stays */
+                dp[i] = logits + (size_t)i * V;
+            }
+            gpu_copy_rows(f, dx, (const float *const *)dp, n_out, V);
+            gpu_download_async(f, b->logits, sent, sizeof(float) * (size_t)n_logit_rows * V);
+            gpu_free(f, sent);
+        }
+        free(dx);
+        free(dp);
+        gpu_free(f, Xo);
+        gpu_free(f, po);
+        gpu_free(f, y);
+        gpu_free(f, yn);
+        if (b->head_tokens && n_edited) { /* the token pass waits for the masks: gpu_head_finish */
+            f->head_pending = (gpu_head_pending){logits, n_out, rows, sampling, any_sampled};
+            rows = NULL, sampling = NULL;
+        } else {
+            if (b->head_tokens) token_pass(f, logits, n_out, sampling, any_sampled, NULL, 0);
+            gpu_free(f, logits);
+        }
+    }
+    free(xs);
+    free(ps);
+    free(rows);
+    free(to_host);
+    free(sampling);
+}
+
+void gpu_head_finish(gpu_fwd *f, bool run) {
+    gpu_head_pending *hp = &f->head_pending;
+    if (!hp->logits) return;
+    if (run) {
+        int n_edits = 0;
+        void *d_lists = NULL;
+        di_cuda_row_edits *d_edits = upload_edits(f, hp, &d_lists, &n_edits);
+        token_pass(f, hp->logits, hp->n_out, hp->sampling, hp->any_sampled, d_edits, n_edits);
+        gpu_free(f, d_edits);
+        gpu_free(f, d_lists);
+    }
+    gpu_free(f, hp->logits);
+    free(hp->rows);
+    free(hp->sampling);
+    memset(hp, 0, sizeof *hp);
+}
