@@ -87,6 +87,10 @@ DI_SETTING(bench_logits, BOOL, "--bench-logits", NULL, "0",
 DI_SETTING(bench_sampled, BOOL, "--bench-sampled", NULL, "0",
            "bench on a GPU: draw every sequence's token on the device at temperature 1, top_p 0.95 (sampled "
            "requests; the host samples nothing); --bench-logits overrides it")
+DI_SETTING(bench_edited, BOOL, "--bench-edited", NULL, "0",
+           "bench on a GPU: draw every sequence's token on the device after a mask of about half the vocabulary, a "
+           "logit bias and penalties (structured-output requests; the host samples nothing); --bench-logits "
+           "overrides it")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

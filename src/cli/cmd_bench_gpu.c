@@ -156,14 +156,29 @@ static void free_states(di_seq_state **st, int B) {
 }
 
 /* Where a call's head output goes: every sequence's token, taken on the device (a step of
- * plain-greedy requests, or with --bench-sampled of plain-sampled ones drawn there: 4 bytes a
+ * plain-greedy requests, or with --bench-sampled of plain-sampled ones drawn there, or with
+ * --bench-edited of requests with a mask, a bias and a penalty, applied and drawn there: 4 bytes a
  * sequence cross PCIe), or with --bench-logits every sequence's logits (a step of requests the host
  * samples: B x 517 KB). Page-locked, as the engine's. One of the two buffers is NULL. */
 typedef struct bench_out {
     float *logits;   /* [DI_BENCH_MAX_BATCH, vocab] */
     int32_t *tokens; /* [DI_BENCH_MAX_BATCH] */
     bool sampled;    /* tokens drawn on the device (--bench-sampled), not greedy */
+    bool edited;     /* --bench-edited: each row's edits applied there first (mask below) */
+    uint32_t *mask;  /* [(vocab + 31) / 32] --bench-edited: about half the vocabulary allowed */
 } bench_out;
+
+/* --bench-edited's sampler settings: T = 1, top_p 0.95, a bias on four ids, every penalty (over
+ * a 64-token history, `hist`). */
+static const di_logit_bias k_bench_bias[4] = {{11, 1.0f}, {4000, -2.0f}, {70000, 0.5f}, {11, 0.25f}};
+static di_sampling_params bench_edited_params(uint64_t seed) {
+    di_sampling_params p;
+    di_sampling_params_init(&p);
+    p.top_p = 0.95f, p.seed = seed;
+    p.logit_bias = k_bench_bias, p.n_logit_bias = 4;
+    p.repetition_penalty = 1.1f, p.frequency_penalty = 0.2f, p.presence_penalty = 0.1f;
+    return p;
+}
 
 /* One forward call over the given states (rows_per_seq each); returns seconds, or < 0 on error. */
 static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, int rows_per_seq,
@@ -173,16 +188,28 @@ static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, in
     int *nr = malloc(sizeof(int) * (size_t)n_seqs);
     uint8_t *want = calloc((size_t)R, 1);
     di_plain_sampling *sampling = calloc((size_t)R, sizeof *sampling); /* [R] */
+    di_sample_row *rows = calloc((size_t)R, sizeof *rows);               /* [R] --bench-edited */
+    di_sampling_params *params = calloc((size_t)n_seqs, sizeof *params); /* [n_seqs] */
+    int32_t hist[64];                                                    /* every sequence's history */
+    for (int i = 0; i < 64; i++) hist[i] = 3 + (int32_t)((salt + (uint64_t)i * 7919u) % 120000);
+    const di_sample_history h = {hist, 32, hist + 32, 32};
     for (int r = 0; r < R; r++) tokens[r] = 3 + (int32_t)((salt * 2654435761u + (uint64_t)r * 40503u) % 120000);
     for (int s = 0; s < n_seqs; s++) {
         const int last = (s + 1) * rows_per_seq - 1;
+        const uint64_t position = (uint64_t)st[s]->n_tokens + (uint64_t)rows_per_seq;
         nr[s] = rows_per_seq;
-        want[last] = out->logits ? DI_WANT_LOGITS : out->sampled ? DI_WANT_SAMPLE : DI_WANT_TOKEN;
+        want[last] = out->logits   ? DI_WANT_LOGITS
+                     : out->edited ? DI_WANT_EDITED
+                     : out->sampled ? DI_WANT_SAMPLE : DI_WANT_TOKEN;
         sampling[last] = (di_plain_sampling){.temperature = 1.0f, .top_p = 0.95f, .seed = salt + (uint64_t)s,
-                                             .position = (uint64_t)st[s]->n_tokens + (uint64_t)rows_per_seq};
+                                             .position = position};
+        params[s] = bench_edited_params(salt + (uint64_t)s);
+        rows[last] = (di_sample_row){.params = &params[s], .history = &h, .allowed_mask = out->mask,
+                                     .position = position};
     }
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n_seqs, .seqs = st, .seq_n_rows = nr,
-                  .logits = out->logits, .want_logits = want, .head_tokens = out->tokens, .row_sampling = sampling};
+                  .logits = out->logits, .want_logits = want, .head_tokens = out->tokens, .row_sampling = sampling,
+                  .sample_rows = rows};
     double t0 = di_seconds_now();
     di_status s = di_forward(m, &b, err);
     double dt = di_seconds_now() - t0;
@@ -190,6 +217,8 @@ static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, in
     free(nr);
     free(want);
     free(sampling);
+    free(rows);
+    free(params);
     return s ? -1.0 : dt;
 }
 
@@ -457,14 +486,23 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
            cl.hbm, cl.bf16, cl.fp8, (double)free_b / 1e9, (double)total_b / 1e9);
     printf("each step's output to the host: %s\n\n",
            s->bench_logits    ? "every sequence's logits (--bench-logits: sampled requests, sampled on the host)"
+           : s->bench_edited  ? "every sequence's token, drawn on the device at T = 1, top_p = 0.95 after a mask of about "
+                                "half the vocabulary, a bias on 4 ids and 3 penalties over 64 tokens (--bench-edited: "
+                                "structured-output requests)"
            : s->bench_sampled ? "every sequence's token, drawn on the device at T = 1, top_p = 0.95 (--bench-sampled: "
                                 "sampled requests)"
                               : "every sequence's greedy token, taken on the device (greedy requests; "
-                                "--bench-sampled draws sampled tokens there, --bench-logits copies the logits)");
+                                "--bench-sampled draws sampled tokens there, --bench-edited after a mask, bias and "
+                                "penalties, --bench-logits copies the logits)");
     printf("| phase | B | context | ms / step | tokens/s | GB moved | TFLOP | roofline ms | bound | %% of roofline |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    bench_out out = {NULL, NULL, s->bench_sampled && !s->bench_logits};
+    bench_out out = {NULL, NULL, s->bench_sampled && !s->bench_logits, s->bench_edited && !s->bench_logits, NULL};
+    if (out.edited) { /* about half the ids allowed, in a fixed pseudo-random pattern */
+        const int64_t words = (m->cfg.vocab_size + 31) / 32;
+        out.mask = di_xmalloc(sizeof(uint32_t) * (size_t)words);
+        for (int64_t w = 0; w < words; w++) out.mask[w] = (uint32_t)(0x9e3779b97f4a7c15ull * (uint64_t)(w + 1) >> 32);
+    }
     if (s->bench_logits)
         out.logits = di_model_result_alloc(m, sizeof(float) * (size_t)m->cfg.vocab_size * DI_BENCH_MAX_BATCH);
     else
@@ -548,6 +586,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
            "sequence per step, median of %d steps after two warm-up steps.\n", steps);
     di_model_result_free(m, out.logits);
     di_model_result_free(m, out.tokens);
+    free(out.mask);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "deepinfer bench: %s\n", err.msg);
