@@ -101,6 +101,11 @@ static void commit_token(di_engine *e, engine_req *r, const di_sample_result *s)
     if (finish) di_engine_finish_req(e, r, finish, NULL);
 }
 
+/* A request's tokens as the sampler's history: the prompt, then what it has generated. */
+static di_sample_history request_history(const engine_req *r) {
+    return (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+}
+
 /* What the forward hands back for a request's sampled row: its greedy token alone when that is all
  * the request needs (no constraint mask, bias, penalty or logprobs); on a device the token drawn
  * there too when the request samples with no such extras, and the token taken there after its
@@ -143,7 +148,7 @@ static void sample_on_host(di_engine *e, const step_plan *plan, const uint8_t *w
         engine_req *r = plan->req[i];
         row_end += plan->n_rows[i];
         if (!plan->samples[i] || want[row_end - 1] != DI_WANT_LOGITS) continue;
-        hs->hist[j] = (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+        hs->hist[j] = request_history(r);
         hs->rows[j] = (di_sample_row){.logits = logits + (size_t)j * V, .params = &r->sampling,
                                       .history = &hs->hist[j], .allowed_mask = di_engine_constraint_current(r),
                                       .position = (uint64_t)r->n_tokens};
@@ -196,7 +201,7 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
             token_rows += want[row - 1] != DI_WANT_LOGITS;
             if (want[row - 1] == DI_WANT_SAMPLE) row_sampling[row - 1] = di_plain_sampling_of(&r->sampling, (uint64_t)r->n_tokens);
             if (want[row - 1] == DI_WANT_EDITED) { /* the mask's words are filled while the step runs */
-                hist[i] = (di_sample_history){r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+                hist[i] = request_history(r);
                 sample_rows[row - 1] = (di_sample_row){.params = &r->sampling, .history = &hist[i],
                                                        .allowed_mask = di_engine_constraint_current(r),
                                                        .position = (uint64_t)r->n_tokens};

@@ -69,11 +69,18 @@ static void grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     *p = di_xrealloc(*p, elem * (size_t)*cap);
 }
 
-di_status di_sample_history_check(const di_sample_row *row, int32_t vocab, di_err *err) {
+/* Which penalties read the row's history: the repetition penalty prompt + output, frequency and
+ * presence the output. */
+static void penalties_read(const di_sample_row *row, bool *repetition, bool *frequency) {
     const di_sampling_params *p = row->params;
+    *repetition = row->history && p->repetition_penalty != 1.0f;
+    *frequency = row->history && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+
+di_status di_sample_history_check(const di_sample_row *row, int32_t vocab, di_err *err) {
     const di_sample_history *h = row->history;
-    const bool repetition = h && p->repetition_penalty != 1.0f;
-    const bool frequency = h && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+    bool repetition, frequency;
+    penalties_read(row, &repetition, &frequency);
     di_status st;
     if (repetition && (st = check_ids(h->prompt_ids, h->n_prompt, vocab, "prompt_ids", err))) return st;
     if ((repetition || frequency) && (st = check_ids(h->output_ids, h->n_output, vocab, "output_ids", err)))
@@ -86,8 +93,8 @@ di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, 
     const di_sample_history *h = row->history;
     memset(out, 0, sizeof *out);
     out->repetition_penalty = 1.0f;
-    const bool repetition = h && p->repetition_penalty != 1.0f;
-    const bool frequency = h && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+    bool repetition, frequency;
+    penalties_read(row, &repetition, &frequency);
     const di_status st = di_sample_history_check(row, ed->vocab, err);
     if (st) return st;
 
@@ -105,6 +112,8 @@ di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, 
     out->mask = row->allowed_mask;
 
     if (repetition) { /* once per distinct token of prompt + output */
+        const int64_t most = h->n_prompt + h->n_output;
+        grow((void **)&ed->repeated, &ed->cap_repeated, most < ed->vocab ? most : ed->vocab, sizeof *ed->repeated);
         int32_t n = 0;
         for (int pass = 0; pass < 2; pass++) {
             const int32_t *ids = pass ? h->output_ids : h->prompt_ids;
@@ -113,7 +122,6 @@ di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, 
                 const int32_t id = ids[i];
                 if (ed->seen[id]) continue;
                 ed->seen[id] = 1;
-                grow((void **)&ed->repeated, &ed->cap_repeated, n + 1, sizeof *ed->repeated);
                 ed->repeated[n++] = id;
             }
         }
@@ -122,13 +130,16 @@ di_status di_sample_edits_build(di_sample_editor *ed, const di_sample_row *row, 
         out->repeated = ed->repeated, out->n_repeated = n;
     }
     if (frequency) { /* vLLM's: fp per occurrence, pp once, over the output only */
+        const int64_t most = h->n_output < ed->vocab ? h->n_output : ed->vocab;
+        if (most > ed->cap_output) {
+            grow((void **)&ed->output_ids, &ed->cap_output, most, sizeof *ed->output_ids);
+            ed->output_counts = di_xrealloc(ed->output_counts, sizeof *ed->output_counts * (size_t)ed->cap_output);
+        }
         int32_t n = 0;
         for (int64_t i = 0; i < h->n_output; i++) ed->counts[h->output_ids[i]]++;
         for (int64_t i = 0; i < h->n_output; i++) {
             const int32_t id = h->output_ids[i];
             if (!ed->counts[id]) continue; /* already listed */
-            grow((void **)&ed->output_ids, &ed->cap_output, n + 1, sizeof *ed->output_ids);
-            ed->output_counts = di_xrealloc(ed->output_counts, sizeof *ed->output_counts * (size_t)ed->cap_output);
             ed->output_ids[n] = id;
             ed->output_counts[n++] = ed->counts[id];
             ed->counts[id] = 0;
