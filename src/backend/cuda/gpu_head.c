@@ -37,7 +37,8 @@ static void token_pass(gpu_fwd *f, float *logits, int n_out, const di_plain_samp
     gpu_free(f, tok);
 }
 
-/* A growing host buffer of 16-byte aligned arrays. */
+/* A growing host buffer of 16-byte aligned arrays; pack(b, NULL, bytes) reserves zeroed room the
+ * caller fills through b->p + the offset it returns. */
 typedef struct packed {
     uint8_t *p;
     size_t n, cap;
@@ -49,7 +50,8 @@ static size_t pack(packed *b, const void *src, size_t bytes) {
         b->cap = 2 * (off + bytes) + 4096;
         b->p = di_xrealloc(b->p, b->cap);
     }
-    if (bytes) memcpy(b->p + off, src, bytes);
+    if (src && bytes) memcpy(b->p + off, src, bytes);
+    else if (bytes) memset(b->p + off, 0, bytes);
     b->n = off + bytes;
     return off;
 }
