@@ -12,6 +12,7 @@
 
 #include "constrain/constrain.h"
 #include "engine/engine_internal.h"
+#include "fixture_util.h"
 #include "model/demo_model.h"
 #include "test_harness.h"
 
@@ -48,7 +49,7 @@ static void json_string(FILE *f, const char *s, size_t n) {
  * device the first run applies the masks there (DI_WANT_EDITED); on the CPU both runs sample on the
  * host. */
 static void test_sampling_paths(const char *model_dir) {
-    di_engine_options o = {.model_dir = model_dir};
+    di_engine_options o = {.model_dir = model_dir, .backend = test_backend()};
     di_engine *e = NULL;
     char msg[512];
     CHECKF(di_engine_create(&o, &e, msg, sizeof msg) == DI_OK, "%s", msg);
@@ -88,7 +89,8 @@ static void test_sampling_paths(const char *model_dir) {
     int same = 0;
     for (int i = 0; i < N; i++)
         same += n_tok[0][i] == n_tok[1][i] && !memcmp(tokens[0][i], tokens[1][i], sizeof(int32_t) * (size_t)n_tok[0][i]);
-    printf("constrained requests sampled where the logits are vs on the host (logprobs): %d of %d identical\n", same, N);
+    printf("backend %s: constrained requests sampled where the logits are vs on the host (logprobs): %d of %d "
+           "identical\n", di_model_backend_name(e->model), same, N);
     CHECK(same == N);
     di_engine_free(e);
 }
