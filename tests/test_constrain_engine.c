@@ -113,11 +113,12 @@ int main(int argc, char **argv) {
         if (system(cmd)) {}
         return TEST_SUMMARY();
     }
-    di_engine_options o = {.model_dir = model_dir};
+    di_engine_options o = {.model_dir = model_dir, .backend = test_backend()};
     di_engine *e = NULL;
     char msg[512];
     CHECKF(di_engine_create(&o, &e, msg, sizeof msg) == DI_OK, "%s", msg);
     if (!e) return TEST_SUMMARY();
+    printf("backend %s: %d generations a kind\n", di_model_backend_name(e->model), N_PER_KIND);
 
     /* an invalid constraint fails its own request only */
     di_request bad = {.prompt = "x", .max_tokens = 4, .regex = "(a"};

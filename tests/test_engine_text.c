@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "fixture_util.h"
 #include "model/demo_model.h"
 #include "test_harness.h"
 
@@ -51,7 +52,7 @@ int main(void) {
         fprintf(stderr, "demo model: %s\n", err.msg);
         return 1;
     }
-    di_engine_options o = {.model_dir = model_dir};
+    di_engine_options o = {.model_dir = model_dir, .backend = test_backend()};
     di_engine *e = NULL;
     char msg[512];
     CHECKF(di_engine_create(&o, &e, msg, sizeof msg) == DI_OK, "%s", msg);
