@@ -1,4 +1,4 @@
-/* The sampler's arithmetic, written once for the host (sampler.c) and the device (cuda_sample_draw.cu),
+/* The sampler's arithmetic, written once for the host (sampler.c) and the device (cuda_sample_*.cu),
  * so that a row sampled on a GPU gets the host sampler's token bit for bit.
  *
  * A draw must not depend on where it runs, and two things in the obvious sampler do: libm's `exp`
@@ -20,6 +20,9 @@
  *     and the token is the first survivor, in ascending id order, whose cumulative weight exceeds U.
  *   - top_p compares doubles rounded from those exact integers (di_sample_u64_to_double is a
  *     correctly rounded conversion on both sides).
+ *   - logprobs (the log-softmax over a row, cuda_sample_logprob.cu on the device): its sum of exps
+ *     in DI_SAMPLE_EXP_LANES lanes folded in a fixed tree, and di_sample_log written like
+ *     di_sample_exp.
  *
  * Philox4x32-10 lives here too (sample/philox.c wraps it for the host). Plain C99 with the
  * qualifiers below: this header is included by C and by CUDA C++. */
@@ -59,14 +62,27 @@ typedef struct di_plain_sampling {
 #define DI_SA_ADD(a, b) __dadd_rn((a), (b))
 #define DI_SA_SUB(a, b) __dsub_rn((a), (b))
 #define DI_SA_MUL(a, b) __dmul_rn((a), (b))
+#define DI_SA_DIV(a, b) __ddiv_rn((a), (b))
 #else
 DI_SA_FN double di_sa_add(double a, double b) { return a + b; }
 DI_SA_FN double di_sa_sub(double a, double b) { return a - b; }
 DI_SA_FN double di_sa_mul(double a, double b) { return a * b; }
+DI_SA_FN double di_sa_div(double a, double b) { return a / b; }
 #define DI_SA_ADD(a, b) di_sa_add((a), (b))
 #define DI_SA_SUB(a, b) di_sa_sub((a), (b))
 #define DI_SA_MUL(a, b) di_sa_mul((a), (b))
+#define DI_SA_DIV(a, b) di_sa_div((a), (b))
 #endif
+
+DI_SA_FN uint64_t di_sa_double_bits(double d) {
+#if defined(__CUDA_ARCH__)
+    return (uint64_t)__double_as_longlong(d);
+#else
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+#endif
+}
 
 DI_SA_FN double di_sa_bits_double(uint64_t u) {
 #if defined(__CUDA_ARCH__)
@@ -175,6 +191,68 @@ DI_SA_FN double di_sample_exp(double x) {
     p = DI_SA_MUL(p, t);
     if (k >= -1022) return DI_SA_MUL(p, di_sample_pow2(k));
     return DI_SA_MUL(DI_SA_MUL(p, di_sample_pow2(-511)), di_sample_pow2(k + 511));
+}
+
+/* log(x), the same bits on every IEEE machine (adds, multiplies and one divide, each rounded once):
+ * x = 2^k m with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f), and
+ * log(m) = 2 atanh(s) = 2s + s R = f - s (f - R) with R = 2 (z/3 + z^2/5 + ... + z^9/19), z = s^2
+ * <= 0.0295 (the series' next term is below 2^-54 of 2s); then k ln 2 with ln 2 split so that k
+ * times its high part is exact. Within ~1 ulp of libm's log (tests/test_sampler.c); 0 -> -inf,
+ * +inf -> +inf, x < 0 or NaN -> NaN. The log-softmax's lse is max + di_sample_log(exp sum) on the
+ * host and on the device alike (libm's and CUDA's log may differ in the last bit). */
+#define DI_SA_LOG_SQRT2 0x1.6a09e667f3bcdp+0
+#define DI_SA_LOG_LN2_HI 0x1.62e42fee00000p-1 /* ln 2, high part (k times it exact for |k| < 2^11) */
+#define DI_SA_LOG_LN2_LO 0x1.a39ef35793c76p-33
+DI_SA_FN double di_sample_log(double x) {
+    if (!(x > 0.0)) return x == 0.0 ? -INFINITY : NAN;
+    if (x > DBL_MAX) return x;
+    int k = 0;
+    if (x < 0x1p-1022) { /* subnormal: scaled by 2^54, exactly */
+        x = DI_SA_MUL(x, 0x1p54);
+        k = -54;
+    }
+    const uint64_t u = di_sa_double_bits(x);
+    k += (int)(u >> 52) - 1023;
+    double m = di_sa_bits_double((u & 0x000fffffffffffffull) | 0x3ff0000000000000ull); /* [1, 2) */
+    if (m > DI_SA_LOG_SQRT2) {
+        m = DI_SA_MUL(m, 0.5);
+        k++;
+    }
+    const double f = DI_SA_SUB(m, 1.0);
+    const double s = DI_SA_DIV(f, DI_SA_ADD(2.0, f));
+    const double z = DI_SA_MUL(s, s);
+    double p = 0x1.af286bca1af28p-4; /* 2 / 19, then 2 / 17 .. 2 / 3 by Horner, correctly rounded */
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.e1e1e1e1e1e1ep-4);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.1111111111111p-3);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.3b13b13b13b14p-3);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.745d1745d1746p-3);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.c71c71c71c71cp-3);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.2492492492492p-2);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.999999999999ap-2);
+    p = DI_SA_ADD(DI_SA_MUL(p, z), 0x1.5555555555555p-1);
+    const double R = DI_SA_MUL(p, z);
+    const double log1p_f = DI_SA_SUB(f, DI_SA_MUL(s, DI_SA_SUB(f, R)));
+    const double kd = (double)k;
+    return DI_SA_ADD(DI_SA_MUL(kd, DI_SA_LOG_LN2_HI), DI_SA_ADD(log1p_f, DI_SA_MUL(kd, DI_SA_LOG_LN2_LO)));
+}
+
+/* The log-softmax's normaliser: sum over a row of exp(sanitise(z) - max) (max: the row's largest
+ * sanitised value), added in an order a device reproduces: DI_SAMPLE_EXP_LANES partial sums, id i
+ * into lane i % DI_SAMPLE_EXP_LANES in id order (a thread a lane on the device, vectors of lanes on
+ * the host), then folded by di_sample_fold_lanes. Terms below e^-708 count 0: they cannot change a
+ * sum that holds the max's 1. */
+#define DI_SAMPLE_EXP_LANES 256
+#define DI_SAMPLE_EXP_SUM_FLOOR -708.0
+DI_SA_FN double di_sample_exp_term(float z, float max) {
+    const double d = DI_SA_SUB((double)di_sample_sanitize(z), (double)max);
+    return d >= DI_SAMPLE_EXP_SUM_FLOOR ? di_sample_exp(d) : 0.0;
+}
+/* s[i] += s[i + w] for w = LANES / 2, LANES / 4, .., 1; the sum is then s[0] (a device runs each
+ * w's adds at once). */
+DI_SA_FN double di_sample_fold_lanes(double *s) {
+    for (int w = DI_SAMPLE_EXP_LANES / 2; w > 0; w >>= 1)
+        for (int i = 0; i < w; i++) s[i] = DI_SA_ADD(s[i], s[i + w]);
+    return s[0];
 }
 
 /* ceil(log2(vocab)): the bits a token id needs in a key. */

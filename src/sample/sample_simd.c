@@ -38,7 +38,8 @@ _Static_assert(DI_SAMPLE_NO_BUCKET == DI_SAMPLE_WEIGHT_BUCKETS, "the no-weight b
 #define BUCKET_BIAS (1023 * 8)
 /* The exp sum's terms below e^-708 (< 2^-1021) are 0: the sum holds the max's 1, so they could
  * not change it, and the vector forms' 2^k stays normal. */
-#define EXP_SUM_FLOOR -708.0
+#define EXP_SUM_FLOOR DI_SAMPLE_EXP_SUM_FLOOR
+#define LANES DI_SAMPLE_EXP_LANES
 
 /* ---- scalar forms (also the vector forms' tails) ---- */
 
@@ -95,15 +96,11 @@ static int32_t draw_scalar(const uint64_t *w, int32_t from, int32_t n, uint64_t 
     return id;
 }
 
-/* The eight partial sums' fold, the same for every form. */
-static double fold8(const double s[8]) { return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])); }
 
 /* Adds ids [from, n) into the partial sums (from: a multiple of 8). */
-static void exp_sum_scalar(const float *z, int32_t from, int32_t n, float max, double s[8]) {
-    for (int32_t i = from; i < n; i++) {
-        const double d = DI_SA_SUB((double)di_sample_sanitize(z[i]), (double)max);
-        s[i % 8] = DI_SA_ADD(s[i % 8], d >= EXP_SUM_FLOOR ? di_sample_exp(d) : 0.0);
-    }
+/* from: a multiple of LANES (id i adds into lane i % LANES) */
+static void exp_sum_scalar(const float *z, int32_t from, int32_t n, float max, double s[LANES]) {
+    for (int32_t i = from; i < n; i++) s[i % LANES] = DI_SA_ADD(s[i % LANES], di_sample_exp_term(z[i], max));
 }
 
 static uint64_t weights_scalar(const float *z, int32_t from, int32_t n, const di_weight_filter *f, uint64_t *w,
@@ -252,18 +249,20 @@ __attribute__((target("avx2"))) static inline __m256d exp_term4(__m256d d) {
 
 __attribute__((target("avx2"))) static double exp_sum_avx2(const float *z, int32_t n, float max) {
     const __m256d m = _mm256_set1_pd((double)max);
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd(); /* partial sums 0..3, 4..7 */
+    __m256d acc[LANES / 4]; /* lanes 4j .. 4j + 3 */
+    for (int j = 0; j < LANES / 4; j++) acc[j] = _mm256_setzero_pd();
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = sanitize8(_mm256_loadu_ps(z + i));
-        lo = _mm256_add_pd(lo, exp_term4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m)));
-        hi = _mm256_add_pd(hi, exp_term4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m)));
-    }
-    double s[8];
-    _mm256_storeu_pd(s, lo);
-    _mm256_storeu_pd(s + 4, hi);
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES / 4; j += 2) {
+            const __m256 v = sanitize8(_mm256_loadu_ps(z + i + 4 * j));
+            acc[j] = _mm256_add_pd(acc[j], exp_term4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m)));
+            acc[j + 1] =
+                _mm256_add_pd(acc[j + 1], exp_term4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m)));
+        }
+    double s[LANES];
+    for (int j = 0; j < LANES / 4; j++) _mm256_storeu_pd(s + 4 * j, acc[j]);
     exp_sum_scalar(z, i, n, max, s);
-    return fold8(s);
+    return di_sample_fold_lanes(s);
 }
 
 __attribute__((target("avx2"))) static uint64_t weights_avx2(const float *z, int32_t n, const di_weight_filter *f,
@@ -400,14 +399,17 @@ __attribute__((target("avx512f"))) static inline __m512d exp_term8(__m512d d) {
 
 __attribute__((target("avx512f"))) static double exp_sum_avx512(const float *z, int32_t n, float max) {
     const __m512d m = _mm512_set1_pd((double)max);
-    __m512d acc = _mm512_setzero_pd(); /* partial sums 0..7 */
+    __m512d acc[LANES / 8]; /* lanes 8j .. 8j + 7 */
+    for (int j = 0; j < LANES / 8; j++) acc[j] = _mm512_setzero_pd();
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm512_add_pd(acc, exp_term8(_mm512_sub_pd(_mm512_cvtps_pd(sanitize8(_mm256_loadu_ps(z + i))), m)));
-    double s[8];
-    _mm512_storeu_pd(s, acc);
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES / 8; j++)
+            acc[j] = _mm512_add_pd(
+                acc[j], exp_term8(_mm512_sub_pd(_mm512_cvtps_pd(sanitize8(_mm256_loadu_ps(z + i + 8 * j))), m)));
+    double s[LANES];
+    for (int j = 0; j < LANES / 8; j++) _mm512_storeu_pd(s + 8 * j, acc[j]);
     exp_sum_scalar(z, i, n, max, s);
-    return fold8(s);
+    return di_sample_fold_lanes(s);
 }
 
 __attribute__((target("avx512f"))) static uint64_t weights_avx512(const float *z, int32_t n,
@@ -525,9 +527,9 @@ double di_sample_exp_sum(di_sample_form form, const float *z, int32_t n, float m
     case DI_SAMPLE_AVX2: return exp_sum_avx2(z, n, max);
 #endif
     default: {
-        double s[8] = {0};
+        double s[LANES] = {0};
         exp_sum_scalar(z, 0, n, max, s);
-        return fold8(s);
+        return di_sample_fold_lanes(s);
     }
     }
 }

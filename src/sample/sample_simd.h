@@ -36,10 +36,9 @@ int32_t di_sample_argmax(di_sample_form form, const float *z, int32_t n, bool ra
 /* The first id in [from, n) whose sanitised value is >= thr, or n. */
 int32_t di_sample_find_at_least(di_sample_form form, const float *z, int32_t from, int32_t n, float thr);
 
-/* The sum over i < n of di_sample_exp(sanitise(z[i]) - max) (max: the row's largest sanitised value,
- * finite; terms below e^-708 count 0: they cannot change a sum holding the max's 1), added in a
- * fixed order whatever the form: eight partial sums, id i into sum i % 8 in id
- * order, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). The log-softmax's normaliser. */
+/* The sum over i < n of di_sample_exp_term(z[i], max) (max: the row's largest sanitised value,
+ * finite), added in the order sample_arith.h fixes whatever the form (DI_SAMPLE_EXP_LANES partial
+ * sums, di_sample_fold_lanes), which cuda_sample_logprob.cu keeps too. The log-softmax's normaliser. */
 double di_sample_exp_sum(di_sample_form form, const float *z, int32_t n, float max);
 
 /* The first index in [from, n) with a[i] == v, or n (top_p's gather of one weight bucket). */

@@ -366,11 +366,12 @@ static void top_of_row(di_sample_form form, const float *x, int32_t vocab, doubl
 }
 
 /* log_softmax over a whole row x (sanitised on the fly), in double: exps by di_sample_exp added in
- * sample_simd.h's fixed order. */
+ * sample_arith.h's fixed order, and di_sample_log -- the device's logprobs (cuda_sample_logprob.cu)
+ * are these bit for bit. */
 static void full_logprobs(di_sample_form form, const float *x, int32_t vocab, int32_t n_top, di_sample_result *out) {
     float max;
     di_sample_argmax(form, x, vocab, true, &max); /* finite: the row has a token */
-    const double lse = (double)max + log(di_sample_exp_sum(form, x, vocab, max));
+    const double lse = (double)max + di_sample_log(di_sample_exp_sum(form, x, vocab, max));
     top_list t = {.cap = n_top};
     top_of_row(form, x, vocab, lse, &t);
     out->logprob = (float)((double)di_sample_sanitize(x[out->token_id]) - lse);
@@ -446,6 +447,10 @@ static bool plain_params(const di_sampling_params *p) {
 bool di_sampling_is_plain_greedy(const di_sampling_params *p) { return p->temperature == 0.0f && plain_params(p); }
 
 bool di_sampling_is_plain_sampled(const di_sampling_params *p) { return p->temperature > 0.0f && plain_params(p); }
+
+bool di_sampling_logprobs_on_device(const di_sampling_params *p) {
+    return p->logprobs == 0 || p->logprobs_mode == DI_LOGPROBS_RAW || p->temperature == 0.0f;
+}
 
 di_plain_sampling di_plain_sampling_of(const di_sampling_params *p, uint64_t position) {
     return (di_plain_sampling){.temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
