@@ -21,8 +21,8 @@
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
  * the small index-score cases, `--moe` the routing and grouping cases, `--sample` the greedy,
- * sampled and edited tokens (a B = 256 head's rows included), `--sample-small` those at emulator sizes,
- * `--sample-many` only the cases past the grid's y dimension. */
+ * sampled and edited tokens and the logprobs (a B = 256 head's rows included), `--sample-small`
+ * those at emulator sizes, `--sample-many` only the cases past the grid's y dimension. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -252,6 +252,94 @@ static void test_sample_tokens(int64_t n, int64_t V) {
     di_sampler_free(smp);
 }
 
+/* The sampler's results of the rows asked (ask[r]), the device's against the host's: token, logprob,
+ * n_top and the top list, bit for bit. */
+static void check_logprob_results(const char *name, int64_t n, int64_t V, const di_sample_result *got,
+                                  const di_sample_result *ref, const bool *ask) {
+    int64_t ndiff = 0, asked = 0, listed = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (!ask[r]) continue;
+        asked++;
+        const di_sample_result *g = &got[r], *w = &ref[r];
+        bool same = g->token_id == w->token_id && g->n_top == w->n_top && !memcmp(&g->logprob, &w->logprob, 4);
+        for (int k = 0; same && k < w->n_top; k++)
+            same = g->top[k].token_id == w->top[k].token_id && !memcmp(&g->top[k].logprob, &w->top[k].logprob, 4);
+        listed += w->n_top;
+        if (!same && ndiff++ < 4) {
+            printf("      row %lld: gpu token %d logprob %a n_top %d top0 %d %a; cpu token %d logprob %a n_top %d "
+                   "top0 %d %a\n", (long long)r, g->token_id, g->logprob, g->n_top, g->top[0].token_id,
+                   g->top[0].logprob, w->token_id, w->logprob, w->n_top, w->top[0].token_id, w->top[0].logprob);
+            for (int k = 0; k < w->n_top && k < g->n_top; k++)
+                if (g->top[k].token_id != w->top[k].token_id || g->top[k].logprob != w->top[k].logprob) {
+                    printf("        rank %d: gpu %d %a, cpu %d %a\n", k, g->top[k].token_id, g->top[k].logprob,
+                           w->top[k].token_id, w->top[k].logprob);
+                    break;
+                }
+        }
+    }
+    printf("%s  %-20s n=%-5lld V=%-34lld differing %lld / %lld rows (%lld listed)  [exact]\n", ndiff ? "FAIL" : "PASS",
+           name, (long long)n, (long long)V, (long long)ndiff, (long long)asked, (long long)listed);
+    fflush(stdout);
+    if (ndiff || !asked) g_fail++;
+    else g_pass++;
+}
+
+/* cuda_sample_logprob.cu against the host sampler's raw logprobs (di_sampler_sample, temperature 0,
+ * logprobs 1..20) row by row, the host's tokens given. Rows of kind 0: values near 0 and one of
+ * 1,000 (lse dwarfs the listed logits: many round to one logprob, ties of value broken by id);
+ * 1: every magnitude down to 2^-120 and one of 1,000; 2: exact ties (half-integers); 3: broad
+ * (+-10); 4: a pool of 0, -0, +-inf, NaN, FLT_MAX and denormals; 5: -inf but for a few ids (fewer
+ * finite values than the list asks); 6: -inf and NaN only (no token: -1, nothing listed). */
+static void test_logprob_rows(int64_t n, int64_t V) {
+    static const float pool[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, 1e-45f, -1e-45f, 1.0f, -3.0f};
+    float *x = (float *)malloc(4 * n * V);
+    di_sample_result *ref = (di_sample_result *)calloc(n, sizeof *ref), *got = (di_sample_result *)calloc(n, sizeof *got);
+    bool *ask = (bool *)calloc(n, 1);
+    int32_t *tok = (int32_t *)malloc(4 * n);
+    std::vector<di_cuda_logprob_row> lp;
+    di_sampler *smp = NULL;
+    di_err err = {};
+    if (di_sampler_create((int32_t)V, &smp, &err)) abort();
+    for (int64_t r = 0; r < n; r++) {
+        float *row = x + r * V;
+        const int kind = (int)(r % 7);
+        for (int64_t i = 0; i < V; i++) {
+            const double u = (double)(rnd_u64() >> 11) * 0x1p-53;
+            row[i] = kind == 0   ? (float)((u - 0.5) * 1e-4)
+                     : kind == 1 ? (float)ldexp(u - 0.5, -(int)(u * 1000) % 120)
+                     : kind == 2 ? (float)((int)(u * 7) * 0.5)
+                     : kind == 3 ? (float)((u - 0.5) * 20.0)
+                     : kind == 4 ? pool[rnd_u64() % 10]
+                     : kind == 5 ? -INFINITY
+                                 : (rnd_u64() & 1 ? -INFINITY : NAN);
+        }
+        if (kind < 2) row[rnd_u64() % V] = 1000.0f;
+        if (kind == 5)
+            for (int t = 0; t < 3; t++) row[rnd_u64() % V] = (float)t;
+        di_sampling_params p;
+        di_sampling_params_init(&p);
+        p.temperature = 0.0f;
+        p.logprobs = 1 + (int32_t)(rnd_u64() % DI_SAMPLER_MAX_LOGPROBS);
+        const di_sample_row srow = {.logits = row, .params = &p, .position = 0};
+        di_sampler_sample(smp, &srow, &ref[r], &err); /* kind 6: -1, nothing listed */
+        if (ref[r].token_id < 0) ref[r] = (di_sample_result){.token_id = -1};
+        tok[r] = ref[r].token_id;
+        ask[r] = true;
+        lp.push_back((di_cuda_logprob_row){NULL, (int32_t)r, p.logprobs});
+    }
+    float *dx = (float *)dev_upload(x, 4 * n * V);
+    for (auto &l : lp) l.src = dx + l.head_row * V;
+    di_cuda_logprob_row *dl = (di_cuda_logprob_row *)dev_upload(lp.data(), sizeof lp[0] * lp.size());
+    int32_t *dt = (int32_t *)dev_upload(tok, 4 * n);
+    di_sample_result *dout = (di_sample_result *)dev_poisoned(sizeof *dout * n);
+    di_cuda_logprob_rows(dl, (int64_t)lp.size(), V, dt, dout, 0);
+    dev_download(got, dout, sizeof *dout * n);
+    check_logprob_results("logprob_rows", n, V, got, ref, ask);
+    cudaFree(dx), cudaFree(dl), cudaFree(dt), cudaFree(dout);
+    free(x), free(ref), free(got), free(ask), free(tok);
+    di_sampler_free(smp);
+}
+
 /* cuda_sample_edit.cu's edits, then the greedy and sampled tokens over the edited rows, against the
  * host sampler (di_sampler_sample with the same params, history and mask) row by row; and the
  * edited rows themselves, sanitised, against di_sample_edits_apply on the host's sanitised copy,
@@ -259,7 +347,9 @@ static void test_sample_tokens(int64_t n, int64_t V) {
  * draws: a logit bias of up to 40 entries over a few ids (duplicates, out of order, some huge), a
  * mask (none, random, all but a few ids, or nothing allowed: -1), repetition / frequency / presence
  * penalties over a history drawn from a few ids, a temperature of 0 (greedy) or > 0 with random
- * filters; the logits model-like, with specials (+-inf, NaN) here and there. */
+ * filters, and most ask for logprobs (raw, or processed when greedy: cuda_sample_logprob.cu after
+ * the tokens, the raw ones from a copy taken before the edits, as gpu_head.c runs them); the logits
+ * model-like, with specials (+-inf, NaN) here and there. */
 static void test_edit_tokens(int64_t n, int64_t V) {
     float *x = (float *)malloc(4 * n * V), *want = (float *)malloc(4 * n * V), *got = (float *)malloc(4 * n * V);
     di_sampling_params *params = (di_sampling_params *)calloc(n, sizeof *params);
@@ -269,6 +359,10 @@ static void test_edit_tokens(int64_t n, int64_t V) {
     uint32_t *mask = (uint32_t *)malloc(4 * words * n);
     int32_t *hist = (int32_t *)malloc(4 * 96 * n);
     int32_t *ref = (int32_t *)malloc(4 * n), *tok = (int32_t *)malloc(4 * n);
+    di_sample_result *lp_ref = (di_sample_result *)calloc(n, sizeof *lp_ref), *lp_got = (di_sample_result *)calloc(n, sizeof *lp_got);
+    bool *lp_ask = (bool *)calloc(n, 1);
+    std::vector<di_cuda_logprob_row> lp;
+    std::vector<bool> lp_raw;
     std::vector<di_cuda_row_edits> hdr;
     std::vector<void *> dev_arrays;
     di_sampler *smp = NULL;
@@ -294,6 +388,8 @@ static void test_edit_tokens(int64_t n, int64_t V) {
         p->top_k = rnd_u64() % 3 == 0 ? (int32_t)(1 + rnd_u64() % 100) : 0;
         p->min_p = rnd_u64() % 4 == 0 ? 0.05f : 0.0f;
         p->seed = rnd_u64();
+        p->logprobs = rnd_u64() % 4 ? (int32_t)(1 + rnd_u64() % DI_SAMPLER_MAX_LOGPROBS) : 0;
+        p->logprobs_mode = p->temperature == 0.0f && rnd_u64() % 2 ? DI_LOGPROBS_PROCESSED : DI_LOGPROBS_RAW;
         const int64_t few = 1 + (int64_t)(rnd_u64() % (V < 50 ? V : 50));
         const int kind = (int)(r / 2 % 8);
         di_logit_bias *b = bias + 40 * r;
@@ -328,6 +424,11 @@ static void test_edit_tokens(int64_t n, int64_t V) {
         di_sample_result res;
         di_sampler_sample(smp, &srow, &res, &err); /* -1 when the mask leaves nothing */
         ref[r] = res.token_id;
+        if (p->logprobs > 0 && res.token_id >= 0) { /* (no token: the engine reports the error) */
+            lp_ref[r] = res, lp_ask[r] = true;
+            lp.push_back((di_cuda_logprob_row){NULL, (int32_t)r, p->logprobs});
+            lp_raw.push_back(p->logprobs_mode == DI_LOGPROBS_RAW);
+        }
         if (p->temperature > 0.0f) ps[r] = di_plain_sampling_of(p, srow.position);
         di_sample_edits e;
         if (di_sample_edits_build(ed, &srow, &e, &err)) abort();
@@ -354,19 +455,28 @@ static void test_edit_tokens(int64_t n, int64_t V) {
     int32_t *dt = (int32_t *)dev_poisoned(4 * n);
     di_plain_sampling *dp = (di_plain_sampling *)dev_upload(ps, sizeof *ps * n);
     void *gws = dev_poisoned(di_cuda_greedy_ws_bytes(n, V)), *sws = dev_poisoned(di_cuda_sample_ws_bytes(n, V));
+    float *dx_raw = (float *)dev_upload(x, 4 * n * V); /* the raw rows, as gpu_head.c copies them */
+    for (size_t k = 0; k < lp.size(); k++) lp[k].src = (lp_raw[k] ? dx_raw : dx) + lp[k].head_row * V;
+    di_cuda_logprob_row *dl = (di_cuda_logprob_row *)dev_upload(lp.data(), sizeof lp[0] * (lp.size() + 1));
+    di_sample_result *dlp = (di_sample_result *)dev_poisoned(sizeof *dlp * n);
     di_cuda_edit_logits(dx, V, dh, (int64_t)hdr.size(), 0);
     dev_download(got, dx, 4 * n * V);
     di_cuda_greedy_tokens(dx, n, V, gws, dt, 0);
     di_cuda_sample_tokens(dx, n, V, dp, sws, dt, 0);
+    di_cuda_logprob_rows(dl, (int64_t)lp.size(), V, dt, dlp, 0);
     dev_download(tok, dt, 4 * n);
+    dev_download(lp_got, dlp, sizeof *dlp * n);
     for (int64_t r = 0; r < n; r += 2) /* the edited rows as the samplers read them */
         for (int64_t i = 0; i < V; i++) got[r * V + i] = di_sample_sanitize(got[r * V + i]);
     char shape[64];
     snprintf(shape, sizeof shape, "n=%lld V=%lld", (long long)n, (long long)V);
     compare("edit_logits", shape, got, want, n * V, "exact");
     check_row_tokens("edited_tokens", n, V, tok, ref, describe_sampled_row, ps);
+    check_logprob_results("edited_logprobs", n, V, lp_got, lp_ref, lp_ask);
     for (void *d : dev_arrays) cudaFree(d);
     cudaFree(dx), cudaFree(dh), cudaFree(dt), cudaFree(dp), cudaFree(gws), cudaFree(sws);
+    cudaFree(dx_raw), cudaFree(dl), cudaFree(dlp);
+    free(lp_ref), free(lp_got), free(lp_ask);
     free(x), free(want), free(got), free(params), free(ps), free(bias), free(mask), free(hist), free(ref), free(tok);
     di_sample_editor_free(ed);
     di_sampler_free(smp);
@@ -2172,6 +2282,8 @@ static void run_quick(void) {
     test_sample_tokens(40, 3000);
     test_sample_tokens(16, 5);
     test_edit_tokens(64, 3000);
+    test_logprob_rows(70, 3000);
+    test_logprob_rows(7, 5);
     test_copy_rows(37, 300);
     test_copy_rows(5, 1);
     test_copy_rows(6, 16384 + 7); /* several blocks per row, a partial chunk */
@@ -2304,6 +2416,7 @@ static void run_full(bool head) {
     test_greedy_tokens(8, 129280);
     test_sample_tokens(256, 129280);
     test_edit_tokens(256, 129280); /* a B = 256 head of edited rows (structured output, penalties) */
+    test_logprob_rows(256, 129280);
     test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3); /* launches in pieces of 65,535 rows */
     test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     test_embed(129280, 64, 4, 5120);
@@ -2360,6 +2473,8 @@ int main(int argc, char **argv) {
         test_sample_tokens(256, 129280);
         test_edit_tokens(64, 3000);
         test_edit_tokens(256, 129280);
+        test_logprob_rows(70, 3000);
+        test_logprob_rows(256, 129280);
         test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3);
         test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     } else if (argc > 1 && !strcmp(argv[1], "--sample-many")) { /* past the grid's y: slow on the emulator */
@@ -2372,6 +2487,9 @@ int main(int argc, char **argv) {
         test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
         test_edit_tokens(64, 3000);
         test_edit_tokens(4, 5);
+        test_logprob_rows(70, 3000);
+        test_logprob_rows(14, 20000);
+        test_logprob_rows(7, 5);
     }
     else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping, the SwiGLU and combine alone, one
                                                          prefill-sized; grouped GEMMs of x's rows through a list */

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 #include "sample/sample_arith.h"
+#include "sample/sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -393,6 +394,19 @@ typedef struct di_cuda_row_edits {
  * host's sanitised copy at the ids the lists touch (cuda_sample_edit.cu); the other ids keep their
  * raw values, which di_cuda_greedy_tokens / di_cuda_sample_tokens sanitise as they read. */
 void di_cuda_edit_logits(float *logits, int64_t V, const di_cuda_row_edits *edits, int64_t n, cudaStream_t s);
+
+/* A head row whose logprobs the device computes (cuda_sample_logprob.cu). */
+typedef struct di_cuda_logprob_row {
+    const float *src; /* [V] the logits they are of: the raw row (logprobs_mode raw), or the row after
+                         its edits (processed, temperature 0) */
+    int32_t head_row; /* its token is tokens[head_row], its result out[head_row] */
+    int32_t n_top;    /* 1 .. DI_SAMPLER_MAX_LOGPROBS */
+} di_cuda_logprob_row;
+/* For each of the n rows: out[head_row] = what di_sampler_sample's full_logprobs gives for src with
+ * logprobs = n_top and the token tokens[head_row] (token_id, logprob, n_top, top[]), bit for bit;
+ * token -1 (none could be drawn): logprob 0. rows [n], tokens [*], out [*]; all device. */
+void di_cuda_logprob_rows(const di_cuda_logprob_row *rows, int64_t n, int64_t V, const int32_t *tokens,
+                          di_sample_result *out, cudaStream_t s);
 
 #ifdef __cplusplus
 }

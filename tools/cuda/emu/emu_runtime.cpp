@@ -84,6 +84,7 @@ cudaError_t emu_c_cudaGetDevice(int *d) { return cudaGetDevice(d); }
 cudaError_t emu_c_cudaMalloc(void **p, size_t n) { return cudaMalloc(p, n); }
 cudaError_t emu_c_cudaFree(void *p) { return cudaFree(p); }
 cudaError_t emu_c_cudaMemset(void *d, int v, size_t n) { return cudaMemset(d, v, n); }
+cudaError_t emu_c_cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
 cudaError_t emu_c_cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) { return cudaMemcpy(d, s, n, k); }
 cudaError_t emu_c_cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) {
     return cudaMemcpy(d, s, n, k);

@@ -27,6 +27,7 @@ EMU_C(cudaError_t, cudaGetDevice, (int *d))
 EMU_C(cudaError_t, cudaMalloc, (void **p, size_t n))
 EMU_C(cudaError_t, cudaFree, (void *p))
 EMU_C(cudaError_t, cudaMemset, (void *d, int v, size_t n))
+EMU_C(cudaError_t, cudaMemsetAsync, (void *d, int v, size_t n, cudaStream_t st))
 EMU_C(cudaError_t, cudaMemcpy, (void *d, const void *s, size_t n, enum cudaMemcpyKind k))
 EMU_C(cudaError_t, cudaMemcpyAsync, (void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st))
 EMU_C(cudaError_t, cudaMemcpy2DAsync, (void *d, size_t dpitch, const void *s, size_t spitch, size_t width,
@@ -119,6 +120,7 @@ static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 #define cudaMalloc emu_c_cudaMalloc
 #define cudaFree emu_c_cudaFree
 #define cudaMemset emu_c_cudaMemset
+#define cudaMemsetAsync emu_c_cudaMemsetAsync
 #define cudaMemcpy emu_c_cudaMemcpy
 #define cudaMemcpyAsync emu_c_cudaMemcpyAsync
 #define cudaMemcpy2DAsync emu_c_cudaMemcpy2DAsync
