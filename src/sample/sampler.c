@@ -385,12 +385,13 @@ static inline double candidate_logprob(const di_sampler *s, int32_t id, float ma
     return ((double)s->z[id] - (double)max) / temperature - log_total;
 }
 
-/* Log-probabilities of the distribution sampled from: the candidates, renormalised. A candidate's
+/* Log-probabilities of the distribution sampled from: the candidates, renormalised (log by
+ * di_sample_log: cuda_sample_logprob.cu computes them bit for bit). A candidate's
  * logprob is non-decreasing in its logit, so once the list is full only a logit above the least
  * listed one's can enter: the search skips to those, and top_push decides exactly. */
 static void candidate_logprobs(const di_sampler *s, weighted_id cut, uint64_t total, float max, double temperature,
                                int32_t n_top, di_sample_result *out) {
-    const double log_total = log(ldexp(di_sample_u64_to_double(total), -s->weight_bits));
+    const double log_total = di_sample_log(ldexp(di_sample_u64_to_double(total), -s->weight_bits));
     out->logprob = (float)candidate_logprob(s, out->token_id, max, temperature, log_total); /* a kept candidate */
     top_list t = {.cap = n_top};
     for (int32_t id = 0; n_top > 0; id++) {
@@ -447,10 +448,6 @@ static bool plain_params(const di_sampling_params *p) {
 bool di_sampling_is_plain_greedy(const di_sampling_params *p) { return p->temperature == 0.0f && plain_params(p); }
 
 bool di_sampling_is_plain_sampled(const di_sampling_params *p) { return p->temperature > 0.0f && plain_params(p); }
-
-bool di_sampling_logprobs_on_device(const di_sampling_params *p) {
-    return p->logprobs == 0 || p->logprobs_mode == DI_LOGPROBS_RAW || p->temperature == 0.0f;
-}
 
 di_plain_sampling di_plain_sampling_of(const di_sampling_params *p, uint64_t position) {
     return (di_plain_sampling){.temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,

@@ -85,11 +85,6 @@ bool di_sampling_is_plain_greedy(const di_sampling_params *p);
  * logits are from its di_plain_sampling (cuda_sample.cu), and di_sampler_sample_plain gives the same
  * token. */
 bool di_sampling_is_plain_sampled(const di_sampling_params *p);
-/* Whether a request's logprobs (if any) are the log-softmax of one logits row -- raw mode, or
- * processed at temperature 0 (the edited row) -- which a device computes bit for bit
- * (cuda_sample_logprob.cu). Processed logprobs of a sampled row (the candidates' distribution after
- * top_k / top_p / min_p) are the host sampler's alone. */
-bool di_sampling_logprobs_on_device(const di_sampling_params *p);
 di_plain_sampling di_plain_sampling_of(const di_sampling_params *p, uint64_t position);
 /* DI_EINVAL as di_sampling_params_validate for its fields, and for a temperature that is not > 0. */
 di_status di_plain_sampling_validate(const di_plain_sampling *ps, int32_t vocab_size, di_err *err);

@@ -325,7 +325,9 @@ static void test_logprob_rows(int64_t n, int64_t V) {
         if (ref[r].token_id < 0) ref[r] = (di_sample_result){.token_id = -1};
         tok[r] = ref[r].token_id;
         ask[r] = true;
-        lp.push_back((di_cuda_logprob_row){NULL, (int32_t)r, p.logprobs});
+        di_cuda_logprob_row l = {};
+        l.head_row = (int32_t)r, l.n_top = p.logprobs;
+        lp.push_back(l);
     }
     float *dx = (float *)dev_upload(x, 4 * n * V);
     for (auto &l : lp) l.src = dx + l.head_row * V;
@@ -347,9 +349,10 @@ static void test_logprob_rows(int64_t n, int64_t V) {
  * draws: a logit bias of up to 40 entries over a few ids (duplicates, out of order, some huge), a
  * mask (none, random, all but a few ids, or nothing allowed: -1), repetition / frequency / presence
  * penalties over a history drawn from a few ids, a temperature of 0 (greedy) or > 0 with random
- * filters, and most ask for logprobs (raw, or processed when greedy: cuda_sample_logprob.cu after
- * the tokens, the raw ones from a copy taken before the edits, as gpu_head.c runs them); the logits
- * model-like, with specials (+-inf, NaN) here and there. */
+ * filters, and most ask for logprobs (raw or processed: cuda_sample_logprob.cu after the tokens,
+ * the raw ones from a copy taken before the edits, the processed ones of sampled rows from the
+ * draws' workspace, as gpu_head.c runs them); the logits model-like, with specials (+-inf, NaN)
+ * here and there. */
 static void test_edit_tokens(int64_t n, int64_t V) {
     float *x = (float *)malloc(4 * n * V), *want = (float *)malloc(4 * n * V), *got = (float *)malloc(4 * n * V);
     di_sampling_params *params = (di_sampling_params *)calloc(n, sizeof *params);
@@ -389,7 +392,7 @@ static void test_edit_tokens(int64_t n, int64_t V) {
         p->min_p = rnd_u64() % 4 == 0 ? 0.05f : 0.0f;
         p->seed = rnd_u64();
         p->logprobs = rnd_u64() % 4 ? (int32_t)(1 + rnd_u64() % DI_SAMPLER_MAX_LOGPROBS) : 0;
-        p->logprobs_mode = p->temperature == 0.0f && rnd_u64() % 2 ? DI_LOGPROBS_PROCESSED : DI_LOGPROBS_RAW;
+        p->logprobs_mode = rnd_u64() % 2 ? DI_LOGPROBS_PROCESSED : DI_LOGPROBS_RAW;
         const int64_t few = 1 + (int64_t)(rnd_u64() % (V < 50 ? V : 50));
         const int kind = (int)(r / 2 % 8);
         di_logit_bias *b = bias + 40 * r;
@@ -426,7 +429,9 @@ static void test_edit_tokens(int64_t n, int64_t V) {
         ref[r] = res.token_id;
         if (p->logprobs > 0 && res.token_id >= 0) { /* (no token: the engine reports the error) */
             lp_ref[r] = res, lp_ask[r] = true;
-            lp.push_back((di_cuda_logprob_row){NULL, (int32_t)r, p->logprobs});
+            di_cuda_logprob_row l = {};
+            l.head_row = (int32_t)r, l.n_top = p->logprobs, l.temperature = p->temperature;
+            lp.push_back(l);
             lp_raw.push_back(p->logprobs_mode == DI_LOGPROBS_RAW);
         }
         if (p->temperature > 0.0f) ps[r] = di_plain_sampling_of(p, srow.position);
@@ -454,9 +459,13 @@ static void test_edit_tokens(int64_t n, int64_t V) {
     di_cuda_row_edits *dh = (di_cuda_row_edits *)dev_upload(hdr.data(), sizeof hdr[0] * hdr.size());
     int32_t *dt = (int32_t *)dev_poisoned(4 * n);
     di_plain_sampling *dp = (di_plain_sampling *)dev_upload(ps, sizeof *ps * n);
-    void *gws = dev_poisoned(di_cuda_greedy_ws_bytes(n, V)), *sws = dev_poisoned(di_cuda_sample_ws_bytes(n, V));
     float *dx_raw = (float *)dev_upload(x, 4 * n * V); /* the raw rows, as gpu_head.c copies them */
-    for (size_t k = 0; k < lp.size(); k++) lp[k].src = (lp_raw[k] ? dx_raw : dx) + lp[k].head_row * V;
+    void *gws = dev_poisoned(di_cuda_greedy_ws_bytes(n, V)), *sws = dev_poisoned(di_cuda_sample_ws_bytes(n, V));
+    int n_candidates = 0; /* rows whose logprobs are of the draw's candidates */
+    for (size_t k = 0; k < lp.size(); k++) {
+        lp[k].src = (lp_raw[k] ? dx_raw : dx) + lp[k].head_row * V;
+        if (!lp_raw[k] && lp[k].temperature > 0.0f) lp[k].sample_ws = sws, lp[k].sample_ws_rows = n, n_candidates++;
+    }
     di_cuda_logprob_row *dl = (di_cuda_logprob_row *)dev_upload(lp.data(), sizeof lp[0] * (lp.size() + 1));
     di_sample_result *dlp = (di_sample_result *)dev_poisoned(sizeof *dlp * n);
     di_cuda_edit_logits(dx, V, dh, (int64_t)hdr.size(), 0);
@@ -472,6 +481,8 @@ static void test_edit_tokens(int64_t n, int64_t V) {
     snprintf(shape, sizeof shape, "n=%lld V=%lld", (long long)n, (long long)V);
     compare("edit_logits", shape, got, want, n * V, "exact");
     check_row_tokens("edited_tokens", n, V, tok, ref, describe_sampled_row, ps);
+    printf("      logprob rows: %zu, of them %d processed of a sampled row (the draw's candidates)\n", lp.size(),
+           n_candidates);
     check_logprob_results("edited_logprobs", n, V, lp_got, lp_ref, lp_ask);
     for (void *d : dev_arrays) cudaFree(d);
     cudaFree(dx), cudaFree(dh), cudaFree(dt), cudaFree(dp), cudaFree(gws), cudaFree(sws);

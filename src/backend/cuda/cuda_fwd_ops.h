@@ -397,14 +397,21 @@ void di_cuda_edit_logits(float *logits, int64_t V, const di_cuda_row_edits *edit
 
 /* A head row whose logprobs the device computes (cuda_sample_logprob.cu). */
 typedef struct di_cuda_logprob_row {
-    const float *src; /* [V] the logits they are of: the raw row (logprobs_mode raw), or the row after
-                         its edits (processed, temperature 0) */
-    int32_t head_row; /* its token is tokens[head_row], its result out[head_row] */
-    int32_t n_top;    /* 1 .. DI_SAMPLER_MAX_LOGPROBS */
+    const float *src;        /* [V] the logits they are of: the raw row (logprobs_mode raw), or the row
+                                after its edits (processed) */
+    int32_t head_row;        /* its token is tokens[head_row], its result out[head_row] */
+    int32_t n_top;           /* 1 .. DI_SAMPLER_MAX_LOGPROBS */
+    /* processed logprobs of a sampled row (the distribution drawn from: the draw's candidates):
+     * the workspace di_cuda_sample_tokens left for its sample_ws_rows rows (this row's is head_row)
+     * and the row's temperature; NULL: the full log-softmax of src */
+    const void *sample_ws;
+    int64_t sample_ws_rows;
+    float temperature;
 } di_cuda_logprob_row;
-/* For each of the n rows: out[head_row] = what di_sampler_sample's full_logprobs gives for src with
- * logprobs = n_top and the token tokens[head_row] (token_id, logprob, n_top, top[]), bit for bit;
- * token -1 (none could be drawn): logprob 0. rows [n], tokens [*], out [*]; all device. */
+/* For each of the n rows: out[head_row] = di_sampler_sample's result for src with logprobs =
+ * n_top and the token tokens[head_row] (token_id, logprob, n_top, top[]), bit for bit -- its
+ * full_logprobs, or its candidate_logprobs where sample_ws is given; token -1 (none could be
+ * drawn): nothing listed, logprob 0. rows [n], tokens [*], out [*]; all device. */
 void di_cuda_logprob_rows(const di_cuda_logprob_row *rows, int64_t n, int64_t V, const int32_t *tokens,
                           di_sample_result *out, cudaStream_t s);
 

@@ -25,6 +25,7 @@
  * one address. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_sample_ws.cuh"
 
 #define SAMPLE_THREADS 512
 #define SAMPLE_WARPS (SAMPLE_THREADS / 32)
@@ -34,13 +35,7 @@
 #define WEIGHT_GRID_TARGET (132 * 8) /* weights blocks a launch: every multiprocessor several times */
 #define NB DI_SAMPLE_WEIGHT_BUCKETS
 
-/* A row's state between the launches (workspace, after the weights). */
-typedef struct sample_row_ws {
-    uint64_t total;      /* the sum of the row's W */
-    float max, kth;      /* the largest sanitised logit; top_k's value (-inf: off) */
-    uint32_t count[NB];  /* top_p: weights a bucket */
-    uint64_t mass[NB];   /* top_p: W a bucket */
-} sample_row_ws;
+/* A row's state between the launches: sample_row_ws (cuda_sample_ws.cuh), before the weights. */
 
 /* f(j, src[j]) for j = start, start + step, ... < end, LOADS loads in flight a thread: the passes
  * over a row are bound by their loads' latency, not by bandwidth, with one load at a time. */
@@ -240,10 +235,8 @@ __device__ void cut_walk(int n, double target, sample_smem *sm) {
     sm->mass_above = chosen_before;
 }
 
-/* (W desc, id asc) as one unsigned order; W comes back out of it. No key is 0 (W >= 1). */
-__device__ __forceinline__ uint64_t make_key(uint64_t w, int64_t i, int id_bits) {
-    return (w << id_bits) | (((uint64_t)1 << id_bits) - 1 - (uint64_t)i);
-}
+/* Keys (sample_key): (W desc, id asc) as one unsigned order; W comes back out of one. No key is 0
+ * (W >= 1). */
 
 /* f(key) for every key of weight bucket `bucket`: from shared memory when gathered, else from the
  * row's weights. */
@@ -255,7 +248,7 @@ __device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64
         return;
     }
     for_each_loaded(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
-        if (w && di_sample_weight_bucket(w) == bucket) f(make_key(w, j, id_bits));
+        if (w && di_sample_weight_bucket(w) == bucket) f(sample_key(w, j, id_bits));
     });
 }
 
@@ -308,7 +301,7 @@ __device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint3
 /* block per row (sampled rows): tokens[row] = the draw. W [n, V] */
 __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sampling *__restrict__ params,
-                   const sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens) {
+                   sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens) {
     __shared__ sample_smem sm;
     const di_plain_sampling p = params[blockIdx.x];
     if (!(p.temperature > 0.0f)) return;
@@ -333,13 +326,14 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
         __syncthreads(); /* count is reused */
         if (gathered) {
             for_each_loaded(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
-                if (w && di_sample_weight_bucket(w) == bucket) sm.keys[atomicAdd(&sm.n_keys, 1u)] = make_key(w, i, id_bits);
+                if (w && di_sample_weight_bucket(w) == bucket) sm.keys[atomicAdd(&sm.n_keys, 1u)] = sample_key(w, i, id_bits);
             });
             __syncthreads();
         }
         cut = cut_key(w_row, V, id_bits, bucket, gathered, target, &sm);
         kept = sm.mass_above + (cut >> id_bits);
     }
+    if (threadIdx.x == 0) ws[blockIdx.x].cut = cut, ws[blockIdx.x].kept = kept; /* for processed logprobs */
 
     /* the draw: the first kept token, in id order, whose cumulative weight exceeds U. A warp sums
      * a segment of ids; the segment holding U is cut into a run of ids a thread, whose sums are
@@ -350,7 +344,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     uint64_t mine = 0;
     const int64_t lo = warp * seg, hi = lo + seg < V ? lo + seg : V;
     for_each_loaded(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
-        if (w && make_key(w, i, id_bits) >= cut) mine += w;
+        if (w && sample_key(w, i, id_bits) >= cut) mine += w;
     });
     mine = warp_sum_u64(mine);
     if (lane == 0) sm.warp_u64[warp] = mine;
@@ -368,7 +362,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     const int64_t t_lo = s_lo + threadIdx.x * per, t_hi = t_lo + per < s_hi ? t_lo + per : s_hi;
     uint64_t own = 0;
     for_each_loaded(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
-        if (w && make_key(w, i, id_bits) >= cut) own += w;
+        if (w && sample_key(w, i, id_bits) >= cut) own += w;
     });
     /* exclusive prefix of the threads' sums, in thread order */
     uint64_t incl = own;
@@ -384,7 +378,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     if (!(acc <= U && U < acc + own)) return; /* exactly one thread goes on: the runs tile the segment */
     for (int64_t i = t_lo; i < t_hi; i++) {
         const uint64_t w = w_row[i];
-        if (!w || make_key(w, i, id_bits) < cut) continue;
+        if (!w || sample_key(w, i, id_bits) < cut) continue;
         acc += w;
         if (acc > U) {
             tokens[blockIdx.x] = (int32_t)i;

@@ -1,24 +1,29 @@
-/* Logprobs on the device (di_cuda_logprob_rows): the sampler's full_logprobs (sample/sampler.c) for
- * the rows that ask for them -- the token's log-softmax value and the row's n_top best -- so that
- * such a row sends its ~170-byte result to the host instead of its logits (517 KB at V4.1's
- * vocabulary) and the host samples nothing. Bit for bit the host's:
+/* Logprobs on the device (di_cuda_logprob_rows): what di_sampler_sample (sample/sampler.c) lists for
+ * a row that asks for them -- the token's logprob and the row's n_top best -- so that such a row
+ * sends its ~170-byte result to the host instead of its logits (517 KB at V4.1's vocabulary) and
+ * the host samples nothing. Bit for bit the host's, for both of its kinds:
  *
- *   1. max: the largest sanitised logit (a maximum: any order gives it);
- *   2. the exp sum in sample_arith.h's order: thread t of the block is lane t, adding
- *      di_sample_exp_term of ids t, t + 256, .. in id order, as the host's lanes do; then the lanes
- *      fold in shared memory by di_sample_fold_lanes' tree (each level's adds at once);
- *   3. lse = max + di_sample_log(sum), the same IEEE operations as the host's;
- *   4. the top list: each thread keeps the n_top best (value desc, id asc) of its own ids in local
- *      memory, value = (double)sanitise(x) - lse, non-finite values skipped (the host's top_push
- *      over every id gives the n_top best of that order, which lie among the threads' lists);
- *      then n_top rounds of a block-wide best-head pick merge the 256 lists;
- *   5. the token's value: (float)((double)sanitise(x[token]) - lse).
+ *   full (full_logprobs: raw mode, and processed mode at temperature 0): value = (double)sanitise(x)
+ *     - lse over the whole row, lse = max + di_sample_log(sum) where
+ *       max is the largest sanitised logit (a maximum: any order gives it), and the exp sum runs in
+ *       sample_arith.h's order -- thread t of the block is lane t, adding di_sample_exp_term of ids
+ *       t, t + 256, .. in id order as the host's lanes do; the lanes fold in shared memory by
+ *       di_sample_fold_lanes' tree (each level's adds at once);
+ *   candidates (candidate_logprobs: processed mode of a sampled row): over the tokens the draw kept
+ *     (a weight, and a key at or above the draw's cut: the workspace di_cuda_sample_tokens left,
+ *     cuda_sample_ws.cuh), value = ((double)z - max) / T - log(kept mass / 2^bits).
  *
- * A block a row (256 threads: one a lane). The row's logits are read three times (max, sum, top),
- * from the L2 after the first; the exps cost ~40 double operations an id, so a row takes tens of
- * microseconds -- far below its PCIe copy and the host's pass. */
+ * The top list: each thread keeps the n_top best (value desc, id asc) of its own ids, in id order,
+ * in local memory, non-finite values skipped (the host's top_push over every id in id order gives
+ * the n_top best of that order, which lie among the threads' lists); n_top rounds of a block-wide
+ * pick of the best head merge the 256 lists. Then the token's own value.
+ *
+ * A block a row (256 threads: a lane each). A full row's logits are read three times (max, sum,
+ * top), from the L2 after the first; the exps cost ~40 double operations an id, so a row takes
+ * tens of microseconds -- far below its PCIe copy and the host's pass. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
+#include "backend/cuda/cuda_sample_ws.cuh"
 
 #define LP_THREADS DI_SAMPLE_EXP_LANES
 #define LP_WARPS (LP_THREADS / 32)
@@ -29,28 +34,39 @@ __device__ __forceinline__ bool lp_better(double v, int32_t id, double w, int32_
     return v > w || (v == w && id < jd);
 }
 
-__global__ void __launch_bounds__(LP_THREADS)
-logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, const int32_t *__restrict__ tokens,
-                    di_sample_result *__restrict__ out) {
+/* A row's values: value(i, &v) is false where id i is not listed (a non-finite or, for
+ * candidates, a token the draw did not keep). */
+struct lp_values {
+    const float *x;         /* [V] */
+    double lse;             /* full */
+    const uint64_t *w;      /* [V] candidates: the weights; NULL: full */
+    uint64_t cut;           /* candidates: the least kept key */
+    int id_bits;
+    double max, t, log_kept; /* candidates: the row's max, temperature, log of the kept mass */
+    __device__ __forceinline__ double of(int64_t i) const {
+        if (!w) return DI_SA_SUB((double)di_sample_sanitize(x[i]), lse);
+        return DI_SA_SUB(DI_SA_DIV(DI_SA_SUB((double)di_sample_sanitize(x[i]), max), t), log_kept);
+    }
+    __device__ __forceinline__ bool value(int64_t i, double *v) const {
+        if (w && !(w[i] && sample_key(w[i], i, id_bits) >= cut)) return false;
+        *v = of(i);
+        return isfinite(*v);
+    }
+};
+
+/* lse of the full log-softmax of x [V]: the block's threads together */
+__device__ double lp_lse(const float *__restrict__ x, int64_t V) {
     __shared__ double lane[LP_THREADS];
     __shared__ float warp_max[LP_WARPS];
-    __shared__ double warp_v[LP_WARPS];
-    __shared__ int32_t warp_id[LP_WARPS];
-    const di_cuda_logprob_row r = rows[blockIdx.x];
-    const float *__restrict__ x = r.src; /* [V] */
-    const int t = threadIdx.x, w = t / 32, l = t % 32;
-
-    /* 1. the max of the sanitised row */
+    const int t = threadIdx.x;
     float m = -INFINITY;
     for (int64_t i = t; i < V; i += LP_THREADS) m = fmaxf(m, di_sample_sanitize(x[i]));
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (l == 0) warp_max[w] = m;
+    if (t % 32 == 0) warp_max[t / 32] = m;
     __syncthreads();
     m = warp_max[0];
     for (int k = 1; k < LP_WARPS; k++) m = fmaxf(m, warp_max[k]);
-
-    /* 2. lane t's sum in id order, then the lanes' tree */
-    double s = 0.0;
+    double s = 0.0; /* lane t's sum in id order, then the lanes' tree */
     for (int64_t i = t; i < V; i += LP_THREADS) s = DI_SA_ADD(s, di_sample_exp_term(x[i], m));
     lane[t] = s;
     __syncthreads();
@@ -58,18 +74,44 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
         if (t < half) lane[t] = DI_SA_ADD(lane[t], lane[t + half]);
         __syncthreads();
     }
-    /* 3. */
-    const double lse = DI_SA_ADD((double)m, di_sample_log(lane[0]));
+    return DI_SA_ADD((double)m, di_sample_log(lane[0]));
+}
 
-    /* 4. this thread's n_top best, (value desc, id asc); its ids come in ascending order, so an
-     * equal value never displaces a listed one */
+__global__ void __launch_bounds__(LP_THREADS)
+logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, const int32_t *__restrict__ tokens,
+                    di_sample_result *__restrict__ out) {
+    __shared__ double warp_v[LP_WARPS];
+    __shared__ int32_t warp_id[LP_WARPS];
+    const di_cuda_logprob_row r = rows[blockIdx.x];
+    const int t = threadIdx.x, w = t / 32, l = t % 32;
+    di_sample_result *o = &out[r.head_row];
+    const int32_t tok = tokens[r.head_row];
+    if (tok < 0) { /* no token (the host sampler's error): nothing listed */
+        if (t == 0) o->token_id = -1, o->logprob = 0.0f, o->n_top = 0;
+        return;
+    }
+    lp_values val = {r.src, 0.0, NULL, 0, 0, 0.0, 0.0, 0.0};
+    if (r.sample_ws) { /* the draw's candidates */
+        const sample_row_ws *ws = sample_ws_row(r.sample_ws, r.head_row);
+        val.w = sample_ws_weights(r.sample_ws, r.sample_ws_rows, V, r.head_row);
+        val.cut = ws->cut;
+        val.id_bits = di_sample_id_bits(V);
+        val.max = (double)ws->max, val.t = (double)r.temperature;
+        val.log_kept = di_sample_log(
+            DI_SA_MUL(di_sample_u64_to_double(ws->kept), di_sample_pow2(-di_sample_weight_bits(V))));
+    } else {
+        val.lse = lp_lse(r.src, V);
+    }
+
+    /* this thread's n_top best; its ids come in ascending order, so an equal value never displaces
+     * a listed one */
     const int cap = r.n_top;
     double tv[DI_SAMPLER_MAX_LOGPROBS];
     int32_t ti[DI_SAMPLER_MAX_LOGPROBS];
     int n = 0;
     for (int64_t i = t; cap > 0 && i < V; i += LP_THREADS) {
-        const double v = DI_SA_SUB((double)di_sample_sanitize(x[i]), lse);
-        if (!isfinite(v) || (n == cap && !(v > tv[n - 1]))) continue;
+        double v;
+        if (!val.value(i, &v) || (n == cap && !(v > tv[n - 1]))) continue;
         int k = n < cap ? n++ : n - 1;
         for (; k > 0 && tv[k - 1] < v; k--) {
             tv[k] = tv[k - 1];
@@ -79,7 +121,6 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
         ti[k] = (int32_t)i;
     }
     /* the lists' merge: each round takes the best of the threads' heads */
-    di_sample_result *o = &out[r.head_row];
     int head = 0, n_top = 0;
     for (; n_top < cap; n_top++) {
         double v = head < n ? tv[head] : -INFINITY; /* an empty head loses to every finite value */
@@ -95,17 +136,11 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
         for (int k = 1; k < LP_WARPS; k++)
             if (lp_better(warp_v[k], warp_id[k], v, id)) v = warp_v[k], id = warp_id[k];
         __syncthreads(); /* every thread has read the round's picks before the next writes them */
-        if (id == INT32_MAX) break; /* fewer finite values than n_top */
+        if (id == INT32_MAX) break; /* fewer listed values than n_top */
         if (head < n && ti[head] == id) head++;
         if (t == 0) o->top[n_top] = di_token_logprob{id, (float)v};
     }
-    /* 5. */
-    if (t == 0) {
-        const int32_t tok = tokens[r.head_row];
-        o->token_id = tok;
-        o->n_top = n_top;
-        o->logprob = tok >= 0 ? (float)DI_SA_SUB((double)di_sample_sanitize(x[tok]), lse) : 0.0f;
-    }
+    if (t == 0) o->token_id = tok, o->n_top = n_top, o->logprob = (float)val.of(tok);
 }
 
 extern "C" void di_cuda_logprob_rows(const di_cuda_logprob_row *rows, int64_t n, int64_t V, const int32_t *tokens,
