@@ -67,9 +67,11 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
     static const di_logit_bias bias[2] = {{6, 3.0f}, {2, -1.0f}};
     static const int32_t hist[4] = {6, 8, 8, 10};
     static const di_sample_history h = {hist, 2, hist + 2, 2};
-    di_sampling_params ep;
+    di_sampling_params ep, ep_lp; /* edited rows: without and with logprobs (of the sampled distribution) */
     di_sampling_params_init(&ep);
     ep.logit_bias = bias, ep.n_logit_bias = 2, ep.repetition_penalty = 1.5f, ep.frequency_penalty = 0.5f;
+    ep_lp = ep;
+    ep_lp.logprobs = 3, ep_lp.logprobs_mode = DI_LOGPROBS_PROCESSED;
     int n_want = 0, n_logit_rows = 0, target_out = -1;
     for (int i = 0, r = 0; i < n; r += rows[i], i++) { /* every sequence's last row: the head's GEMM sees n rows */
         const bool target_seq = r + rows[i] - 1 == target_row;
@@ -80,16 +82,18 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
         sampling[r + rows[i] - 1] = (di_plain_sampling){.temperature = 0.5f + (float)rnd(3), .top_p = 0.9f,
                                                         .top_k = (int32_t)rnd(50), .seed = rnd(1000),
                                                         .position = (uint64_t)step};
-        edited[r + rows[i] - 1] = (di_sample_row){.params = &ep, .history = &h, .allowed_mask = mask,
-                                                  .position = (uint64_t)step};
+        edited[r + rows[i] - 1] = (di_sample_row){.params = rnd(2) ? &ep_lp : &ep, .history = &h,
+                                                  .allowed_mask = mask, .position = (uint64_t)step};
         if (target_seq) target_out = n_logit_rows;
         n_logit_rows += want[r + rows[i] - 1] == DI_WANT_LOGITS;
         n_want++;
     }
     float *logits = malloc(sizeof(float) * (size_t)n_logit_rows * V);
     int32_t *greedy = malloc(sizeof(int32_t) * (size_t)n_want);
+    di_sample_result *lp = malloc(sizeof *lp * (size_t)n_want);
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n, .seqs = seqs, .seq_n_rows = rows, .logits = logits,
-                  .want_logits = want, .head_tokens = greedy, .row_sampling = sampling, .sample_rows = edited};
+                  .want_logits = want, .head_tokens = greedy, .head_logprobs = lp, .row_sampling = sampling,
+                  .sample_rows = edited};
     di_status st = di_forward(m, &b, err);
     if (!st) {
         memcpy(out, logits + (size_t)target_out * V, sizeof(float) * (size_t)V);
@@ -100,12 +104,17 @@ static int run_call(const di_model *m, di_seq_state *target, di_seq_state **othe
                 mismatched += greedy[w] != di_sample_greedy_token(logits + (size_t)l++ * V, (int32_t)V);
             mismatched += greedy[w] < 0 || greedy[w] >= V;
             if (want[r] == DI_WANT_EDITED) mismatched += greedy[w] % 2 != 0; /* the mask's */
+            if (want[r] == DI_WANT_EDITED && edited[r].params->logprobs) { /* its token's, a sorted list */
+                mismatched += lp[w].token_id != greedy[w] || lp[w].n_top != 3 || !(lp[w].logprob <= 0.0f);
+                for (int k = 1; k < 3; k++) mismatched += !(lp[w].top[k].logprob <= lp[w].top[k - 1].logprob);
+            }
             w++;
         }
         CHECKF(mismatched == 0, "batch of %d, step %d: %d greedy tokens not the argmax of their logits", n, step,
                mismatched);
     }
     free(greedy);
+    free(lp);
     free(sampling);
     free(edited);
     free(mask);
@@ -136,7 +145,8 @@ int main(void) {
                       .head_tokens = greedy};
         di_err e = {0};
         CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "want_logits[1] = 5"));
-        /* an edited token: a device's, with sampler inputs, no logprobs, a history a penalty can read */
+        /* an edited token: a device's, with sampler inputs, room for its logprobs if it asks for them,
+         * a history a penalty can read */
         want[1] = DI_WANT_EDITED;
         if (!m->dev_backend) {
             CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "device backend"));
@@ -147,7 +157,7 @@ int main(void) {
             sp.logprobs = 2;
             di_sample_row srows[2] = {{0}, {.params = &sp}};
             b.sample_rows = srows;
-            CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "row 1") && strstr(e.msg, "logprobs"));
+            CHECK(di_forward(m, &b, &e) == DI_EINVAL && strstr(e.msg, "row 1") && strstr(e.msg, "head_logprobs"));
             sp.logprobs = 0, sp.repetition_penalty = 1.2f;
             const int32_t bad[1] = {m->cfg.vocab_size + 5};
             const di_sample_history bh = {bad, 1, NULL, 0};

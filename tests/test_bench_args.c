@@ -1,7 +1,7 @@
 /* `deepinfer bench --bench-batch`: the list of decode batch sizes is parsed before the GPU
  * benchmark does any work (a typo must not cost a device run): defaults, lists in any order with
  * repeats, and every malformed form refused with an error naming the flag. The context range
- * (--bench-min-context .. --bench-max-context) likewise. */
+ * (--bench-min-context .. --bench-max-context) and --bench-logprobs likewise. */
 #include <stdbool.h>
 
 #include "cli/commands.h"
@@ -43,5 +43,9 @@ int main(void) {
     CHECKF(di_bench_check_contexts(131072, 4096, &err) == DI_EINVAL && strstr(err.msg, "--bench-min-context") &&
                strstr(err.msg, "--bench-max-context"),
            "min above max was not refused with a clear error (%s)", err.msg);
+    CHECK(di_bench_check_logprobs(0, &err) == DI_OK && di_bench_check_logprobs(20, &err) == DI_OK);
+    CHECKF(di_bench_check_logprobs(21, &err) == DI_EINVAL && strstr(err.msg, "--bench-logprobs 21"),
+           "--bench-logprobs 21 was not refused with a clear error (%s)", err.msg);
+    CHECK(di_bench_check_logprobs(-1, &err) == DI_EINVAL && strstr(err.msg, "--bench-logprobs"));
     return TEST_SUMMARY();
 }

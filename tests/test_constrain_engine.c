@@ -4,10 +4,10 @@
  * by max_tokens must say "length" and be a valid prefix. The outputs are written as JSON lines and,
  * when python3 with `jsonschema` is available, checked by tools/constrain/validate_outputs.py with
  * a real validator (Python `jsonschema`, `re.fullmatch`). Also: an invalid constraint fails that
- * request alone, and constrained requests give the same tokens whether the engine samples them
- * where the logits are (on a device: mask, bias and penalties applied there) or on the host (the
- * same requests with logprobs). `test_constrain_engine paths` runs that check alone (the emulated
- * GPU of tools/cuda/emu/run_emu_model.sh). */
+ * request alone, and constrained requests give the same tokens (and logprobs) whether the engine
+ * samples them where the logits are (on a device: mask, bias and penalties applied there) or on the
+ * host (host_sampling). `test_constrain_engine paths` runs that check alone (the emulated GPU of
+ * tools/cuda/emu/run_emu_model.sh). */
 #include <unistd.h>
 
 #include "constrain/constrain.h"
@@ -44,21 +44,28 @@ static void json_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
 }
 
-/* Constrained requests (each kind, greedy and sampled, some with a bias and penalties) run as they
- * are and again with logprobs = 1, whose rows the host samples: the tokens must be the same. On a
- * device the first run applies the masks there (DI_WANT_EDITED); on the CPU both runs sample on the
+/* Constrained requests (each kind, greedy and sampled, some with a bias and penalties) run three
+ * ways: as they are; with 3 logprobs on an engine that samples every row on the host
+ * (host_sampling); with 3 logprobs where the logits are. The tokens must be the same, and the two
+ * runs' logprobs bit for bit. On a device the first and third apply the masks there
+ * (DI_WANT_EDITED, the third computing the logprobs there too); on the CPU every run samples on the
  * host. */
 static void test_sampling_paths(const char *model_dir) {
+    enum { N = 12, GEN = 24, TOP = 3 };
     di_engine_options o = {.model_dir = model_dir, .backend = test_backend()};
-    di_engine *e = NULL;
+    di_engine *e = NULL, *eh = NULL;
     char msg[512];
     CHECKF(di_engine_create(&o, &e, msg, sizeof msg) == DI_OK, "%s", msg);
-    if (!e) return;
-    enum { N = 12, GEN = 24 };
+    o.host_sampling = true;
+    CHECKF(di_engine_create(&o, &eh, msg, sizeof msg) == DI_OK, "%s", msg);
+    if (!e || !eh) return;
     static const di_logit_bias bias[3] = {{16, 1.5f}, {90, -2.0f}, {16, 0.5f}}; /* one id twice */
-    int32_t tokens[2][N][GEN];
-    int n_tok[2][N];
-    for (int pass = 0; pass < 2; pass++) {
+    static int32_t tokens[3][N][GEN];
+    static float lp[3][N][GEN];
+    static di_token_logprob top[3][N][GEN * TOP];
+    int n_tok[3][N];
+    for (int pass = 0; pass < 3; pass++) {
+        di_engine *en = pass == 1 ? eh : e;
         uint64_t ids[N];
         for (int i = 0; i < N; i++) {
             di_request q = {.prompt = "Answer:", .max_tokens = GEN, .has_seed = true};
@@ -72,27 +79,40 @@ static void test_sampling_paths(const char *model_dir) {
                 q.sampling.logit_bias = bias, q.sampling.n_logit_bias = 3;
                 q.sampling.repetition_penalty = 1.2f, q.sampling.presence_penalty = 0.5f;
             }
-            q.sampling.logprobs = pass;
-            CHECKF(di_engine_add_request(e, &q, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
+            q.sampling.logprobs = pass ? TOP : 0;
+            CHECKF(di_engine_add_request(en, &q, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
         }
-        CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
+        CHECKF(di_engine_run(en, msg, sizeof msg) == DI_OK, "%s", msg);
         for (int i = 0; i < N; i++) {
             di_result res;
-            CHECK(di_engine_result(e, ids[i], &res) == DI_OK);
+            CHECK(di_engine_result(en, ids[i], &res) == DI_OK);
             CHECKF(res.finish == DI_FINISH_STOP || res.finish == DI_FINISH_LENGTH, "request %d: %s (%s)", i,
                    di_finish_reason_name(res.finish), res.error ? res.error : "");
             n_tok[pass][i] = (int)res.n_tokens;
             memcpy(tokens[pass][i], res.token_ids, sizeof(int32_t) * (size_t)res.n_tokens);
-            di_engine_release(e, ids[i]);
+            if (pass && res.logprobs && res.n_top == TOP) {
+                memcpy(lp[pass][i], res.logprobs, sizeof(float) * (size_t)res.n_tokens);
+                memcpy(top[pass][i], res.top_logprobs, sizeof(di_token_logprob) * (size_t)res.n_tokens * TOP);
+            } else if (pass) {
+                CHECKF(0, "request %d: no logprobs", i);
+            }
+            di_engine_release(en, ids[i]);
         }
     }
-    int same = 0;
-    for (int i = 0; i < N; i++)
-        same += n_tok[0][i] == n_tok[1][i] && !memcmp(tokens[0][i], tokens[1][i], sizeof(int32_t) * (size_t)n_tok[0][i]);
-    printf("backend %s: constrained requests sampled where the logits are vs on the host (logprobs): %d of %d "
-           "identical\n", di_model_backend_name(e->model), same, N);
-    CHECK(same == N);
+    int same_host = 0, same_lp = 0, same_values = 0;
+    for (int i = 0; i < N; i++) {
+        const size_t n = (size_t)n_tok[0][i];
+        same_host += n_tok[1][i] == n_tok[0][i] && !memcmp(tokens[1][i], tokens[0][i], sizeof(int32_t) * n);
+        same_lp += n_tok[2][i] == n_tok[0][i] && !memcmp(tokens[2][i], tokens[0][i], sizeof(int32_t) * n);
+        same_values += n_tok[2][i] == n_tok[1][i] && !memcmp(lp[2][i], lp[1][i], sizeof(float) * n) &&
+                       !memcmp(top[2][i], top[1][i], sizeof(di_token_logprob) * n * TOP);
+    }
+    printf("backend %s: constrained requests sampled where the logits are vs on the host: %d of %d identical; "
+           "with logprobs where the logits are %d, their values %d\n", di_model_backend_name(e->model), same_host, N,
+           same_lp, same_values);
+    CHECK(same_host == N && same_lp == N && same_values == N);
     di_engine_free(e);
+    di_engine_free(eh);
 }
 
 int main(int argc, char **argv) {

@@ -39,16 +39,18 @@ static void make_prompts(prompts *p) {
     }
 }
 
-static di_engine *engine_new(int64_t budget, int chunk) {
+static di_engine *engine_new_sampling(int64_t budget, int chunk, bool host_sampling) {
     di_engine_options o = {.model_dir = DI_TINY_FIXTURE_DIR, .kv_budget_bytes = budget, .max_prefill_chunk = chunk,
                            .max_batch_tokens = 256, .backend = test_backend(),
                            /* batched = alone needs it on a device (the CPU always is) */
-                           .batch_invariant = true, .eager = test_enforce_eager()};
+                           .batch_invariant = true, .eager = test_enforce_eager(), .host_sampling = host_sampling};
     di_engine *e = NULL;
     char msg[512];
     if (di_engine_create(&o, &e, msg, sizeof msg)) fprintf(stderr, "engine: %s\n", msg);
     return e;
 }
+
+static di_engine *engine_new(int64_t budget, int chunk) { return engine_new_sampling(budget, chunk, false); }
 
 static di_request greedy_request(const int32_t *ids, int n, int max_tokens) {
     di_request q = {.prompt_ids = ids, .n_prompt_ids = n, .max_tokens = max_tokens, .ignore_eos = true};
@@ -57,17 +59,25 @@ static di_request greedy_request(const int32_t *ids, int n, int max_tokens) {
     return q;
 }
 
+/* The logprobs of N_REQ requests' GEN tokens, LP_TOP listed each. */
+#define LP_TOP 5
+typedef struct logprobs_out {
+    float token[N_REQ][GEN];
+    di_token_logprob top[N_REQ][GEN * LP_TOP];
+} logprobs_out;
+
 /* Runs requests [0, n) together; out[i] receives the generated ids (GEN each). With logprobs_every
- * k > 0, every k-th request (from the first) asks for logprobs = 1: its rows reach the host sampler. */
-static void run_requests(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
-                         int logprobs_every, int32_t out[][GEN]) {
+ * k > 0, every k-th request (from the first) asks for logprobs = LP_TOP in logprobs_mode mode (lo,
+ * if given, receives them: every request must ask). */
+static void run_requests_lp(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
+                            int logprobs_every, di_logprobs_mode mode, int32_t out[][GEN], logprobs_out *lo) {
     uint64_t ids[N_REQ];
     char msg[512];
     for (int i = 0; i < n; i++) {
         di_request q = tmpl ? *tmpl : greedy_request(NULL, 0, GEN);
         q.prompt_ids = p->ids[which[i]];
         q.n_prompt_ids = p->len[which[i]];
-        if (logprobs_every && i % logprobs_every == 0) q.sampling.logprobs = 1;
+        if (logprobs_every && i % logprobs_every == 0) q.sampling.logprobs = LP_TOP, q.sampling.logprobs_mode = mode;
         CHECKF(di_engine_add_request(e, &q, &ids[i], msg, sizeof msg) == DI_OK, "%s", msg);
     }
     CHECKF(di_engine_run(e, msg, sizeof msg) == DI_OK, "%s", msg);
@@ -76,13 +86,32 @@ static void run_requests(di_engine *e, const prompts *p, const int *which, int n
         CHECK(di_engine_result(e, ids[i], &r) == DI_OK);
         CHECK(r.n_tokens == GEN && r.finish == DI_FINISH_LENGTH);
         memcpy(out[i], r.token_ids, sizeof(int32_t) * GEN);
+        if (lo && r.logprobs && r.n_top == LP_TOP) {
+            memcpy(lo->token[i], r.logprobs, sizeof(float) * GEN);
+            memcpy(lo->top[i], r.top_logprobs, sizeof(di_token_logprob) * GEN * LP_TOP);
+        } else if (lo) {
+            CHECKF(0, "request %d: no logprobs", i);
+        }
         di_engine_release(e, ids[i]);
     }
+}
+
+static void run_requests(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
+                         int logprobs_every, int32_t out[][GEN]) {
+    run_requests_lp(e, p, which, n, tmpl, logprobs_every, DI_LOGPROBS_RAW, out, NULL);
 }
 
 static void run_batch(di_engine *e, const prompts *p, const int *which, int n, const di_request *tmpl,
                       int32_t out[][GEN]) {
     run_requests(e, p, which, n, tmpl, 0, out);
+}
+
+/* requests whose logprobs (the tokens' and the lists) are the same bits in a and b */
+static int count_same_logprobs(const logprobs_out *a, const logprobs_out *b) {
+    int eq = 0;
+    for (int i = 0; i < N_REQ; i++)
+        eq += !memcmp(a->token[i], b->token[i], sizeof a->token[i]) && !memcmp(a->top[i], b->top[i], sizeof a->top[i]);
+    return eq;
 }
 
 static int count_equal(int32_t a[][GEN], int32_t b[][GEN], int n) {
@@ -129,21 +158,38 @@ static void test_batching_and_preemption(prompts *p) {
     }
 }
 
-/* The requests of template tmpl (every prompt) three ways: as they are, all with logprobs = 1 (their
- * rows then reach the host's sampler as logits) and mixed (every third with logprobs): the tokens
- * must not depend on where a row was sampled. */
+/* The requests of template tmpl (every prompt) several ways: as they are; all with raw logprobs on
+ * an engine that samples every row on the host (host_sampling) and on one that samples where the
+ * logits are (a device computes the logprobs too); mixed (every third with logprobs); and, for a
+ * sampled template, all with processed logprobs (the distribution drawn from) both ways. The tokens
+ * must not depend on where a row was sampled, nor the logprobs, bit for bit. */
 static void check_sampling_paths(prompts *p, const di_request *tmpl, const char *what, int32_t device[N_REQ][GEN]) {
     int all[N_REQ];
     for (int i = 0; i < N_REQ; i++) all[i] = i;
-    int32_t host[N_REQ][GEN], mixed[N_REQ][GEN];
-    di_engine *e = engine_new(0, 0);
+    static int32_t host[N_REQ][GEN], with_lp[N_REQ][GEN], mixed[N_REQ][GEN], processed[2][N_REQ][GEN];
+    static logprobs_out lp_host, lp_dev;
+    di_engine *e = engine_new(0, 0), *eh = engine_new_sampling(0, 0, true);
     run_batch(e, p, all, N_REQ, tmpl, device);
-    run_requests(e, p, all, N_REQ, tmpl, 1, host);  /* every one on the host */
-    run_requests(e, p, all, N_REQ, tmpl, 3, mixed); /* a third on the host */
-    const int eq_host = count_equal(device, host, N_REQ), eq_mixed = count_equal(device, mixed, N_REQ);
-    printf("  %s vs the host sampler: %d identical, mixed batch %d\n", what, eq_host, eq_mixed);
-    CHECK(eq_host == N_REQ && eq_mixed == N_REQ);
+    run_requests_lp(eh, p, all, N_REQ, tmpl, 1, DI_LOGPROBS_RAW, host, &lp_host); /* every one on the host */
+    run_requests_lp(e, p, all, N_REQ, tmpl, 1, DI_LOGPROBS_RAW, with_lp, &lp_dev);
+    run_requests(e, p, all, N_REQ, tmpl, 3, mixed);
+    const int eq_host = count_equal(device, host, N_REQ), eq_lp = count_equal(device, with_lp, N_REQ);
+    const int eq_mixed = count_equal(device, mixed, N_REQ);
+    const int eq_lp_values = count_same_logprobs(&lp_host, &lp_dev);
+    printf("  %s vs the host sampler: %d identical; with logprobs %d, their values %d; mixed batch %d\n", what,
+           eq_host, eq_lp, eq_lp_values, eq_mixed);
+    CHECK(eq_host == N_REQ && eq_lp == N_REQ && eq_lp_values == N_REQ && eq_mixed == N_REQ);
+    if (tmpl->sampling.temperature > 0.0f) {
+        run_requests_lp(eh, p, all, N_REQ, tmpl, 1, DI_LOGPROBS_PROCESSED, processed[0], &lp_host);
+        run_requests_lp(e, p, all, N_REQ, tmpl, 1, DI_LOGPROBS_PROCESSED, processed[1], &lp_dev);
+        const int eq_h = count_equal(device, processed[0], N_REQ), eq_d = count_equal(device, processed[1], N_REQ);
+        const int eq_values = count_same_logprobs(&lp_host, &lp_dev);
+        printf("  %s, processed logprobs: on the host %d identical, where the logits are %d, their values %d\n",
+               what, eq_h, eq_d, eq_values);
+        CHECK(eq_h == N_REQ && eq_d == N_REQ && eq_values == N_REQ);
+    }
     di_engine_free(e);
+    di_engine_free(eh);
 }
 
 /* Plain-greedy requests take their token from the device's argmax (DI_WANT_TOKEN); seeded sampled

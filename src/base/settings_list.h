@@ -28,6 +28,10 @@ DI_SETTING(gpu_wgmma, BOOL, NULL, "DEEPINFER_GPU_WGMMA", "1",
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
            "as CUDA graphs (captured in pieces of 4 layers, kept per topology and updated in place)")
+DI_SETTING(host_sampling, BOOL, "--host-sampling", "DEEPINFER_HOST_SAMPLING", "0",
+           "GPU: sample every row on the host's threads from its logits (517 KB a row over PCIe at V4.1's "
+           "vocabulary) instead of on the device where they are -- the same tokens and logprobs bit for bit; "
+           "for checking one against the other")
 DI_SETTING(enable_mtp_varlen, BOOL, NULL, "DEEPINFER_ENABLE_MTP_VARLEN", "0",
            "DeepInfer knob: variable-length DSpark verification (not implemented yet: warns and is ignored)")
 DI_SETTING(use_nextn_decode, BOOL, NULL, "DEEPINFER_USE_NEXTN_DECODE", "0",
@@ -91,6 +95,9 @@ DI_SETTING(bench_edited, BOOL, "--bench-edited", NULL, "0",
            "bench on a GPU: draw every sequence's token on the device after a mask of about half the vocabulary, a "
            "logit bias and penalties (structured-output requests; the host samples nothing); --bench-logits "
            "overrides it")
+DI_SETTING(bench_logprobs, INT, "--bench-logprobs", NULL, "0",
+           "bench on a GPU: as --bench-edited, and every sequence also asks for its N best raw logprobs (1..20), "
+           "computed on the device (~170 bytes a sequence cross PCIe); --bench-logits overrides it")
 DI_SETTING(markdown, BOOL, "--markdown", NULL, "0", "settings: print the registry as Markdown")
 DI_SETTING(verbose, BOOL, "--verbose", "DEEPINFER_VERBOSE", "0", "log progress to stderr")
 DI_SETTING(json_schema, STR, "--json-schema", NULL, "", "grammar-check: JSON schema file to check candidates against")

@@ -158,14 +158,17 @@ static void free_states(di_seq_state **st, int B) {
 /* Where a call's head output goes: every sequence's token, taken on the device (a step of
  * plain-greedy requests, or with --bench-sampled of plain-sampled ones drawn there, or with
  * --bench-edited of requests with a mask, a bias and a penalty, applied and drawn there: 4 bytes a
- * sequence cross PCIe), or with --bench-logits every sequence's logits (a step of requests the host
- * samples: B x 517 KB). Page-locked, as the engine's. One of the two buffers is NULL. */
+ * sequence cross PCIe; with --bench-logprobs their raw logprobs too), or with --bench-logits every
+ * sequence's logits (a step of requests the host samples: B x 517 KB). Page-locked, as the
+ * engine's. One of logits and tokens is NULL. */
 typedef struct bench_out {
     float *logits;   /* [DI_BENCH_MAX_BATCH, vocab] */
     int32_t *tokens; /* [DI_BENCH_MAX_BATCH] */
     bool sampled;    /* tokens drawn on the device (--bench-sampled), not greedy */
     bool edited;     /* --bench-edited: each row's edits applied there first (mask below) */
     uint32_t *mask;  /* [(vocab + 31) / 32] --bench-edited: about half the vocabulary allowed */
+    int logprobs;    /* --bench-logprobs: the edited rows' listed logprobs (0 = none) */
+    di_sample_result *lp; /* [DI_BENCH_MAX_BATCH] their results, when logprobs > 0 */
 } bench_out;
 
 /* --bench-edited's sampler settings: T = 1, top_p 0.95, a bias on four ids, every penalty (over
@@ -204,12 +207,13 @@ static double timed_forward(const di_model *m, di_seq_state **st, int n_seqs, in
         sampling[last] = (di_plain_sampling){.temperature = 1.0f, .top_p = 0.95f, .seed = salt + (uint64_t)s,
                                              .position = position};
         params[s] = bench_edited_params(salt + (uint64_t)s);
+        params[s].logprobs = out->logprobs;
         rows[last] = (di_sample_row){.params = &params[s], .history = &h, .allowed_mask = out->mask,
                                      .position = position};
     }
     di_batch b = {.n_rows = R, .tokens = tokens, .n_seqs = n_seqs, .seqs = st, .seq_n_rows = nr,
-                  .logits = out->logits, .want_logits = want, .head_tokens = out->tokens, .row_sampling = sampling,
-                  .sample_rows = rows};
+                  .logits = out->logits, .want_logits = want, .head_tokens = out->tokens,
+                  .head_logprobs = out->lp, .row_sampling = sampling, .sample_rows = rows};
     double t0 = di_seconds_now();
     di_status s = di_forward(m, &b, err);
     double dt = di_seconds_now() - t0;
@@ -413,6 +417,13 @@ di_status di_bench_parse_batches(const char *spec, int *out, int *n, di_err *err
     return DI_OK;
 }
 
+di_status di_bench_check_logprobs(int64_t logprobs, di_err *err) {
+    if (logprobs < 0 || logprobs > DI_SAMPLER_MAX_LOGPROBS)
+        return di_errf(err, DI_EINVAL, "--bench-logprobs %lld: expected 0..%d (0 = none)", (long long)logprobs,
+                       DI_SAMPLER_MAX_LOGPROBS);
+    return DI_OK;
+}
+
 di_status di_bench_check_contexts(int64_t min_context, int64_t max_context, di_err *err) {
     if (min_context > max_context)
         return di_errf(err, DI_EINVAL,
@@ -429,6 +440,10 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
         return 1;
     }
     if (di_bench_check_contexts(s->bench_min_context, s->bench_max_context, &err)) {
+        fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+        return 1;
+    }
+    if (di_bench_check_logprobs(s->bench_logprobs, &err)) {
         fprintf(stderr, "deepinfer bench: %s\n", err.msg);
         return 1;
     }
@@ -486,6 +501,8 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
            cl.hbm, cl.bf16, cl.fp8, (double)free_b / 1e9, (double)total_b / 1e9);
     printf("each step's output to the host: %s\n\n",
            s->bench_logits    ? "every sequence's logits (--bench-logits: sampled requests, sampled on the host)"
+           : s->bench_logprobs ? "every sequence's token and raw logprobs (--bench-logprobs), taken on the device after "
+                                 "the edits of --bench-edited"
            : s->bench_edited  ? "every sequence's token, drawn on the device at T = 1, top_p = 0.95 after a mask of about "
                                 "half the vocabulary, a bias on 4 ids and 3 penalties over 64 tokens (--bench-edited: "
                                 "structured-output requests)"
@@ -497,7 +514,10 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     printf("| phase | B | context | ms / step | tokens/s | GB moved | TFLOP | roofline ms | bound | %% of roofline |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    bench_out out = {NULL, NULL, s->bench_sampled && !s->bench_logits, s->bench_edited && !s->bench_logits, NULL};
+    const bool edited = (s->bench_edited || s->bench_logprobs > 0) && !s->bench_logits;
+    bench_out out = {NULL, NULL, s->bench_sampled && !s->bench_logits, edited, NULL, edited ? (int)s->bench_logprobs : 0,
+                     NULL};
+    if (out.logprobs) out.lp = di_model_result_alloc(m, sizeof(di_sample_result) * DI_BENCH_MAX_BATCH);
     if (out.edited) { /* about half the ids allowed, in a fixed pseudo-random pattern */
         const int64_t words = (m->cfg.vocab_size + 31) / 32;
         out.mask = di_xmalloc(sizeof(uint32_t) * (size_t)words);
@@ -586,6 +606,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
            "sequence per step, median of %d steps after two warm-up steps.\n", steps);
     di_model_result_free(m, out.logits);
     di_model_result_free(m, out.tokens);
+    di_model_result_free(m, out.lp);
     free(out.mask);
     rc = 0;
 fail:

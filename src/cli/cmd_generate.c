@@ -133,6 +133,7 @@ static di_engine *open_engine(const di_settings *s, const di_engine_options *opt
     o.batch_invariant = s->batch_invariant;
     o.exact = s->gpu_exact;
     o.eager = s->enforce_eager;
+    o.host_sampling = s->host_sampling;
     o.no_wgmma = !s->gpu_wgmma;
     di_engine *e = NULL;
     if (di_engine_create(&o, &e, msg, sizeof msg)) {

@@ -37,5 +37,7 @@ void di_bench_host_sampling(int32_t vocab, const int *Bs, int n_B);
 di_status di_bench_parse_batches(const char *spec, int *out, int *n, di_err *err);
 /* --bench-min-context above --bench-max-context is DI_EINVAL naming both flags */
 di_status di_bench_check_contexts(int64_t min_context, int64_t max_context, di_err *err);
+/* --bench-logprobs outside 0..20 is DI_EINVAL naming the flag */
+di_status di_bench_check_logprobs(int64_t logprobs, di_err *err);
 
 #endif

@@ -123,6 +123,7 @@ void di_engine_free(di_engine *e) {
     if (e->model) {
         di_model_result_free(e->model, e->logits);
         di_model_result_free(e->model, e->head_tokens);
+        di_model_result_free(e->model, e->head_logprobs);
     }
     di_sampler_pool_free(e->samplers);
     di_engine_constraint_release(e);

@@ -67,6 +67,8 @@ struct di_engine {
     int32_t *head_tokens;       /* [logits_rows] every sampled row's token taken where its logits are
                                  * (di_batch.head_tokens: the device's argmax of a plain-greedy row,
                                  * its draw of a plain-sampled one), page-locked the same way */
+    di_sample_result *head_logprobs; /* [logits_rows] the sampler's results of the rows whose
+                                 * logprobs a device computed (di_batch.head_logprobs), likewise */
     int logits_rows;
 };
 

@@ -108,16 +108,16 @@ static di_sample_history request_history(const engine_req *r) {
 
 /* What the forward hands back for a request's sampled row: its greedy token alone when that is all
  * the request needs (no constraint mask, bias, penalty or logprobs); on a device the token drawn
- * there too when the request samples with no such extras, and the token taken there after its
- * bias, mask and penalties (the edits) when it has some but no logprobs -- the host's sampler
- * would take the same one (the CPU backend leaves these rows to the host's sampler threads);
- * otherwise the logits. */
+ * there too when the request samples with no such extras, and otherwise the sampler's whole result
+ * taken there (after its bias, mask and penalties, with its logprobs) -- the host's sampler would
+ * give the same. The CPU backend leaves these rows to the host's sampler threads (the logits), as
+ * a device does with host_sampling. */
 static uint8_t head_want(const di_engine *e, const engine_req *r) {
     const bool device = e->model->dev_backend != NULL;
+    if (device && e->opt.host_sampling) return DI_WANT_LOGITS;
     if (!r->matcher && di_sampling_is_plain_greedy(&r->sampling)) return DI_WANT_TOKEN;
     if (!r->matcher && device && di_sampling_is_plain_sampled(&r->sampling)) return DI_WANT_SAMPLE;
-    if (device && r->sampling.logprobs == 0) return DI_WANT_EDITED;
-    return DI_WANT_LOGITS;
+    return device ? DI_WANT_EDITED : DI_WANT_LOGITS;
 }
 
 /* The sampled rows whose logits came back to the host (DI_WANT_LOGITS), in plan order: sampled on
@@ -178,9 +178,11 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         const int rows = plan->n > e->opt.max_num_seqs ? plan->n : e->opt.max_num_seqs;
         di_model_result_free(e->model, e->logits);
         di_model_result_free(e->model, e->head_tokens);
+        di_model_result_free(e->model, e->head_logprobs);
         e->logits = di_model_result_alloc(e->model, sizeof(float) * (size_t)rows * (size_t)V);
         e->head_tokens = di_model_result_alloc(e->model, sizeof(int32_t) * (size_t)rows);
-        e->logits_rows = e->logits && e->head_tokens ? rows : 0;
+        e->head_logprobs = di_model_result_alloc(e->model, sizeof(di_sample_result) * (size_t)rows);
+        e->logits_rows = e->logits && e->head_tokens && e->head_logprobs ? rows : 0;
         if (!e->logits_rows) return di_errf(err, DI_ENOMEM, "engine: no memory for %d rows of logits", rows);
     }
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)plan->total_rows);
@@ -214,7 +216,8 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
     /* head tokens only where a row wants its token alone (else the host sampler takes the argmax) */
     di_batch b = {.n_rows = plan->total_rows, .tokens = tokens, .n_seqs = plan->n, .seqs = seqs,
                   .seq_n_rows = plan->n_rows, .logits = logits, .want_logits = want,
-                  .head_tokens = token_rows ? e->head_tokens : NULL, .row_sampling = row_sampling,
+                  .head_tokens = token_rows ? e->head_tokens : NULL,
+                  .head_logprobs = token_rows ? e->head_logprobs : NULL, .row_sampling = row_sampling,
                   .sample_rows = sample_rows};
     double t0 = di_seconds_now(), mask_s = 0.0;
     di_status st = di_forward_begin(e->model, &b, err);
@@ -241,6 +244,7 @@ di_status di_engine_execute(di_engine *e, const step_plan *plan, di_err *err) {
         di_sample_result token = {.token_id = -1};
         const int k = sampled++; /* the row's place among the head's rows (e->head_tokens) */
         if (want[row_end - 1] != DI_WANT_LOGITS) { /* the sampler's token, taken on the device */
+            if (r->sampling.logprobs > 0) token = e->head_logprobs[k]; /* and its logprobs */
             token.token_id = e->head_tokens[k];
             if (token.token_id < 0) {
                 di_err serr = {0};

@@ -80,8 +80,8 @@ void di_fwd_block(fwd_ctx *c, const di_layer *L, float *X, float *pre) {
     free(Y);
 }
 
-/* A DI_WANT_EDITED row: a device's, with its sampler inputs valid, no logprobs (they need the
- * logits on the host), and a history whose ids a penalty can read. */
+/* A DI_WANT_EDITED row: a device's, with its sampler inputs valid, a buffer for its logprobs if it
+ * asks for them, and a history whose ids a penalty can read. */
 static di_status check_edited_row(const di_model *m, const di_batch *b, int r, di_err *err) {
     if (!m->dev_backend)
         return di_errf(err, DI_EINVAL, "forward: row %d: DI_WANT_EDITED is a device backend's (the CPU "
@@ -90,9 +90,9 @@ static di_status check_edited_row(const di_model *m, const di_batch *b, int r, d
         return di_errf(err, DI_EINVAL, "forward: row %d wants an edited token but the batch has no sample_rows", r);
     const di_sample_row *row = &b->sample_rows[r];
     di_status st = di_sampling_params_validate(row->params, m->cfg.vocab_size, err);
-    if (!st && row->params->logprobs > 0)
-        st = di_errf(err, DI_EINVAL, "sampling: logprobs = %d: an edited row's token leaves the device alone "
-                     "(DI_WANT_LOGITS for logprobs)", row->params->logprobs);
+    if (!st && row->params->logprobs > 0 && !b->head_logprobs)
+        st = di_errf(err, DI_EINVAL, "sampling: logprobs = %d but the batch has no head_logprobs buffer",
+                     row->params->logprobs);
     if (!st) st = di_sample_history_check(row, m->cfg.vocab_size, err);
     return st ? di_err_prefix(err, "forward: row %d", r) : DI_OK;
 }

@@ -20,10 +20,11 @@
 
 /* What a row's head output is for (di_batch.want_logits). DI_WANT_TOKEN rows compute their logits
  * but only their greedy token leaves the device, DI_WANT_SAMPLE rows only the token the sampler
- * draws from them (row_sampling), DI_WANT_EDITED rows (a device backend's) only the token
- * di_sampler_sample takes from them with a logit bias, a mask or penalties (sample_rows; no
- * logprobs): a step of B such requests moves 4 B bytes to the host instead of B x vocab x 4 (132 MB
- * at B = 256, ~2.5 ms of PCIe), and the host samples nothing. */
+ * draws from them (row_sampling), DI_WANT_EDITED rows (a device backend's) only what
+ * di_sampler_sample gives for them with a logit bias, a mask, penalties or logprobs (sample_rows):
+ * the token, and the logprobs where asked. A step of B such requests moves 4 B bytes to the host
+ * (~170 more a row with logprobs) instead of B x vocab x 4 (132 MB at B = 256, ~2.5 ms of PCIe),
+ * and the host samples nothing. */
 enum { DI_WANT_NONE = 0, DI_WANT_LOGITS = 1, DI_WANT_TOKEN = 2, DI_WANT_SAMPLE = 3, DI_WANT_EDITED = 4 };
 
 typedef struct di_batch {
@@ -42,8 +43,12 @@ typedef struct di_batch {
                                      a DI_WANT_EDITED row's as di_sampler_sample takes it with
                                      sample_rows[r], any other row's di_sample_greedy_token; -1 when
                                      no token can be drawn (every logit -inf or NaN, after the edits) */
+    /* out [n_wanted] or NULL (needed when a DI_WANT_EDITED row asks for logprobs): laid out as
+     * head_tokens; a DI_WANT_EDITED row with logprobs gets di_sampler_sample's whole result (token,
+     * logprob, top list), bit for bit; the other entries are unspecified */
+    di_sample_result *head_logprobs;
     const di_plain_sampling *row_sampling; /* [n_rows], read for DI_WANT_SAMPLE rows only */
-    /* [n_rows], read for DI_WANT_EDITED rows only: params (logprobs 0), history, allowed_mask and
+    /* [n_rows], read for DI_WANT_EDITED rows only: params, history, allowed_mask and
      * position as di_sampler_sample takes them (logits unused). Read by di_forward_end: the masks'
      * contents may be written between di_forward_begin and di_forward_end (the engine computes
      * them while the device runs the step). */

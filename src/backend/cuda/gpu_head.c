@@ -2,7 +2,10 @@
  * projection for the rows that run it, then what each row wants (di_batch.want_logits): its logits
  * to the host (DI_WANT_LOGITS) or only its token -- the greedy one (DI_WANT_TOKEN), the one drawn
  * from its di_plain_sampling (DI_WANT_SAMPLE) or the one the sampler takes after its edits
- * (DI_WANT_EDITED: logit bias, structured-output mask, penalties; cuda_sample_edit.cu).
+ * (DI_WANT_EDITED: logit bias, structured-output mask, penalties; cuda_sample_edit.cu), and for an
+ * edited row that asks for logprobs its di_sample_result (cuda_sample_logprob.cu: raw ones whose
+ * edits change the row read a copy taken before them, processed ones of sampled rows the draws'
+ * workspace).
  *
  * An edited row's mask is computed on the host while the device runs the step (the engine does
  * it between di_forward_begin and di_forward_end), so a call with such rows leaves its token pass
@@ -16,11 +19,13 @@
 #include "backend/cuda/gpu_internal.h"
 #include "sample/sample_edits.h"
 
-/* greedy tokens of every head row, draws for the sampled ones (after the edits, if any), and the
- * tokens' download into the batch's head_tokens */
-static void token_pass(gpu_fwd *f, float *logits, int n_out, const di_plain_sampling *sampling, bool any_sampled,
-                       const di_cuda_row_edits *d_edits, int n_edits) {
+/* greedy tokens of every head row, draws for the sampled ones (after the edits, if any): the
+ * tokens [n_out] in device memory, which the caller downloads and frees; *sample_ws, if asked, the
+ * draws' workspace (or NULL without sampled rows), which the caller frees */
+static int32_t *token_pass(gpu_fwd *f, float *logits, int n_out, const di_plain_sampling *sampling, bool any_sampled,
+                           const di_cuda_row_edits *d_edits, int n_edits, void **sample_ws) {
     const int64_t V = f->m->cfg.vocab_size;
+    if (sample_ws) *sample_ws = NULL;
     if (n_edits) di_cuda_edit_logits(logits, V, d_edits, n_edits, f->s);
     int32_t *tok = gpu_alloc(f, sizeof(int32_t) * (size_t)n_out); /* [n_out] */
     void *ws = gpu_alloc(f, di_cuda_greedy_ws_bytes(n_out, V));
@@ -29,12 +34,70 @@ static void token_pass(gpu_fwd *f, float *logits, int n_out, const di_plain_samp
         di_plain_sampling *d_sampling = gpu_upload(f, sampling, sizeof *sampling * (size_t)n_out); /* [n_out] */
         void *sws = gpu_alloc(f, di_cuda_sample_ws_bytes(n_out, V));
         di_cuda_sample_tokens(logits, n_out, V, d_sampling, sws, tok, f->s);
-        gpu_free(f, sws);
+        if (sample_ws) *sample_ws = sws;
+        else gpu_free(f, sws);
         gpu_free(f, d_sampling);
     }
-    gpu_download_async(f, f->b->head_tokens, tok, sizeof(int32_t) * (size_t)n_out);
     gpu_free(f, ws);
+    return tok;
+}
+
+static void download_tokens(gpu_fwd *f, int32_t *tok, int n_out) {
+    gpu_download_async(f, f->b->head_tokens, tok, sizeof(int32_t) * (size_t)n_out);
     gpu_free(f, tok);
+}
+
+/* A logprob row's edits change its logits (so raw-mode logprobs need the row as it was). */
+static bool edits_change_row(const di_sample_row *row) {
+    const di_sampling_params *p = row->params;
+    return row->allowed_mask || p->n_logit_bias || p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+           p->presence_penalty != 0.0f;
+}
+
+/* The logprob rows among the pending head rows (DI_WANT_EDITED with logprobs): their list [*n_lp]
+ * for di_cuda_logprob_rows, the raw-mode ones whose edits change them read from a copy taken
+ * before the edits (*raw, [n_raw, V] device, or NULL; enqueued here). The processed ones of
+ * sampled rows get the draws' workspace later (with_draws). NULL: no such row. */
+static di_cuda_logprob_row *logprob_rows(gpu_fwd *f, const gpu_head_pending *hp, int *n_lp, float **raw) {
+    const int64_t V = f->m->cfg.vocab_size;
+    const di_batch *b = f->b;
+    int n = 0, n_raw = 0;
+    for (int i = 0; i < hp->n_out; i++) {
+        const int r = hp->rows[i];
+        if (b->want_logits[r] != DI_WANT_EDITED || b->sample_rows[r].params->logprobs == 0) continue;
+        n++;
+        n_raw += b->sample_rows[r].params->logprobs_mode == DI_LOGPROBS_RAW && edits_change_row(&b->sample_rows[r]);
+    }
+    *n_lp = n, *raw = NULL;
+    if (!n) return NULL;
+    di_cuda_logprob_row *lp = di_xcalloc((size_t)n, sizeof *lp); /* [n] */
+    float **dst = di_xcalloc((size_t)hp->n_out, sizeof *dst);   /* [n_out] NULL: not copied */
+    const float **src = di_xcalloc((size_t)hp->n_out, sizeof *src);
+    if (n_raw) *raw = gpu_alloc(f, sizeof(float) * (size_t)n_raw * V);
+    for (int i = 0, k = 0, j = 0; i < hp->n_out; i++) {
+        const di_sample_row *row = &b->sample_rows[hp->rows[i]];
+        if (b->want_logits[hp->rows[i]] != DI_WANT_EDITED || row->params->logprobs == 0) continue;
+        src[i] = hp->logits + (size_t)i * V;
+        const bool copy = row->params->logprobs_mode == DI_LOGPROBS_RAW && edits_change_row(row);
+        if (copy) dst[i] = *raw + (size_t)j++ * V;
+        lp[k++] = (di_cuda_logprob_row){.src = copy ? dst[i] : src[i], .head_row = i, .n_top = row->params->logprobs,
+                                        .temperature = row->params->temperature};
+    }
+    if (n_raw) gpu_copy_rows(f, dst, src, hp->n_out, V);
+    free(dst);
+    free(src);
+    return lp;
+}
+
+/* The processed-mode logprob rows of sampled rows read the draws' candidates: their workspace
+ * (sample_ws, for n_out rows). */
+static void with_draws(di_cuda_logprob_row *lp, int n_lp, const di_batch *b, const gpu_head_pending *hp,
+                       const void *sample_ws) {
+    for (int k = 0; k < n_lp; k++) {
+        const di_sampling_params *p = b->sample_rows[hp->rows[lp[k].head_row]].params;
+        if (p->logprobs_mode == DI_LOGPROBS_PROCESSED && p->temperature > 0.0f)
+            lp[k].sample_ws = sample_ws, lp[k].sample_ws_rows = hp->n_out;
+    }
 }
 
 /* A growing host buffer of 16-byte aligned arrays; pack(b, NULL, bytes) reserves zeroed room the
@@ -178,7 +241,8 @@ void gpu_head(gpu_fwd *f, const float *X, const float *pre) {
             f->head_pending = (gpu_head_pending){logits, n_out, rows, sampling, any_sampled};
             rows = NULL, sampling = NULL;
         } else {
-            if (b->head_tokens) token_pass(f, logits, n_out, sampling, any_sampled, NULL, 0);
+            if (b->head_tokens)
+                download_tokens(f, token_pass(f, logits, n_out, sampling, any_sampled, NULL, 0, NULL), n_out);
             gpu_free(f, logits);
         }
     }
@@ -193,10 +257,29 @@ void gpu_head_finish(gpu_fwd *f, bool run) {
     gpu_head_pending *hp = &f->head_pending;
     if (!hp->logits) return;
     if (run) {
-        int n_edits = 0;
+        int n_edits = 0, n_lp = 0;
         void *d_lists = NULL;
+        float *raw = NULL;
+        di_cuda_logprob_row *lp = logprob_rows(f, hp, &n_lp, &raw); /* before the edits */
         di_cuda_row_edits *d_edits = upload_edits(f, hp, &d_lists, &n_edits);
-        token_pass(f, hp->logits, hp->n_out, hp->sampling, hp->any_sampled, d_edits, n_edits);
+        void *sws = NULL;
+        int32_t *tok = token_pass(f, hp->logits, hp->n_out, hp->sampling, hp->any_sampled, d_edits, n_edits,
+                                  n_lp ? &sws : NULL);
+        if (n_lp) { /* after the tokens: the results, in head-row order (zeros where none is asked) */
+            with_draws(lp, n_lp, f->b, hp, sws);
+            const size_t bytes = sizeof(di_sample_result) * (size_t)hp->n_out;
+            di_sample_result *out = gpu_alloc(f, bytes); /* [n_out] */
+            GPU_CK(cudaMemsetAsync(out, 0, bytes, f->s));
+            di_cuda_logprob_row *d_lp = gpu_upload(f, lp, sizeof *lp * (size_t)n_lp); /* [n_lp] */
+            di_cuda_logprob_rows(d_lp, n_lp, f->m->cfg.vocab_size, tok, out, f->s);
+            gpu_download_async(f, f->b->head_logprobs, out, bytes);
+            gpu_free(f, d_lp);
+            gpu_free(f, out);
+            if (raw) gpu_free(f, raw);
+            if (sws) gpu_free(f, sws);
+            free(lp);
+        }
+        download_tokens(f, tok, hp->n_out);
         gpu_free(f, d_edits);
         gpu_free(f, d_lists);
     }
