@@ -255,6 +255,25 @@ DI_SA_FN double di_sample_fold_lanes(double *s) {
     return s[0];
 }
 
+/* A best-first list of at most cap (value, id) pairs -- value desc, then id asc -- offered ids in
+ * ascending order: (v, i) goes in where it belongs, the last one drops out when the list is full; a
+ * value equal to the last listed one does not enter (that id is lower), nor a non-finite one. The
+ * host's logprob lists (sampler.c) and each device thread's (cuda_sample_logprob.cu) are this. */
+DI_SA_FN void di_sample_top_insert(double *value, int32_t *id, int32_t *n, int32_t cap, double v, int32_t i) {
+    if (cap <= 0 || !isfinite(v)) return;
+    if (*n == cap) {
+        if (!(v > value[*n - 1])) return;
+        (*n)--;
+    }
+    int32_t k = (*n)++;
+    for (; k > 0 && value[k - 1] < v; k--) {
+        value[k] = value[k - 1];
+        id[k] = id[k - 1];
+    }
+    value[k] = v;
+    id[k] = i;
+}
+
 /* ceil(log2(vocab)): the bits a token id needs in a key. */
 DI_SA_FN int di_sample_id_bits(int64_t vocab) {
     int b = 0;

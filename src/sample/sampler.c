@@ -325,18 +325,7 @@ typedef struct top_list {
 } top_list;
 
 static void top_push(top_list *t, double value, int32_t id) {
-    if (t->cap == 0 || !isfinite(value)) return;
-    if (t->n == t->cap) {
-        if (!(value > t->value[t->n - 1])) return; /* equal value: the earlier (lower) id stays */
-        t->n--;
-    }
-    int32_t i = t->n++;
-    for (; i > 0 && t->value[i - 1] < value; i--) {
-        t->value[i] = t->value[i - 1];
-        t->id[i] = t->id[i - 1];
-    }
-    t->value[i] = value;
-    t->id[i] = id;
+    di_sample_top_insert(t->value, t->id, &t->n, t->cap, value, id);
 }
 
 static void top_store(const top_list *t, di_sample_result *out) {

@@ -298,6 +298,18 @@ static __device__ __forceinline__ float di_dev_warp_max(float v) {
     return v;
 }
 
+/* the block's largest float, in every thread: warp butterflies, then each thread over the `warps`
+ * warps' maxima (warp_f: [warps] shared floats, reusable once this returns) */
+static __device__ __forceinline__ float di_dev_block_max(float v, float *warp_f, int warps) {
+    v = di_dev_warp_max(v);
+    if ((threadIdx.x & 31) == 0) warp_f[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = warp_f[0];
+    for (int w = 1; w < warps; w++) m = fmaxf(m, warp_f[w]);
+    __syncthreads();
+    return m;
+}
+
 /* the warp's largest unsigned 64-bit value, in every lane (the sampling kernels' keys) */
 static __device__ __forceinline__ uint64_t di_dev_warp_max_u64(uint64_t v) {
 #pragma unroll

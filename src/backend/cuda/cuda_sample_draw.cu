@@ -96,17 +96,6 @@ __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
 }
 
 /* block-wide reductions of SAMPLE_THREADS threads (every thread gets the result) */
-__device__ float block_max_f(float v, sample_smem *sm) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ((threadIdx.x & 31) == 0) sm->warp_f[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float m = sm->warp_f[0];
-    for (int w = 1; w < SAMPLE_WARPS; w++) m = fmaxf(m, sm->warp_f[w]);
-    __syncthreads(); /* warp_f is reused */
-    return m;
-}
-
 __device__ uint64_t block_max_u64(uint64_t v, sample_smem *sm) {
     v = di_dev_warp_max_u64(v);
     if ((threadIdx.x & 31) == 0) sm->warp_u64[threadIdx.x >> 5] = v;
@@ -159,7 +148,7 @@ sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_p
     const float *x = logits + (int64_t)blockIdx.x * V;
     float m = -INFINITY;
     for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
-    m = block_max_f(m, &sm);
+    m = di_dev_block_max(m, sm.warp_f, SAMPLE_WARPS);
     const float kth = m > -INFINITY && p.top_k > 0 && p.top_k < V ? kth_largest(x, V, p.top_k, &sm) : -INFINITY;
     if (threadIdx.x == 0) r->total = 0, r->max = m, r->kth = kth;
 }

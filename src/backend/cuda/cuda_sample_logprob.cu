@@ -61,11 +61,7 @@ __device__ double lp_lse(const float *__restrict__ x, int64_t V) {
     const int t = threadIdx.x;
     float m = -INFINITY;
     for (int64_t i = t; i < V; i += LP_THREADS) m = fmaxf(m, di_sample_sanitize(x[i]));
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (t % 32 == 0) warp_max[t / 32] = m;
-    __syncthreads();
-    m = warp_max[0];
-    for (int k = 1; k < LP_WARPS; k++) m = fmaxf(m, warp_max[k]);
+    m = di_dev_block_max(m, warp_max, LP_WARPS);
     double s = 0.0; /* lane t's sum in id order, then the lanes' tree */
     for (int64_t i = t; i < V; i += LP_THREADS) s = DI_SA_ADD(s, di_sample_exp_term(x[i], m));
     lane[t] = s;
@@ -103,22 +99,14 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
         val.lse = lp_lse(r.src, V);
     }
 
-    /* this thread's n_top best; its ids come in ascending order, so an equal value never displaces
-     * a listed one */
+    /* this thread's n_top best (di_sample_top_insert: the host's list, over the thread's ids) */
     const int cap = r.n_top;
     double tv[DI_SAMPLER_MAX_LOGPROBS];
     int32_t ti[DI_SAMPLER_MAX_LOGPROBS];
-    int n = 0;
+    int32_t n = 0;
     for (int64_t i = t; cap > 0 && i < V; i += LP_THREADS) {
         double v;
-        if (!val.value(i, &v) || (n == cap && !(v > tv[n - 1]))) continue;
-        int k = n < cap ? n++ : n - 1;
-        for (; k > 0 && tv[k - 1] < v; k--) {
-            tv[k] = tv[k - 1];
-            ti[k] = ti[k - 1];
-        }
-        tv[k] = v;
-        ti[k] = (int32_t)i;
+        if (val.value(i, &v)) di_sample_top_insert(tv, ti, &n, cap, v, (int32_t)i);
     }
     /* the lists' merge: each round takes the best of the threads' heads */
     int head = 0, n_top = 0;

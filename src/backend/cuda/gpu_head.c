@@ -61,32 +61,34 @@ static bool edits_change_row(const di_sample_row *row) {
 static di_cuda_logprob_row *logprob_rows(gpu_fwd *f, const gpu_head_pending *hp, int *n_lp, float **raw) {
     const int64_t V = f->m->cfg.vocab_size;
     const di_batch *b = f->b;
+    di_cuda_logprob_row *lp = di_xcalloc((size_t)hp->n_out, sizeof *lp); /* [n_out], the first n used */
+    float **dst = di_xcalloc((size_t)hp->n_out, sizeof *dst);            /* [n_out] NULL: not copied */
+    const float **src = di_xcalloc((size_t)hp->n_out, sizeof *src);      /* [n_out] */
+    bool *copy = di_xcalloc((size_t)hp->n_out, sizeof *copy);            /* [n_out] read from *raw */
     int n = 0, n_raw = 0;
     for (int i = 0; i < hp->n_out; i++) {
-        const int r = hp->rows[i];
-        if (b->want_logits[r] != DI_WANT_EDITED || b->sample_rows[r].params->logprobs == 0) continue;
-        n++;
-        n_raw += b->sample_rows[r].params->logprobs_mode == DI_LOGPROBS_RAW && edits_change_row(&b->sample_rows[r]);
-    }
-    *n_lp = n, *raw = NULL;
-    if (!n) return NULL;
-    di_cuda_logprob_row *lp = di_xcalloc((size_t)n, sizeof *lp); /* [n] */
-    float **dst = di_xcalloc((size_t)hp->n_out, sizeof *dst);   /* [n_out] NULL: not copied */
-    const float **src = di_xcalloc((size_t)hp->n_out, sizeof *src);
-    if (n_raw) *raw = gpu_alloc(f, sizeof(float) * (size_t)n_raw * V);
-    for (int i = 0, k = 0, j = 0; i < hp->n_out; i++) {
         const di_sample_row *row = &b->sample_rows[hp->rows[i]];
         if (b->want_logits[hp->rows[i]] != DI_WANT_EDITED || row->params->logprobs == 0) continue;
         src[i] = hp->logits + (size_t)i * V;
-        const bool copy = row->params->logprobs_mode == DI_LOGPROBS_RAW && edits_change_row(row);
-        if (copy) dst[i] = *raw + (size_t)j++ * V;
-        lp[k++] = (di_cuda_logprob_row){.src = copy ? dst[i] : src[i], .head_row = i, .n_top = row->params->logprobs,
+        copy[i] = row->params->logprobs_mode == DI_LOGPROBS_RAW && edits_change_row(row);
+        n_raw += copy[i];
+        lp[n++] = (di_cuda_logprob_row){.src = src[i], .head_row = i, .n_top = row->params->logprobs,
                                         .temperature = row->params->temperature};
     }
-    if (n_raw) gpu_copy_rows(f, dst, src, hp->n_out, V);
+    *n_lp = n, *raw = NULL;
+    if (n_raw) {
+        *raw = gpu_alloc(f, sizeof(float) * (size_t)n_raw * V); /* [n_raw, V] */
+        for (int k = 0, j = 0; k < n; k++) {
+            const int i = lp[k].head_row;
+            if (copy[i]) lp[k].src = dst[i] = *raw + (size_t)j++ * V;
+        }
+        gpu_copy_rows(f, dst, src, hp->n_out, V);
+    }
     free(dst);
     free(src);
-    return lp;
+    free(copy);
+    if (!n) free(lp);
+    return n ? lp : NULL;
 }
 
 /* The processed-mode logprob rows of sampled rows read the draws' candidates: their workspace
