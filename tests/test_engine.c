@@ -312,6 +312,12 @@ static bool part(int argc, char **argv, const char *name) {
 }
 
 int main(int argc, char **argv) {
+    FILE *cfg = fopen(DI_TINY_FIXTURE_DIR "/config.json", "rb"); /* every part needs the fixture */
+    if (!cfg) {
+        fprintf(stderr, "no fixture at %s: run from the repository root\n", DI_TINY_FIXTURE_DIR);
+        return 1;
+    }
+    fclose(cfg);
     prompts p;
     make_prompts(&p);
     printf("engine on the v41-tiny fixture:\n");
