@@ -348,7 +348,9 @@ static void test_logprob_rows(int64_t n, int64_t V) {
  * bit for bit. Only every other row is edited (the rest must stay as they were). Each edited row
  * draws: a logit bias of up to 40 entries over a few ids (duplicates, out of order, some huge), a
  * mask (none, random, all but a few ids, or nothing allowed: -1), repetition / frequency / presence
- * penalties over a history drawn from a few ids, a temperature of 0 (greedy) or > 0 with random
+ * penalties over a history drawn from a few ids (every fifth row of a vocabulary of 20,000 or
+ * more: up to 7,000 ids over the whole vocabulary, so that a thread of the edit kernel edits several
+ * batches of listed ids), a temperature of 0 (greedy) or > 0 with random
  * filters, and most ask for logprobs (raw or processed: cuda_sample_logprob.cu after the tokens,
  * the raw ones from a copy taken before the edits, the processed ones of sampled rows from the
  * draws' workspace, as gpu_head.c runs them); the logits model-like, with specials (+-inf, NaN)
@@ -360,7 +362,8 @@ static void test_edit_tokens(int64_t n, int64_t V) {
     di_logit_bias *bias = (di_logit_bias *)malloc(sizeof *bias * 40 * n);
     const int64_t words = (V + 31) / 32;
     uint32_t *mask = (uint32_t *)malloc(4 * words * n);
-    int32_t *hist = (int32_t *)malloc(4 * 96 * n);
+    const int hist_max = 7000;
+    int32_t *hist = (int32_t *)malloc(4 * (size_t)hist_max * n);
     int32_t *ref = (int32_t *)malloc(4 * n), *tok = (int32_t *)malloc(4 * n);
     di_sample_result *lp_ref = (di_sample_result *)calloc(n, sizeof *lp_ref), *lp_got = (di_sample_result *)calloc(n, sizeof *lp_got);
     bool *lp_ask = (bool *)calloc(n, 1);
@@ -404,9 +407,12 @@ static void test_edit_tokens(int64_t n, int64_t V) {
         p->repetition_penalty = kind & 2 ? 0.6f + 0.2f * (float)(rnd_u64() % 6) : 1.0f;
         p->frequency_penalty = kind & 4 ? (float)((int)(rnd_u64() % 9) - 4) * 0.5f : 0.0f;
         p->presence_penalty = kind & 4 ? (float)((int)(rnd_u64() % 9) - 4) * 0.375f : 0.0f;
-        int32_t *h = hist + 96 * r;
-        const int n_prompt = (int)(rnd_u64() % 48), n_output = (int)(rnd_u64() % 48);
-        for (int i = 0; i < n_prompt + n_output; i++) h[i] = (int32_t)(rnd_u64() % (uint64_t)few);
+        int32_t *h = hist + (int64_t)hist_max * r;
+        const bool long_history = V >= 20000 && r % 5 == 4;
+        const int n_prompt = long_history ? 3000 + (int)(rnd_u64() % 2000) : (int)(rnd_u64() % 48),
+                  n_output = long_history ? 1000 + (int)(rnd_u64() % 1000) : (int)(rnd_u64() % 48);
+        for (int i = 0; i < n_prompt + n_output; i++)
+            h[i] = (int32_t)(rnd_u64() % (uint64_t)(long_history ? V : few));
         di_sample_history hi = {h, n_prompt, h + n_prompt, n_output};
         uint32_t *m = mask + words * r;
         const int mask_kind = (int)(r / 16 % 4); /* 0 none, 1 random, 2 all but a few, 3 nothing */
@@ -2497,6 +2503,7 @@ int main(int argc, char **argv) {
         test_sample_tokens(24, 3000);
         test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
         test_edit_tokens(64, 3000);
+        test_edit_tokens(10, 20000); /* rows 4 and 9: histories of thousands of ids */
         test_edit_tokens(4, 5);
         test_logprob_rows(70, 3000);
         test_logprob_rows(14, 20000);

@@ -298,6 +298,22 @@ static __device__ __forceinline__ float di_dev_warp_max(float v) {
     return v;
 }
 
+/* f(j, src[j]) for j = start, start + step, ... < end, in that order, LOADS loads in flight a
+ * thread: a pass over a row by one block is bound by its loads' latency, not by bandwidth, with
+ * one load at a time (the sampling kernels). */
+template <int LOADS = 8, typename T, typename F>
+static __device__ __forceinline__ void di_dev_for_each_loaded(const T *__restrict__ src, int64_t start, int64_t step,
+                                                              int64_t end, F f) {
+    for (int64_t j0 = start; j0 < end; j0 += LOADS * step) {
+        T v[LOADS];
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) v[u] = j0 + u * step < end ? src[j0 + u * step] : T();
+#pragma unroll
+        for (int u = 0; u < LOADS; u++)
+            if (j0 + u * step < end) f(j0 + u * step, v[u]);
+    }
+}
+
 /* the block's largest float, in every thread: warp butterflies, then each thread over the `warps`
  * warps' maxima (warp_f: [warps] shared floats, reusable once this returns) */
 static __device__ __forceinline__ float di_dev_block_max(float v, float *warp_f, int warps) {

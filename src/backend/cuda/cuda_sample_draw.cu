@@ -34,24 +34,11 @@
 #define WEIGHT_MIN_SLICE 2048       /* ids a weights block at least */
 #define WEIGHT_GRID_TARGET (132 * 8) /* weights blocks a launch: every multiprocessor several times */
 #define NB DI_SAMPLE_WEIGHT_BUCKETS
+/* loads in flight a thread in the passes of a row's one block (thresholds, draw): at one row its
+ * block alone is on the card, waiting on the L2 (session 45: 8 -> 16) */
+#define ROW_LOADS 16
 
 /* A row's state between the launches: sample_row_ws (cuda_sample_ws.cuh), before the weights. */
-
-/* f(j, src[j]) for j = start, start + step, ... < end, LOADS loads in flight a thread: the passes
- * over a row are bound by their loads' latency, not by bandwidth, with one load at a time. */
-#define LOADS 8
-template <typename T, typename F>
-__device__ __forceinline__ void for_each_loaded(const T *__restrict__ src, int64_t start, int64_t step, int64_t end,
-                                                F f) {
-    for (int64_t j0 = start; j0 < end; j0 += LOADS * step) {
-        T v[LOADS];
-#pragma unroll
-        for (int u = 0; u < LOADS; u++) v[u] = j0 + u * step < end ? src[j0 + u * step] : T();
-#pragma unroll
-        for (int u = 0; u < LOADS; u++)
-            if (j0 + u * step < end) f(j0 + u * step, v[u]);
-    }
-}
 
 /* v >> s for s up to 64 (a key's digits above the one at hand) */
 __device__ __forceinline__ uint64_t sample_shr(uint64_t v, int s) { return s >= 64 ? 0 : v >> s; }
@@ -117,7 +104,7 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *
         for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->count[d] = 0;
         __syncthreads();
         hist_run run = {0, 0, 0};
-        for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) {
+        di_dev_for_each_loaded<ROW_LOADS>(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) {
             const uint32_t key = di_sample_float_key(di_sample_sanitize(v));
             if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
                 run_add(&run, (key >> shift) & 255u, 0, sm->count, sm->mass);
@@ -137,7 +124,7 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *
 }
 
 /* block per row (sampled rows only): ws[row]'s max and kth; its sum and histogram cleared. logits [n, V] */
-__global__ void __launch_bounds__(SAMPLE_THREADS)
+__global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_plain_sampling *__restrict__ params,
                          sample_row_ws *__restrict__ ws) {
     __shared__ sample_smem sm;
@@ -147,7 +134,7 @@ sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_p
     for (int b = threadIdx.x; b < NB; b += SAMPLE_THREADS) r->count[b] = 0, r->mass[b] = 0;
     const float *x = logits + (int64_t)blockIdx.x * V;
     float m = -INFINITY;
-    for_each_loaded(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
+    di_dev_for_each_loaded<ROW_LOADS>(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
     m = di_dev_block_max(m, sm.warp_f, SAMPLE_WARPS);
     const float kth = m > -INFINITY && p.top_k > 0 && p.top_k < V ? kth_largest(x, V, p.top_k, &sm) : -INFINITY;
     if (threadIdx.x == 0) r->total = 0, r->max = m, r->kth = kth;
@@ -181,7 +168,7 @@ sample_weights_kernel(const float *__restrict__ logits, int64_t V, int64_t slice
     const int64_t lo = (int64_t)blockIdx.x * slice_len, hi = lo + slice_len < V ? lo + slice_len : V;
     uint64_t sum = 0;
     hist_run run = {0, 0, 0};
-    for_each_loaded(x, lo + threadIdx.x, WEIGHT_THREADS, hi, [&](int64_t i, float z) {
+    di_dev_for_each_loaded(x, lo + threadIdx.x, WEIGHT_THREADS, hi, [&](int64_t i, float z) {
         const uint64_t w = di_sample_weight(di_sample_sanitize(z), max, kth, inv_t, min_p, skip, bits);
         w_row[i] = w;
         sum += w;
@@ -236,7 +223,7 @@ __device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64
         for (int64_t j = threadIdx.x; j < (int64_t)sm->n_keys; j += SAMPLE_THREADS) f(sm->keys[j]);
         return;
     }
-    for_each_loaded(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
+    di_dev_for_each_loaded<ROW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
         if (w && di_sample_weight_bucket(w) == bucket) f(sample_key(w, j, id_bits));
     });
 }
@@ -314,7 +301,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
         const bool gathered = sm.count[bucket] <= SAMPLE_CAP;
         __syncthreads(); /* count is reused */
         if (gathered) {
-            for_each_loaded(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
+            di_dev_for_each_loaded<ROW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
                 if (w && di_sample_weight_bucket(w) == bucket) sm.keys[atomicAdd(&sm.n_keys, 1u)] = sample_key(w, i, id_bits);
             });
             __syncthreads();
@@ -332,7 +319,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     const int64_t seg = ((V + SAMPLE_WARPS - 1) / SAMPLE_WARPS + 31) / 32 * 32; /* ids a warp */
     uint64_t mine = 0;
     const int64_t lo = warp * seg, hi = lo + seg < V ? lo + seg : V;
-    for_each_loaded(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
+    di_dev_for_each_loaded<ROW_LOADS>(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
         if (w && sample_key(w, i, id_bits) >= cut) mine += w;
     });
     mine = warp_sum_u64(mine);
@@ -350,7 +337,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     const int64_t per = (seg + SAMPLE_THREADS - 1) / SAMPLE_THREADS; /* ids a thread: 16 at 129,280 */
     const int64_t t_lo = s_lo + threadIdx.x * per, t_hi = t_lo + per < s_hi ? t_lo + per : s_hi;
     uint64_t own = 0;
-    for_each_loaded(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
+    di_dev_for_each_loaded<ROW_LOADS>(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
         if (w && sample_key(w, i, id_bits) >= cut) own += w;
     });
     /* exclusive prefix of the threads' sums, in thread order */

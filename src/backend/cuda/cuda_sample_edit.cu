@@ -18,6 +18,31 @@
 #include "backend/cuda/cuda_fwd_ops.h"
 
 #define EDIT_THREADS 512
+#define EDIT_LOADS 8 /* a thread's listed ids (and their logits) loaded at once */
+
+/* z[ids[i]] = f(z[ids[i]], aux[i]) for every i < n (aux may be NULL: 0), EDIT_LOADS ids a thread
+ * loaded together and their logits after them -- one block edits a row, and one load at a time
+ * left it waiting on each (a stage's ids are distinct, so no store feeds a later load). */
+template <typename F>
+__device__ __forceinline__ void edit_listed(float *__restrict__ z, const int32_t *__restrict__ ids,
+                                            const uint32_t *__restrict__ aux, int32_t n, F f) {
+    for (int32_t i0 = threadIdx.x; i0 < n; i0 += EDIT_LOADS * EDIT_THREADS) {
+        int32_t id[EDIT_LOADS];
+        uint32_t a[EDIT_LOADS];
+        float v[EDIT_LOADS];
+#pragma unroll
+        for (int u = 0; u < EDIT_LOADS; u++) {
+            const int32_t i = i0 + u * EDIT_THREADS;
+            id[u] = i < n ? ids[i] : -1;
+            a[u] = aux && i < n ? aux[i] : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < EDIT_LOADS; u++) v[u] = id[u] >= 0 ? z[id[u]] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < EDIT_LOADS; u++)
+            if (id[u] >= 0) z[id[u]] = f(v[u], a[u]);
+    }
+}
 
 __global__ void __launch_bounds__(EDIT_THREADS)
 edit_rows_kernel(float *__restrict__ logits, int64_t V, const di_cuda_row_edits *__restrict__ edits) {
@@ -31,23 +56,30 @@ edit_rows_kernel(float *__restrict__ logits, int64_t V, const di_cuda_row_edits 
         z[id] = v;
     }
     __syncthreads();
-    if (e.mask)
-        for (int64_t id = threadIdx.x; id < V; id += EDIT_THREADS)
-            if (!((e.mask[id >> 5] >> (id & 31)) & 1u)) z[id] = -INFINITY;
+    if (e.mask) { /* a lane a mask word, a warp 32 words at once; each word's 32 ids stored by the warp */
+        const int64_t words = (V + 31) / 32;
+        const int lane = threadIdx.x & 31;
+        for (int64_t w0 = threadIdx.x - lane; w0 < words; w0 += EDIT_THREADS) {
+            const uint32_t mine = w0 + lane < words ? e.mask[w0 + lane] : ~0u;
+            for (int k = 0; k < 32; k++) {
+                const uint32_t bits = __shfl_sync(0xffffffffu, mine, k);
+                const int64_t id = (w0 + k) * 32 + lane;
+                if (id < V && !((bits >> lane) & 1u)) z[id] = -INFINITY;
+            }
+        }
+    }
     __syncthreads();
     const float rp = e.repetition_penalty;
-    for (int32_t i = threadIdx.x; i < e.n_repeated; i += EDIT_THREADS) {
-        const int32_t id = e.repeated[i];
-        const float v = di_sample_sanitize(z[id]);
-        z[id] = di_sample_sanitize(v < 0.0f ? __fmul_rn(v, rp) : __fdiv_rn(v, rp));
-    }
+    edit_listed(z, e.repeated, NULL, e.n_repeated, [&](float raw, uint32_t) {
+        const float v = di_sample_sanitize(raw);
+        return di_sample_sanitize(v < 0.0f ? __fmul_rn(v, rp) : __fdiv_rn(v, rp));
+    });
     __syncthreads();
     const float fp = e.frequency_penalty, pp = e.presence_penalty;
-    for (int32_t i = threadIdx.x; i < e.n_output; i += EDIT_THREADS) {
-        const int32_t id = e.output_ids[i];
-        const float t = __fsub_rn(di_sample_sanitize(z[id]), __fmul_rn(fp, (float)e.output_counts[i]));
-        z[id] = di_sample_sanitize(__fsub_rn(t, pp));
-    }
+    edit_listed(z, e.output_ids, e.output_counts, e.n_output, [&](float raw, uint32_t count) {
+        const float t = __fsub_rn(di_sample_sanitize(raw), __fmul_rn(fp, (float)count));
+        return di_sample_sanitize(__fsub_rn(t, pp));
+    });
 }
 
 extern "C" void di_cuda_edit_logits(float *logits, int64_t V, const di_cuda_row_edits *edits, int64_t n,

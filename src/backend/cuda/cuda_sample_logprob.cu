@@ -27,6 +27,7 @@
 
 #define LP_THREADS DI_SAMPLE_EXP_LANES
 #define LP_WARPS (LP_THREADS / 32)
+#define LP_LOADS 16 /* a thread's loads in flight in each pass over the row */
 static_assert(LP_THREADS % 32 == 0 && LP_THREADS <= 1024, "a lane a thread");
 
 /* (v, id) is better than (w, jd): value desc, then id asc */
@@ -34,8 +35,9 @@ __device__ __forceinline__ bool lp_better(double v, int32_t id, double w, int32_
     return v > w || (v == w && id < jd);
 }
 
-/* A row's values: value(i, &v) is false where id i is not listed (a non-finite or, for
- * candidates, a token the draw did not keep). */
+/* A row's values: value(i, x[i], w[i], &v) is false where id i is not listed (a non-finite or,
+ * for candidates, a token the draw did not keep); the callers load x[i] and w[i] (LP_LOADS at a
+ * time: one block a row is bound by its loads' latency). */
 struct lp_values {
     const float *x;         /* [V] */
     double lse;             /* full */
@@ -43,13 +45,13 @@ struct lp_values {
     uint64_t cut;           /* candidates: the least kept key */
     int id_bits;
     double max, t, log_kept; /* candidates: the row's max, temperature, log of the kept mass */
-    __device__ __forceinline__ double of(int64_t i) const {
-        if (!w) return DI_SA_SUB((double)di_sample_sanitize(x[i]), lse);
-        return DI_SA_SUB(DI_SA_DIV(DI_SA_SUB((double)di_sample_sanitize(x[i]), max), t), log_kept);
+    __device__ __forceinline__ double of(float xi) const {
+        if (!w) return DI_SA_SUB((double)di_sample_sanitize(xi), lse);
+        return DI_SA_SUB(DI_SA_DIV(DI_SA_SUB((double)di_sample_sanitize(xi), max), t), log_kept);
     }
-    __device__ __forceinline__ bool value(int64_t i, double *v) const {
-        if (w && !(w[i] && sample_key(w[i], i, id_bits) >= cut)) return false;
-        *v = of(i);
+    __device__ __forceinline__ bool value(int64_t i, float xi, uint64_t wi, double *v) const {
+        if (w && !(wi && sample_key(wi, i, id_bits) >= cut)) return false;
+        *v = of(xi);
         return isfinite(*v);
     }
 };
@@ -60,10 +62,10 @@ __device__ double lp_lse(const float *__restrict__ x, int64_t V) {
     __shared__ float warp_max[LP_WARPS];
     const int t = threadIdx.x;
     float m = -INFINITY;
-    for (int64_t i = t; i < V; i += LP_THREADS) m = fmaxf(m, di_sample_sanitize(x[i]));
+    di_dev_for_each_loaded<LP_LOADS>(x, t, LP_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
     m = di_dev_block_max(m, warp_max, LP_WARPS);
     double s = 0.0; /* lane t's sum in id order, then the lanes' tree */
-    for (int64_t i = t; i < V; i += LP_THREADS) s = DI_SA_ADD(s, di_sample_exp_term(x[i], m));
+    di_dev_for_each_loaded<LP_LOADS>(x, t, LP_THREADS, V, [&](int64_t, float v) { s = DI_SA_ADD(s, di_sample_exp_term(v, m)); });
     lane[t] = s;
     __syncthreads();
     for (int half = LP_THREADS / 2; half > 0; half >>= 1) {
@@ -104,9 +106,21 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
     double tv[DI_SAMPLER_MAX_LOGPROBS];
     int32_t ti[DI_SAMPLER_MAX_LOGPROBS];
     int32_t n = 0;
-    for (int64_t i = t; cap > 0 && i < V; i += LP_THREADS) {
-        double v;
-        if (val.value(i, &v)) di_sample_top_insert(tv, ti, &n, cap, v, (int32_t)i);
+    for (int64_t i0 = t; cap > 0 && i0 < V; i0 += LP_LOADS * LP_THREADS) {
+        float xv[LP_LOADS];
+        uint64_t wv[LP_LOADS];
+#pragma unroll
+        for (int u = 0; u < LP_LOADS; u++) {
+            const int64_t i = i0 + u * LP_THREADS;
+            xv[u] = i < V ? r.src[i] : 0.0f;
+            wv[u] = val.w && i < V ? val.w[i] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < LP_LOADS; u++) {
+            const int64_t i = i0 + u * LP_THREADS;
+            double v;
+            if (i < V && val.value(i, xv[u], wv[u], &v)) di_sample_top_insert(tv, ti, &n, cap, v, (int32_t)i);
+        }
     }
     /* the lists' merge: each round takes the best of the threads' heads */
     int head = 0, n_top = 0;
@@ -128,7 +142,7 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
         if (head < n && ti[head] == id) head++;
         if (t == 0) o->top[n_top] = di_token_logprob{id, (float)v};
     }
-    if (t == 0) o->token_id = tok, o->n_top = n_top, o->logprob = (float)val.of(tok);
+    if (t == 0) o->token_id = tok, o->n_top = n_top, o->logprob = (float)val.of(r.src[tok]);
 }
 
 extern "C" void di_cuda_logprob_rows(const di_cuda_logprob_row *rows, int64_t n, int64_t V, const int32_t *tokens,
