@@ -39,7 +39,6 @@ __device__ __forceinline__ bool lp_better(double v, int32_t id, double w, int32_
  * for candidates, a token the draw did not keep); the callers load x[i] and w[i] (LP_LOADS at a
  * time: one block a row is bound by its loads' latency). */
 struct lp_values {
-    const float *x;         /* [V] */
     double lse;             /* full */
     const uint64_t *w;      /* [V] candidates: the weights; NULL: full */
     uint64_t cut;           /* candidates: the least kept key */
@@ -88,7 +87,7 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
         if (t == 0) o->token_id = -1, o->logprob = 0.0f, o->n_top = 0;
         return;
     }
-    lp_values val = {r.src, 0.0, NULL, 0, 0, 0.0, 0.0, 0.0};
+    lp_values val = {0.0, NULL, 0, 0, 0.0, 0.0, 0.0};
     if (r.sample_ws) { /* the draw's candidates */
         const sample_row_ws *ws = sample_ws_row(r.sample_ws, r.head_row);
         val.w = sample_ws_weights(r.sample_ws, r.sample_ws_rows, V, r.head_row);
