@@ -2503,7 +2503,7 @@ int main(int argc, char **argv) {
         test_sample_tokens(24, 3000);
         test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
         test_edit_tokens(64, 3000);
-        test_edit_tokens(10, 20000); /* rows 4 and 9: histories of thousands of ids */
+        test_edit_tokens(10, 20000); /* row 4 (edited, repetition penalty): a history of thousands of ids */
         test_edit_tokens(4, 5);
         test_logprob_rows(70, 3000);
         test_logprob_rows(14, 20000);
