@@ -82,6 +82,7 @@ typedef struct di_engine_options {
     bool exact;                /* device backends: the CPU's exact GEMM block sums (CPU: always) */
     bool eager;                /* device backends: no CUDA graphs (every kernel launched directly) */
     bool no_wgmma;             /* CUDA: prefill-sized quantised GEMMs on the mma.sync tiles instead of wgmma */
+    bool no_pdl;               /* CUDA: plain edges in the captured graphs instead of programmatic ones */
     bool host_sampling;        /* device backends: every sampled row's logits to the host's sampler
                                   threads instead of sampling where they are (the same tokens and
                                   logprobs; for checking) */

@@ -41,7 +41,7 @@ static inline di_status test_use_backend(di_model *m, di_err *err) {
     return di_model_select_backend(m, test_backend(),
                                    (s->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) |
                                        (s->gpu_exact ? DI_BACKEND_EXACT : 0) | (s->enforce_eager ? DI_BACKEND_EAGER : 0) |
-                                       (s->gpu_wgmma ? DI_BACKEND_WGMMA : 0),
+                                       (s->gpu_wgmma ? DI_BACKEND_WGMMA : 0) | (s->gpu_pdl ? DI_BACKEND_PDL : 0),
                                    err);
 }
 

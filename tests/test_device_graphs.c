@@ -9,7 +9,8 @@
  * bit for bit, the sequences' token counts must agree, and the graph model's statistics must show
  * every call captured, over the last steady decode steps every graph piece run by updating a kept
  * graph, and no memory nodes in any graph (the first call's temporaries overflow the empty arena
- * into spill chunks).
+ * into spill chunks). With DEEPINFER_GPU_PDL=1 the graph model's kernel edges are programmatic
+ * (gpu_graph.c): the same bits are asked of it, and at least one edge must have been made so.
  *
  * Needs the CUDA backend and a GPU (tools/cuda/device_model_run.sh runs it); elsewhere it prints
  * SKIPPED. */
@@ -53,7 +54,8 @@ int main(void) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;
     }
-    di_status sg = di_model_select_backend(g.m, "cuda", 0, &err);
+    const bool pdl = test_settings()->gpu_pdl;
+    di_status sg = di_model_select_backend(g.m, "cuda", pdl ? DI_BACKEND_PDL : 0, &err);
     if (sg == DI_EUNSUPPORTED) {
         printf("SKIPPED: %s (CUDA graphs need the CUDA backend and a GPU)\n", err.msg);
         di_model_free(g.m);
@@ -114,10 +116,13 @@ int main(void) {
     be->graph_stats(e.m, &es);
     printf("graphs: %lld calls captured; graph pieces: %lld updated in place, %lld instantiated, %lld updates refused "
            "(capture %.2f ms, update %.2f ms, instantiate %.2f ms per call); %lld spill chunks, %lld memory nodes; "
-           "eager model: %lld captured\n",
+           "eager model: %lld captured; %lld programmatic edges\n",
            (long long)gs.captured, (long long)gs.updated, (long long)gs.instantiated, (long long)gs.rejected,
            gs.capture_s * 1e3 / calls, gs.update_s * 1e3 / calls, gs.instantiate_s * 1e3 / calls,
-           (long long)gs.spill_chunks, (long long)gs.memory_nodes, (long long)es.captured);
+           (long long)gs.spill_chunks, (long long)gs.memory_nodes, (long long)es.captured,
+           (long long)gs.programmatic_edges);
+    CHECKF(pdl ? gs.programmatic_edges > 0 : gs.programmatic_edges == 0, "%lld programmatic edges with DEEPINFER_GPU_PDL=%d",
+           (long long)gs.programmatic_edges, pdl);
     CHECKF(gs.captured == calls, "%lld of %d calls captured", (long long)gs.captured, calls);
     /* every call runs as one or more pieces; once the sequences' shapes settle, decode steps reuse
      * the kept graphs (new topologies -- the first decode, compressor parities, the subset, the

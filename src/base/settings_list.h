@@ -28,6 +28,10 @@ DI_SETTING(gpu_wgmma, BOOL, NULL, "DEEPINFER_GPU_WGMMA", "1",
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
            "as CUDA graphs (captured in pieces of 4 layers, kept per topology and updated in place)")
+DI_SETTING(gpu_pdl, BOOL, NULL, "DEEPINFER_GPU_PDL", "1",
+           "GPU: the kernel-to-kernel edges of the captured graphs programmatic (programmatic dependent launch: a "
+           "kernel is launched as its predecessor's blocks exit and waits for its memory in griddepcontrol.wait; "
+           "the same results bit for bit, B = 1 -2.5% a step on an H100); 0 keeps plain edges")
 DI_SETTING(host_sampling, BOOL, "--host-sampling", "DEEPINFER_HOST_SAMPLING", "0",
            "GPU: sample every row on the host's threads from its logits (517 KB a row over PCIe at V4.1's "
            "vocabulary) instead of on the device where they are -- the same tokens and logprobs bit for bit; "

@@ -22,6 +22,7 @@ typedef struct di_graph_stats {
     double capture_s, update_s, instantiate_s;
     int64_t memory_nodes;  /* allocation / free nodes found in captured graphs (none are wanted) */
     int64_t spill_chunks;  /* device memory taken while capturing because the arena was full */
+    int64_t programmatic_edges; /* kernel -> kernel edges made programmatic (DEEPINFER_GPU_PDL) */
 } di_graph_stats;
 
 /* How often forward calls took some of a device's fast paths since attach, so that a test can tell
@@ -86,6 +87,7 @@ enum {
     DI_BACKEND_EXACT = 2,           /* quantised GEMMs with the CPU's exact block sums (slower) */
     DI_BACKEND_EAGER = 4,           /* launch every kernel directly: no CUDA graphs */
     DI_BACKEND_WGMMA = 8,           /* prefill-sized quantised GEMMs on wgmma (DEEPINFER_GPU_WGMMA) */
+    DI_BACKEND_PDL = 16,            /* graphs' kernel edges programmatic (DEEPINFER_GPU_PDL) */
 };
 /* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu)
  * with DI_BACKEND_* `flags`. Must be called before any sequence state is created for the model. */

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attn_logits_kernel(const float *q, int n_heads, int dim, const float *const *kv_rows,
                    int n_idx, int n_runs, float scale, float *__restrict__ logit,
                    float *__restrict__ run_max) {
+    DI_PDL_BEGIN();
     extern __shared__ float4 att_smem[];
     const int dq = att_q_stride(dim), dp = att_kv_stride(dim);
     float *kv_s = (float *)att_smem;      /* [ATT_RUN][dp] */
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attn_runsum_kernel(int n_heads, int dim, const float *const *kv_rows, int n_idx, int n_runs,
                    const float *__restrict__ logit, const float *__restrict__ run_max,
                    float *__restrict__ psum, float *__restrict__ run_pv) {
+    DI_PDL_BEGIN();
     extern __shared__ float4 att_smem[];
     const int dp = att_kv_stride(dim);
     double *pb_s = (double *)att_smem;                  /* [ATT_HG][ATT_RUN] bf16(p), 0 if NULL */
@@ -224,6 +226,7 @@ __global__ void __launch_bounds__(ATT_FOLD_THREADS)
 attn_fold_kernel(int n_heads, int dim, int n_runs, const float *__restrict__ run_max,
                  const float *__restrict__ psum, const float *__restrict__ run_pv,
                  const float *__restrict__ sink, float *__restrict__ out) {
+    DI_PDL_BEGIN();
     const int64_t r = blockIdx.y;
     const int h = blockIdx.x, t = threadIdx.x;
     const float *rm = run_max + (r * n_heads + h) * n_runs, *ps = psum + (r * n_heads + h) * n_runs;

@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(AM_THREADS, 2)
 attn_mma_kernel(const float *__restrict__ q, int n_heads, int dim, const float *const *kv_rows, int n_idx,
                 int n_split, int split_runs, float scale, const float *__restrict__ sink,
                 typename std::conditional<O16, uint16_t, float>::type *__restrict__ out, di_attn_rope rope) {
+    DI_PDL_BEGIN();
     constexpr int HG = 16 * HT; /* heads of the block */
     constexpr int NT = 8 * HT;  /* PV n-tiles of 8 dims per warp */
     extern __shared__ uint4 am_smem[];

@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
 attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_rows, int n_idx, int n_split,
                int split_runs, float scale, const float *__restrict__ sink, float *__restrict__ out,
                uint16_t *__restrict__ out16, di_attn_rope rope) {
+    DI_PDL_BEGIN();
     extern __shared__ int4 aw_smem4[];
     uint8_t *const sm = di_smem_align1024(reinterpret_cast<uint8_t *>(aw_smem4));
     uint8_t *const q_t = sm + AW_Q, *const kv_t = sm + AW_KV, *const p_t = sm + AW_P;

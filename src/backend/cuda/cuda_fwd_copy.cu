@@ -18,6 +18,7 @@
 #define COPY_CHUNK (COPY_THREADS * COPY_PER_THREAD)
 __global__ void __launch_bounds__(COPY_THREADS)
 copy_rows_kernel(float *const *__restrict__ dst, const float *const *__restrict__ src, int64_t width) {
+    DI_PDL_BEGIN();
     float *d = dst[blockIdx.x];
     if (!d) return;
     const float *s = src[blockIdx.x];
@@ -51,6 +52,7 @@ extern "C" void di_cuda_copy_rows(float *const *dst, const float *const *src, in
 __global__ void __launch_bounds__(COPY_THREADS)
 copy_strided_kernel(float *__restrict__ dst, int64_t dpitch, const float *__restrict__ src, int64_t spitch,
                     int64_t width) {
+    DI_PDL_BEGIN();
     float *d = dst + (int64_t)blockIdx.x * dpitch;
     const float *s = src + (int64_t)blockIdx.x * spitch;
     for (int64_t k = threadIdx.x; k < width; k += COPY_THREADS) d[k] = s[k];
@@ -67,6 +69,7 @@ extern "C" void di_cuda_copy_strided(float *dst, int64_t dpitch, const float *sr
 __global__ void __launch_bounds__(COPY_THREADS)
 embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tokens, int n, int64_t D,
              float *__restrict__ X, float *__restrict__ pre) {
+    DI_PDL_BEGIN();
     const int64_t ri = blockIdx.x; /* r * n + i */
     const int64_t r = ri / n;
     const int i = (int)(ri % n);
@@ -86,6 +89,7 @@ extern "C" void di_cuda_embed(const uint16_t *table, const int32_t *tokens, int6
 /* block per row r: out[r * stride + k] = bf16((X[r, 0, k] + ... + X[r, n-1, k]) / n), fp32 */
 __global__ void __launch_bounds__(COPY_THREADS)
 hc_mean_kernel(const float *__restrict__ X, int n, int64_t D, float *__restrict__ out, int64_t out_stride) {
+    DI_PDL_BEGIN();
     const int64_t r = blockIdx.x;
     const float *x = X + r * n * D; /* [n, D] */
     for (int64_t k = threadIdx.x; k < D; k += COPY_THREADS) {
@@ -103,6 +107,7 @@ extern "C" void di_cuda_hc_mean(const float *X, int64_t R, int n, int64_t D, flo
 }
 
 __global__ void __launch_bounds__(COPY_THREADS) scale_bf16_kernel(float *__restrict__ x, int64_t n, float scale) {
+    DI_PDL_BEGIN();
     for (int64_t i = (int64_t)blockIdx.x * COPY_THREADS + threadIdx.x; i < n; i += (int64_t)gridDim.x * COPY_THREADS)
         x[i] = di_dev_bf16_round(x[i] * scale);
 }

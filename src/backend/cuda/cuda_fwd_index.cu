@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(EW_THREADS)
 cmp_pair_kernel(const float *const *__restrict__ k0, const float *const *__restrict__ z0,
                 const float *const *__restrict__ k1, const float *const *__restrict__ z1, int64_t n, int dh,
                 float *__restrict__ latent) {
+    DI_PDL_BEGIN();
     for (int64_t j = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; j < n * dh; j += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t i = j / dh;
         const int d = (int)(j % dh);
@@ -41,6 +42,7 @@ extern "C" void di_cuda_cmp_pair(const float *const *k0, const float *const *z0,
 __global__ void __launch_bounds__(EW_THREADS)
 block_max_kernel(const float *__restrict__ score, int64_t R, int64_t P, int bs, int64_t nb,
                  const int64_t *__restrict__ visible, float *__restrict__ bscore) {
+    DI_PDL_BEGIN();
     for (int64_t j = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; j < R * nb; j += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t r = j / nb, b = j % nb, vis = visible[r];
         float mx = -INFINITY;
@@ -59,6 +61,7 @@ extern "C" void di_cuda_block_max(const float *score, int64_t R, int64_t P, int 
 }
 
 __global__ void __launch_bounds__(EW_THREADS) zero_bytes_kernel(uint8_t *__restrict__ p, int64_t n) {
+    DI_PDL_BEGIN();
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < n; i += (int64_t)gridDim.x * EW_THREADS)
         p[i] = 0;
 }
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(EW_THREADS) zero_bytes_kernel(uint8_t *__restr
 /* thread per (r, j) of blocks [R, keep]: flags[r, blocks[r, j]] = 1 (kept blocks are distinct) */
 __global__ void __launch_bounds__(EW_THREADS)
 cand_set_kernel(const int32_t *__restrict__ blocks, int64_t R, int keep, int64_t nb, uint8_t *__restrict__ flags) {
+    DI_PDL_BEGIN();
     for (int64_t j = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; j < R * keep; j += (int64_t)gridDim.x * EW_THREADS) {
         const int32_t b = blocks[j];
         if (b >= 0 && b < nb) flags[(j / keep) * nb + b] = 1;
@@ -86,6 +90,7 @@ extern "C" void di_cuda_cand_flags(const int32_t *blocks, int64_t R, int keep, i
 __global__ void __launch_bounds__(EW_THREADS)
 cand_apply_kernel(float *__restrict__ score, int64_t R, int64_t P, int bs, const uint8_t *__restrict__ flags,
                   int64_t nb) {
+    DI_PDL_BEGIN();
     for (int64_t j = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; j < R * P; j += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t r = j / P, b = (j % P) / bs;
         if (b >= nb || !flags[r * nb + b]) score[j] = -INFINITY;

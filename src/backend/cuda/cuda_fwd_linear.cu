@@ -39,6 +39,7 @@ template <int DT>
 __global__ void __launch_bounds__(LIN_WARPS * 32)
 linear_fixed_kernel(const void *__restrict__ data, const uint8_t *__restrict__ scale, int64_t row0, int64_t N,
                     int64_t K, const float *__restrict__ x, int64_t m, float *__restrict__ y, bool bf16_out) {
+    DI_PDL_BEGIN();
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
     if (n >= N) return; /* whole warps */

@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(EW_THREADS)
 moe_route_kernel(const float *__restrict__ logits, int ksplit, const float *__restrict__ bias, int64_t R, int E, int K,
                  float scale, int resident, int32_t *__restrict__ expert, float *__restrict__ weight,
                  int32_t *__restrict__ order) {
+    DI_PDL_BEGIN();
     __shared__ float score_s[EW_THREADS / 32][DI_MOE_ROUTE_MAX_E];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (EW_THREADS / 32) + warp;
@@ -205,6 +206,7 @@ static __device__ int group_offsets(int c, int G, int *warp_s, int *__restrict__
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_count_kernel(const int32_t *__restrict__ expert, int64_t n, int E, int *__restrict__ row_off,
                  int *__restrict__ active, group_tile_lists tiles) {
+    DI_PDL_BEGIN();
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32];
     const int t = threadIdx.x;
     cnt[t] = 0;
@@ -219,6 +221,7 @@ __global__ void __launch_bounds__(PLACE_THREADS)
 moe_place_kernel(const int32_t *__restrict__ expert, const float *__restrict__ weight, int64_t n, int K,
                  const float *x, const float *yg, int64_t D, const int *__restrict__ row_off, const float **x_rows,
                  const float **slot_rows, float *__restrict__ wts) {
+    DI_PDL_BEGIN();
     constexpr int NW = PLACE_THREADS / 32;
     __shared__ int warp_n[NW];
     const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -258,6 +261,7 @@ moe_route_group_kernel(const float *__restrict__ logits, int ksplit, const float
                        int32_t *__restrict__ order, const float *x, const float *yg, int64_t D,
                        int *__restrict__ row_off, int *__restrict__ active, const float **x_rows,
                        const float **slot_rows, float *__restrict__ wts, group_tile_lists tiles) {
+    DI_PDL_BEGIN();
     __shared__ float score_s[ROUTE_GROUP_MAX_ROWS][DI_MOE_ROUTE_MAX_E], bias_s[DI_MOE_ROUTE_MAX_E];
     __shared__ int cnt[GROUP_THREADS], warp_s[GROUP_THREADS / 32], ex_s[ROUTE_GROUP_MAX_ROWS * DI_MOE_ROUTE_MAX_K];
     const int t = threadIdx.x, warp = t >> 5, n = R * K;
@@ -321,6 +325,7 @@ extern "C" void di_cuda_moe_group(const int32_t *expert, const float *weight, in
 __global__ void __launch_bounds__(EW_THREADS)
 swiglu_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,
               const float *__restrict__ wt, float *h) {
+    DI_PDL_BEGIN();
     const int64_t total = n * inter;
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < total; i += (int64_t)gridDim.x * EW_THREADS)
         h[i] = di_dev_swiglu(g[i], u[i], lim, wt != nullptr, wt ? wt[i / inter] : 1.0f);
@@ -341,6 +346,7 @@ template <di_act_form FORM>
 __global__ void __launch_bounds__(EW_THREADS)
 swiglu_forms_kernel(const float *g, const float *__restrict__ u, int64_t n, int64_t inter, float lim,
                     const float *__restrict__ wt, float *h, di_cuda_act_forms forms) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x, quads = n * inter / 4;
     if ((i & ~(int64_t)31) >= quads) return; /* whole warps; quads % 8 == 0: a block's lanes all in or out */
     const bool in = i < quads;
@@ -397,6 +403,7 @@ extern "C" void di_cuda_swiglu_forms(const float *g, const float *u, int64_t n, 
 __global__ void __launch_bounds__(EW_THREADS)
 moe_combine_kernel(const float *const *__restrict__ slot_rows, const int32_t *__restrict__ order,
                    const float *__restrict__ shared, int64_t R, int K, int64_t D, float *__restrict__ out) {
+    DI_PDL_BEGIN();
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < R * D; i += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t r = i / D, k = i % D;
         float acc = 0.0f;
@@ -414,6 +421,7 @@ moe_combine_kernel(const float *const *__restrict__ slot_rows, const int32_t *__
 __global__ void __launch_bounds__(EW_THREADS)
 moe_combine4_kernel(const float *const *__restrict__ slot_rows, const int32_t *__restrict__ order,
                     const float *__restrict__ shared, int64_t R, int K, int64_t D, float *__restrict__ out) {
+    DI_PDL_BEGIN();
     const int64_t D4 = D / 4;
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < R * D4; i += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t r = i / D4, k = (i % D4) * 4;
@@ -446,6 +454,7 @@ extern "C" void di_cuda_moe_combine(const float *const *slot_rows, const int32_t
 __global__ void __launch_bounds__(EW_THREADS)
 engram_gather_kernel(const uint8_t *__restrict__ table, const uint8_t *__restrict__ scale,
                      const int64_t *__restrict__ rows, int64_t R, int ncols, int hd, float *__restrict__ e) {
+    DI_PDL_BEGIN();
     const int64_t E = (int64_t)ncols * hd;
     for (int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x; i < R * E; i += (int64_t)gridDim.x * EW_THREADS) {
         const int64_t r = i / E, c = (i % E) / hd, d = i % hd;
@@ -478,6 +487,7 @@ static __device__ double gate_block_sum(double v, double *red) {
 __global__ void __launch_bounds__(GATE_THREADS)
 engram_gate_kernel(float *__restrict__ X, const float *__restrict__ kv, const float *__restrict__ qk, int n,
                    int64_t D, float eps, float inv_sqrt_d) {
+    DI_PDL_BEGIN();
     __shared__ double red[GATE_THREADS / 32];
     const int64_t ri = blockIdx.x, r = ri / n;
     const int i = (int)(ri % n);

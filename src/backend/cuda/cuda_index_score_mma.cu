@@ -171,6 +171,7 @@ index_score_mma_kernel(const float *__restrict__ qi, const float *__restrict__ w
                        const int32_t *__restrict__ blocks, int be_shift, int64_t block_floats, int key_offset,
                        int key_stride, int64_t R, int64_t P, int nh, int idim, const int64_t *__restrict__ visible,
                        float *__restrict__ score, di_index_rows rows, int kc, int rpc_arg) {
+    DI_PDL_BEGIN();
     extern __shared__ uint4 im_smem[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, warp = threadIdx.x >> 5;
     const int rpc = SHARED ? rpc_arg : IM_WARPS, wpr = IM_WARPS / rpc, kcw = kc / wpr;

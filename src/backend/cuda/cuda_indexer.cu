@@ -145,6 +145,7 @@ static __device__ bool topk_pass_close(topk_shared *sh, unsigned long long *thr,
 /* Rows of any length: every pass reads the scores from global memory. */
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__restrict__ out_all) {
+    DI_PDL_BEGIN();
     __shared__ topk_shared sh;
     const float *score = score_all + (int64_t)blockIdx.x * P;
     int32_t *out = out_all + (int64_t)blockIdx.x * k;
@@ -188,6 +189,7 @@ topk_kernel(const float *__restrict__ score_all, int64_t P, int k, int32_t *__re
 template <int KPT, bool IN_KEYS, bool OUT_KEYS>
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_reg_kernel(const void *__restrict__ in_all, int64_t len, int chunk, int k, void *__restrict__ out_all) {
+    DI_PDL_BEGIN();
     __shared__ topk_shared sh;
     const int64_t r = blockIdx.x, e0 = (int64_t)blockIdx.y * chunk; /* the block's first entry */
     const int64_t n = len - e0 < chunk ? len - e0 : chunk;           /* entries of this chunk */

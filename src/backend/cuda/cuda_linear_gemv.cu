@@ -129,6 +129,7 @@ static __host__ __device__ size_t gv_ring_offset(int mode, int mt, int xrows, in
 
 template <int MODE, int MT>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
+    DI_PDL_BEGIN();
     constexpr bool FP4 = MODE == GV_FP4, W16 = MODE == GV_W16;
     constexpr bool A16 = gv_bf16_act(MODE); /* bf16 activations (A16 and W16) */
     constexpr bool X16 = gv_x16(MODE, MT); /* activations staged as f16 */

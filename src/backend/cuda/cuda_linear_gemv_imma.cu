@@ -56,6 +56,7 @@
 __global__ void act_quant_digits_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
                                         int64_t row_blocks, int64_t n_blocks, uint32_t *__restrict__ dg,
                                         float *__restrict__ xs) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
     uint32_t codes;
@@ -162,6 +163,7 @@ static __device__ __forceinline__ void gi_run_step(Step &step, I i, bool full, b
 
 template <int TT>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_kernel(gi_args a) {
+    DI_PDL_BEGIN();
     extern __shared__ int4 gi_smem[];
     int64_t m0 = (int64_t)blockIdx.y * TT;
     gi_block blk;
@@ -320,6 +322,7 @@ static __host__ __device__ size_t gr_smem_bytes(int64_t K, bool sw) {
  * its first warp (8 lanes a 32-value block) */
 template <bool SW>
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_row_kernel(gi_args a) {
+    DI_PDL_BEGIN();
     constexpr int H = 2; /* rows g, g + 8 of a lane */
     extern __shared__ int4 gi_smem[];
     int64_t m0 = blockIdx.y;

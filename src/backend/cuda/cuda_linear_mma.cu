@@ -50,6 +50,7 @@ enum { MM_FP8, MM_FP4, MM_A16, MM_W16 };
 __global__ void act_quant_e4m3_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
                                       int64_t row_blocks, int64_t n_blocks, uint8_t *__restrict__ q,
                                       float *__restrict__ s) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = i >> 3;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps (n_blocks * 8 lanes, rounded up) */
     uint32_t codes;
@@ -90,6 +91,7 @@ gemm_bs_kernel(const uint8_t *__restrict__ xa, int64_t lda, const float *__restr
                int64_t K, const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
                float *__restrict__ y, int64_t ldy, bool out_bf16, mm_groups grp, int ksplit, int split_blocks,
                float *__restrict__ part, int64_t part_stride) {
+    DI_PDL_BEGIN();
     typedef mm_layout<MODE, BM, BN, BKB> L;
     constexpr int BK = L::BK;
     constexpr bool FP4 = L::FP4, A16 = L::A16, W16 = L::W16;
@@ -318,6 +320,7 @@ struct mm_args {
 /* y [rows, ldy] = the K splits' partial sums added in split order (then bf16-rounded) */
 __global__ void mm_reduce_kernel(const float *__restrict__ part, int ksplit, int64_t n, bool out_bf16,
                                  float *__restrict__ y) {
+    DI_PDL_BEGIN();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float v = part[i];
         for (int k = 1; k < ksplit; k++) v += part[k * n + i];

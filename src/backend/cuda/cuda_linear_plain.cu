@@ -89,6 +89,7 @@ extern "C" void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes) {
  * them, the last n % 4 by the thread past the vectors; else one */
 template <int V>
 __global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ out) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (V == 1) {
         if (i < n) out[i] = (uint16_t)di_dev_bf16_bits(x[i]);
@@ -103,10 +104,12 @@ __global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint1
     }
 }
 __global__ void bf16_to_f32_kernel(const uint16_t *__restrict__ x, int64_t n, float *__restrict__ out) {
+    DI_PDL_BEGIN();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = di_dev_bf16_load(x + i);
 }
 __global__ void bf16_round_kernel(float *x, int64_t n) {
+    DI_PDL_BEGIN();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = di_dev_bf16_round(x[i]);
 }

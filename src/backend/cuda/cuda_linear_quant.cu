@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(LQ_WARPS * 32)
 linear_quant_kernel(const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale,
                     const float *__restrict__ x, int64_t M, int64_t N, int64_t K,
                     float *__restrict__ y, lq_groups grp) {
+    DI_PDL_BEGIN();
     extern __shared__ int4 lq_smem[];
     const int nb = (int)(K / 32), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int *xi = reinterpret_cast<int *>(lq_smem);              /* [MT][nb][LQ_PAD] q * 2^9 */

@@ -121,6 +121,7 @@ struct wg_layout {
  * act_quant leaves); 8 lanes a block, 4 values a lane (act_quant_e4m3_kernel's quantisation) */
 __global__ void act_quant_bf16_kernel(const float *__restrict__ x, const float *const *__restrict__ rows,
                                       int64_t row_blocks, int64_t n_blocks, uint2 *__restrict__ xb) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if ((i & ~(int64_t)31) >= n_blocks * 8) return; /* whole warps */
     uint32_t codes;
@@ -166,6 +167,7 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
                const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
                mm_groups grp, int ksplit, int split_blocks, float *__restrict__ part, int64_t part_stride,
                wg_second second, bool out_bf16) {
+    DI_PDL_BEGIN();
     typedef wg_layout<WT, BT, NC> L;
     constexpr bool FP4 = L::FP4, W16 = L::W16;
     constexpr int NI = BT / 8, RB = L::RB; /* n8 column groups of a consumer's D; raw bytes a row */

@@ -199,6 +199,7 @@ template <int NFT, bool V4, int POST>
 __global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
+    DI_PDL_BEGIN();
     extern __shared__ double mix_smem[];
     double *fs = mix_smem; /* [NFT * 8][mix_stride] */
     constexpr int chunk = mix_chunk(8 * NFT), stride = mix_stride(8 * NFT); /* nmix's: mix_fn_rows(nmix) = 8 NFT */
@@ -280,6 +281,7 @@ static __device__ __forceinline__ float hc_mix_finish_one(const double *__restri
 /* mix [T, nmix] from the chunk sums: a warp per output */
 __global__ void hc_mix_finish_kernel(const double *__restrict__ part, int64_t T, int nmix, int n_chunks, int64_t len,
                                      float eps, float *__restrict__ mix) {
+    DI_PDL_BEGIN();
     const int64_t idx = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (idx >= T * nmix) return; /* whole warps leave together */
     const int64_t tok = idx / nmix;
@@ -423,6 +425,7 @@ template <int NC>
 __global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
                                         const float *__restrict__ base, int64_t T, int n_any, int iters, float eps,
                                         float *pre_all, float *post_all, float *comb_all) {
+    DI_PDL_BEGIN();
     const int n = NC ? NC : n_any;
     const int64_t tok = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (tok >= T) return; /* whole warps leave together */
@@ -433,6 +436,7 @@ __global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const
 __global__ void hc_split_sinkhorn_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
                                          const float *__restrict__ base, int64_t T, int n, int iters,
                                          float eps, float *pre_all, float *post_all, float *comb_all) {
+    DI_PDL_BEGIN();
     const int64_t tok = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (tok >= T) return;
     const float *mix = mix_all + tok * n * (n + 2);
@@ -516,6 +520,7 @@ static __device__ __forceinline__ void hc_split(int64_t idx, int64_t dv, bool sm
 template <int V>
 __global__ void hc_pre_kernel(const float *__restrict__ x, int64_t T, int n, int64_t d,
                               const float *__restrict__ p, float *__restrict__ out) {
+    DI_PDL_BEGIN();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
     if (idx >= T * dv) return;
     int64_t tok, kv;
@@ -579,6 +584,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
                    const uint16_t *__restrict__ w, float eps, const double *__restrict__ part, int n_chunks,
                    const float *__restrict__ scale, const float *__restrict__ base, int iters, float hc_eps,
                    float *pre_out, float *post, float *comb, float *__restrict__ y, di_cuda_act_forms yf) {
+    DI_PDL_BEGIN();
     constexpr int NORM_WARPS = HB_NORM_THREADS / 32;
     const int n = NC ? NC : n_any, nmix = n * (n + 2);
     const int64_t tok = blockIdx.x, len = (int64_t)n * d;
@@ -731,6 +737,7 @@ template <int V>
 __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restrict__ r, int64_t T, int n,
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
                                float *__restrict__ out) {
+    DI_PDL_BEGIN();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
     if (idx >= T * dv) return;
     int64_t tok, kv;

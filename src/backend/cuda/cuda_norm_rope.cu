@@ -49,6 +49,7 @@ struct norm_job {
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(norm_job j0, norm_job j1, unsigned m0, float eps) {
+    DI_PDL_BEGIN();
     __shared__ double warp_sum[NORM_THREADS / 32];
     const bool second = blockIdx.x >= m0; /* uniform over the block */
     const norm_job j = second ? j1 : j0;
@@ -175,6 +176,7 @@ extern "C" void di_cuda_rmsnorm_q_kv(int64_t m, float eps, const float *xq, cons
 __global__ void rope_kernel(float *x, int64_t rows, int64_t n_vec, int64_t stride, int64_t offset,
                             int half, const float *__restrict__ cos_rows,
                             const float *__restrict__ sin_rows, bool inverse) {
+    DI_PDL_BEGIN();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= rows * n_vec * half) return;
     const int i = (int)(idx % half);

@@ -33,6 +33,7 @@ static __device__ __forceinline__ uint32_t fp4_code(float q) {
 /* x [n], one value per thread; group = 16 or 32 lanes per quantisation block */
 template <int GROUP, bool FP4>
 __global__ void quant_group_kernel(float *x, int64_t n, int kind) {
+    DI_PDL_BEGIN();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     float v = i < n ? x[i] : 0.0f;
     float a = fabsf(v);
@@ -44,6 +45,7 @@ __global__ void quant_group_kernel(float *x, int64_t n, int kind) {
 /* x [n], one thread per block of `block` values (any block size) */
 template <bool FP4>
 __global__ void quant_serial_kernel(float *x, int64_t n, int block, int kind) {
+    DI_PDL_BEGIN();
     int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * block;
     if (b >= n) return;
     float a = 0.0f;
@@ -80,6 +82,7 @@ extern "C" void di_cuda_act_quant_inplace(float *x, int64_t n, int block, cudaSt
  * of a word OR their nibbles together by shuffles */
 __global__ void index_key_quant_kernel(const float *__restrict__ key, int64_t n, int idim, int rec_bytes,
                                        uint8_t *const *__restrict__ dst) {
+    DI_PDL_BEGIN();
     const int nb = idim / 32, lane = threadIdx.x & 31;
     const int64_t wi = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; /* key wi / nb, block wi % nb */
     if (wi >= n * nb) return; /* whole warps */
@@ -122,6 +125,7 @@ extern "C" void di_cuda_index_key_quant(const float *key, int64_t n, int idim, i
  * its pair's code byte, the group's first lane the scale byte (0x7F: the block held a NaN) */
 __global__ void kv_record_quant_kernel(const float *__restrict__ row, int64_t n, int dh, int rec_bytes,
                                        uint8_t *const *__restrict__ dst) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* row i / dh, dim i % dh */
     const bool live = i < n * dh;
     const float x = live ? row[i] : 0.0f;

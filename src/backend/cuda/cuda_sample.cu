@@ -48,6 +48,7 @@ __device__ __forceinline__ int32_t greedy_token_of(uint64_t key) {
 __global__ void __launch_bounds__(GREEDY_THREADS)
 greedy_slices_kernel(const float *__restrict__ logits, int64_t V, int64_t slice_len, uint64_t *__restrict__ keys,
                      int32_t *__restrict__ tokens) {
+    DI_PDL_BEGIN();
     const int64_t row = blockIdx.y, lo = (int64_t)blockIdx.x * slice_len;
     const int64_t hi = lo + slice_len < V ? lo + slice_len : V;
     const float *x = logits + row * V;
@@ -82,6 +83,7 @@ greedy_slices_kernel(const float *__restrict__ logits, int64_t V, int64_t slice_
 /* warp per row: tokens[row] = the token of the row's maximal slice key. keys [n, slices] */
 __global__ void __launch_bounds__(32) greedy_rows_kernel(const uint64_t *__restrict__ keys, int slices,
                                                           int32_t *__restrict__ tokens) {
+    DI_PDL_BEGIN();
     const uint64_t *k = keys + (int64_t)blockIdx.x * slices;
     uint64_t best = 0;
     for (int j = threadIdx.x; j < slices; j += 32) best = k[j] > best ? k[j] : best;

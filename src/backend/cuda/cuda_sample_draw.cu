@@ -127,6 +127,7 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *
 __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_plain_sampling *__restrict__ params,
                          sample_row_ws *__restrict__ ws) {
+    DI_PDL_BEGIN();
     __shared__ sample_smem sm;
     const di_plain_sampling p = params[blockIdx.x];
     if (!(p.temperature > 0.0f)) return;
@@ -148,6 +149,7 @@ __global__ void __launch_bounds__(WEIGHT_THREADS)
 sample_weights_kernel(const float *__restrict__ logits, int64_t V, int64_t slice_len,
                       const di_plain_sampling *__restrict__ params, sample_row_ws *__restrict__ ws,
                       uint64_t *__restrict__ W) {
+    DI_PDL_BEGIN();
     __shared__ uint32_t count[NB];
     __shared__ uint64_t mass[NB];
     __shared__ uint64_t warp_sum[WEIGHT_THREADS / 32];
@@ -278,6 +280,7 @@ __device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint3
 __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sampling *__restrict__ params,
                    sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens) {
+    DI_PDL_BEGIN();
     __shared__ sample_smem sm;
     const di_plain_sampling p = params[blockIdx.x];
     if (!(p.temperature > 0.0f)) return;

@@ -46,6 +46,7 @@ __device__ __forceinline__ void edit_listed(float *__restrict__ z, const int32_t
 
 __global__ void __launch_bounds__(EDIT_THREADS)
 edit_rows_kernel(float *__restrict__ logits, int64_t V, const di_cuda_row_edits *__restrict__ edits) {
+    DI_PDL_BEGIN();
     const di_cuda_row_edits e = edits[blockIdx.x];
     float *z = logits + e.row * V; /* [V] */
     for (int32_t i = threadIdx.x; i < e.n_bias; i += EDIT_THREADS) {

@@ -77,6 +77,7 @@ __device__ double lp_lse(const float *__restrict__ x, int64_t V) {
 __global__ void __launch_bounds__(LP_THREADS)
 logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, const int32_t *__restrict__ tokens,
                     di_sample_result *__restrict__ out) {
+    DI_PDL_BEGIN();
     __shared__ double warp_v[LP_WARPS];
     __shared__ int32_t warp_id[LP_WARPS];
     const di_cuda_logprob_row r = rows[blockIdx.x];

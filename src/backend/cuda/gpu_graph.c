@@ -27,10 +27,22 @@
  * update (test_device_graphs checks it; each refusal would be an API error under
  * compute-sanitizer).
  *
+ * DEEPINFER_GPU_PDL (m->device_pdl): each captured piece's edges from a kernel to one of this
+ * backend's kernels become programmatic (port cudaGraphKernelNodePortProgrammatic) before it is
+ * instantiated or used for an update: the dependent may then be launched as its predecessor's
+ * blocks exit (none of ours triggers earlier), before the grid has completed and its memory been
+ * flushed; each of ours first waits for that in griddepcontrol.wait (DI_PDL_BEGIN, cuda_common.cuh),
+ * before any load or store. So the bits are those of plain edges; what overlaps is the dependent's
+ * launch with its predecessor's end (session 46, H100: B = 1 10.9 -> 10.6 ms a step, B = 64 -1.3%,
+ * B = 256 -0.9%). Edges into other kernels (cuBLAS's, which wait for nothing) and into copies stay
+ * plain. tools/cuda/probe_pdl.cu measures the forms on a chain shaped like a B = 1 layer.
+ *
  * Not captured (eager): exact mode and debug runs (they download mid-call), forced or exported
  * indexer selections, the stage profile (it synchronises at stage boundaries), calls above
  * GPU_GRAPH_MAX_ROWS rows (prefill chunks: launch overhead is small there), DEEPINFER_ENFORCE_EAGER,
  * and any call whose capture cannot begin (an emulator without graphs). */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +99,68 @@ static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes, int64_t *mem
     return h;
 }
 
+/* Is func (a kernel node's function) one of this backend's kernels -- in the module that holds this
+ * code, whose kernels all begin with DI_PDL_BEGIN? dladdr walks symbol tables, so answers are
+ * cached by address (a few dozen distinct kernels; engines on several threads share the cache).
+ * Kernels launched through the driver API (libraries) are not found in this module. */
+static bool own_kernel(const void *func) {
+    enum { CACHE = 512 };
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const void *seen[CACHE];
+    static bool verdict[CACHE];
+    static void *own_base;
+    if (!func) return false;
+    pthread_mutex_lock(&lock);
+    size_t h = ((uintptr_t)func >> 4) % CACHE;
+    for (int probe = 0; probe < CACHE && seen[h] && seen[h] != func; probe++) h = (h + 1) % CACHE;
+    if (seen[h] != func) {
+        Dl_info me, it;
+        if (!own_base && dladdr((const void *)&own_kernel, &me)) own_base = me.dli_fbase;
+        const bool ours = own_base && dladdr(func, &it) && it.dli_fbase == own_base;
+        if (seen[h]) { /* a full table: answer without caching */
+            pthread_mutex_unlock(&lock);
+            return ours;
+        }
+        seen[h] = func;
+        verdict[h] = ours;
+    }
+    const bool ours = verdict[h];
+    pthread_mutex_unlock(&lock);
+    return ours;
+}
+
+/* Makes graph's kernel -> own-kernel edges programmatic; returns how many. */
+static int64_t make_programmatic(cudaGraph_t graph) {
+    size_t n = 0;
+    GPU_CK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &n));
+    if (!n) return 0;
+    cudaGraphNode_t *from = di_xmalloc(sizeof(cudaGraphNode_t) * n), *to = di_xmalloc(sizeof(cudaGraphNode_t) * n);
+    cudaGraphEdgeData *data = di_xcalloc(n, sizeof(cudaGraphEdgeData));
+    GPU_CK(cudaGraphGetEdges(graph, from, to, data, &n));
+    int64_t changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        enum cudaGraphNodeType a, b;
+        GPU_CK(cudaGraphNodeGetType(from[i], &a));
+        GPU_CK(cudaGraphNodeGetType(to[i], &b));
+        if (a != cudaGraphNodeTypeKernel || b != cudaGraphNodeTypeKernel || data[i].type != cudaGraphDependencyTypeDefault)
+            continue;
+        struct cudaKernelNodeParams kp;
+        GPU_CK(cudaGraphKernelNodeGetParams(to[i], &kp));
+        if (!own_kernel(kp.func)) continue;
+        cudaGraphEdgeData pe;
+        memset(&pe, 0, sizeof pe);
+        pe.from_port = cudaGraphKernelNodePortProgrammatic;
+        pe.type = cudaGraphDependencyTypeProgrammatic;
+        GPU_CK(cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1));
+        GPU_CK(cudaGraphAddDependencies(graph, &from[i], &to[i], &pe, 1));
+        changed++;
+    }
+    free(from);
+    free(to);
+    free(data);
+    return changed;
+}
+
 /* a kept executable graph of this (piece, topology) updated to `graph`, or NULL */
 static cudaGraphExec_t update_kept(gpu_graphs *gs, cudaGraph_t graph, int piece, size_t n_nodes, uint64_t sig) {
     for (int i = 0; i < GPU_GRAPH_SLOTS; i++) {
@@ -133,6 +207,7 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     const double t1 = di_seconds_now();
     if (f->graph_piece == 0) gs->stats.captured++;
     gs->stats.capture_s += t1 - f->capture_t0;
+    if (f->m->device_pdl) gs->stats.programmatic_edges += make_programmatic(graph);
     size_t n_nodes = 0;
     const uint64_t sig = graph_signature(graph, &n_nodes, &gs->stats.memory_nodes);
     cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes, sig) : NULL;

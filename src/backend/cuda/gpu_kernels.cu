@@ -15,6 +15,7 @@ extern "C" {
 /* one thread per (row, list entry); with write_rings the row's first dh / 4 threads also copy its kv
  * row into the ring (a float4 each) */
 __global__ void attn_list_kernel(gpu_list_args a, int64_t R, int n_list, const float **list) {
+    DI_PDL_BEGIN();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * n_list) return;
     const int64_t r = i / n_list;
@@ -83,6 +84,7 @@ __device__ static uint8_t random_byte(int kind, uint64_t r, size_t i) {
 }
 
 __global__ void fill_random_kernel(uint8_t *p, size_t bytes, uint64_t seed, int kind) {
+    DI_PDL_BEGIN();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride)
         p[i] = random_byte(kind, mix64(seed + i), i);
@@ -99,6 +101,7 @@ extern "C" void gpu_fill_random(void *dev, size_t bytes, uint64_t seed, int kind
  * key_bytes for idim dims (forward/index_key.h: random codes, block scales 2^-7 .. 2^0); zero padding */
 __global__ void fill_kv_blocks_kernel(uint8_t *p, size_t bytes, int block_bytes, int block_entries, int row_bytes, int dh,
                                       int key_bytes, int idim, uint64_t seed) {
+    DI_PDL_BEGIN();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const int keys_offset = block_entries * row_bytes;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
