@@ -34,9 +34,12 @@
 #define WEIGHT_MIN_SLICE 2048       /* ids a weights block at least */
 #define WEIGHT_GRID_TARGET (132 * 8) /* weights blocks a launch: every multiprocessor several times */
 #define NB DI_SAMPLE_WEIGHT_BUCKETS
-/* loads in flight a thread in the passes of a row's one block (thresholds, draw): at one row its
- * block alone is on the card, waiting on the L2 (session 45: 8 -> 16) */
+/* loads in flight a thread in the passes of a row's one block: at one row its block alone is on
+ * the card, waiting on the L2. The thresholds' float passes take 16 (session 45; H100, ncu: 32 -> 26
+ * us at B = 1); the draw's 64-bit weights 8 (16 ran 339 -> 359 us at B = 1 and 1,061 -> 1,702 us
+ * at B = 256: session 46) */
 #define ROW_LOADS 16
+#define DRAW_LOADS 8
 
 /* A row's state between the launches: sample_row_ws (cuda_sample_ws.cuh), before the weights. */
 
@@ -225,7 +228,7 @@ __device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64
         for (int64_t j = threadIdx.x; j < (int64_t)sm->n_keys; j += SAMPLE_THREADS) f(sm->keys[j]);
         return;
     }
-    di_dev_for_each_loaded<ROW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
+    di_dev_for_each_loaded<DRAW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
         if (w && di_sample_weight_bucket(w) == bucket) f(sample_key(w, j, id_bits));
     });
 }
@@ -304,7 +307,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
         const bool gathered = sm.count[bucket] <= SAMPLE_CAP;
         __syncthreads(); /* count is reused */
         if (gathered) {
-            di_dev_for_each_loaded<ROW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
+            di_dev_for_each_loaded<DRAW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
                 if (w && di_sample_weight_bucket(w) == bucket) sm.keys[atomicAdd(&sm.n_keys, 1u)] = sample_key(w, i, id_bits);
             });
             __syncthreads();
@@ -322,7 +325,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     const int64_t seg = ((V + SAMPLE_WARPS - 1) / SAMPLE_WARPS + 31) / 32 * 32; /* ids a warp */
     uint64_t mine = 0;
     const int64_t lo = warp * seg, hi = lo + seg < V ? lo + seg : V;
-    di_dev_for_each_loaded<ROW_LOADS>(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
+    di_dev_for_each_loaded<DRAW_LOADS>(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
         if (w && sample_key(w, i, id_bits) >= cut) mine += w;
     });
     mine = warp_sum_u64(mine);
@@ -340,7 +343,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     const int64_t per = (seg + SAMPLE_THREADS - 1) / SAMPLE_THREADS; /* ids a thread: 16 at 129,280 */
     const int64_t t_lo = s_lo + threadIdx.x * per, t_hi = t_lo + per < s_hi ? t_lo + per : s_hi;
     uint64_t own = 0;
-    di_dev_for_each_loaded<ROW_LOADS>(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
+    di_dev_for_each_loaded<DRAW_LOADS>(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
         if (w && sample_key(w, i, id_bits) >= cut) own += w;
     });
     /* exclusive prefix of the threads' sums, in thread order */
