@@ -43,6 +43,7 @@
  * and any call whose capture cannot begin (an emulator without graphs). */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,8 +130,9 @@ static bool own_kernel(const void *func) {
     return ours;
 }
 
-/* Makes graph's kernel -> own-kernel edges programmatic; returns how many. */
-static int64_t make_programmatic(cudaGraph_t graph) {
+/* Makes graph's kernel -> own-kernel edges programmatic; returns how many. A driver that refuses a
+ * programmatic edge gets the plain one back and *refused set (the caller stops asking). */
+static int64_t make_programmatic(cudaGraph_t graph, bool *refused) {
     size_t n = 0;
     GPU_CK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &n));
     if (!n) return 0;
@@ -152,7 +154,12 @@ static int64_t make_programmatic(cudaGraph_t graph) {
         pe.from_port = cudaGraphKernelNodePortProgrammatic;
         pe.type = cudaGraphDependencyTypeProgrammatic;
         GPU_CK(cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1));
-        GPU_CK(cudaGraphAddDependencies(graph, &from[i], &to[i], &pe, 1));
+        if (cudaGraphAddDependencies(graph, &from[i], &to[i], &pe, 1) != cudaSuccess) {
+            cudaGetLastError();
+            GPU_CK(cudaGraphAddDependencies(graph, &from[i], &to[i], &data[i], 1));
+            *refused = true;
+            break;
+        }
         changed++;
     }
     free(from);
@@ -207,7 +214,12 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     const double t1 = di_seconds_now();
     if (f->graph_piece == 0) gs->stats.captured++;
     gs->stats.capture_s += t1 - f->capture_t0;
-    if (f->m->device_pdl) gs->stats.programmatic_edges += make_programmatic(graph);
+    if (f->m->device_pdl && !gs->pdl_refused) {
+        gs->stats.programmatic_edges += make_programmatic(graph, &gs->pdl_refused);
+        if (gs->pdl_refused)
+            fprintf(stderr, "deepinfer: the CUDA driver refused a programmatic graph edge; plain edges from here on "
+                            "(DEEPINFER_GPU_PDL=0 asks for them)\n");
+    }
     size_t n_nodes = 0;
     const uint64_t sig = graph_signature(graph, &n_nodes, &gs->stats.memory_nodes);
     cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes, sig) : NULL;

@@ -70,6 +70,7 @@ typedef struct gpu_graphs {
     int n_extra, cap_extra;
     gpu_spill spill;
     di_graph_stats stats;
+    bool pdl_refused;          /* the driver refused a programmatic edge: plain edges only */
 } gpu_graphs;
 
 typedef struct gpu_fwd gpu_fwd;
