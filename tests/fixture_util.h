@@ -9,13 +9,15 @@
 
 #include "base/numerics.h"
 #include "base/settings.h"
+#include "cli/commands.h"
 #include "forward/device.h"
 #include "model/safetensors.h"
 
 /* The settings the model tests honour, read once through the registry, as the CLI reads them:
  * DEEPINFER_ACCELERATOR=nvidia selects the GPU (device runs: tools/cuda/device_model_run.sh; CI
  * runs the tests on the CPU reference), DEEPINFER_BATCH_INVARIANT, DEEPINFER_GPU_EXACT,
- * DEEPINFER_GPU_WGMMA and DEEPINFER_ENFORCE_EAGER as for the CLI. A malformed value stops the test
+ * DEEPINFER_GPU_WGMMA, DEEPINFER_ENFORCE_EAGER and DEEPINFER_GPU_PDL as for the CLI (the same
+ * di_cli_backend_flags). A malformed value stops the test
  * with the registry's message. DI_TEST_BACKEND=cuda|cpu, for tests only, overrides the backend. */
 static inline const di_settings *test_settings(void) {
     static di_settings s;
@@ -37,12 +39,7 @@ static inline const char *test_backend(void) {
 }
 static inline bool test_enforce_eager(void) { return test_settings()->enforce_eager; }
 static inline di_status test_use_backend(di_model *m, di_err *err) {
-    const di_settings *s = test_settings();
-    return di_model_select_backend(m, test_backend(),
-                                   (s->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) |
-                                       (s->gpu_exact ? DI_BACKEND_EXACT : 0) | (s->enforce_eager ? DI_BACKEND_EAGER : 0) |
-                                       (s->gpu_wgmma ? DI_BACKEND_WGMMA : 0) | (s->gpu_pdl ? DI_BACKEND_PDL : 0),
-                                   err);
+    return di_model_select_backend(m, test_backend(), di_cli_backend_flags(test_settings()), err);
 }
 
 typedef struct logit_stats {
