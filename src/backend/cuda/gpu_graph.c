@@ -33,8 +33,8 @@
  * blocks exit (none of ours triggers earlier), before the grid has completed and its memory been
  * flushed; each of ours first waits for that in griddepcontrol.wait (DI_PDL_BEGIN, cuda_common.cuh),
  * before any load or store. So the bits are those of plain edges; what overlaps is the dependent's
- * launch with its predecessor's end (session 46, H100: B = 1 10.9 -> 10.6 ms a step, B = 64 -1.3%,
- * B = 256 -0.9%). Edges into other kernels (cuBLAS's, which wait for nothing) and into copies stay
+ * launch with its predecessor's end (session 46, H100: B = 1 10.84 -> 10.58 ms a step, B = 64
+ * -0.9%, B = 256 -0.6%). Edges into other kernels (cuBLAS's, which wait for nothing) and into copies stay
  * plain. tools/cuda/probe_pdl.cu measures the forms on a chain shaped like a B = 1 layer.
  *
  * Not captured (eager): exact mode and debug runs (they download mid-call), forced or exported
