@@ -1,18 +1,18 @@
 /* Thread-block clusters (sm_90) for the attention kernels, whose ranks split one row's runs and
- * merge through distributed shared memory (internal header): the cluster barrier, a pointer to
- * the same shared variable in another rank, the merge weights, the run split and the cluster
- * launch. The CPU emulator (tools/cuda/emu) runs one CTA at a time and has no clusters, so its
- * launchers never split (a cluster of one): there the barrier is the block's and every rank is
- * this one. */
+ * merge through distributed shared memory, and for the sampling kernels of a few rows
+ * (cuda_sample_draw.cu) (internal header): the cluster barrier, a pointer to the same shared
+ * variable in another rank, the merge weights, the run split and the cluster launch. The CPU
+ * emulator (tools/cuda/emu) runs a cluster's CTAs at once (emu::launch_cluster), but the attention's
+ * run split keeps one rank there (a cluster of one: its barrier the block's, every rank this one). */
 #ifndef DI_CUDA_CLUSTER_CUH
 #define DI_CUDA_CLUSTER_CUH
 
 #include "backend/cuda/cuda_common.cuh" /* the runtime, or the emulator's (DI_CUDA_EMU_H) */
 
 #ifdef DI_CUDA_EMU_H
-static void di_cluster_sync(void) { __syncthreads(); }
+static void di_cluster_sync(void) { emu::cluster_sync(); }
 template <class T>
-static T *di_cluster_rank_smem(T *p, int) { return p; }
+static T *di_cluster_rank_smem(T *p, int rank) { return emu::cluster_map(p, rank); }
 #else
 #include <cooperative_groups.h>
 static __device__ __forceinline__ void di_cluster_sync(void) { cooperative_groups::this_cluster().sync(); }
@@ -56,8 +56,8 @@ template <class... P, class... A>
 static void di_cluster_launch(void (*kernel)(P...), dim3 grid, int threads, size_t smem, int n_split, cudaStream_t s,
                               A... args) {
 #ifdef DI_CUDA_EMU_H
-    (void)n_split;
-    emu::launch(kernel, grid, dim3(threads), smem, s)(args...);
+    (void)s;
+    emu::launch_cluster(kernel, grid, dim3(threads), smem, (unsigned)n_split)(args...);
 #else
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;

@@ -6,20 +6,27 @@
 namespace emu {
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
-block_state *g_block;
-std::vector<unsigned char> g_dyn_smem;
+thread_local block_state *g_block;
 } // namespace emu
+
+/* the multiprocessors the emulated device reports: 4, or $EMU_SMS (e.g. 132, an H100's, for the
+ * launch shapes a real card gets: the sampling kernels' clusters) */
+static int emu_sms(void) {
+    const char *e = getenv("EMU_SMS");
+    const int n = e ? atoi(e) : 0;
+    return n > 0 ? n : 4;
+}
 
 cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     memset(p, 0, sizeof *p);
     strcpy(p->name, "CPU emulation (tools/cuda/emu)");
     p->major = 9;
-    p->multiProcessorCount = 4;
+    p->multiProcessorCount = emu_sms();
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 4; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = emu_sms(); return cudaSuccess; }
 cudaError_t cudaMalloc(void **p, size_t n) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256);
     memset(*p, 0xa5, n); /* garbage */

@@ -6,6 +6,8 @@
 #     EMU_TEST=test_cuda_fwd_ops bash tools/cuda/emu/run_emu.sh [test args]
 # EMU_TEST names the tests/cuda/<name>.cu to build (default test_cuda_ops); EMU_BUILD the build
 # folder, EMU_JOBS the parallel compiles (default nproc). Each test gets its own executable, $EMU_BUILD/<name>_emu.
+# EMU_SMS=132 makes the emulated card report 132 multiprocessors (an H100's): the launch shapes a
+# real card gets, e.g. the sampling kernels' clusters of 8 (`EMU_SMS=132 $EMU_BUILD/<name>_emu args` reruns one).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${EMU_BUILD:-/tmp/deepinfer-cuda-emu}

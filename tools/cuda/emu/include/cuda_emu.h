@@ -1,8 +1,11 @@
 /* A CPU stand-in for the parts of CUDA the backend's kernels use, to run their LOGIC without a GPU
  * (tools/cuda/emu/run_emu.sh). Each thread block runs on blockDim real threads (std::thread, made
  * once per launch); __syncthreads, named barriers (bar.sync / bar.arrive between warp roles) and
- * the warp primitives (shuffles, ballot, __syncwarp) are barriers; __shared__ becomes static
- * storage (blocks run one after another); device memory is host memory.
+ * the warp primitives (shuffles, ballot, __syncwarp) are barriers; each __shared__ variable is the
+ * block's own storage (translate.py: cta_shared, garbage at first use like the device's); device
+ * memory is host memory. Blocks run one after another, except a cluster's (launch_cluster), which
+ * run at once on rank x blockDim threads: cluster_sync is a barrier over them all and cluster_map
+ * finds a variable's storage in another rank (distributed shared memory).
  *
  * What it checks: indexing, bounds, barrier placement, warp-collective usage -- the bugs that make
  * a kernel wrong at every size. What it does not: nvcc's code generation and the device's
@@ -17,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -101,6 +105,7 @@ struct mbarrier {
         cv.wait(lock, [&] { return (int)(phase & 1u) != parity; });
     }
 };
+struct cluster_state;
 struct block_state {
     std::barrier<> *block_bar;
     named_barrier named[16];
@@ -108,61 +113,128 @@ struct block_state {
     std::map<const void *, std::unique_ptr<mbarrier>> mbar; /* by shared-memory address */
     std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
     std::vector<uint64_t> xbuf; /* [threads] warp exchange */
+    std::vector<std::max_align_t> dyn; /* the launch's dynamic shared memory, this block's */
+    std::mutex smem_m;
+    std::map<const void *, std::vector<std::max_align_t>> smem; /* each __shared__ declaration's, by its key */
+    cluster_state *cluster = nullptr;
 };
-extern block_state *g_block;
-extern std::vector<unsigned char> g_dyn_smem;
-static inline void *dyn_smem() { return g_dyn_smem.data(); }
+struct cluster_state {
+    std::barrier<> *bar;              /* every thread of every rank */
+    std::vector<block_state *> ranks; /* by rank (blockIdx.x - the cluster's first) */
+};
+extern thread_local block_state *g_block; /* the block this thread runs */
+static inline void *dyn_smem() { return g_block->dyn.data(); }
+static inline void fill_garbage(std::vector<std::max_align_t> &v, size_t bytes) {
+    v.assign((bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t) + 1, std::max_align_t{});
+    memset((void *)v.data(), 0xcd, v.size() * sizeof(std::max_align_t));
+}
+/* block b's storage of the __shared__ declaration `key`, made at its first use */
+static inline unsigned char *smem_of(block_state *b, const void *key, size_t bytes) {
+    std::lock_guard<std::mutex> lock(b->smem_m);
+    std::vector<std::max_align_t> &v = b->smem[key];
+    if (v.empty()) fill_garbage(v, bytes);
+    return (unsigned char *)v.data();
+}
+template <class T>
+static inline T &cta_shared(const void *key) { return *reinterpret_cast<T *>(smem_of(g_block, key, sizeof(T))); }
+/* p (shared memory of this thread's block) in the block of `rank` of its cluster */
+template <class T>
+static inline T *cluster_map(T *p, int rank) {
+    block_state *me = g_block;
+    if (!me->cluster) {
+        if (rank != 0) fprintf(stderr, "emu: rank %d of a block outside a cluster\n", rank), abort();
+        return p;
+    }
+    block_state *other = me->cluster->ranks[(size_t)rank];
+    const unsigned char *q = (const unsigned char *)p;
+    auto inside = [&](const std::vector<std::max_align_t> &v) {
+        return q >= (const unsigned char *)v.data() && q < (const unsigned char *)(v.data() + v.size());
+    };
+    if (inside(me->dyn)) return (T *)((unsigned char *)other->dyn.data() + (q - (const unsigned char *)me->dyn.data()));
+    const void *key = nullptr;
+    size_t off = 0, bytes = 0;
+    {
+        std::lock_guard<std::mutex> lock(me->smem_m);
+        for (auto &e : me->smem)
+            if (inside(e.second)) {
+                key = e.first, off = (size_t)(q - (const unsigned char *)e.second.data());
+                bytes = e.second.size() * sizeof(std::max_align_t);
+                break;
+            }
+    }
+    if (!key) fprintf(stderr, "emu: cluster_map of an address outside shared memory\n"), abort();
+    return (T *)(smem_of(other, key, bytes) + off);
+}
 
 template <class... P>
 struct launcher {
     void (*k)(P...);
     dim3 g, b;
     size_t smem;
+    unsigned cx; /* blocks a cluster along x (1: none) */
     template <class... A>
     void operator()(A... args) {
         gridDim = g;
         blockDim = b;
-        g_dyn_smem.assign(smem + 16, 0xcd); /* garbage, like uninitialised shared memory */
         const unsigned nt = b.x * b.y * b.z;
         if (nt % 32 != 0) {
             fprintf(stderr, "emu: block of %u threads is not whole warps\n", nt);
             abort();
         }
-        /* one std::thread per CUDA thread for the whole launch (creating them per block cost more
-         * than most kernels' work); the blocks run one after another on them */
-        std::barrier<> start(nt + 1), done(nt + 1);
-        block_state *st = nullptr;
+        if (cx < 1 || g.x % cx != 0) {
+            fprintf(stderr, "emu: a grid of %u blocks along x in clusters of %u\n", g.x, cx);
+            abort();
+        }
+        /* one std::thread per CUDA thread of a cluster for the whole launch (creating them per block
+         * cost more than most kernels' work); the clusters run one after another on them */
+        std::barrier<> start(cx * nt + 1), done(cx * nt + 1);
+        std::vector<block_state *> st(cx);
+        cluster_state *cl = nullptr;
         dim3 cur;
         bool stop = false;
         std::vector<std::thread> th;
-        th.reserve(nt);
-        for (unsigned t = 0; t < nt; t++)
-            th.emplace_back([&, t]() {
-                threadIdx = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
-                for (;;) {
-                    start.arrive_and_wait();
-                    if (stop) return;
-                    blockIdx = cur;
-                    k(((P)args)...);
-                    st->warp_bar[t / 32]->arrive_and_drop(); /* threads that returned early free the rest */
-                    st->block_bar->arrive_and_drop();
-                    done.arrive_and_wait();
-                }
-            });
+        th.reserve(cx * nt);
+        for (unsigned r = 0; r < cx; r++)
+            for (unsigned t = 0; t < nt; t++)
+                th.emplace_back([&, r, t]() {
+                    threadIdx = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+                    for (;;) {
+                        start.arrive_and_wait();
+                        if (stop) return;
+                        blockIdx = dim3(cur.x + r, cur.y, cur.z);
+                        g_block = st[r];
+                        k(((P)args)...);
+                        st[r]->warp_bar[t / 32]->arrive_and_drop(); /* threads that returned early free the rest */
+                        st[r]->block_bar->arrive_and_drop();
+                        if (cl) cl->bar->arrive_and_drop();
+                        g_block = nullptr;
+                        done.arrive_and_wait();
+                    }
+                });
         for (unsigned bz = 0; bz < g.z; bz++)
             for (unsigned by = 0; by < g.y; by++)
-                for (unsigned bx = 0; bx < g.x; bx++) {
-                    std::barrier<> bar((std::ptrdiff_t)nt);
-                    block_state state;
-                    state.block_bar = &bar;
-                    for (unsigned w = 0; w < nt / 32; w++) state.warp_bar.emplace_back(new std::barrier<>(32));
-                    state.xbuf.assign(nt, 0);
-                    st = &state;
-                    g_block = &state;
+                for (unsigned bx = 0; bx < g.x; bx += cx) {
+                    std::vector<std::unique_ptr<std::barrier<>>> bars;
+                    std::vector<std::unique_ptr<block_state>> states;
+                    std::barrier<> cbar((std::ptrdiff_t)(cx * nt));
+                    cluster_state cs;
+                    cs.bar = &cbar;
+                    for (unsigned r = 0; r < cx; r++) {
+                        bars.emplace_back(new std::barrier<>((std::ptrdiff_t)nt));
+                        states.emplace_back(new block_state);
+                        block_state &state = *states.back();
+                        state.block_bar = bars.back().get();
+                        for (unsigned w = 0; w < nt / 32; w++) state.warp_bar.emplace_back(new std::barrier<>(32));
+                        state.xbuf.assign(nt, 0);
+                        fill_garbage(state.dyn, smem + 16); /* garbage, like uninitialised shared memory */
+                        state.cluster = cx > 1 ? &cs : nullptr;
+                        cs.ranks.push_back(&state);
+                        st[r] = &state;
+                    }
+                    cl = cx > 1 ? &cs : nullptr;
                     cur = dim3(bx, by, bz);
-                    start.arrive_and_wait(); /* the block runs */
+                    start.arrive_and_wait(); /* the blocks run */
                     done.arrive_and_wait();
-                    g_block = nullptr;
                 }
         stop = true;
         start.arrive_and_wait();
@@ -171,7 +243,16 @@ struct launcher {
 };
 template <class... P>
 launcher<P...> launch(void (*k)(P...), dim3 g, dim3 b, size_t smem = 0, cudaStream_t = nullptr) {
-    return launcher<P...>{k, g, b, smem};
+    return launcher<P...>{k, g, b, smem, 1};
+}
+/* k in clusters of cx blocks along x, a cluster's blocks at once */
+template <class... P>
+launcher<P...> launch_cluster(void (*k)(P...), dim3 g, dim3 b, size_t smem, unsigned cx) {
+    return launcher<P...>{k, g, b, smem, cx};
+}
+static inline void cluster_sync() {
+    if (g_block->cluster) g_block->cluster->bar->arrive_and_wait();
+    else g_block->block_bar->arrive_and_wait();
 }
 
 static inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
