@@ -186,7 +186,7 @@ static void test_greedy_tokens(int64_t n, int64_t V) {
 
 static void describe_sampled_row(int64_t r, const void *ctx, char *line, size_t cap) {
     const di_plain_sampling *p = (const di_plain_sampling *)ctx + r;
-    snprintf(line, cap, "kind %d, T %g top_k %d top_p %g min_p %g", (int)(r % 8), p->temperature, p->top_k, p->top_p,
+    snprintf(line, cap, "row %lld: T %g top_k %d top_p %g min_p %g", (long long)r, p->temperature, p->top_k, p->top_p,
              p->min_p);
 }
 
@@ -197,8 +197,8 @@ static void describe_sampled_row(int64_t r, const void *ctx, char *line, size_t 
  * ties (half-integers), top_k and top_p cutting inside ties; 3: a pool of 0, -0, +-inf, NaN,
  * FLT_MAX and denormals; 4: -inf and NaN only (-1); 5: temperature 0 (not a sampled row: its entry
  * is left alone); 6: the bf16 grid at temperature 5 and top_p 0.999 (nearly uniform); 7: Gumbel
- * noise at a low temperature with min_p. */
-static void test_sample_tokens(int64_t n, int64_t V) {
+ * noise at a low temperature with min_p. Row r is of kind (r + first_kind) % 8. */
+static void test_sample_tokens(int64_t n, int64_t V, int first_kind = 0) {
     static const float pool[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, 1e-45f, -1e-45f, 1.0f, -3.0f};
     const int32_t untouched = 0x5eed;
     float *x = (float *)malloc(4 * n * V);
@@ -209,7 +209,7 @@ static void test_sample_tokens(int64_t n, int64_t V) {
     if (di_sampler_create((int32_t)V, &smp, &err)) abort();
     for (int64_t r = 0; r < n; r++) {
         float *row = x + r * V;
-        const int kind = (int)(r % 8);
+        const int kind = (int)((r + first_kind) % 8);
         di_plain_sampling *p = &ps[r];
         p->temperature = (float)(0.3 + 1.7 * (rnd_u64() % 1000) / 1000.0);
         p->top_p = rnd_u64() % 3 ? (float)(0.05 + 0.95 * (rnd_u64() % 1000) / 1000.0) : 1.0f;
@@ -2298,6 +2298,7 @@ static void run_quick(void) {
     test_sample_tokens(64, 129280);
     test_sample_tokens(40, 3000);
     test_sample_tokens(16, 5);
+    test_sample_tokens(8, 129280);
     test_edit_tokens(64, 3000);
     test_logprob_rows(70, 3000);
     test_logprob_rows(7, 5);
@@ -2488,6 +2489,8 @@ int main(int argc, char **argv) {
         test_sample_tokens(16, 5);
         test_sample_tokens(40, 3000);
         test_sample_tokens(256, 129280);
+        test_sample_tokens(8, 129280);  /* the draw's clusters: 8 ranks a row */
+        test_sample_tokens(33, 20000);  /* 4 ranks on a 132-multiprocessor card */
         test_edit_tokens(64, 3000);
         test_edit_tokens(256, 129280);
         test_logprob_rows(70, 3000);
@@ -2502,6 +2505,8 @@ int main(int argc, char **argv) {
         test_sample_tokens(16, 5);
         test_sample_tokens(24, 3000);
         test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
+        test_sample_tokens(1, 20000, 1); /* the equal row alone: the draw's clusters (4 ranks on 4 SMs) */
+        test_sample_tokens(2, 20000, 6); /* 2 ranks (EMU_SMS=132: 8) */
         test_edit_tokens(64, 3000);
         test_edit_tokens(10, 20000); /* row 4 (edited, repetition penalty): a history of thousands of ids */
         test_edit_tokens(4, 5);

@@ -5,24 +5,31 @@
  * requests then sends 4 bytes a row to the host and the host samples nothing.
  *
  * Three launches:
- *   1. thresholds, a block a row: the max of the sanitised logits and, for top_k, the k-th largest
- *      (a radix select over the float keys, four 8-bit digits: the host's value whatever its
- *      digits); clears the row's histogram and sum;
+ *   1. thresholds, a cluster of blocks a row like the draw's: the max of the sanitised logits and,
+ *      for top_k, the k-th largest (a radix select over the float keys, four 8-bit digits: the
+ *      host's value whatever its digits); clears the row's histogram and sum;
  *   2. weights, a block per (slice, row) -- the exps are the work (double precision), spread over
  *      the card: W of every id into the workspace ([n, V] u64, 0 for a filtered token), the row's
  *      sum and, for top_p, its histogram of count and mass over the weight buckets (eight an
  *      octave), added into the row's by integer atomics;
- *   3. draw, a block a row, integers only, reading W: for top_p the bucket holding the cut (the
- *      lowest non-empty bucket whose first key's mass before it, rounded to double, is still below
- *      top_p * total) and the cut inside it, by a radix select over 64-bit keys (W << id bits | ~id:
- *      the order (W desc, id asc)) -- the bucket's keys gathered into shared memory when they fit
- *      (SAMPLE_CAP), and digits only below the highest bit where its smallest and largest keys
- *      differ; then U = floor(r * kept mass / 2^53) and the first kept token in id order whose
- *      cumulative weight exceeds it (a warp a segment of ids, the segments' sums scanned in order,
- *      one warp walking the segment that holds U).
+ *   3. draw, a cluster of blocks a row (row_cluster: up to 8 when the rows leave the card idle, else
+ *      one), integers only, reading W: for top_p the bucket holding the cut (the lowest non-empty
+ *      bucket whose first key's mass before it, rounded to double, is still below top_p * total) and
+ *      the cut inside it, by a radix select over 64-bit keys (W << id bits | ~id: the order (W desc,
+ *      id asc)) -- the bucket's keys gathered into shared memory when they fit (SAMPLE_CAP), and
+ *      digits only below the highest bit where its smallest and largest keys differ; then U =
+ *      floor(r * kept mass / 2^53) and the first kept token in id order whose cumulative weight
+ *      exceeds it (a warp a segment of ids, the segments' sums scanned in order, one warp walking
+ *      the segment that holds U). A cluster's ranks share the row's ids (thread t of rank k takes
+ *      ids k * 512 + t, a step of ranks * 512), each keeps its own gathered keys, and every histogram, minimum,
+ *      maximum and segment sum is the ranks' partials added through distributed shared memory: exact
+ *      integers, so every rank takes the same digit and the draw does not depend on the cluster's
+ *      size. One block alone read a flat row's 1 MB of weights about seven times at ~340 us (an H100,
+ *      session 46), its multiprocessor alone waiting on the L2.
  * A thread adds a run of histogram entries with one digit at once (hist_run): a flat row, whose
  * weights share a bucket and whose keys share digits, would otherwise send every entry's atomic to
  * one address. */
+#include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fwd_ops.h"
 #include "backend/cuda/cuda_sample_ws.cuh"
@@ -34,6 +41,7 @@
 #define WEIGHT_MIN_SLICE 2048       /* ids a weights block at least */
 #define WEIGHT_GRID_TARGET (132 * 8) /* weights blocks a launch: every multiprocessor several times */
 #define NB DI_SAMPLE_WEIGHT_BUCKETS
+#define ROW_MAX_CLUSTER 8           /* blocks a row of the thresholds and draw at most (the portable cluster size) */
 /* loads in flight a thread in the passes of a row's one block: at one row its block alone is on
  * the card, waiting on the L2. The thresholds' float passes take 16 (session 45; H100, ncu: 32 -> 26
  * us at B = 1); the draw's 64-bit weights 8 (16 ran 339 -> 359 us at B = 1 and 1,061 -> 1,702 us
@@ -47,12 +55,16 @@
 __device__ __forceinline__ uint64_t sample_shr(uint64_t v, int s) { return s >= 64 ? 0 : v >> s; }
 
 typedef struct sample_smem {
-    uint64_t mass[NB]; /* per bucket, then per digit */
+    uint64_t mass[NB]; /* per bucket, then per digit: the whole cluster's */
     uint32_t count[NB];
-    uint64_t keys[SAMPLE_CAP]; /* the cut's bucket, when it fits */
+    uint64_t part_mass[256]; /* a digit's histogram over this rank's keys */
+    uint32_t part_count[256];
+    uint64_t keys[SAMPLE_CAP]; /* the cut's bucket, when it fits: this rank's keys */
     uint64_t warp_u64[SAMPLE_WARPS];
+    uint64_t seg_sums[ROW_MAX_CLUSTER * SAMPLE_WARPS]; /* the draw's segments, every rank's warps */
     float warp_f[SAMPLE_WARPS];
-    uint64_t mass_above, base;
+    uint64_t mass_above, base, rank_u64;
+    float rank_f;
     uint32_t n_keys, remaining;
     int chosen, walker;
 } sample_smem;
@@ -96,24 +108,82 @@ __device__ uint64_t block_max_u64(uint64_t v, sample_smem *sm) {
     return m;
 }
 
+/* A row's ids among the ranks of its cluster (thresholds, draw): this thread's first and the stride. */
+typedef struct row_part {
+    int rank, ranks;
+    int64_t first, step;
+} row_part;
+__device__ __forceinline__ row_part this_row_part(int ranks) { /* blockIdx.x = row * ranks + rank */
+    const int rank = (int)(blockIdx.x % ranks);
+    return {rank, ranks, (int64_t)rank * SAMPLE_THREADS + threadIdx.x, (int64_t)ranks * SAMPLE_THREADS};
+}
+
+/* The cluster's largest of the ranks' v (every thread of every rank gets it). */
+__device__ uint64_t cluster_max_u64(uint64_t v, const row_part &part, sample_smem *sm) {
+    v = block_max_u64(v, sm);
+    if (part.ranks == 1) return v;
+    if (threadIdx.x == 0) sm->rank_u64 = v;
+    di_cluster_sync();
+    if (threadIdx.x < part.ranks) sm->seg_sums[threadIdx.x] = *di_cluster_rank_smem(&sm->rank_u64, (int)threadIdx.x);
+    __syncthreads();
+    uint64_t m = 0;
+    for (int c = 0; c < part.ranks; c++) m = sm->seg_sums[c] > m ? sm->seg_sums[c] : m;
+    di_cluster_sync(); /* every rank has read rank_u64, and this one seg_sums */
+    return m;
+}
+
+/* count / mass [256] <- the ranks' part_count / part_mass added up (every rank the same sums: exact
+ * integers). The partials may be written again once this returns. */
+__device__ void cluster_digit_sums(const row_part &part, sample_smem *sm) {
+    di_cluster_sync(); /* every rank's partials complete */
+    for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) {
+        uint32_t c = 0;
+        uint64_t m = 0;
+#pragma unroll
+        for (int k = 0; k < ROW_MAX_CLUSTER; k++) /* the loads issued together */
+            if (k < part.ranks) {
+                c += di_cluster_rank_smem(sm->part_count, k)[d];
+                m += di_cluster_rank_smem(sm->part_mass, k)[d];
+            }
+        sm->count[d] = c, sm->mass[d] = m;
+    }
+    di_cluster_sync(); /* every rank has read them; count / mass complete in this one */
+}
+
+/* The cluster's largest of the ranks' block maxima m (fmaxf in rank order; every thread of every
+ * rank gets it). */
+__device__ float cluster_max_f(float m, const row_part &part, sample_smem *sm) {
+    if (part.ranks == 1) return m;
+    if (threadIdx.x == 0) sm->rank_f = m;
+    di_cluster_sync();
+    if (threadIdx.x < part.ranks)
+        sm->seg_sums[threadIdx.x] = __float_as_uint(*di_cluster_rank_smem(&sm->rank_f, (int)threadIdx.x));
+    __syncthreads();
+    float r = __uint_as_float((uint32_t)sm->seg_sums[0]);
+    for (int c = 1; c < part.ranks; c++) r = fmaxf(r, __uint_as_float((uint32_t)sm->seg_sums[c]));
+    di_cluster_sync(); /* every rank has read rank_f, and this one seg_sums */
+    return r;
+}
+
 /* ---- 1. thresholds ---- */
 
 /* The k-th largest sanitised logit of x [V] (1 <= k < V): four 8-bit digits of the float keys, from
- * the top; a digit's bucket is the one where the count from the top reaches the rank still wanted. */
-__device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *sm) {
+ * the top; a digit's bucket is the one where the count from the top reaches the rank still wanted
+ * (the cluster's counts: every rank takes the same). */
+__device__ float kth_largest(const float *x, int64_t V, int32_t k, const row_part &part, sample_smem *sm) {
     uint32_t prefix = 0;
     if (threadIdx.x == 0) sm->remaining = (uint32_t)k;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->count[d] = 0;
+        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->part_count[d] = 0, sm->part_mass[d] = 0;
         __syncthreads();
         hist_run run = {0, 0, 0};
-        di_dev_for_each_loaded<ROW_LOADS>(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) {
+        di_dev_for_each_loaded<ROW_LOADS>(x, part.first, part.step, V, [&](int64_t, float v) {
             const uint32_t key = di_sample_float_key(di_sample_sanitize(v));
             if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
-                run_add(&run, (key >> shift) & 255u, 0, sm->count, sm->mass);
+                run_add(&run, (key >> shift) & 255u, 0, sm->part_count, sm->part_mass);
         });
-        run_flush(&run, sm->count, sm->mass);
-        __syncthreads();
+        run_flush(&run, sm->part_count, sm->part_mass);
+        cluster_digit_sums(part, sm);
         if (threadIdx.x == 0) {
             uint32_t b = 255, rem = sm->remaining;
             while (sm->count[b] < rem) rem -= sm->count[b--]; /* the counts from the top reach rem */
@@ -126,22 +196,26 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, sample_smem *
     return di_sample_key_float(prefix);
 }
 
-/* block per row (sampled rows only): ws[row]'s max and kth; its sum and histogram cleared. logits [n, V] */
+/* a cluster of `ranks` blocks a row (sampled rows only): ws[row]'s max and kth; its sum and
+ * histogram cleared. logits [n, V] */
 __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_plain_sampling *__restrict__ params,
-                         sample_row_ws *__restrict__ ws) {
+                         sample_row_ws *__restrict__ ws, int ranks) {
     DI_PDL_BEGIN();
     __shared__ sample_smem sm;
-    const di_plain_sampling p = params[blockIdx.x];
-    if (!(p.temperature > 0.0f)) return;
-    sample_row_ws *r = &ws[blockIdx.x];
-    for (int b = threadIdx.x; b < NB; b += SAMPLE_THREADS) r->count[b] = 0, r->mass[b] = 0;
-    const float *x = logits + (int64_t)blockIdx.x * V;
+    const int64_t row = blockIdx.x / ranks;
+    const row_part part = this_row_part(ranks);
+    const di_plain_sampling p = params[row];
+    if (!(p.temperature > 0.0f)) return; /* the whole cluster */
+    sample_row_ws *r = &ws[row];
+    for (int b = part.first; b < NB; b += part.step) r->count[b] = 0, r->mass[b] = 0;
+    const float *x = logits + row * V;
     float m = -INFINITY;
-    di_dev_for_each_loaded<ROW_LOADS>(x, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
-    m = di_dev_block_max(m, sm.warp_f, SAMPLE_WARPS);
-    const float kth = m > -INFINITY && p.top_k > 0 && p.top_k < V ? kth_largest(x, V, p.top_k, &sm) : -INFINITY;
-    if (threadIdx.x == 0) r->total = 0, r->max = m, r->kth = kth;
+    di_dev_for_each_loaded<ROW_LOADS>(x, part.first, part.step, V,
+                                      [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
+    m = cluster_max_f(di_dev_block_max(m, sm.warp_f, SAMPLE_WARPS), part, &sm);
+    const float kth = m > -INFINITY && p.top_k > 0 && p.top_k < V ? kth_largest(x, V, p.top_k, part, &sm) : -INFINITY;
+    if (threadIdx.x == 0 && part.rank == 0) r->total = 0, r->max = m, r->kth = kth;
 }
 
 /* ---- 2. weights ---- */
@@ -223,14 +297,25 @@ __device__ void cut_walk(int n, double target, sample_smem *sm) {
  * row's weights. */
 template <typename F>
 __device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket,
-                                                    bool gathered, const sample_smem *sm, F f) {
+                                                    bool gathered, const row_part &part, const sample_smem *sm, F f) {
     if (gathered) {
         for (int64_t j = threadIdx.x; j < (int64_t)sm->n_keys; j += SAMPLE_THREADS) f(sm->keys[j]);
         return;
     }
-    di_dev_for_each_loaded<DRAW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t j, uint64_t w) {
+    di_dev_for_each_loaded<DRAW_LOADS>(w_row, part.first, part.step, V, [&](int64_t j, uint64_t w) {
         if (w && di_sample_weight_bucket(w) == bucket) f(sample_key(w, j, id_bits));
     });
+}
+
+/* This rank's keys of the bucket under `prefix`'s digits above `shift` into sm->keys (they fit). */
+__device__ void gather_keys(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, const row_part &part,
+                            uint64_t prefix, int shift, sample_smem *sm) {
+    if (threadIdx.x == 0) sm->n_keys = 0;
+    __syncthreads();
+    for_each_bucket_key(w_row, V, id_bits, bucket, false, part, sm, [&](uint64_t key) {
+        if (sample_shr(key, shift) == sample_shr(prefix, shift)) sm->keys[atomicAdd(&sm->n_keys, 1u)] = key;
+    });
+    __syncthreads();
 }
 
 /* The smallest kept key of weight bucket `bucket`: the bucket's smallest and largest keys first
@@ -240,107 +325,102 @@ __device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64
  * gathered into shared memory as soon as they fit. Returns it; sm->mass_above becomes the mass of
  * the larger keys. */
 __device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, bool gathered,
-                            double target, sample_smem *sm) {
+                            double target, const row_part &part, sample_smem *sm) {
     uint64_t lo = ~(uint64_t)0, hi = 0;
-    for_each_bucket_key(w_row, V, id_bits, bucket, gathered, sm, [&](uint64_t key) {
+    for_each_bucket_key(w_row, V, id_bits, bucket, gathered, part, sm, [&](uint64_t key) {
         lo = key < lo ? key : lo;
         hi = key > hi ? key : hi;
     });
-    lo = ~block_max_u64(~lo, sm);
-    hi = block_max_u64(hi, sm);
+    lo = ~cluster_max_u64(~lo, part, sm);
+    hi = cluster_max_u64(hi, part, sm);
     if (lo == hi) return lo; /* one key: kept (the bucket's first key is), mass_above as it is */
     const int first = (63 - __clzll((long long)(lo ^ hi))) / 8 * 8;
     uint64_t prefix = first + 8 >= 64 ? 0 : lo & ~((((uint64_t)1) << (first + 8)) - 1);
     for (int shift = first; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->count[d] = 0, sm->mass[d] = 0;
+        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->part_count[d] = 0, sm->part_mass[d] = 0;
         __syncthreads();
         hist_run run = {0, 0, 0};
-        for_each_bucket_key(w_row, V, id_bits, bucket, gathered, sm, [&](uint64_t key) {
+        for_each_bucket_key(w_row, V, id_bits, bucket, gathered, part, sm, [&](uint64_t key) {
             if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
-                run_add(&run, (uint32_t)(key >> shift) & 255u, key >> id_bits, sm->count, sm->mass);
+                run_add(&run, (uint32_t)(key >> shift) & 255u, key >> id_bits, sm->part_count, sm->part_mass);
         });
-        run_flush(&run, sm->count, sm->mass);
-        __syncthreads();
+        run_flush(&run, sm->part_count, sm->part_mass);
+        cluster_digit_sums(part, sm);
         cut_walk(256, target, sm);
         __syncthreads();
         prefix |= (uint64_t)sm->chosen << shift;
         if (!gathered && shift > 0 && sm->count[sm->chosen] <= SAMPLE_CAP) {
             /* the keys under the prefix fit: gather them, and read shared memory from here on */
-            __syncthreads(); /* everyone has read count */
-            if (threadIdx.x == 0) sm->n_keys = 0;
-            __syncthreads();
-            for_each_bucket_key(w_row, V, id_bits, bucket, false, sm, [&](uint64_t key) {
-                if (sample_shr(key, shift) == sample_shr(prefix, shift)) sm->keys[atomicAdd(&sm->n_keys, 1u)] = key;
-            });
-            __syncthreads();
+            gather_keys(w_row, V, id_bits, bucket, part, prefix, shift, sm);
             gathered = true;
         }
     }
     return prefix;
 }
 
-/* block per row (sampled rows): tokens[row] = the draw. W [n, V] */
+/* a cluster of `ranks` blocks a row (sampled rows): tokens[row] = the draw. W [n, V] */
 __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sampling *__restrict__ params,
-                   sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens) {
+                   sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens, int ranks) {
     DI_PDL_BEGIN();
     __shared__ sample_smem sm;
-    const di_plain_sampling p = params[blockIdx.x];
-    if (!(p.temperature > 0.0f)) return;
-    const sample_row_ws *r = &ws[blockIdx.x];
+    const int64_t row = blockIdx.x / ranks;
+    const row_part part = this_row_part(ranks);
+    const di_plain_sampling p = params[row];
+    if (!(p.temperature > 0.0f)) return; /* the whole cluster: every rank reads the same row */
+    const sample_row_ws *r = &ws[row];
     if (r->max == -INFINITY) { /* nothing can be drawn */
-        if (threadIdx.x == 0) tokens[blockIdx.x] = -1;
+        if (threadIdx.x == 0 && part.rank == 0) tokens[row] = -1;
         return;
     }
-    const uint64_t *w_row = W + (int64_t)blockIdx.x * V;
+    const uint64_t *w_row = W + row * V;
     const int id_bits = di_sample_id_bits(V);
     const uint64_t total = r->total; /* >= 2^bits: the max's weight */
     uint64_t cut = 0, kept = total;  /* no top_p: every weighted token */
     if (p.top_p < 1.0f) {
         const double target = (double)p.top_p * di_sample_u64_to_double(total);
         for (int b = threadIdx.x; b < NB; b += SAMPLE_THREADS) sm.count[b] = r->count[b], sm.mass[b] = r->mass[b];
-        if (threadIdx.x == 0) sm.mass_above = 0, sm.n_keys = 0;
+        if (threadIdx.x == 0) sm.mass_above = 0;
         __syncthreads();
-        cut_walk(NB, target, &sm);
+        cut_walk(NB, target, &sm); /* every rank alike */
         __syncthreads();
         const uint32_t bucket = (uint32_t)sm.chosen;
         const bool gathered = sm.count[bucket] <= SAMPLE_CAP;
         __syncthreads(); /* count is reused */
-        if (gathered) {
-            di_dev_for_each_loaded<DRAW_LOADS>(w_row, threadIdx.x, SAMPLE_THREADS, V, [&](int64_t i, uint64_t w) {
-                if (w && di_sample_weight_bucket(w) == bucket) sm.keys[atomicAdd(&sm.n_keys, 1u)] = sample_key(w, i, id_bits);
-            });
-            __syncthreads();
-        }
-        cut = cut_key(w_row, V, id_bits, bucket, gathered, target, &sm);
+        if (gathered) gather_keys(w_row, V, id_bits, bucket, part, 0, 64, &sm); /* the whole bucket */
+        cut = cut_key(w_row, V, id_bits, bucket, gathered, target, part, &sm);
         kept = sm.mass_above + (cut >> id_bits);
     }
-    if (threadIdx.x == 0) ws[blockIdx.x].cut = cut, ws[blockIdx.x].kept = kept; /* for processed logprobs */
+    if (threadIdx.x == 0 && part.rank == 0) ws[row].cut = cut, ws[row].kept = kept; /* for processed logprobs */
 
     /* the draw: the first kept token, in id order, whose cumulative weight exceeds U. A warp sums
-     * a segment of ids; the segment holding U is cut into a run of ids a thread, whose sums are
-     * scanned; the thread whose run holds U walks it. */
+     * a segment of ids (the ranks' warps in rank order); the segment holding U is cut into a run of
+     * ids a thread of its rank, whose sums are scanned; the thread whose run holds U walks it. */
     const uint64_t U = di_sample_mul_shift53(di_philox_bits53(p.seed, p.position, 0), kept);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t seg = ((V + SAMPLE_WARPS - 1) / SAMPLE_WARPS + 31) / 32 * 32; /* ids a warp */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, segs = ranks * SAMPLE_WARPS;
+    const int64_t seg = ((V + segs - 1) / segs + 31) / 32 * 32; /* ids a warp */
     uint64_t mine = 0;
-    const int64_t lo = warp * seg, hi = lo + seg < V ? lo + seg : V;
+    const int64_t lo = (int64_t)(part.rank * SAMPLE_WARPS + warp) * seg, hi = lo + seg < V ? lo + seg : V;
     di_dev_for_each_loaded<DRAW_LOADS>(w_row, lo + lane, 32, hi, [&](int64_t i, uint64_t w) {
         if (w && sample_key(w, i, id_bits) >= cut) mine += w;
     });
     mine = warp_sum_u64(mine);
     if (lane == 0) sm.warp_u64[warp] = mine;
-    __syncthreads();
-    if (threadIdx.x == 0) { /* the segment holding U (the segments add up to kept > U) */
+    di_cluster_sync();
+    for (int w = threadIdx.x; w < segs; w += SAMPLE_THREADS)
+        sm.seg_sums[w] = di_cluster_rank_smem(sm.warp_u64, w / SAMPLE_WARPS)[w % SAMPLE_WARPS];
+    di_cluster_sync(); /* every rank has its copy of the sums: the walker's rank goes on alone */
+    if (threadIdx.x == 0) { /* the segment holding U (the segments add up to kept > U), every rank alike */
         uint64_t base = 0;
         int w = 0;
-        while (w < SAMPLE_WARPS - 1 && base + sm.warp_u64[w] <= U) base += sm.warp_u64[w++];
+        while (w < segs - 1 && base + sm.seg_sums[w] <= U) base += sm.seg_sums[w++];
         sm.walker = w;
         sm.base = base;
     }
     __syncthreads();
+    if (sm.walker / SAMPLE_WARPS != part.rank) return;
     const int64_t s_lo = sm.walker * seg, s_hi = s_lo + seg < V ? s_lo + seg : V;
-    const int64_t per = (seg + SAMPLE_THREADS - 1) / SAMPLE_THREADS; /* ids a thread: 16 at 129,280 */
+    const int64_t per = (seg + SAMPLE_THREADS - 1) / SAMPLE_THREADS; /* ids a thread: 16 at 129,280 and one rank */
     const int64_t t_lo = s_lo + threadIdx.x * per, t_hi = t_lo + per < s_hi ? t_lo + per : s_hi;
     uint64_t own = 0;
     di_dev_for_each_loaded<DRAW_LOADS>(w_row, t_lo, 1, t_hi, [&](int64_t i, uint64_t w) {
@@ -363,10 +443,19 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
         if (!w || sample_key(w, i, id_bits) < cut) continue;
         acc += w;
         if (acc > U) {
-            tokens[blockIdx.x] = (int32_t)i;
+            tokens[row] = (int32_t)i;
             return;
         }
     }
+}
+
+/* Blocks a row of the thresholds and the draw: a cluster of up to ROW_MAX_CLUSTER while n rows of
+ * them fit the card once, so that a few rows do not leave all but a few multiprocessors idle; one
+ * past that (many rows hide each other's latency). */
+static int row_cluster(int64_t n) {
+    int c = ROW_MAX_CLUSTER;
+    while (c > 1 && n * c > (int64_t)di_cuda_sm_count()) c /= 2;
+    return c;
 }
 
 static int64_t weight_slices(int64_t n, int64_t V) {
@@ -394,12 +483,13 @@ extern "C" void di_cuda_sample_tokens(const float *logits, int64_t n, int64_t V,
     for (int64_t r0 = 0; r0 < n; r0 += DI_CUDA_MAX_GRID_Y) { /* rows on the weights' grid y: 65,535 a launch */
         const int64_t m = n - r0 < DI_CUDA_MAX_GRID_Y ? n - r0 : DI_CUDA_MAX_GRID_Y;
         const float *lg = logits + r0 * V;
-        sample_thresholds_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, s>>>(lg, V, params + r0, rows + r0);
-        DI_CUDA_LAUNCHED();
+        const int ranks = row_cluster(m);
+        di_cluster_launch(sample_thresholds_kernel, dim3((unsigned)(m * ranks)), SAMPLE_THREADS, 0, ranks, s, lg, V,
+                          params + r0, rows + r0, ranks);
         sample_weights_kernel<<<dim3((unsigned)slices, (unsigned)m), WEIGHT_THREADS, 0, s>>>(
             lg, V, slice_len, params + r0, rows + r0, W + r0 * V);
         DI_CUDA_LAUNCHED();
-        sample_draw_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, s>>>(W + r0 * V, V, params + r0, rows + r0, tokens + r0);
-        DI_CUDA_LAUNCHED();
+        di_cluster_launch(sample_draw_kernel, dim3((unsigned)(m * ranks)), SAMPLE_THREADS, 0, ranks, s,
+                          (const uint64_t *)(W + r0 * V), V, params + r0, rows + r0, tokens + r0, ranks);
     }
 }
