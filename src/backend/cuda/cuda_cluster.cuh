@@ -2,8 +2,8 @@
  * merge through distributed shared memory, and for the sampling kernels of a few rows
  * (cuda_sample_draw.cu) (internal header): the cluster barrier, a pointer to the same shared
  * variable in another rank, the merge weights, the run split and the cluster launch. The CPU
- * emulator (tools/cuda/emu) runs a cluster's CTAs at once (emu::launch_cluster), but the attention's
- * run split keeps one rank there (a cluster of one: its barrier the block's, every rank this one). */
+ * emulator (tools/cuda/emu) runs a cluster's CTAs at once (emu::launch_cluster), so it splits as
+ * the device does. */
 #ifndef DI_CUDA_CLUSTER_CUH
 #define DI_CUDA_CLUSTER_CUH
 
@@ -42,12 +42,7 @@ static __device__ __forceinline__ float di_cluster_merge_weights(float *m, float
  * differ only in trailing NULL runs, whose ranks add exact zeros, so the split never depends on
  * the batch), more only past max_split ranks; the emulator's one rank takes every run. */
 static inline void di_cluster_split(int n_runs, int want, int max_split, int *split_runs, int *n_split) {
-#ifdef DI_CUDA_EMU_H
-    (void)want, (void)max_split;
-    *split_runs = n_runs > 0 ? n_runs : 1;
-#else
     *split_runs = n_runs > want * max_split ? (n_runs + max_split - 1) / max_split : want;
-#endif
     *n_split = n_runs > 0 ? (n_runs + *split_runs - 1) / *split_runs : 1;
 }
 

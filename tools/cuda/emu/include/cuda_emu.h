@@ -113,7 +113,10 @@ struct block_state {
     std::map<const void *, std::unique_ptr<mbarrier>> mbar; /* by shared-memory address */
     std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
     std::vector<uint64_t> xbuf; /* [threads] warp exchange */
-    std::vector<std::max_align_t> dyn; /* the launch's dynamic shared memory, this block's */
+    std::vector<unsigned char> dyn_store; /* the launch's dynamic shared memory, this block's: */
+    unsigned char *dyn = nullptr;         /* at a 1,024-byte boundary in every block, as on the device,
+                                           * so that a kernel's own alignment of it pads every rank alike */
+    size_t dyn_bytes = 0;
     std::mutex smem_m;
     std::map<const void *, std::vector<std::max_align_t>> smem; /* each __shared__ declaration's, by its key */
     cluster_state *cluster = nullptr;
@@ -123,10 +126,15 @@ struct cluster_state {
     std::vector<block_state *> ranks; /* by rank (blockIdx.x - the cluster's first) */
 };
 extern thread_local block_state *g_block; /* the block this thread runs */
-static inline void *dyn_smem() { return g_block->dyn.data(); }
+static inline void *dyn_smem() { return g_block->dyn; }
 static inline void fill_garbage(std::vector<std::max_align_t> &v, size_t bytes) {
     v.assign((bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t) + 1, std::max_align_t{});
     memset((void *)v.data(), 0xcd, v.size() * sizeof(std::max_align_t));
+}
+static inline void make_dyn_smem(block_state &b, size_t bytes) {
+    b.dyn_store.assign(bytes + 1024, 0xcd); /* garbage, like uninitialised shared memory */
+    b.dyn = (unsigned char *)(((uintptr_t)b.dyn_store.data() + 1023) & ~(uintptr_t)1023);
+    b.dyn_bytes = bytes;
 }
 /* block b's storage of the __shared__ declaration `key`, made at its first use */
 static inline unsigned char *smem_of(block_state *b, const void *key, size_t bytes) {
@@ -150,7 +158,7 @@ static inline T *cluster_map(T *p, int rank) {
     auto inside = [&](const std::vector<std::max_align_t> &v) {
         return q >= (const unsigned char *)v.data() && q < (const unsigned char *)(v.data() + v.size());
     };
-    if (inside(me->dyn)) return (T *)((unsigned char *)other->dyn.data() + (q - (const unsigned char *)me->dyn.data()));
+    if (q >= me->dyn && q < me->dyn + me->dyn_bytes) return (T *)(other->dyn + (q - me->dyn));
     const void *key = nullptr;
     size_t off = 0, bytes = 0;
     {
@@ -226,7 +234,7 @@ struct launcher {
                         state.block_bar = bars.back().get();
                         for (unsigned w = 0; w < nt / 32; w++) state.warp_bar.emplace_back(new std::barrier<>(32));
                         state.xbuf.assign(nt, 0);
-                        fill_garbage(state.dyn, smem + 16); /* garbage, like uninitialised shared memory */
+                        make_dyn_smem(state, smem + 16);
                         state.cluster = cx > 1 ? &cs : nullptr;
                         cs.ranks.push_back(&state);
                         st[r] = &state;
