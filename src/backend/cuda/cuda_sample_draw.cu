@@ -63,8 +63,7 @@ typedef struct sample_smem {
     uint64_t warp_u64[SAMPLE_WARPS];
     uint64_t seg_sums[ROW_MAX_CLUSTER * SAMPLE_WARPS]; /* the draw's segments, every rank's warps */
     float warp_f[SAMPLE_WARPS];
-    uint64_t mass_above, base, rank_u64;
-    float rank_f;
+    uint64_t mass_above, base, rank_u64; /* rank_u64: a rank's value for the others (cluster_share_u64) */
     uint32_t n_keys, remaining;
     int chosen, walker;
 } sample_smem;
@@ -118,14 +117,20 @@ __device__ __forceinline__ row_part this_row_part(int ranks) { /* blockIdx.x = r
     return {rank, ranks, (int64_t)rank * SAMPLE_THREADS + threadIdx.x, (int64_t)ranks * SAMPLE_THREADS};
 }
 
-/* The cluster's largest of the ranks' v (every thread of every rank gets it). */
-__device__ uint64_t cluster_max_u64(uint64_t v, const row_part &part, sample_smem *sm) {
-    v = block_max_u64(v, sm);
-    if (part.ranks == 1) return v;
+/* Every rank's v (thread 0's) into sm->seg_sums [ranks], in rank order, in every rank. The caller
+ * reads them, then calls di_cluster_sync before rank_u64 or seg_sums is written again. */
+__device__ void cluster_share_u64(uint64_t v, const row_part &part, sample_smem *sm) {
     if (threadIdx.x == 0) sm->rank_u64 = v;
     di_cluster_sync();
     if (threadIdx.x < part.ranks) sm->seg_sums[threadIdx.x] = *di_cluster_rank_smem(&sm->rank_u64, (int)threadIdx.x);
     __syncthreads();
+}
+
+/* The cluster's largest of the ranks' v (every thread of every rank gets it). */
+__device__ uint64_t cluster_max_u64(uint64_t v, const row_part &part, sample_smem *sm) {
+    v = block_max_u64(v, sm);
+    if (part.ranks == 1) return v;
+    cluster_share_u64(v, part, sm);
     uint64_t m = 0;
     for (int c = 0; c < part.ranks; c++) m = sm->seg_sums[c] > m ? sm->seg_sums[c] : m;
     di_cluster_sync(); /* every rank has read rank_u64, and this one seg_sums */
@@ -154,14 +159,10 @@ __device__ void cluster_digit_sums(const row_part &part, sample_smem *sm) {
  * rank gets it). */
 __device__ float cluster_max_f(float m, const row_part &part, sample_smem *sm) {
     if (part.ranks == 1) return m;
-    if (threadIdx.x == 0) sm->rank_f = m;
-    di_cluster_sync();
-    if (threadIdx.x < part.ranks)
-        sm->seg_sums[threadIdx.x] = __float_as_uint(*di_cluster_rank_smem(&sm->rank_f, (int)threadIdx.x));
-    __syncthreads();
+    cluster_share_u64(__float_as_uint(m), part, sm);
     float r = __uint_as_float((uint32_t)sm->seg_sums[0]);
     for (int c = 1; c < part.ranks; c++) r = fmaxf(r, __uint_as_float((uint32_t)sm->seg_sums[c]));
-    di_cluster_sync(); /* every rank has read rank_f, and this one seg_sums */
+    di_cluster_sync(); /* every rank has read rank_u64, and this one seg_sums */
     return r;
 }
 
