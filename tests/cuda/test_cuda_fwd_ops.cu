@@ -2507,6 +2507,7 @@ int main(int argc, char **argv) {
         test_sample_tokens(8, 20000); /* past SAMPLE_CAP in the equal row */
         test_sample_tokens(1, 20000, 1); /* the equal row alone: the draw's clusters (4 ranks on 4 SMs) */
         test_sample_tokens(2, 20000, 6); /* 2 ranks (EMU_SMS=132: 8) */
+        test_sample_tokens(17, 70000, 1); /* one block a row (17 x 8 > 132): the equal row's cut over two digits */
         test_edit_tokens(64, 3000);
         test_edit_tokens(10, 20000); /* row 4 (edited, repetition penalty): a history of thousands of ids */
         test_edit_tokens(4, 5);

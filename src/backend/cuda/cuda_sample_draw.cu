@@ -107,19 +107,25 @@ __device__ uint64_t block_max_u64(uint64_t v, sample_smem *sm) {
     return m;
 }
 
-/* A row's ids among the ranks of its cluster (thresholds, draw): this thread's first and the stride. */
+/* A row's ids among the ranks of its cluster (thresholds, draw): this thread's first and the stride.
+ * CL false: one block a row (many rows), every field a constant -- its loads' offsets immediates and
+ * no cluster barrier, so the kernel keeps the registers of two blocks a multiprocessor (the
+ * runtime stride took the draw 64 -> 110 registers, one block a multiprocessor, 1.1 -> 1.7 ms at
+ * B = 256: H100, ncu, session 48). */
 typedef struct row_part {
     int rank, ranks;
     int64_t first, step;
 } row_part;
+template <bool CL>
 __device__ __forceinline__ row_part this_row_part(int ranks) { /* blockIdx.x = row * ranks + rank */
+    if (!CL) return {0, 1, (int64_t)threadIdx.x, SAMPLE_THREADS};
     const int rank = (int)(blockIdx.x % ranks);
     return {rank, ranks, (int64_t)rank * SAMPLE_THREADS + threadIdx.x, (int64_t)ranks * SAMPLE_THREADS};
 }
 
 /* Every rank's v (thread 0's) into sm->seg_sums [ranks], in rank order, in every rank. The caller
  * reads them, then calls di_cluster_sync before rank_u64 or seg_sums is written again. */
-__device__ void cluster_share_u64(uint64_t v, const row_part &part, sample_smem *sm) {
+__device__ __forceinline__ void cluster_share_u64(uint64_t v, const row_part &part, sample_smem *sm) {
     if (threadIdx.x == 0) sm->rank_u64 = v;
     di_cluster_sync();
     if (threadIdx.x < part.ranks) sm->seg_sums[threadIdx.x] = *di_cluster_rank_smem(&sm->rank_u64, (int)threadIdx.x);
@@ -127,7 +133,7 @@ __device__ void cluster_share_u64(uint64_t v, const row_part &part, sample_smem 
 }
 
 /* The cluster's largest of the ranks' v (every thread of every rank gets it). */
-__device__ uint64_t cluster_max_u64(uint64_t v, const row_part &part, sample_smem *sm) {
+__device__ __forceinline__ uint64_t cluster_max_u64(uint64_t v, const row_part &part, sample_smem *sm) {
     v = block_max_u64(v, sm);
     if (part.ranks == 1) return v;
     cluster_share_u64(v, part, sm);
@@ -137,9 +143,21 @@ __device__ uint64_t cluster_max_u64(uint64_t v, const row_part &part, sample_sme
     return m;
 }
 
+/* Where a rank adds its digit histogram: the cluster's sums when it is alone. */
+__device__ __forceinline__ uint32_t *part_counts(const row_part &part, sample_smem *sm) {
+    return part.ranks == 1 ? sm->count : sm->part_count;
+}
+__device__ __forceinline__ uint64_t *part_masses(const row_part &part, sample_smem *sm) {
+    return part.ranks == 1 ? sm->mass : sm->part_mass;
+}
+
 /* count / mass [256] <- the ranks' part_count / part_mass added up (every rank the same sums: exact
  * integers). The partials may be written again once this returns. */
-__device__ void cluster_digit_sums(const row_part &part, sample_smem *sm) {
+__device__ __forceinline__ void cluster_digit_sums(const row_part &part, sample_smem *sm) {
+    if (part.ranks == 1) { /* they are the sums */
+        __syncthreads();
+        return;
+    }
     di_cluster_sync(); /* every rank's partials complete */
     for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) {
         uint32_t c = 0;
@@ -157,7 +175,7 @@ __device__ void cluster_digit_sums(const row_part &part, sample_smem *sm) {
 
 /* The cluster's largest of the ranks' block maxima m (fmaxf in rank order; every thread of every
  * rank gets it). */
-__device__ float cluster_max_f(float m, const row_part &part, sample_smem *sm) {
+__device__ __forceinline__ float cluster_max_f(float m, const row_part &part, sample_smem *sm) {
     if (part.ranks == 1) return m;
     cluster_share_u64(__float_as_uint(m), part, sm);
     float r = __uint_as_float((uint32_t)sm->seg_sums[0]);
@@ -171,19 +189,21 @@ __device__ float cluster_max_f(float m, const row_part &part, sample_smem *sm) {
 /* The k-th largest sanitised logit of x [V] (1 <= k < V): four 8-bit digits of the float keys, from
  * the top; a digit's bucket is the one where the count from the top reaches the rank still wanted
  * (the cluster's counts: every rank takes the same). */
-__device__ float kth_largest(const float *x, int64_t V, int32_t k, const row_part &part, sample_smem *sm) {
+__device__ __forceinline__ float kth_largest(const float *x, int64_t V, int32_t k, const row_part &part, sample_smem *sm) {
     uint32_t prefix = 0;
     if (threadIdx.x == 0) sm->remaining = (uint32_t)k;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->part_count[d] = 0, sm->part_mass[d] = 0;
+        uint32_t *const counts = part_counts(part, sm);
+        uint64_t *const masses = part_masses(part, sm);
+        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) counts[d] = 0, masses[d] = 0;
         __syncthreads();
         hist_run run = {0, 0, 0};
         di_dev_for_each_loaded<ROW_LOADS>(x, part.first, part.step, V, [&](int64_t, float v) {
             const uint32_t key = di_sample_float_key(di_sample_sanitize(v));
             if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
-                run_add(&run, (key >> shift) & 255u, 0, sm->part_count, sm->part_mass);
+                run_add(&run, (key >> shift) & 255u, 0, counts, masses);
         });
-        run_flush(&run, sm->part_count, sm->part_mass);
+        run_flush(&run, counts, masses);
         cluster_digit_sums(part, sm);
         if (threadIdx.x == 0) {
             uint32_t b = 255, rem = sm->remaining;
@@ -199,13 +219,14 @@ __device__ float kth_largest(const float *x, int64_t V, int32_t k, const row_par
 
 /* a cluster of `ranks` blocks a row (sampled rows only): ws[row]'s max and kth; its sum and
  * histogram cleared. logits [n, V] */
-__global__ void __launch_bounds__(SAMPLE_THREADS, 1)
+template <bool CL>
+__global__ void __launch_bounds__(SAMPLE_THREADS, CL ? 1 : 2)
 sample_thresholds_kernel(const float *__restrict__ logits, int64_t V, const di_plain_sampling *__restrict__ params,
                          sample_row_ws *__restrict__ ws, int ranks) {
     DI_PDL_BEGIN();
     __shared__ sample_smem sm;
-    const int64_t row = blockIdx.x / ranks;
-    const row_part part = this_row_part(ranks);
+    const int64_t row = CL ? blockIdx.x / ranks : blockIdx.x;
+    const row_part part = this_row_part<CL>(ranks);
     const di_plain_sampling p = params[row];
     if (!(p.temperature > 0.0f)) return; /* the whole cluster */
     sample_row_ws *r = &ws[row];
@@ -309,7 +330,7 @@ __device__ __forceinline__ void for_each_bucket_key(const uint64_t *w_row, int64
 }
 
 /* This rank's keys of the bucket under `prefix`'s digits above `shift` into sm->keys (they fit). */
-__device__ void gather_keys(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, const row_part &part,
+__device__ __forceinline__ void gather_keys(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, const row_part &part,
                             uint64_t prefix, int shift, sample_smem *sm) {
     if (threadIdx.x == 0) sm->n_keys = 0;
     __syncthreads();
@@ -325,7 +346,7 @@ __device__ void gather_keys(const uint64_t *w_row, int64_t V, int id_bits, uint3
  * instead of eight. Read from the row's weights, the keys under the digits taken so far are
  * gathered into shared memory as soon as they fit. Returns it; sm->mass_above becomes the mass of
  * the larger keys. */
-__device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, bool gathered,
+__device__ __forceinline__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint32_t bucket, bool gathered,
                             double target, const row_part &part, sample_smem *sm) {
     uint64_t lo = ~(uint64_t)0, hi = 0;
     for_each_bucket_key(w_row, V, id_bits, bucket, gathered, part, sm, [&](uint64_t key) {
@@ -338,19 +359,23 @@ __device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint3
     const int first = (63 - __clzll((long long)(lo ^ hi))) / 8 * 8;
     uint64_t prefix = first + 8 >= 64 ? 0 : lo & ~((((uint64_t)1) << (first + 8)) - 1);
     for (int shift = first; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) sm->part_count[d] = 0, sm->part_mass[d] = 0;
+        uint32_t *const counts = part_counts(part, sm);
+        uint64_t *const masses = part_masses(part, sm);
+        for (int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) counts[d] = 0, masses[d] = 0;
         __syncthreads();
         hist_run run = {0, 0, 0};
         for_each_bucket_key(w_row, V, id_bits, bucket, gathered, part, sm, [&](uint64_t key) {
             if (sample_shr(key, shift + 8) == sample_shr(prefix, shift + 8))
-                run_add(&run, (uint32_t)(key >> shift) & 255u, key >> id_bits, sm->part_count, sm->part_mass);
+                run_add(&run, (uint32_t)(key >> shift) & 255u, key >> id_bits, counts, masses);
         });
-        run_flush(&run, sm->part_count, sm->part_mass);
+        run_flush(&run, counts, masses);
         cluster_digit_sums(part, sm);
         cut_walk(256, target, sm);
         __syncthreads();
         prefix |= (uint64_t)sm->chosen << shift;
-        if (!gathered && shift > 0 && sm->count[sm->chosen] <= SAMPLE_CAP) {
+        const bool fits = !gathered && shift > 0 && sm->count[sm->chosen] <= SAMPLE_CAP;
+        __syncthreads(); /* every thread has read count: alone, a rank's next digit rewrites it */
+        if (fits) {
             /* the keys under the prefix fit: gather them, and read shared memory from here on */
             gather_keys(w_row, V, id_bits, bucket, part, prefix, shift, sm);
             gathered = true;
@@ -360,13 +385,14 @@ __device__ uint64_t cut_key(const uint64_t *w_row, int64_t V, int id_bits, uint3
 }
 
 /* a cluster of `ranks` blocks a row (sampled rows): tokens[row] = the draw. W [n, V] */
-__global__ void __launch_bounds__(SAMPLE_THREADS, 1)
+template <bool CL>
+__global__ void __launch_bounds__(SAMPLE_THREADS, CL ? 1 : 2)
 sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sampling *__restrict__ params,
                    sample_row_ws *__restrict__ ws, int32_t *__restrict__ tokens, int ranks) {
     DI_PDL_BEGIN();
     __shared__ sample_smem sm;
-    const int64_t row = blockIdx.x / ranks;
-    const row_part part = this_row_part(ranks);
+    const int64_t row = CL ? blockIdx.x / ranks : blockIdx.x;
+    const row_part part = this_row_part<CL>(ranks);
     const di_plain_sampling p = params[row];
     if (!(p.temperature > 0.0f)) return; /* the whole cluster: every rank reads the same row */
     const sample_row_ws *r = &ws[row];
@@ -398,7 +424,7 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
      * a segment of ids (the ranks' warps in rank order); the segment holding U is cut into a run of
      * ids a thread of its rank, whose sums are scanned; the thread whose run holds U walks it. */
     const uint64_t U = di_sample_mul_shift53(di_philox_bits53(p.seed, p.position, 0), kept);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, segs = ranks * SAMPLE_WARPS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, segs = part.ranks * SAMPLE_WARPS;
     const int64_t seg = ((V + segs - 1) / segs + 31) / 32 * 32; /* ids a warp */
     uint64_t mine = 0;
     const int64_t lo = (int64_t)(part.rank * SAMPLE_WARPS + warp) * seg, hi = lo + seg < V ? lo + seg : V;
@@ -407,14 +433,20 @@ sample_draw_kernel(const uint64_t *__restrict__ W, int64_t V, const di_plain_sam
     });
     mine = warp_sum_u64(mine);
     if (lane == 0) sm.warp_u64[warp] = mine;
-    di_cluster_sync();
-    for (int w = threadIdx.x; w < segs; w += SAMPLE_THREADS)
-        sm.seg_sums[w] = di_cluster_rank_smem(sm.warp_u64, w / SAMPLE_WARPS)[w % SAMPLE_WARPS];
-    di_cluster_sync(); /* every rank has its copy of the sums: the walker's rank goes on alone */
+    const uint64_t *seg_sums = sm.warp_u64; /* [segs] */
+    if (part.ranks == 1) {
+        __syncthreads();
+    } else {
+        di_cluster_sync();
+        for (int w = threadIdx.x; w < segs; w += SAMPLE_THREADS)
+            sm.seg_sums[w] = di_cluster_rank_smem(sm.warp_u64, w / SAMPLE_WARPS)[w % SAMPLE_WARPS];
+        di_cluster_sync(); /* every rank has its copy of the sums: the walker's rank goes on alone */
+        seg_sums = sm.seg_sums;
+    }
     if (threadIdx.x == 0) { /* the segment holding U (the segments add up to kept > U), every rank alike */
         uint64_t base = 0;
         int w = 0;
-        while (w < segs - 1 && base + sm.seg_sums[w] <= U) base += sm.seg_sums[w++];
+        while (w < segs - 1 && base + seg_sums[w] <= U) base += seg_sums[w++];
         sm.walker = w;
         sm.base = base;
     }
@@ -485,12 +517,21 @@ extern "C" void di_cuda_sample_tokens(const float *logits, int64_t n, int64_t V,
         const int64_t m = n - r0 < DI_CUDA_MAX_GRID_Y ? n - r0 : DI_CUDA_MAX_GRID_Y;
         const float *lg = logits + r0 * V;
         const int ranks = row_cluster(m);
-        di_cluster_launch(sample_thresholds_kernel, dim3((unsigned)(m * ranks)), SAMPLE_THREADS, 0, ranks, s, lg, V,
-                          params + r0, rows + r0, ranks);
+        if (ranks > 1)
+            di_cluster_launch(sample_thresholds_kernel<true>, dim3((unsigned)(m * ranks)), SAMPLE_THREADS, 0, ranks, s,
+                              lg, V, params + r0, rows + r0, ranks);
+        else
+            sample_thresholds_kernel<false><<<(unsigned)m, SAMPLE_THREADS, 0, s>>>(lg, V, params + r0, rows + r0, 1);
+        DI_CUDA_LAUNCHED();
         sample_weights_kernel<<<dim3((unsigned)slices, (unsigned)m), WEIGHT_THREADS, 0, s>>>(
             lg, V, slice_len, params + r0, rows + r0, W + r0 * V);
         DI_CUDA_LAUNCHED();
-        di_cluster_launch(sample_draw_kernel, dim3((unsigned)(m * ranks)), SAMPLE_THREADS, 0, ranks, s,
-                          (const uint64_t *)(W + r0 * V), V, params + r0, rows + r0, tokens + r0, ranks);
+        if (ranks > 1)
+            di_cluster_launch(sample_draw_kernel<true>, dim3((unsigned)(m * ranks)), SAMPLE_THREADS, 0, ranks, s,
+                              (const uint64_t *)(W + r0 * V), V, params + r0, rows + r0, tokens + r0, ranks);
+        else
+            sample_draw_kernel<false><<<(unsigned)m, SAMPLE_THREADS, 0, s>>>((const uint64_t *)(W + r0 * V), V,
+                                                                            params + r0, rows + r0, tokens + r0, 1);
+        DI_CUDA_LAUNCHED();
     }
 }
