@@ -54,6 +54,7 @@ export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 PKGCONF=$(command -v pkg-config || echo "$SR/usr/bin/pkgconf")
 { date -u; nvidia-smi; nvcc --version | tail -2; ldd --version | head -1; cmake --version | head -1; } >"$OUT/machine.txt" 2>&1
 B=build-dev
+MADE="build.log machine.txt" # the logs this script writes: the ones it packs (a caller's own stay)
 if cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDI_CUDA=ON -DPKG_CONFIG_EXECUTABLE="$PKGCONF" >"$OUT/build.log" 2>&1 &&
     cmake --build $B -j "$JOBS" >>"$OUT/build.log" 2>&1; then
     log "build ok"
@@ -67,6 +68,7 @@ fi
 run() { # name timeout_s command...: runs, logs to $OUT/name.log, prints one status line
     local name=$1 t=$2
     shift 2
+    MADE="$MADE $name.log"
     local s=$(date +%s)
     timeout "$t" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
@@ -185,11 +187,14 @@ fi
 # the device tool brings back at most 8 files: the stages' logs travel as one archive
 # (tar xzf logs.tar.gz) unless KEEP_LOGS=1 leaves them as they are
 # (logs-2.tar.gz, ... when an earlier stage of the same call packed its own: device_profile.sh
-# builds through this script after its caller's logs are packed)
-if [ "${KEEP_LOGS:-0}" != 1 ] && ls "$OUT"/*.log >/dev/null 2>&1; then
+# builds through this script after its caller's logs are packed). Only this script's own logs:
+# a caller's log in $OUT (bash x.sh > $OUT/x.log) is left where it is.
+made=$(cd "$OUT" && for f in $MADE; do [ -e "$f" ] && echo "$f"; done)
+if [ "${KEEP_LOGS:-0}" != 1 ] && [ -n "$made" ]; then
     A=logs.tar.gz
     n=2
     while [ -e "$OUT/$A" ]; do A=logs-$n.tar.gz; n=$((n + 1)); done
-    (cd "$OUT" && tar czf "$A" ./*.log machine.txt 2>/dev/null && rm -f ./*.log machine.txt)
+    # shellcheck disable=SC2086
+    (cd "$OUT" && tar czf "$A" $made && rm -f $made)
 fi
 log "done"
