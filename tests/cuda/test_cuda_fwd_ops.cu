@@ -2495,6 +2495,7 @@ int main(int argc, char **argv) {
         test_edit_tokens(256, 129280);
         test_logprob_rows(70, 3000);
         test_logprob_rows(256, 129280);
+        test_logprob_rows(16, 129280); /* clusters of 8 */
         test_greedy_tokens(DI_ROWS_PAST_GRID_Y, 3);
         test_sample_tokens(DI_ROWS_PAST_GRID_Y, 3);
     } else if (argc > 1 && !strcmp(argv[1], "--sample-many")) { /* past the grid's y: slow on the emulator */
@@ -2512,7 +2513,9 @@ int main(int argc, char **argv) {
         test_edit_tokens(10, 20000); /* row 4 (edited, repetition penalty): a history of thousands of ids */
         test_edit_tokens(4, 5);
         test_logprob_rows(70, 3000);
-        test_logprob_rows(14, 20000);
+        test_logprob_rows(14, 20000); /* EMU_SMS=132: clusters of 8 */
+        test_logprob_rows(1, 20000);  /* clusters of 4 (4 SMs) */
+        test_logprob_rows(2, 20000);  /* clusters of 2 (4 SMs) */
         test_logprob_rows(7, 5);
     }
     else if (argc > 1 && !strcmp(argv[1], "--moe")) { /* routing, grouping, the SwiGLU and combine alone, one
