@@ -20,7 +20,10 @@
 #     side's binary (e.g. "test_cuda_ops --topk; test_fixture_tiny"; DEEPINFER_ACCELERATOR=nvidia).
 # AB_NCU: a kernel-name regex: each side's bench (BENCH's arguments) under ncu, kernels matching it
 #     timed (gpu__time_duration, --clock-control none) and summed per kernel and grid: mean us a
-#     launch, side by side -- steadier than step times for a change to a few kernels.
+#     launch, side by side -- steadier than step times for a change to a few kernels. ncu flushes
+#     the caches before each kernel by default (--cache-control all), so a kernel that reads what
+#     the one before it wrote runs L2-cold there; AB_NCU_FLAGS="--cache-control none" (any further
+#     ncu flags) keeps them as the step leaves them.
 # AB_BINS: the binaries set aside (default deepinfer and the test binaries AB_TESTS names).
 # The first device call of a change usually pairs this with its parity run:
 #     bash tools/cuda/device_model_run.sh --only parity && AB_OLD=exp/old bash tools/cuda/device_ab.sh
@@ -94,7 +97,7 @@ if [ -n "${AB_NCU:-}" ]; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
-        timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off --clock-control none \
+        timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off --clock-control none ${AB_NCU_FLAGS:-} \
             --metrics gpu__time_duration.sum --csv -k "regex:$AB_NCU" \
             "$STASH/$side/deepinfer" bench --backend cuda --quick $BENCH >"$OUT/ncu-ab-$side.csv" 2>/dev/null
         log "ncu $side: exit $?"
