@@ -66,23 +66,37 @@ struct lp_values {
     }
 };
 
-/* lse of the full log-softmax of x [V]: the block's threads together */
-__device__ double lp_lse(const float *__restrict__ x, int64_t V) {
-    __shared__ double lane[LP_THREADS];
+/* the largest sanitised logit of x's ids lo + t, lo + t + LP_THREADS, .. < hi over the block
+ * (every thread gets it) */
+__device__ __forceinline__ float lp_block_max(const float *__restrict__ x, int64_t lo, int64_t hi) {
     __shared__ float warp_max[LP_WARPS];
-    const int t = threadIdx.x;
     float m = -INFINITY;
-    di_dev_for_each_loaded<LP_LOADS>(x, t, LP_THREADS, V, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
-    m = di_dev_block_max(m, warp_max, LP_WARPS);
-    double s = 0.0; /* lane t's sum in id order, then the lanes' tree */
-    di_dev_for_each_loaded<LP_LOADS>(x, t, LP_THREADS, V, [&](int64_t, float v) { s = DI_SA_ADD(s, di_sample_exp_term(v, m)); });
-    lane[t] = s;
-    __syncthreads();
+    di_dev_for_each_loaded<LP_LOADS>(x, lo + threadIdx.x, LP_THREADS, hi,
+                                     [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
+    return di_dev_block_max(m, warp_max, LP_WARPS);
+}
+
+/* max + log of the lanes' sums lane [LP_THREADS] (complete, every thread's visible) folded by
+ * di_sample_fold_lanes' tree, each level's adds at once; lane is folded in place */
+__device__ __forceinline__ double lp_lse_of_lanes(double *lane, float m) {
+    const int t = threadIdx.x;
     for (int half = LP_THREADS / 2; half > 0; half >>= 1) {
         if (t < half) lane[t] = DI_SA_ADD(lane[t], lane[t + half]);
         __syncthreads();
     }
     return DI_SA_ADD((double)m, di_sample_log(lane[0]));
+}
+
+/* lse of the full log-softmax of x [V]: the block's threads together */
+__device__ double lp_lse(const float *__restrict__ x, int64_t V) {
+    __shared__ double lane[LP_THREADS];
+    const int t = threadIdx.x;
+    const float m = lp_block_max(x, 0, V);
+    double s = 0.0; /* lane t's sum in id order, then the lanes' tree */
+    di_dev_for_each_loaded<LP_LOADS>(x, t, LP_THREADS, V, [&](int64_t, float v) { s = DI_SA_ADD(s, di_sample_exp_term(v, m)); });
+    lane[t] = s;
+    __syncthreads();
+    return lp_lse_of_lanes(lane, m);
 }
 
 /* the draw's candidates of row r (its workspace: cut, max, kept mass) */
@@ -182,12 +196,9 @@ logprob_rows_kernel(const di_cuda_logprob_row *__restrict__ rows, int64_t V, con
 __device__ double lp_lse_cluster(const float *__restrict__ x, int64_t lo, int64_t hi, int rank, int ranks,
                                  double *terms) {
     __shared__ double lane[LP_THREADS];
-    __shared__ float warp_max[LP_WARPS];
     __shared__ float rank_max;
     const int t = threadIdx.x;
-    float m = -INFINITY;
-    di_dev_for_each_loaded<LP_LOADS>(x, lo + t, LP_THREADS, hi, [&](int64_t, float v) { m = fmaxf(m, di_sample_sanitize(v)); });
-    m = di_dev_block_max(m, warp_max, LP_WARPS);
+    float m = lp_block_max(x, lo, hi);
     if (t == 0) rank_max = m;
     di_cluster_sync();
     for (int c = 0; c < ranks; c++) m = fmaxf(m, *di_cluster_rank_smem(&rank_max, c)); /* a max: any order */
@@ -206,11 +217,7 @@ __device__ double lp_lse_cluster(const float *__restrict__ x, int64_t lo, int64_
     }
     if (rank != ranks - 1) lane[t] = *di_cluster_rank_smem(&lane[t], ranks - 1);
     di_cluster_sync(); /* every rank has its copy: the last one may fold its own */
-    for (int half = LP_THREADS / 2; half > 0; half >>= 1) {
-        if (t < half) lane[t] = DI_SA_ADD(lane[t], lane[t + half]);
-        __syncthreads();
-    }
-    return DI_SA_ADD((double)m, di_sample_log(lane[0]));
+    return lp_lse_of_lanes(lane, m);
 }
 
 __global__ void __launch_bounds__(LP_THREADS, 1)
