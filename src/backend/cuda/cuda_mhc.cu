@@ -58,26 +58,44 @@ static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_
  * 9.3 / 63.5 (ptxas converted each value right after its load: a round trip to memory a value);
  * a quad a load 7.4 / 68.6 (a warp's 16-byte stores, 32 bytes apart, hit every bank twice); a pair
  * a load, this form, 7.3 / 68.0 (the combine-fused decode kernel 9.9 -> 10.3). Why the value form
- * runs the prefill's launch faster is not known. */
+ * runs the prefill's launch faster is not known. Since session 49 a POST kernel issues the pair
+ * form's loads before it makes its x (mix_fn_pairs), so the two sets of loads are in flight together:
+ * the combine-fused decode kernel 19.35 -> 19.00 us (ncu, H100). A chunk of 128 values (160 blocks
+ * at n = 4) ran slower there: 10.55 -> 12.19 us for the hc_post-fused kernel, 19.35 -> 18.97 for the
+ * combine-fused one, 27.2 -> 30.6 for B = 256's (80 x 4 blocks). */
 #define MIX_STAGE_BATCH 24
+/* the pair form's loads of a thread (n = 4: twelve float2), held in registers until stored: a POST
+ * kernel issues them before making its x, so that both sets of loads are in flight together */
 template <int ROWS>
-static __device__ void mix_stage_fn(double *fs, const float *fn, int64_t len, int nmix, int cl) {
-    constexpr int CHUNK = mix_chunk(ROWS), stride = mix_stride(ROWS);
-    if (len % 2 == 0 && (uintptr_t)fn % 8 == 0) { /* cl % 2 == 0 too: chunks start at even values */
-        constexpr int PROW = CHUNK / 2, RSTEP = MIX_THREADS / PROW, PER = ROWS / RSTEP; /* pairs a row; rows a pass */
-        static_assert(MIX_THREADS % PROW == 0 && ROWS % RSTEP == 0, "whole rows a pass of the block");
+struct mix_fn_pairs {
+    static constexpr int CHUNK = mix_chunk(ROWS), PROW = CHUNK / 2, RSTEP = MIX_THREADS / PROW, PER = ROWS / RSTEP;
+    static_assert(MIX_THREADS % PROW == 0 && ROWS % RSTEP == 0, "whole rows a pass of the block");
+    float2 v[PER];
+    bool on; /* the pair form applies: len even, fn 8-byte aligned (cl even too: chunks start at even values) */
+    __device__ void load(const float *fn, int64_t len, int nmix, int cl) {
+        on = len % 2 == 0 && (uintptr_t)fn % 8 == 0;
+        if (!on) return;
         const int i = 2 * (threadIdx.x % PROW), r0 = threadIdx.x / PROW; /* this thread's pair; first row */
-        float2 v[PER];
 #pragma unroll
         for (int u = 0; u < PER; u++) {
             const int row = r0 + RSTEP * u;
             v[u] = i < cl && row < nmix ? __ldg(reinterpret_cast<const float2 *>(fn + row * len + i)) : make_float2(0.0f, 0.0f);
         }
+    }
+    __device__ void store(double *fs) const {
+        constexpr int stride = mix_stride(ROWS);
+        const int i = 2 * (threadIdx.x % PROW), r0 = threadIdx.x / PROW;
 #pragma unroll
         for (int u = 0; u < PER; u++) /* stride even: a warp's 16-byte stores side by side, no bank conflict */
             *reinterpret_cast<double2 *>(fs + (r0 + RSTEP * u) * stride + i) = make_double2(v[u].x, v[u].y);
-        return;
     }
+};
+
+/* fs [ROWS][mix_stride] doubles <- fn's rows (stride len floats) from i0, cl values each, in the value
+ * form (see above), where the pair form (mix_fn_pairs) does not apply */
+template <int ROWS>
+static __device__ void mix_stage_fn_values(double *fs, const float *fn, int64_t len, int nmix, int cl) {
+    constexpr int CHUNK = mix_chunk(ROWS), stride = mix_stride(ROWS);
     constexpr unsigned total = ROWS * CHUNK;
     for (unsigned k0 = threadIdx.x; k0 < total; k0 += MIX_STAGE_BATCH * MIX_THREADS) {
         float v[MIX_STAGE_BATCH];
@@ -209,8 +227,11 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     const int64_t tok0 = (int64_t)blockIdx.y * MIX_TOKENS;
     float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
     const int xstride = mix_post_stride(nmix);
+    mix_fn_pairs<8 * NFT> fp;
+    fp.load(fn + i0, len, nmix, cl);
     if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
-    mix_stage_fn<8 * NFT>(fs, fn + i0, len, nmix, cl);
+    if (fp.on) fp.store(fs);
+    else mix_stage_fn_values<8 * NFT>(fs, fn + i0, len, nmix, cl);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */
@@ -260,15 +281,32 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
 }
 
 /* mix value j of a token from its chunk sums pt [nmix + 1][n_chunks], on one warp: lane l adds chunks
- * l, l + 32, ... in order, then a fixed shuffle tree; then the CPU's fp32 tail. Valid in lane 0. */
+ * l, l + 32, ... in order, then a fixed shuffle tree; then the CPU's fp32 tail. Valid in lane 0. Up to
+ * 32 MIX_FINISH_LOADS chunks a lane's loads all go out before its adds (a loop of dependent adds
+ * waited out one load round trip a turn; hc_mix_finish_kernel at B = 256, ncu on an H100: 5.48 ->
+ * 4.97 us a launch). */
+#define MIX_FINISH_LOADS 4
 static __device__ __forceinline__ float hc_mix_finish_one(const double *__restrict__ pt, int nmix, int j, int n_chunks,
                                                           int64_t len, float eps) {
     const int lane = threadIdx.x & 31;
     const double *pj = pt + (int64_t)j * n_chunks, *ps = pt + (int64_t)nmix * n_chunks;
     double acc = 0.0, ss = 0.0;
-    for (int c = lane; c < n_chunks; c += 32) {
-        acc += pj[c];
-        ss += ps[c];
+    if (n_chunks <= 32 * MIX_FINISH_LOADS) { /* every load issued before the first add (a decode step: 80 chunks) */
+        double vj[MIX_FINISH_LOADS], vs[MIX_FINISH_LOADS];
+#pragma unroll
+        for (int u = 0; u < MIX_FINISH_LOADS; u++) {
+            const int c = lane + 32 * u;
+            vj[u] = c < n_chunks ? pj[c] : 0.0;
+            vs[u] = c < n_chunks ? ps[c] : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < MIX_FINISH_LOADS; u++)
+            if (lane + 32 * u < n_chunks) acc += vj[u], ss += vs[u];
+    } else {
+        for (int c = lane; c < n_chunks; c += 32) {
+            acc += pj[c];
+            ss += ps[c];
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
         acc += __shfl_down_sync(0xffffffffu, acc, o);
@@ -571,12 +609,18 @@ extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, cons
  * sublayer, each mostly its start and its few blocks' latency; a token a block of 256 threads doing
  * the phases one after another ran no faster, hence the wide block. The Sinkhorn (20 iterations of
  * dependent shuffles and divisions, ~2 us) ran after B until session 20. Past HB_MAX_TOKENS the
- * separate kernels, which spread the tokens' work over many more blocks, are faster. */
+ * separate kernels, which spread the tokens' work over many more blocks, are faster. Since session
+ * 49 (n = 4) the workers load their hc_pre inputs before A and their norm weights right after it,
+ * where the loops had waited out a load a turn: 10.29 -> 9.99 us a launch (ncu, H100, B = 1 and
+ * 32) -- the Sinkhorn, which the workers do not wait for, is most of what is left of its chain
+ * (the separate hc_sinkhorn_warp_kernel: 6.9 us a launch). */
 #define HB_THREADS 1024
 #define HB_WORKERS (HB_THREADS - 32) /* all but the Sinkhorn warp */
 #define HB_NORM_THREADS 256          /* rmsnorm_kernel's NORM_THREADS: its order of the sum of squares */
 #define HB_MAX_D 5120                /* the pre-mixed row in shared memory */
 #define HB_MAX_TOKENS 32
+#define HB_PER ((HB_MAX_D + HB_WORKERS - 1) / HB_WORKERS)       /* hc_pre values a worker */
+#define HB_QUADS ((HB_MAX_D / 4 + HB_WORKERS - 1) / HB_WORKERS) /* C's quads a worker */
 
 template <int NC>
 __global__ void __launch_bounds__(HB_THREADS, 1)
@@ -605,18 +649,52 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
                              comb + tok * n * n);
         return;
     }
+    /* hc_pre's inputs (NC: d <= HB_MAX_D, HB_PER values a thread of each of the n copies), loaded
+     * first so that they land while A's sums run */
+    float xv[NC ? HB_PER : 1][NC ? NC : 1], pv[NC ? NC : 1];
+    if (NC) {
+        const float *xt = x + tok * len, *pt = p_in + tok * n;
+#pragma unroll
+        for (int i = 0; i < (NC ? NC : 1); i++) pv[i] = pt[i];
+#pragma unroll
+        for (int u = 0; u < HB_PER; u++) {
+            const int64_t k = t + (int64_t)u * HB_WORKERS;
+#pragma unroll
+            for (int i = 0; i < (NC ? NC : 1); i++) xv[u][i] = k < d ? xt[i * d + k] : 0.0f;
+        }
+    }
     for (int j = warp; j < nmix; j += HB_WORKERS / 32) { /* A */
         const float v = hc_mix_finish_one(part + tok * (nmix + 1) * n_chunks, nmix, j, n_chunks, len, eps);
         if (lane == 0) mix_s[j] = v;
     }
     di_mbar_arrive(&mix_ready);
-    const float *xt = x + tok * len, *pt = p_in + tok * n;
-    for (int64_t k = t; k < d; k += HB_WORKERS) {
-        float sum = 0.0f;
+    float wq[HB_QUADS][4]; /* C's norm weights (the quads' form): quads warp * 32 + lane + HB_WORKERS u */
+    const bool forms = yf.q || yf.bf16;
 #pragma unroll
-        for (int i = 0; i < (NC ? NC : HC_MAX_N); i++)
-            if (NC || i < n) sum += pt[i] * xt[i * d + k];
-        row_s[k] = di_dev_bf16_round(sum);
+    for (int u = 0; u < HB_QUADS; u++) {
+        const int64_t k = 4 * ((int64_t)warp * 32 + lane + (int64_t)u * HB_WORKERS);
+#pragma unroll
+        for (int e = 0; e < 4; e++) wq[u][e] = forms && k + e < d ? di_dev_bf16_load(w + k + e) : 0.0f;
+    }
+    const float *xt = x + tok * len, *pt = p_in + tok * n;
+    if (NC) { /* hc_pre's values t, t + HB_WORKERS, ..: loaded above, summed here in the same order */
+#pragma unroll
+        for (int u = 0; u < HB_PER; u++) {
+            const int64_t k = t + (int64_t)u * HB_WORKERS;
+            if (k >= d) break;
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NC; i++) sum += pv[i] * xv[u][i];
+            row_s[k] = di_dev_bf16_round(sum);
+        }
+    } else {
+        for (int64_t k = t; k < d; k += HB_WORKERS) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < HC_MAX_N; i++)
+                if (i < n) sum += pt[i] * xt[i * d + k];
+            row_s[k] = di_dev_bf16_round(sum);
+        }
     }
     di_mbar_arrive(&row_ready);
     di_mbar_wait(&row_ready, 0);
@@ -635,7 +713,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     const float mean = (float)(ss / (double)d);
     const float inv = 1.0f / sqrtf(mean + eps); /* C */
     float *yr = y + tok * d;
-    if (!yf.q && !yf.bf16) {
+    if (!forms) {
         for (int64_t k = t; k < d; k += HB_WORKERS)
             yr[k] = di_dev_bf16_round(di_dev_bf16_load(w + k) * (row_s[k] * inv));
         return;
@@ -643,15 +721,17 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     /* and y's other forms (d % 32 == 0): act_quant(y, 32), a warp's 32 lanes taking 32 quads, 8 lanes a
      * 32-value block (with digits, also as the int8 twin's digits); y's bf16 bits */
     const int quads = (int)(d / 4);
-    for (int q0 = warp * 32; q0 < quads; q0 += HB_WORKERS) { /* warp-uniform: the block max is a shuffle */
-        const int q = q0 + lane, k = 4 * q;
+#pragma unroll
+    for (int u = 0; u < HB_QUADS; u++) { /* warp-uniform: the block max is a shuffle */
+        const int q0 = warp * 32 + u * HB_WORKERS, q = q0 + lane, k = 4 * q;
+        if (q0 >= quads) break;
         const bool in = q < quads; /* quads % 8 == 0: a block's 8 lanes are all in or all out */
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (in) {
-            v.x = di_dev_bf16_round(di_dev_bf16_load(w + k) * (row_s[k] * inv));
-            v.y = di_dev_bf16_round(di_dev_bf16_load(w + k + 1) * (row_s[k + 1] * inv));
-            v.z = di_dev_bf16_round(di_dev_bf16_load(w + k + 2) * (row_s[k + 2] * inv));
-            v.w = di_dev_bf16_round(di_dev_bf16_load(w + k + 3) * (row_s[k + 3] * inv));
+            v.x = di_dev_bf16_round(wq[u][0] * (row_s[k] * inv));
+            v.y = di_dev_bf16_round(wq[u][1] * (row_s[k + 1] * inv));
+            v.z = di_dev_bf16_round(wq[u][2] * (row_s[k + 2] * inv));
+            v.w = di_dev_bf16_round(wq[u][3] * (row_s[k + 3] * inv));
         }
         float sc;
         const uint32_t codes = yf.q ? di_act_quant_e4m3_x4(v, &sc) : 0u; /* yf.q: uniform over the block */
