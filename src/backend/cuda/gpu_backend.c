@@ -420,6 +420,7 @@ static void detach(di_model *m) {
     di_cuda_ctx_free(&g->cx_side);
     cudaEventDestroy(g->ev_fork);
     cudaEventDestroy(g->ev_join);
+    cudaEventDestroy(g->ev_hc_join);
     free(g);
     m->dev = NULL;
 }
@@ -449,6 +450,7 @@ static di_status attach(di_model *m, di_err *err) {
     g->cx_side.fp4_imma = g->cx.fp4_imma;
     GPU_CK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming));
     GPU_CK(cudaEventCreateWithFlags(&g->ev_join, cudaEventDisableTiming));
+    GPU_CK(cudaEventCreateWithFlags(&g->ev_hc_join, cudaEventDisableTiming));
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));

@@ -88,18 +88,62 @@ void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t 
                  f->d_sin[kind], inverse, f->s);
 }
 
-/* hc mixes of all rows: stream [R, n, D] -> pre/post [R, n], comb [R, n, n] */
-static void hc_mixes(const gpu_fwd *f, const float *X, const void *fn, const float *scale,
+/* ---- a sublayer's mixes beside the sublayer ----
+ * A sublayer's input is pre-mixed with the pre weights of an earlier mix (p_in), so the mixes it
+ * makes (pre_out, post, comb) are first read at the next mHC step -- the next input's hc_post (post,
+ * comb) and pre-mix (pre_out), the sublayer's whole attention or MoE later. Past the fused input's
+ * rows (hc_sublayer_in's four kernels) the mixes -- chunk sums, their finish, the Sinkhorn, ~39 us
+ * a sublayer at B = 256 -- run on the side stream (in order with the shared expert there) and are
+ * joined back by hc_mixes_join before that step: the same kernels on the same operands, the bits
+ * unchanged (session 49, H100: B = 64 36.1 -> 34.9 ms, B = 256 57.1 -> 55.5). The fused input's
+ * Sinkhorn moved there the same way (the kernel leaving the mix for a side-stream Sinkhorn) made
+ * B = 1 10.55 -> 11.32 ms and B = 32 slightly slower: not done. Not under the stage profile,
+ * which times stages on the main stream alone. */
+static bool hc_mixes_beside(void) { return !gpu_profiling(); }
+
+/* the side stream, ordered after everything enqueued on the main stream so far */
+static cudaStream_t hc_mixes_fork(gpu_fwd *f) {
+    GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
+    GPU_CK(cudaStreamWaitEvent(f->cx_side->stream, f->g->ev_fork, 0));
+    return f->cx_side->stream;
+}
+
+/* the forked mixes enqueued; their ws and mix are freed at the join */
+static void hc_mixes_forked(gpu_fwd *f, void *ws, float *mix) {
+    GPU_CK(cudaEventRecord(f->g->ev_hc_join, f->cx_side->stream));
+    f->hc_forked = true;
+    f->hc_fork_ws = ws;
+    f->hc_fork_mix = mix;
+}
+
+/* the main stream waits for the forked mixes (if any) */
+static void hc_mixes_join(gpu_fwd *f) {
+    if (!f->hc_forked) return;
+    GPU_CK(cudaStreamWaitEvent(f->s, f->g->ev_hc_join, 0));
+    gpu_free(f, f->hc_fork_ws);
+    gpu_free(f, f->hc_fork_mix);
+    f->hc_forked = false;
+}
+
+/* hc mixes of all rows: stream [R, n, D] -> pre/post [R, n], comb [R, n, n]; on the side stream
+ * where hc_mixes_beside (joined by hc_mixes_join) */
+static void hc_mixes(gpu_fwd *f, const float *X, const void *fn, const float *scale,
                      const float *base, float *pre, float *post, float *comb) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     float *mix = gpu_alloc(f, sizeof(float) * (size_t)f->R * n * (n + 2)); /* [R, n(n+2)] */
     void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, c->hidden_size));
-    di_cuda_hc_mix_logits(X, f->R, n, c->hidden_size, fn, (float)c->rms_norm_eps, mix, ws, f->s);
-    gpu_free(f, ws);
+    const bool beside = hc_mixes_beside();
+    cudaStream_t s = beside ? hc_mixes_fork(f) : f->s;
+    di_cuda_hc_mix_logits(X, f->R, n, c->hidden_size, fn, (float)c->rms_norm_eps, mix, ws, s);
     di_cuda_hc_split_sinkhorn(mix, scale, base, f->R, n, c->hc_sinkhorn_iters, (float)c->hc_eps, pre,
-                              post, comb, f->s);
-    gpu_free(f, mix);
+                              post, comb, s);
+    if (beside) {
+        hc_mixes_forked(f, ws, mix);
+    } else {
+        gpu_free(f, ws);
+        gpu_free(f, mix);
+    }
 }
 
 /* The fused input's other forms of sub_in (yq: NULL, or act_quant codes and scales and bf16 bits to
@@ -112,9 +156,10 @@ static void sub_in_codes_made(const gpu_fwd *f, const float *sub_in, const di_cu
 /* A sublayer's input: its mixes of the stream X [R, n, D] (-> pre_out, post, comb) and
  * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
  * sums (the same bits; with yq also sub_in's other forms, sub_in_codes_made), else the four kernels. */
-static void hc_sublayer_in(const gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
+static void hc_sublayer_in(gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
                            const float *p_in, const void *norm, float *pre_out, float *post, float *comb,
                            float *sub_in, const di_cuda_act_forms *yq) {
+    hc_mixes_join(f); /* p_in */
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
@@ -145,9 +190,10 @@ typedef struct {
 
 /* hc_post(ops) then a sublayer's input from its output stream ops->out: one fused pair of launches
  * where supported, else hc_post and hc_sublayer_in (the same bits) */
-static void hc_post_then_in(const gpu_fwd *f, const di_cuda_hc_post_ops *ops, const void *fn, const float *scale,
+static void hc_post_then_in(gpu_fwd *f, const di_cuda_hc_post_ops *ops, const void *fn, const float *scale,
                             const float *base, const float *p_in, const void *norm, float *pre_out, float *post,
                             float *comb, float *sub_in, const di_cuda_act_forms *yq) {
+    hc_mixes_join(f); /* ops->post, ops->comb, p_in */
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
@@ -240,6 +286,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_moe_combine moe_c = {0}; /* with defer: the MoE's combine left for the next block's input to make */
     const bool combine_later = defer && gpu_moe_deferred(f, L, sub_in, &moe_c);
     if (!combine_later) gpu_moe(f, L, hL, sub_in, sub_out);
+    hc_mixes_join(f); /* the FFN input's mixes (pre, f_post, f_comb): none pending past a block */
     di_cuda_act_forms_forget(f->cx, sub_in);
     if (!combine_later) gpu_debug(f, "ffn_out", l, sub_out, (int64_t)R * D);
     gpu_debug(f, "pre_mix_out", l, pre, (int64_t)R * n);

@@ -99,9 +99,10 @@ typedef struct gpu_model {
     gpu_layer_consts *hc;      /* [n_total_layers] */
     di_cuda_ctx cx;            /* stream + cuBLAS */
     /* a second stream (its own scratch) for work independent of the main stream's: the shared expert
-     * beside the routed experts; forked from and joined back into the main stream by the events */
+     * beside the routed experts, a sublayer's mHC mixes beside the sublayer; forked from and joined
+     * back into the main stream by the events (ev_hc_join: the mixes') */
     di_cuda_ctx cx_side;
-    cudaEvent_t ev_fork, ev_join;
+    cudaEvent_t ev_fork, ev_join, ev_hc_join;
     struct di_sample_editor *editor; /* the edited rows' lists (gpu_head.c), made at the first */
     void **allocs;             /* every weight allocation, for detach */
     int n_allocs, cap_allocs;
@@ -152,6 +153,10 @@ struct gpu_fwd {
     struct gpu_pending_download { void *host; const void *pinned; size_t bytes; } *dl;
     int n_dl, cap_dl;
     gpu_head_pending head_pending;
+    /* a sublayer's mixes forked to the side stream (gpu_forward.c hc_mixes_fork), not yet joined;
+     * their scratch, freed at the join */
+    bool hc_forked;
+    void *hc_fork_ws, *hc_fork_mix;
 };
 
 /* a CUDA runtime call that must succeed (the process ends with the file, line and message) */
