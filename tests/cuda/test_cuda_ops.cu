@@ -880,6 +880,20 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     di_cuda_hc_post(dy, dx, T, n, d, dpostr, dcombr, dout, 0);
     dev_download(post_out_g, dout, 4 * T * n * d);
     compare("hc_post", shape, post_out_g, post_out_r, T, n * d, CRIT_EXACT);
+    { /* hc_post with the pre-mix of its output in the same launch: hc_post's and hc_pre's bits */
+        float *dout2 = (float *)dev_poisoned(4 * T * n * d), *dpm = (float *)dev_poisoned(4 * T * d),
+              *dpm_ref = (float *)dev_poisoned(4 * T * d), *got = (float *)malloc(4 * T * n * d),
+              *ref = (float *)malloc(4 * T * d);
+        di_cuda_hc_post_pre(dy, dx, T, n, d, dpostr, dcombr, dout2, dprer, dpm, 0);
+        di_cuda_hc_pre(dout, T, n, d, dprer, dpm_ref, 0);
+        dev_download(got, dout2, 4 * T * n * d);
+        compare("hc_post_pre.out", shape, got, post_out_r, T, n * d, CRIT_EXACT);
+        dev_download(got, dpm, 4 * T * d);
+        dev_download(ref, dpm_ref, 4 * T * d);
+        compare("hc_post_pre.pre", shape, got, ref, T, d, CRIT_EXACT);
+        cudaFree(dout2), cudaFree(dpm), cudaFree(dpm_ref);
+        free(got), free(ref);
+    }
 
     /* the fused sublayer input against the separate kernels (on the GPU's own mix): the same bits */
     if (di_cuda_hc_block_in_supported(T, n, d)) {

@@ -816,7 +816,7 @@ extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T
 template <int V>
 __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restrict__ r, int64_t T, int n,
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
-                               float *__restrict__ out) {
+                               float *__restrict__ out, const float *__restrict__ p_in, float *__restrict__ pre_row) {
     DI_PDL_BEGIN();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
     if (idx >= T * dv) return;
@@ -829,6 +829,9 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restr
     for (int i = 0; i < HC_MAX_N; i++)
         if (i < n) hc_vec<V>::load(rt + i * d, rv[i]);
     hc_vec<V>::load(y + tok * d + k, yv);
+    float m[V]; /* with p_in: hc_pre(out, p_in) at (tok, k..) */
+#pragma unroll
+    for (int v = 0; v < V; v++) m[v] = 0.0f;
     for (int j = 0; j < n; j++) {
         float s[V], o[V];
 #pragma unroll
@@ -844,17 +847,33 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restr
 #pragma unroll
         for (int v = 0; v < V; v++) o[v] = di_dev_bf16_round(pj * yv[v] + s[v]);
         hc_vec<V>::store(out + (tok * n + j) * d + k, o);
+        if (p_in) { /* hc_pre_kernel's sum over the copies, in its order */
+            const float pi = p_in[tok * n + j];
+#pragma unroll
+            for (int v = 0; v < V; v++) m[v] += pi * o[v];
+        }
     }
+    if (!p_in) return;
+#pragma unroll
+    for (int v = 0; v < V; v++) m[v] = di_dev_bf16_round(m[v]);
+    hc_vec<V>::store(pre_row + tok * d + k, m);
+}
+
+extern "C" void di_cuda_hc_post_pre(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
+                                    const float *comb, float *out, const float *p_in, float *pre_row, cudaStream_t s) {
+    const int64_t total = T * d;
+    if (total <= 0) return;
+    hc_check_n("di_cuda_hc_post", n);
+    if (hc_width(d, y, r, out) == 4 && (!pre_row || (uintptr_t)pre_row % 16 == 0))
+        hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
+                                                                            pre_row);
+    else
+        hc_post_kernel<1><<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
+                                                                        pre_row);
+    DI_CUDA_LAUNCHED();
 }
 
 extern "C" void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d,
                                 const float *post, const float *comb, float *out, cudaStream_t s) {
-    const int64_t total = T * d;
-    if (total <= 0) return;
-    hc_check_n("di_cuda_hc_post", n);
-    if (hc_width(d, y, r, out) == 4)
-        hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
-    else
-        hc_post_kernel<1><<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out);
-    DI_CUDA_LAUNCHED();
+    di_cuda_hc_post_pre(y, r, T, n, d, post, comb, out, NULL, NULL, s);
 }

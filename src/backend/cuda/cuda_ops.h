@@ -261,6 +261,11 @@ void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const floa
 /* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
 void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
                      const float *comb, float *out, cudaStream_t s);
+/* di_cuda_hc_post, and with p_in [T, n] (non-NULL) also pre_row [T, d] = di_cuda_hc_pre(out, p_in)
+ * in the same launch -- the same bits (past the fused input's rows: one launch and one read of the
+ * new stream less a sublayer) */
+void di_cuda_hc_post_pre(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
+                         const float *comb, float *out, const float *p_in, float *pre_row, cudaStream_t s);
 /* hc_post's operands: out [T, n, d] = hc_post(y [T, d], r [T, n, d], post [T, n], comb [T, n, n]).
  * slot_rows non-NULL: y is the MoE's output, made from di_cuda_moe_combine's operands (slot_rows
  * [T, K], order [T, K], shared [T, d]; K <= DI_CUDA_COMBINE_MAX_K) by the kernel that reads it. */

@@ -155,20 +155,21 @@ static void sub_in_codes_made(const gpu_fwd *f, const float *sub_in, const di_cu
 
 /* A sublayer's input: its mixes of the stream X [R, n, D] (-> pre_out, post, comb) and
  * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
- * sums (the same bits; with yq also sub_in's other forms, sub_in_codes_made), else the four kernels. */
+ * sums (the same bits; with yq also sub_in's other forms, sub_in_codes_made), else the four kernels
+ * -- three where pre_mixed [R, D] is hc_pre(X, p_in) made already (di_cuda_hc_post_pre; else NULL). */
 static void hc_sublayer_in(gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
                            const float *p_in, const void *norm, float *pre_out, float *post, float *comb,
-                           float *sub_in, const di_cuda_act_forms *yq) {
+                           float *sub_in, const di_cuda_act_forms *yq, const float *pre_mixed) {
     hc_mixes_join(f); /* p_in */
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
     const float eps = (float)c->rms_norm_eps;
     if (!di_cuda_hc_block_in_supported(f->R, n, D)) {
-        float *tmp = gpu_alloc(f, sizeof(float) * (size_t)f->R * D); /* [R, D] the pre-mixed rows (bf16) */
+        float *tmp = pre_mixed ? NULL : gpu_alloc(f, sizeof(float) * (size_t)f->R * D); /* [R, D] bf16 */
         hc_mixes(f, X, fn, scale, base, pre_out, post, comb);
-        di_cuda_hc_pre(X, f->R, n, D, p_in, tmp, f->s);
-        di_cuda_rmsnorm(tmp, norm, f->R, D, eps, sub_in, f->s);
+        if (tmp) di_cuda_hc_pre(X, f->R, n, D, p_in, tmp, f->s);
+        di_cuda_rmsnorm(pre_mixed ? pre_mixed : tmp, norm, f->R, D, eps, sub_in, f->s);
         gpu_free(f, tmp);
         return;
     }
@@ -203,9 +204,13 @@ static void hc_post_then_in(gpu_fwd *f, const di_cuda_hc_post_ops *ops, const vo
             y = gpu_alloc(f, sizeof(float) * (size_t)f->R * D); /* [R, D] */
             di_cuda_moe_combine(ops->slot_rows, ops->order, ops->shared, f->R, ops->K, D, y, f->s);
         }
-        di_cuda_hc_post(y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, f->s);
+        /* past the fused input's rows the pre-mix comes out of the hc_post launch */
+        const bool four = !di_cuda_hc_block_in_supported(f->R, n, D);
+        float *pre_mixed = four ? gpu_alloc(f, sizeof(float) * (size_t)f->R * D) : NULL; /* [R, D] bf16 */
+        di_cuda_hc_post_pre(y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, four ? p_in : NULL, pre_mixed, f->s);
         if (ops->slot_rows) gpu_free(f, y);
-        hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in, yq);
+        hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in, yq, pre_mixed);
+        gpu_free(f, pre_mixed);
         return;
     }
     void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, D));
@@ -272,7 +277,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
         pend->live = false;
     } else {
         hc_sublayer_in(f, X, L->hc_attn_fn, hc->attn_scale, hc->attn_base, pre, L->attn_norm, a_pre, a_post, a_comb,
-                       sub_in, yq);
+                       sub_in, yq, NULL);
     }
     gpu_debug(f, "attn_in", l, sub_in, (int64_t)R * D);
     gpu_attention(f, L, hL, sub_in, sub_out);
