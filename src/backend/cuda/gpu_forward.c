@@ -92,10 +92,11 @@ void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t 
  * A sublayer's input is pre-mixed with the pre weights of an earlier mix (p_in), so the mixes it
  * makes (pre_out, post, comb) are first read at the next mHC step -- the next input's hc_post (post,
  * comb) and pre-mix (pre_out), the sublayer's whole attention or MoE later. Past the fused input's
- * rows (hc_sublayer_in's four kernels) the mixes -- chunk sums, their finish, the Sinkhorn, ~39 us
- * a sublayer at B = 256 -- run on the side stream (in order with the shared expert there) and are
- * joined back by hc_mixes_join before that step: the same kernels on the same operands, the bits
- * unchanged (session 49, H100: B = 64 36.1 -> 34.9 ms, B = 256 57.1 -> 55.5). The fused input's
+ * rows (hc_sublayer_in's separate kernels) the mixes -- chunk sums, their finish, the Sinkhorn,
+ * ~39 us a sublayer at B = 256 -- run on the side stream (in order with the shared expert there)
+ * and are joined back by hc_mixes_join before that step: the same kernels on the same operands,
+ * the bits unchanged (session 49, H100, two calls: B = 64 36.0-37.9 -> 34.7-36.3 ms, B = 256
+ * 56.9-57.7 -> 55.4-56.3, a 512-token prefill 84.3-84.7 -> 81.3-82.2). The fused input's
  * Sinkhorn moved there the same way (the kernel leaving the mix for a side-stream Sinkhorn) made
  * B = 1 10.55 -> 11.32 ms and B = 32 slightly slower: not done. Not under the stage profile,
  * which times stages on the main stream alone. */
