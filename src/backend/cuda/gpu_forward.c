@@ -98,7 +98,8 @@ void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t 
  * the bits unchanged (session 49, H100, two calls: B = 64 36.0-37.9 -> 34.7-36.3 ms, B = 256
  * 56.9-57.7 -> 55.4-56.3, a 512-token prefill 84.3-84.7 -> 81.3-82.2). The fused input's
  * Sinkhorn moved there the same way (the kernel leaving the mix for a side-stream Sinkhorn) made
- * B = 1 10.55 -> 11.32 ms and B = 32 slightly slower: not done. Not under the stage profile,
+ * B = 1 10.55 -> 11.32 ms and B = 32 slightly slower, and on a third stream of the main stream's
+ * priority B = 1 was still 0.1-0.6 ms slower: not done. Not under the stage profile,
  * which times stages on the main stream alone. */
 static bool hc_mixes_beside(void) { return !gpu_profiling(); }
 
