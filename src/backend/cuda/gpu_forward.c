@@ -95,7 +95,7 @@ void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t 
  * rows (hc_sublayer_in's separate kernels) the mixes -- chunk sums, their finish, the Sinkhorn,
  * ~39 us a sublayer at B = 256 -- run on the side stream (in order with the shared expert there)
  * and are joined back by hc_mixes_join before that step: the same kernels on the same operands,
- * the bits unchanged (session 49, H100, two calls: B = 64 36.0-37.9 -> 34.7-36.3 ms, B = 256
+ * the bits unchanged (session 49, H100, three calls: B = 64 36.0-37.9 -> 34.7-36.3 ms, B = 256
  * 56.9-57.7 -> 55.4-56.3, a 512-token prefill 84.3-84.7 -> 81.3-82.2). The fused input's
  * Sinkhorn moved there the same way (the kernel leaving the mix for a side-stream Sinkhorn) made
  * B = 1 10.55 -> 11.32 ms and B = 32 slightly slower, and on a third stream of the main stream's
@@ -207,9 +207,10 @@ static void hc_post_then_in(gpu_fwd *f, const di_cuda_hc_post_ops *ops, const vo
             di_cuda_moe_combine(ops->slot_rows, ops->order, ops->shared, f->R, ops->K, D, y, f->s);
         }
         /* past the fused input's rows the pre-mix comes out of the hc_post launch */
-        const bool four = !di_cuda_hc_block_in_supported(f->R, n, D);
-        float *pre_mixed = four ? gpu_alloc(f, sizeof(float) * (size_t)f->R * D) : NULL; /* [R, D] bf16 */
-        di_cuda_hc_post_pre(y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, four ? p_in : NULL, pre_mixed, f->s);
+        const bool separate_in = !di_cuda_hc_block_in_supported(f->R, n, D); /* hc_sublayer_in's separate kernels */
+        float *pre_mixed = separate_in ? gpu_alloc(f, sizeof(float) * (size_t)f->R * D) : NULL; /* [R, D] bf16 */
+        di_cuda_hc_post_pre(y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, separate_in ? p_in : NULL, pre_mixed,
+                            f->s);
         if (ops->slot_rows) gpu_free(f, y);
         hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in, yq, pre_mixed);
         gpu_free(f, pre_mixed);
