@@ -654,9 +654,9 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     }
     /* hc_pre's inputs (NC: d <= HB_MAX_D, HB_PER values a thread of each of the n copies), loaded
      * first so that they land while A's sums run */
+    const float *xt = x + tok * len, *pt = p_in + tok * n;
     float xv[NC ? HB_PER : 1][NC ? NC : 1], pv[NC ? NC : 1];
     if (NC) {
-        const float *xt = x + tok * len, *pt = p_in + tok * n;
 #pragma unroll
         for (int i = 0; i < (NC ? NC : 1); i++) pv[i] = pt[i];
 #pragma unroll
@@ -679,7 +679,6 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
 #pragma unroll
         for (int e = 0; e < 4; e++) wq[u][e] = forms && k + e < d ? di_dev_bf16_load(w + k + e) : 0.0f;
     }
-    const float *xt = x + tok * len, *pt = p_in + tok * n;
     if (NC) { /* hc_pre's values t, t + HB_WORKERS, ..: loaded above, summed here in the same order */
 #pragma unroll
         for (int u = 0; u < HB_PER; u++) {

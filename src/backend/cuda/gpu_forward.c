@@ -103,13 +103,6 @@ void gpu_rope_rows(const gpu_fwd *f, int kind, float *x, int64_t n_vec, int64_t 
  * which times stages on the main stream alone. */
 static bool hc_mixes_beside(void) { return !gpu_profiling(); }
 
-/* the side stream, ordered after everything enqueued on the main stream so far */
-static cudaStream_t hc_mixes_fork(gpu_fwd *f) {
-    GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
-    GPU_CK(cudaStreamWaitEvent(f->cx_side->stream, f->g->ev_fork, 0));
-    return f->cx_side->stream;
-}
-
 /* the forked mixes enqueued; their ws and mix are freed at the join */
 static void hc_mixes_forked(gpu_fwd *f, void *ws, float *mix) {
     GPU_CK(cudaEventRecord(f->g->ev_hc_join, f->cx_side->stream));
@@ -136,7 +129,7 @@ static void hc_mixes(gpu_fwd *f, const float *X, const void *fn, const float *sc
     float *mix = gpu_alloc(f, sizeof(float) * (size_t)f->R * n * (n + 2)); /* [R, n(n+2)] */
     void *ws = gpu_alloc(f, di_cuda_hc_mix_ws_bytes(f->R, n, c->hidden_size));
     const bool beside = hc_mixes_beside();
-    cudaStream_t s = beside ? hc_mixes_fork(f) : f->s;
+    cudaStream_t s = beside ? gpu_side_fork(f) : f->s;
     di_cuda_hc_mix_logits(X, f->R, n, c->hidden_size, fn, (float)c->rms_norm_eps, mix, ws, s);
     di_cuda_hc_split_sinkhorn(mix, scale, base, f->R, n, c->hc_sinkhorn_iters, (float)c->hc_eps, pre,
                               post, comb, s);

@@ -153,7 +153,7 @@ struct gpu_fwd {
     struct gpu_pending_download { void *host; const void *pinned; size_t bytes; } *dl;
     int n_dl, cap_dl;
     gpu_head_pending head_pending;
-    /* a sublayer's mixes forked to the side stream (gpu_forward.c hc_mixes_fork), not yet joined;
+    /* a sublayer's mixes forked to the side stream (gpu_forward.c hc_mixes), not yet joined;
      * their scratch, freed at the join */
     bool hc_forked;
     void *hc_fork_ws, *hc_fork_mix;
@@ -165,6 +165,14 @@ struct gpu_fwd {
         cudaError_t e_ = (call);                                                                 \
         if (e_ != cudaSuccess) di_die("%s:%d: CUDA error: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); \
     } while (0)
+
+/* the side stream (cx_side), ordered after everything enqueued on the main stream so far (the
+ * shared expert's and the mHC mixes' forks; each joins back through its own event) */
+static inline cudaStream_t gpu_side_fork(const gpu_fwd *f) {
+    GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
+    GPU_CK(cudaStreamWaitEvent(f->cx_side->stream, f->g->ev_fork, 0));
+    return f->cx_side->stream;
+}
 
 /* experts of a layer whose weights this device holds, the first ones: all, or the bench's EP-N
  * proxy's resident count (the expert-pointer table's [6][E] layout and the grouping use it) */

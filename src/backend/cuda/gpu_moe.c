@@ -106,8 +106,7 @@ static float *moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const floa
     if (gpu_profiling()) return NULL;
     float *shared = gpu_alloc(f, sizeof(float) * (size_t)f->R * f->m->cfg.hidden_size); /* [R, D] */
     di_cuda_ctx *side = f->cx_side;
-    GPU_CK(cudaEventRecord(f->g->ev_fork, f->s));
-    GPU_CK(cudaStreamWaitEvent(side->stream, f->g->ev_fork, 0));
+    gpu_side_fork(f);
     memcpy(side->act_forms, f->cx->act_forms, sizeof side->act_forms); /* x's forms, made on the main stream */
     side->act_forms_next = f->cx->act_forms_next;
     gpu_fwd fs = *f;
