@@ -43,7 +43,8 @@ extern "C" {
  * programmatic graph edge may be launched before its predecessor has finished; griddepcontrol.wait
  * holds its threads until every prerequisite grid has completed and its memory is visible (for a
  * kernel reached through a plain edge, or launched directly, it returns at once). Every kernel of
- * the forward pass calls DI_PDL_BEGIN() first, before any load or store, so the edges that
+ * the forward pass calls DI_PDL_BEGIN() first, before any load or store (but the GEMV twins'
+ * PRE form, cuda_linear_gemv.cu, which loads only its weights first), so the edges that
  * gpu_graph.c makes programmatic change nothing that a kernel reads or writes. No kernel calls
  * griddepcontrol.launch_dependents: a dependent is launched as its predecessor's blocks exit
  * (session 46, H100: calling it right after the wait let the dependents' blocks sit resident

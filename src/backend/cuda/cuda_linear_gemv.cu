@@ -127,9 +127,19 @@ static __host__ __device__ size_t gv_ring_offset(int mode, int mt, int xrows, in
     return (b + 127) & ~(size_t)127;
 }
 
-template <int MODE, int MT>
+/* PRE: a launch of single matrices (no row_off; FP8 / A16 / W16) issues its weight ring's first
+ * chunks before griddepcontrol.wait -- nothing there reads what an earlier kernel writes (the
+ * weights, the launch's arguments) -- and stages the activations after it. Reached through a
+ * programmatic edge (gpu_graph.c), the kernel is launched as its predecessor's blocks exit, so its
+ * first weights are in flight while the predecessor's memory is flushed (session 50, H100: B = 1
+ * ~10.7 -> ~10.25 ms a step, B = 64 -2%). Launching it earlier still -- from the predecessor's
+ * launch (port LaunchCompletion), its blocks resident and their first chunks loading while the
+ * predecessor ran -- was slower at B = 1 (~11.3 ms) and the same past it. Groups (the routed
+ * experts) read their weights' addresses from the routing's lists, after the wait. */
+template <int MODE, int MT, bool PRE>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
-    DI_PDL_BEGIN();
+    static_assert(!PRE || MODE != GV_FP4, "the FP4 twin's register ring starts after the wait");
+    if (!PRE) DI_PDL_BEGIN();
     constexpr bool FP4 = MODE == GV_FP4, W16 = MODE == GV_W16;
     constexpr bool A16 = gv_bf16_act(MODE); /* bf16 activations (A16 and W16) */
     constexpr bool X16 = gv_x16(MODE, MT); /* activations staged as f16 */
@@ -153,7 +163,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
     const uint8_t *wdata = pick(a.mat[0].wdata, a.mat[1].wdata), *wscale = pick(a.mat[0].wscale, a.mat[1].wscale);
     int64_t m0 = (int64_t)blockIdx.y * MT; /* the block's first row (of its group) */
     int64_t y_off = 0; /* y's offset from the matrix's y (the codes' too) */
-    if (a.row_off) { /* this block's group (uniform over the block) */
+    if (!PRE && a.row_off) { /* this block's group (uniform over the block; PRE: never groups) */
         int gi, r0;
         if (!di_dev_block_group(a.row_off, a.active, a.tiles, (int)blockIdx.z, &m0, &gi, &r0, &M)) return;
         wdata = pick(a.mat[0].wdata_g, a.mat[1].wdata_g)[gi];
@@ -243,6 +253,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
      * and scales go by cp.async -- the scales transposed, rows past the block's zero-filled --, as
      * the group committed before the weight ring's (waited for below, the ring's still in flight);
      * bf16 and f16 rows, converted on the way, through registers, a batch of loads at a time. */
+    /* PRE: the ring's first chunks before the wait, the staging group after them (waited for whole) */
+    if (PRE) {
+        for (int c = 0; c < RING - 1; c++) {
+            if (c < n_chunks) issue_chunk(c);
+            di_cp_async_commit();
+        }
+        DI_PDL_BEGIN();
+    }
     if (!A16) {
         if (!X16)
             for (int i = threadIdx.x; i < rows * (int)(K / 16); i += blockDim.x) { /* 16 codes a copy */
@@ -255,7 +273,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         }
     }
     di_cp_async_commit();
-    if (STAGED) { /* in flight while the activations are staged; every warp commits as many groups */
+    if (STAGED && !PRE) { /* in flight while the activations are staged; every warp commits as many groups */
         for (int c = 0; c < RING - 1; c++) {
             if (c < n_chunks) issue_chunk(c);
             di_cp_async_commit();
@@ -311,8 +329,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
             }
         }
     }
-    if (STAGED) di_cp_async_wait<RING - 1>(); /* this thread's staging copies (the ring's may be in flight) */
-    else di_cp_async_wait<0>();
+    if (STAGED && !PRE) di_cp_async_wait<RING - 1>(); /* this thread's staging copies (the ring's may be in flight) */
+    else di_cp_async_wait<0>(); /* PRE: the ring's chunks too, issued before the wait */
     __syncthreads();
 
     /* acc[th]: features g, g + 8 (rows of the A operand) x tokens 8 th + 2t, + 1 (B's columns):
@@ -534,12 +552,18 @@ bool di_cuda_gemv_ok(bool bf16_act, bool grouped, int64_t K, int64_t rows_per_gr
                            gv_smem_bytes(GV_FP8, mt, mt, K, GV_WARPS) <= GV_SMEM_MAX);
 }
 
+/* PRE for a launch: single matrices whose weights stream through the shared ring */
+static bool gv_pre(int mode, const gv_args &a) { return mode != GV_FP4 && !a.row_off; }
+
 template <int MODE, int MT>
 static void gv_launch(gv_args a, int64_t max_rows, int slots, int tiles_cap, cudaStream_t s) {
+    constexpr int PRE_MODE = MODE == GV_FP4 ? GV_FP8 : MODE; /* FP4 never takes PRE (gv_pre) */
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<MODE, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<MODE, MT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            GV_SMEM_MAX));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(gemv_bs_kernel<PRE_MODE, MT, true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM_MAX));
         attr_set = true;
     }
     a.xrows = max_rows < MT ? (int)(max_rows + 1) / 2 * 2 : MT;
@@ -555,7 +579,8 @@ static void gv_launch(gv_args a, int64_t max_rows, int slots, int tiles_cap, cud
     const size_t smem = gv_smem_bytes(MODE, MT, a.xrows, a.K, (int)warps);
     const dim3 grid(blocks, a.tiles ? 1u : (unsigned)((max_rows + MT - 1) / MT),
                     a.tiles ? (unsigned)tiles_cap : (unsigned)slots);
-    gemv_bs_kernel<MODE, MT><<<grid, warps * 32, smem, s>>>(a);
+    if (gv_pre(MODE, a)) gemv_bs_kernel<PRE_MODE, MT, true><<<grid, warps * 32, smem, s>>>(a);
+    else gemv_bs_kernel<MODE, MT, false><<<grid, warps * 32, smem, s>>>(a);
     DI_CUDA_LAUNCHED();
 }
 
