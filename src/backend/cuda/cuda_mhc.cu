@@ -220,7 +220,6 @@ template <int NFT, bool V4, int POST>
 __global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : 2)
 hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
-    DI_PDL_BEGIN();
     extern __shared__ double mix_smem[];
     double *fs = mix_smem; /* [NFT * 8][mix_stride] */
     constexpr int chunk = mix_chunk(8 * NFT), stride = mix_stride(8 * NFT); /* nmix's: mix_fn_rows(nmix) = 8 NFT */
@@ -230,8 +229,9 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     const int64_t tok0 = (int64_t)blockIdx.y * MIX_TOKENS;
     float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
     const int xstride = mix_post_stride(nmix);
-    mix_fn_pairs<8 * NFT> fp;
+    mix_fn_pairs<8 * NFT> fp; /* the weights' loads before the wait: nothing earlier writes them */
     fp.load(fn + i0, len, nmix, cl);
+    DI_PDL_BEGIN();
     if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
     if (fp.on) fp.store(fs);
     else mix_stage_fn_values<8 * NFT>(fs, fn + i0, len, nmix, cl);
@@ -424,24 +424,37 @@ extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t 
 
 static __device__ __forceinline__ float dev_sigmoidf(float x) { return 1.0f / (1.0f + di_dev_expf(-x)); }
 
+/* A lane's Sinkhorn weights (hc_sinkhorn_warp's lane l): the three scales and base[l], base[n + l]
+ * (l < n), base[2n + l] (l < n*n) -- loaded apart from the mix, so that a kernel may load them
+ * before it waits for its predecessors (they are the model's) */
+struct hc_sk_weights {
+    float s0, s1, s2, b_pre, b_post, b_comb;
+    __device__ void load(const float *__restrict__ scale, const float *__restrict__ base, int n) {
+        const int lane = threadIdx.x & 31;
+        s0 = scale[0], s1 = scale[1], s2 = scale[2];
+        b_pre = lane < n ? base[lane] : 0.0f;
+        b_post = lane < n ? base[n + lane] : 0.0f;
+        b_comb = lane < n * n ? base[2 * n + lane] : 0.0f;
+    }
+};
+
 /* The Sinkhorn of one token on one warp (n*n <= 32): lane r*n+k holds c[r][k]; mix is the token's
- * n(n+2) logits (global or shared memory), pre / post / comb its outputs. NC: n known at compile
- * time (the model's 4: the shuffles of a sum issue together and only the adds form a chain -- same
- * values, same order: 9.3 -> 6.4 us a launch at B = 1), or 0 for n_any */
+ * n(n+2) logits (global or shared memory), wt the lane's weights, pre / post / comb its outputs.
+ * NC: n known at compile time (the model's 4: the shuffles of a sum issue together and only the
+ * adds form a chain -- same values, same order: 9.3 -> 6.4 us a launch at B = 1), or 0 for n_any */
 template <int NC>
-static __device__ __forceinline__ void hc_sinkhorn_warp(const float *mix, const float *__restrict__ scale,
-                                                        const float *__restrict__ base, int n_any, int iters, float eps,
-                                                        float *pre, float *post, float *comb) {
+static __device__ __forceinline__ void hc_sinkhorn_warp(const float *mix, const hc_sk_weights &wt, int n_any, int iters,
+                                                        float eps, float *pre, float *post, float *comb) {
     const int n = NC ? NC : n_any;
     const int lane = threadIdx.x & 31, nn = n * n;
     const unsigned full = 0xffffffffu;
     if (lane < n) {
-        pre[lane] = dev_sigmoidf(mix[lane] * scale[0] + base[lane]) + eps;
-        post[lane] = 2.0f * dev_sigmoidf(mix[n + lane] * scale[1] + base[n + lane]);
+        pre[lane] = dev_sigmoidf(mix[lane] * wt.s0 + wt.b_pre) + eps;
+        post[lane] = 2.0f * dev_sigmoidf(mix[n + lane] * wt.s1 + wt.b_post);
     }
     const int r = lane / n, k = lane % n;
     const int row0 = (r < n ? r : 0) * n; /* idle lanes (lane >= n*n) read row 0 and column k */
-    float v = lane < nn ? mix[2 * n + lane] * scale[2] + base[2 * n + lane] : 0.0f;
+    float v = lane < nn ? mix[2 * n + lane] * wt.s2 + wt.b_comb : 0.0f;
     float mx = -INFINITY;
     for (int kk = 0; kk < n; kk++) mx = fmaxf(mx, __shfl_sync(full, v, row0 + kk));
     v = di_dev_expf(v - mx);
@@ -466,12 +479,14 @@ template <int NC>
 __global__ void hc_sinkhorn_warp_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
                                         const float *__restrict__ base, int64_t T, int n_any, int iters, float eps,
                                         float *pre_all, float *post_all, float *comb_all) {
-    DI_PDL_BEGIN();
     const int n = NC ? NC : n_any;
+    hc_sk_weights wt;
+    wt.load(scale, base, n); /* before the wait: the model's */
+    DI_PDL_BEGIN();
     const int64_t tok = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (tok >= T) return; /* whole warps leave together */
-    hc_sinkhorn_warp<NC>(mix_all + tok * n * (n + 2), scale, base, n, iters, eps, pre_all + tok * n,
-                         post_all + tok * n, comb_all + tok * n * n);
+    hc_sinkhorn_warp<NC>(mix_all + tok * n * (n + 2), wt, n, iters, eps, pre_all + tok * n, post_all + tok * n,
+                         comb_all + tok * n * n);
 }
 
 __global__ void hc_split_sinkhorn_kernel(const float *__restrict__ mix_all, const float *__restrict__ scale,
@@ -631,7 +646,6 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
                    const uint16_t *__restrict__ w, float eps, const double *__restrict__ part, int n_chunks,
                    const float *__restrict__ scale, const float *__restrict__ base, int iters, float hc_eps,
                    float *pre_out, float *post, float *comb, float *__restrict__ y, di_cuda_act_forms yf) {
-    DI_PDL_BEGIN();
     constexpr int NORM_WARPS = HB_NORM_THREADS / 32;
     const int n = NC ? NC : n_any, nmix = n * (n + 2);
     const int64_t tok = blockIdx.x, len = (int64_t)n * d;
@@ -640,16 +654,21 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     __shared__ float mix_s[48];       /* n(n+2) <= 35 (the warp Sinkhorn: n * n <= 32) */
     __shared__ double warp_sum[NORM_WARPS];
     __shared__ uint64_t mix_ready, row_ready, sum_ready; /* mbarriers: mix_s, row_s, warp_sum written */
+    /* before the wait, what no earlier kernel writes: the Sinkhorn warp's weights (its chain is the
+     * kernel's tail), the barriers. (The workers' norm weights there too spilled at n = 4.) */
+    const bool sk_warp = warp == HB_THREADS / 32 - 1;
+    hc_sk_weights wt;
+    if (sk_warp) wt.load(scale, base, n);
     if (t == 0) {
         di_mbar_init(&mix_ready, HB_WORKERS);
         di_mbar_init(&row_ready, HB_WORKERS);
         di_mbar_init(&sum_ready, NORM_WARPS);
     }
     __syncthreads();
-    if (warp == HB_THREADS / 32 - 1) {
+    DI_PDL_BEGIN();
+    if (sk_warp) {
         di_mbar_wait(&mix_ready, 0);
-        hc_sinkhorn_warp<NC>(mix_s, scale, base, n, iters, hc_eps, pre_out + tok * n, post + tok * n,
-                             comb + tok * n * n);
+        hc_sinkhorn_warp<NC>(mix_s, wt, n, iters, hc_eps, pre_out + tok * n, post + tok * n, comb + tok * n * n);
         return;
     }
     /* hc_pre's inputs (NC: d <= HB_MAX_D, HB_PER values a thread of each of the n copies), loaded
