@@ -24,13 +24,17 @@
 #     the caches before each kernel by default (--cache-control all), so a kernel that reads what
 #     the one before it wrote runs L2-cold there; AB_NCU_FLAGS="--cache-control none" (any further
 #     ncu flags) keeps them as the step leaves them.
+# AB_ENV: further sides that run the tree's binaries under environment settings, space-separated
+#     name:VAR=VALUE[,VAR=VALUE..] entries, e.g. AB_ENV="noearly:DEEPINFER_GPU_PDL_EARLY=0" -- a knob's
+#     two settings A / B'd within one build (AB_OLD may then be empty).
 # AB_BINS: the binaries set aside (default deepinfer and the test binaries AB_TESTS names).
 # The first device call of a change usually pairs this with its parity run:
 #     bash tools/cuda/device_model_run.sh --only parity && AB_OLD=exp/old bash tools/cuda/device_ab.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUT="${OUT:-/tmp/deepinfer-device-out}"
-OLD_SETS="${AB_OLD:?AB_OLD: a folder holding the old versions of the changed files (or several)}"
+OLD_SETS="${AB_OLD-}"
+[ -n "$OLD_SETS" ] || [ -n "${AB_ENV:-}" ] || { echo "AB_OLD: a folder holding the old versions of the changed files (or several); or AB_ENV" >&2; exit 2; }
 ROUNDS="${AB_ROUNDS:-3}"
 BENCH="${BENCH:---bench-batch 1,32 --bench-max-context 4096 --bench-max-prefill 512}"
 STASH=/tmp/deepinfer-ab
@@ -79,6 +83,13 @@ for set in $OLD_SETS; do
     restore_tree
 done
 sides+=(new)
+declare -A side_env=() # AB_ENV's sides: the tree's binaries under "VAR=VALUE .."
+for e in ${AB_ENV:-}; do
+    side_env[${e%%:*}]="${e#*:}"
+    sides+=("${e%%:*}")
+done
+side_dir() { [ -n "${side_env[$1]+x}" ] && echo "$STASH/new" || echo "$STASH/$1"; }
+side_vars() { echo "${side_env[$1]:-}" | tr , ' '; } # its VAR=VALUE words (none: plain `env`)
 cmake --build build-dev -j "$(nproc)" >"$OUT/build-ab-tree.log" 2>&1 || log "the tree's rebuild failed"
 export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu DEEPINFER_ACCELERATOR=nvidia
 
@@ -87,7 +98,9 @@ for t in "${tests[@]}"; do
     [ ${#words[@]} -gt 0 ] || continue
     for side in "${sides[@]}"; do
         logf="$OUT/test-$side-${words[0]}.log"
-        timeout "${AB_TEST_TIMEOUT:-300}" "$STASH/$side/${words[0]}" "${words[@]:1}" >"$logf" 2>&1
+        # shellcheck disable=SC2046
+        timeout "${AB_TEST_TIMEOUT:-300}" env $(side_vars "$side") "$(side_dir "$side")/${words[0]}" "${words[@]:1}" \
+            >"$logf" 2>&1
         log "$side ${words[*]}: exit $? $(grep -E 'passed|PASS|FAIL|SKIPPED' "$logf" | tail -1)"
         grep -m5 "^FAIL" "$logf"
     done
@@ -97,9 +110,10 @@ if [ -n "${AB_NCU:-}" ]; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
-        timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off --clock-control none ${AB_NCU_FLAGS:-} \
-            --metrics gpu__time_duration.sum --csv -k "regex:$AB_NCU" \
-            "$STASH/$side/deepinfer" bench --backend cuda --quick $BENCH >"$OUT/ncu-ab-$side.csv" 2>/dev/null
+        # shellcheck disable=SC2046
+        env $(side_vars "$side") timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off \
+            --clock-control none ${AB_NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv -k "regex:$AB_NCU" \
+            "$(side_dir "$side")/deepinfer" bench --backend cuda --quick $BENCH >"$OUT/ncu-ab-$side.csv" 2>/dev/null
         log "ncu $side: exit $?"
     done
     python3 - "$OUT" "${sides[@]}" <<'PY'
@@ -134,7 +148,8 @@ fi
 for i in $(seq "$ROUNDS"); do
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
-        r=$("$STASH/$side/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
+        # shellcheck disable=SC2046
+        r=$(env $(side_vars "$side") "$(side_dir "$side")/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
             grep "^| decode\|^| prefill" | awk -F'|' '{printf "%s%s@%s %s (%s) ", $2, $3, $4, $5, $11}')
         echo "round $i $side: $r"
     done
