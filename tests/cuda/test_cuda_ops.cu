@@ -894,6 +894,47 @@ static void test_mhc(int64_t T, int n, int64_t d) {
         cudaFree(dout2), cudaFree(dpm), cudaFree(dpm_ref);
         free(got), free(ref);
     }
+    { /* y as the MoE's combine of K slots made by that launch: the bits of combining first (any T) */
+        for (int K = 1; K <= 6; K += 5) {
+            float *slots = (float *)malloc(4 * T * K * d), *sh = (float *)malloc(4 * T * d);
+            fill_wide(slots, T * K * d, 1.0f);
+            fill_wide(sh, T * d, 1.0f);
+            float *dslots = (float *)dev_upload(slots, 4 * T * K * d), *dsh = (float *)dev_upload(sh, 4 * T * d);
+            const float **rows = (const float **)malloc(sizeof(float *) * T * K);
+            int32_t *ord = (int32_t *)malloc(4 * T * K);
+            for (int64_t i = 0; i < T * K; i++) rows[i] = dslots + ((i * 7) % (T * K)) * d; /* scattered rows */
+            for (int64_t t = 0; t < T; t++)
+                for (int j = 0; j < K; j++) ord[t * K + j] = (int32_t)((j * 5 + t) % K); /* a permutation */
+            const float **drows = (const float **)dev_upload(rows, sizeof(float *) * T * K);
+            int32_t *dord = (int32_t *)dev_upload(ord, 4 * T * K);
+            float *dyc = (float *)dev_poisoned(4 * T * d), *o1 = (float *)dev_poisoned(4 * T * n * d),
+                  *o2 = (float *)dev_poisoned(4 * T * n * d), *m1 = (float *)dev_poisoned(4 * T * d),
+                  *m2 = (float *)dev_poisoned(4 * T * d);
+            const di_cuda_hc_post_ops ops = {NULL, dx, dpostr, dcombr, o2, drows, dord, dsh, K};
+            char name[64];
+            snprintf(name, sizeof name, "hc_post_combine_pre K=%d", K);
+            if (di_cuda_hc_post_combine_supported(&ops, n, d)) {
+                di_cuda_moe_combine(drows, dord, dsh, T, K, d, dyc, 0);
+                di_cuda_hc_post_pre(dyc, dx, T, n, d, dpostr, dcombr, o1, dprer, m1, 0);
+                di_cuda_hc_post_combine_pre(&ops, T, n, d, dprer, m2, 0);
+                float *a = (float *)malloc(4 * T * n * d), *b = (float *)malloc(4 * T * n * d);
+                dev_download(a, o1, 4 * T * n * d);
+                dev_download(b, o2, 4 * T * n * d);
+                compare(name, shape, b, a, T, n * d, CRIT_EXACT);
+                dev_download(a, m1, 4 * T * d);
+                dev_download(b, m2, 4 * T * d);
+                strcat(name, ".pre");
+                compare(name, shape, b, a, T, d, CRIT_EXACT);
+                free(a), free(b);
+            } else if (d % 4 == 0) { /* every operand here is 16-byte aligned then */
+                printf("FAIL  %s: %s not supported\n", name, shape);
+                g_fail++;
+            }
+            cudaFree(dslots), cudaFree(dsh), cudaFree((void *)drows), cudaFree(dord), cudaFree(dyc);
+            cudaFree(o1), cudaFree(o2), cudaFree(m1), cudaFree(m2);
+            free(slots), free(sh), free(rows), free(ord);
+        }
+    }
 
     /* the fused sublayer input against the separate kernels (on the GPU's own mix): the same bits */
     if (di_cuda_hc_block_in_supported(T, n, d)) {

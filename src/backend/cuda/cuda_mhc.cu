@@ -833,11 +833,15 @@ extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T
 }
 
 /* thread per (token, V values of k): the token's n residual values there loaded once for its n
- * outputs */
-template <int V>
+ * outputs. COMBINE (V = 4): y is the MoE's combine of cs's operands, made here (hc_post_y's sums,
+ * moe_combine4_kernel's) -- past the fused input's rows the deferred combine's own launch and its
+ * [T, d] round trip go */
+template <int V, bool COMBINE = false>
 __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restrict__ r, int64_t T, int n,
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
-                               float *__restrict__ out, const float *__restrict__ p_in, float *__restrict__ pre_row) {
+                               float *__restrict__ out, const float *__restrict__ p_in, float *__restrict__ pre_row,
+                               hc_post_src cs) {
+    static_assert(!COMBINE || V == 4, "the combine's sums go by quads");
     DI_PDL_BEGIN();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
     if (idx >= T * dv) return;
@@ -849,7 +853,12 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restr
 #pragma unroll
     for (int i = 0; i < HC_MAX_N; i++)
         if (i < n) hc_vec<V>::load(rt + i * d, rv[i]);
-    hc_vec<V>::load(y + tok * d + k, yv);
+    if constexpr (COMBINE) {
+        const float4 q = hc_post_y<true>(cs, tok, (int)k);
+        yv[0] = q.x, yv[1] = q.y, yv[2] = q.z, yv[3] = q.w;
+    } else {
+        hc_vec<V>::load(y + tok * d + k, yv);
+    }
     float m[V]; /* with p_in: hc_pre(out, p_in) at (tok, k..) */
 #pragma unroll
     for (int v = 0; v < V; v++) m[v] = 0.0f;
@@ -887,10 +896,30 @@ extern "C" void di_cuda_hc_post_pre(const float *y, const float *r, int64_t T, i
     hc_check_n("di_cuda_hc_post", n);
     if (hc_width(d, y, r, out) == 4 && (!pre_row || (uintptr_t)pre_row % 16 == 0))
         hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
-                                                                            pre_row);
+                                                                            pre_row, hc_post_src{});
     else
         hc_post_kernel<1><<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
-                                                                        pre_row);
+                                                                        pre_row, hc_post_src{});
+    DI_CUDA_LAUNCHED();
+}
+
+extern "C" bool di_cuda_hc_post_combine_supported(const di_cuda_hc_post_ops *p, int n, int64_t d) {
+    return p->slot_rows && n >= 1 && n <= HC_MAX_N && p->K >= 1 && p->K <= DI_CUDA_COMBINE_MAX_K &&
+           hc_width(d, p->shared, p->r, p->out) == 4 && d <= INT32_MAX;
+}
+
+extern "C" void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d,
+                                            const float *p_in, float *pre_row, cudaStream_t s) {
+    const int64_t total = T * d;
+    if (total <= 0) return;
+    if (!di_cuda_hc_post_combine_supported(p, n, d) || (pre_row && (uintptr_t)pre_row % 16 != 0)) {
+        fprintf(stderr, "di_cuda_hc_post_combine_pre: n = %d, d = %lld, K = %d or its rows not supported\n", n,
+                (long long)d, p->K);
+        abort();
+    }
+    const hc_post_src cs = {NULL, p->r, p->post, p->comb, p->out, n, (int)d, p->slot_rows, p->order, p->shared, p->K};
+    hc_post_kernel<4, true><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(NULL, p->r, T, n, d, p->post, p->comb,
+                                                                               p->out, p_in, pre_row, cs);
     DI_CUDA_LAUNCHED();
 }
 

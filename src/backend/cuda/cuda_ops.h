@@ -278,6 +278,13 @@ typedef struct {
     const float *shared;
     int K;
 } di_cuda_hc_post_ops;
+/* di_cuda_hc_post_pre over p's operands with y the MoE's combine (p->slot_rows) made by the same
+ * launch: the bits of di_cuda_moe_combine then di_cuda_hc_post_pre, one launch and a [T, d] round
+ * trip less. _supported: slot_rows set, 1 <= K <= DI_CUDA_COMBINE_MAX_K, d % 4 == 0, shared, r and
+ * out 16-byte aligned (and pre_row, if any) */
+bool di_cuda_hc_post_combine_supported(const di_cuda_hc_post_ops *p, int n, int64_t d);
+void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *p_in,
+                                 float *pre_row, cudaStream_t s);
 /* di_cuda_hc_post(p) then di_cuda_hc_block_in(x = p->out) in two launches (the chunk kernel of the mix
  * sums makes the stream as it reads it) -- the same bits. Supported where the fused input is, d % 4
  * == 0, the rows 16-byte aligned and out not r. */

@@ -194,17 +194,23 @@ static void hc_post_then_in(gpu_fwd *f, const di_cuda_hc_post_ops *ops, const vo
     const int n = c->hc_mult;
     const int64_t D = c->hidden_size;
     if (!di_cuda_hc_post_block_in_supported(ops, f->R, n, D)) {
-        float *y = (float *)ops->y;
-        if (ops->slot_rows) { /* the MoE's output first */
-            y = gpu_alloc(f, sizeof(float) * (size_t)f->R * D); /* [R, D] */
-            di_cuda_moe_combine(ops->slot_rows, ops->order, ops->shared, f->R, ops->K, D, y, f->s);
-        }
-        /* past the fused input's rows the pre-mix comes out of the hc_post launch */
+        /* past the fused input's rows the pre-mix comes out of the hc_post launch, and so does the MoE's
+         * output where it was left to it */
         const bool separate_in = !di_cuda_hc_block_in_supported(f->R, n, D); /* hc_sublayer_in's separate kernels */
         float *pre_mixed = separate_in ? gpu_alloc(f, sizeof(float) * (size_t)f->R * D) : NULL; /* [R, D] bf16 */
-        di_cuda_hc_post_pre(y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, separate_in ? p_in : NULL, pre_mixed,
-                            f->s);
-        if (ops->slot_rows) gpu_free(f, y);
+        const float *p_mix = separate_in ? p_in : NULL;
+        float *y = NULL; /* [R, D]: the MoE's output, where its combine runs alone */
+        if (ops->slot_rows && di_cuda_hc_post_combine_supported(ops, n, D)) {
+            di_cuda_hc_post_combine_pre(ops, f->R, n, D, p_mix, pre_mixed, f->s);
+        } else {
+            if (ops->slot_rows) {
+                y = gpu_alloc(f, sizeof(float) * (size_t)f->R * D);
+                di_cuda_moe_combine(ops->slot_rows, ops->order, ops->shared, f->R, ops->K, D, y, f->s);
+            }
+            di_cuda_hc_post_pre(y ? y : ops->y, ops->r, f->R, n, D, ops->post, ops->comb, ops->out, p_mix, pre_mixed,
+                                f->s);
+        }
+        if (y) gpu_free(f, y);
         hc_sublayer_in(f, ops->out, fn, scale, base, p_in, norm, pre_out, post, comb, sub_in, yq, pre_mixed);
         gpu_free(f, pre_mixed);
         return;
