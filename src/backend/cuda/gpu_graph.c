@@ -68,38 +68,6 @@ bool gpu_graph_begin(gpu_fwd *f) {
     return true;
 }
 
-/* The graph's topology key: its node count and a hash of its nodes in order -- type, kernel
- * function, copy direction (a single-stream capture is a chain). An update is tried only against
- * kept graphs of the same key: a copy that changes direction, or a kernel that changes function,
- * may be refused (cudaErrorGraphExecUpdateFailure), and a refused update is an API error to tools
- * like compute-sanitizer. */
-static uint64_t graph_signature(cudaGraph_t graph, size_t *n_nodes, int64_t *memory_nodes) {
-    GPU_CK(cudaGraphGetNodes(graph, NULL, n_nodes));
-    cudaGraphNode_t *nodes = di_xmalloc(sizeof(cudaGraphNode_t) * (*n_nodes ? *n_nodes : 1));
-    size_t n = *n_nodes;
-    GPU_CK(cudaGraphGetNodes(graph, nodes, &n));
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        enum cudaGraphNodeType t;
-        GPU_CK(cudaGraphNodeGetType(nodes[i], &t));
-        uint64_t v = (uint64_t)t;
-        if (t == cudaGraphNodeTypeKernel) {
-            struct cudaKernelNodeParams kp;
-            GPU_CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
-            v ^= (uint64_t)(uintptr_t)kp.func << 8;
-        } else if (t == cudaGraphNodeTypeMemcpy) {
-            struct cudaMemcpy3DParms cp;
-            GPU_CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
-            v ^= (uint64_t)cp.kind << 8;
-        } else if (t == cudaGraphNodeTypeMemAlloc || t == cudaGraphNodeTypeMemFree) {
-            ++*memory_nodes;
-        }
-        h = (h ^ v) * 0x100000001b3ull;
-    }
-    free(nodes);
-    return h;
-}
-
 /* Is func (a kernel node's function) one of this backend's kernels -- in the module that holds this
  * code, whose kernels all begin with DI_PDL_BEGIN? dladdr walks symbol tables, so answers are
  * cached by address (a few dozen distinct kernels; engines on several threads share the cache).
@@ -130,42 +98,100 @@ static bool own_kernel(const void *func) {
     return ours;
 }
 
-/* Makes graph's kernel -> own-kernel edges programmatic; returns how many. A driver that refuses a
- * programmatic edge gets the plain one back and *refused set (the caller stops asking). */
-static int64_t make_programmatic(cudaGraph_t graph, bool *refused) {
-    size_t n = 0;
-    GPU_CK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &n));
-    if (!n) return 0;
-    cudaGraphNode_t *from = di_xmalloc(sizeof(cudaGraphNode_t) * n), *to = di_xmalloc(sizeof(cudaGraphNode_t) * n);
-    cudaGraphEdgeData *data = di_xcalloc(n, sizeof(cudaGraphEdgeData));
-    GPU_CK(cudaGraphGetEdges(graph, from, to, data, &n));
-    int64_t changed = 0;
+/* One pass over a captured piece: the host's work between a piece's capture and its launch, which
+ * at B = 1 the device can wait for (session 50, H100: a graph step's wall time follows the host's
+ * capture + update ms, 10.2 ms at ~2.8 of them, 11.2-11.5 at ~4.5; direct launches 10.4-10.6).
+ * It was a signature pass plus one or two runtime calls an edge and a removal and addition each
+ * (76-116 us a piece); node types and functions looked up from one table and the edges changed in
+ * one call each: 40-60 us (the same pieces timed both ways, 44 pieces, two runs). Returns the piece's topology key: a hash of its nodes in order -- type, kernel
+ * function, copy direction (a single-stream capture is a chain) -- and *n_nodes; an update is
+ * tried only against kept graphs of the same key (a copy that changes direction, or a kernel that
+ * changes function, may be refused -- cudaErrorGraphExecUpdateFailure -- and a refused update is an
+ * API error to tools like compute-sanitizer). With `programmatic` it also makes the piece's
+ * kernel -> own-kernel edges programmatic (gpu_graph.c's header), all in one removal and one
+ * addition, and returns how many in *changed; a driver that refuses them gets the plain edges back
+ * and *refused set (the caller stops asking). */
+typedef struct {
+    cudaGraphNode_t node;
+    const void *func; /* a kernel node's function; NULL for other nodes */
+    bool kernel;
+} scan_node;
+
+/* the slot of node in the open-addressed table `tab` (cap a power of two, >= 2x the nodes) */
+static size_t node_slot(const scan_node *tab, size_t cap, cudaGraphNode_t node) {
+    size_t h = ((uintptr_t)node >> 4) * 0x9e3779b97f4a7c15ull & (cap - 1);
+    while (tab[h].node && tab[h].node != node) h = (h + 1) & (cap - 1);
+    return h;
+}
+
+static uint64_t graph_scan(cudaGraph_t graph, bool programmatic, size_t *n_nodes, int64_t *memory_nodes,
+                           int64_t *changed, bool *refused) {
+    GPU_CK(cudaGraphGetNodes(graph, NULL, n_nodes));
+    size_t n = *n_nodes;
+    cudaGraphNode_t *nodes = di_xmalloc(sizeof(cudaGraphNode_t) * (n ? n : 1));
+    GPU_CK(cudaGraphGetNodes(graph, nodes, &n));
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    scan_node *tab = di_xcalloc(cap, sizeof(scan_node)); /* node -> its type and function */
+    uint64_t h = 0xcbf29ce484222325ull;                  /* FNV-1a */
     for (size_t i = 0; i < n; i++) {
-        enum cudaGraphNodeType a, b;
-        GPU_CK(cudaGraphNodeGetType(from[i], &a));
-        GPU_CK(cudaGraphNodeGetType(to[i], &b));
-        if (a != cudaGraphNodeTypeKernel || b != cudaGraphNodeTypeKernel || data[i].type != cudaGraphDependencyTypeDefault)
-            continue;
-        struct cudaKernelNodeParams kp;
-        GPU_CK(cudaGraphKernelNodeGetParams(to[i], &kp));
-        if (!own_kernel(kp.func)) continue;
-        cudaGraphEdgeData pe;
-        memset(&pe, 0, sizeof pe);
-        pe.from_port = cudaGraphKernelNodePortProgrammatic;
-        pe.type = cudaGraphDependencyTypeProgrammatic;
-        GPU_CK(cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1));
-        if (cudaGraphAddDependencies(graph, &from[i], &to[i], &pe, 1) != cudaSuccess) {
-            cudaGetLastError();
-            GPU_CK(cudaGraphAddDependencies(graph, &from[i], &to[i], &data[i], 1));
-            *refused = true;
-            break;
+        enum cudaGraphNodeType t;
+        GPU_CK(cudaGraphNodeGetType(nodes[i], &t));
+        uint64_t v = (uint64_t)t;
+        scan_node *e = &tab[node_slot(tab, cap, nodes[i])];
+        e->node = nodes[i];
+        if (t == cudaGraphNodeTypeKernel) {
+            struct cudaKernelNodeParams kp;
+            GPU_CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
+            v ^= (uint64_t)(uintptr_t)kp.func << 8;
+            e->kernel = true;
+            e->func = kp.func;
+        } else if (t == cudaGraphNodeTypeMemcpy) {
+            struct cudaMemcpy3DParms cp;
+            GPU_CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
+            v ^= (uint64_t)cp.kind << 8;
+        } else if (t == cudaGraphNodeTypeMemAlloc || t == cudaGraphNodeTypeMemFree) {
+            ++*memory_nodes;
         }
-        changed++;
+        h = (h ^ v) * 0x100000001b3ull;
     }
-    free(from);
-    free(to);
-    free(data);
-    return changed;
+    free(nodes);
+    size_t ne = 0;
+    if (programmatic) GPU_CK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne));
+    if (ne) {
+        cudaGraphNode_t *from = di_xmalloc(sizeof(cudaGraphNode_t) * ne), *to = di_xmalloc(sizeof(cudaGraphNode_t) * ne);
+        cudaGraphEdgeData *data = di_xcalloc(ne, sizeof(cudaGraphEdgeData));
+        GPU_CK(cudaGraphGetEdges(graph, from, to, data, &ne));
+        size_t k = 0; /* the edges to change, moved to the front */
+        for (size_t i = 0; i < ne; i++) {
+            const scan_node *a = &tab[node_slot(tab, cap, from[i])], *b = &tab[node_slot(tab, cap, to[i])];
+            if (!a->kernel || !b->kernel || data[i].type != cudaGraphDependencyTypeDefault || !own_kernel(b->func))
+                continue;
+            from[k] = from[i], to[k] = to[i], data[k] = data[i];
+            k++;
+        }
+        if (k) {
+            cudaGraphEdgeData *pe = di_xcalloc(k, sizeof(cudaGraphEdgeData));
+            for (size_t i = 0; i < k; i++) {
+                pe[i].from_port = cudaGraphKernelNodePortProgrammatic;
+                pe[i].type = cudaGraphDependencyTypeProgrammatic;
+            }
+            GPU_CK(cudaGraphRemoveDependencies(graph, from, to, data, k));
+            if (cudaGraphAddDependencies(graph, from, to, pe, k) != cudaSuccess) {
+                cudaGetLastError();
+                GPU_CK(cudaGraphAddDependencies(graph, from, to, data, k));
+                *refused = true;
+            } else {
+                *changed += (int64_t)k;
+            }
+            free(pe);
+        }
+        free(from);
+        free(to);
+        free(data);
+    }
+    free(tab);
+    return h;
 }
 
 /* a kept executable graph of this (piece, topology) updated to `graph`, or NULL */
@@ -214,14 +240,13 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
     const double t1 = di_seconds_now();
     if (f->graph_piece == 0) gs->stats.captured++;
     gs->stats.capture_s += t1 - f->capture_t0;
-    if (f->m->device_pdl && !gs->pdl_refused) {
-        gs->stats.programmatic_edges += make_programmatic(graph, &gs->pdl_refused);
-        if (gs->pdl_refused)
-            fprintf(stderr, "deepinfer: the CUDA driver refused a programmatic graph edge; plain edges from here on "
-                            "(DEEPINFER_GPU_PDL=0 asks for them)\n");
-    }
+    const bool pdl = f->m->device_pdl && !gs->pdl_refused;
     size_t n_nodes = 0;
-    const uint64_t sig = graph_signature(graph, &n_nodes, &gs->stats.memory_nodes);
+    const uint64_t sig =
+        graph_scan(graph, pdl, &n_nodes, &gs->stats.memory_nodes, &gs->stats.programmatic_edges, &gs->pdl_refused);
+    if (pdl && gs->pdl_refused)
+        fprintf(stderr, "deepinfer: the CUDA driver refused a programmatic graph edge; plain edges from here on "
+                        "(DEEPINFER_GPU_PDL=0 asks for them)\n");
     cudaGraphExec_t exec = f->graph_reusable ? update_kept(gs, graph, f->graph_piece, n_nodes, sig) : NULL;
     const double t2 = di_seconds_now();
     if (exec) {
