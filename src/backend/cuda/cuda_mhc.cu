@@ -23,7 +23,10 @@
  * value, hc_post a thread per (token, k) for the token's n outputs there -- and, past 32 tokens,
  * the next input's hc_pre of those outputs too (di_cuda_hc_post_pre; session 49, ncu on an H100,
  * B = 256: hc_post 18.4 -> 21.8 us and hc_pre's 10.3 gone, a sublayer; a 512-token prefill 34.4 ->
- * 41.8 and 16.9 gone).
+ * 41.8 and 16.9 gone), and the MoE combine left to it (di_cuda_hc_post_combine_pre; session 50,
+ * B = 256: hc_post 21.9 + the combine's 17.7 -> 37.9 us a layer).
+ * The model's weights these kernels read (fn rows, Sinkhorn scales and bases) are loaded before
+ * griddepcontrol.wait: nothing earlier in a step writes them (session 50).
  * At <= 32 tokens (decode steps) a sublayer's input runs as two launches: the chunk kernel of the
  * mix sums, which can make its x first as hc_post of the previous sublayer (and that sublayer's
  * MoE combine before it), and hc_block_in_kernel, which can also write act_quant's codes and the

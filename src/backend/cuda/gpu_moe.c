@@ -12,7 +12,8 @@
  * expert with no weights on this device (the bench's EP-N rank proxy) is never routed to by real
  * routing; the bench routes only to resident experts. The shared expert runs on a second stream
  * (of lower priority) beside the routed experts (moe_shared_forked), and where the next block
- * takes it the combine is left to that block's mix-sum kernel (gpu_moe_deferred).
+ * takes it the combine is left to that block's input (gpu_moe_deferred): its mix-sum kernel up to
+ * 32 rows, its hc_post past them (di_cuda_hc_post_combine_pre).
  *
  * Engram: hash rows are computed on the host (model/engram_consts.h) from the token history and
  * uploaded; gather, projection and gate run on the device. */
