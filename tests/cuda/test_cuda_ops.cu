@@ -827,6 +827,34 @@ static void test_attention_mma_invariance(int64_t nq, int H, int dim, int n_idx,
 }
 
 /* ---- mHC ---- */
+/* The MoE combine's operands on the device for T tokens of K slots of d values: random rows at
+ * scattered places, a permutation for the slots' order (combine_operands_free frees them) */
+struct combine_operands {
+    float *slots, *shared;
+    const float **rows;
+    int32_t *order;
+};
+static combine_operands combine_operands_make(int64_t T, int K, int64_t d) {
+    float *slots = (float *)malloc(4 * T * K * d), *sh = (float *)malloc(4 * T * d);
+    fill_wide(slots, T * K * d, 1.0f);
+    fill_wide(sh, T * d, 1.0f);
+    combine_operands c;
+    c.slots = (float *)dev_upload(slots, 4 * T * K * d);
+    c.shared = (float *)dev_upload(sh, 4 * T * d);
+    const float **rows = (const float **)malloc(sizeof(float *) * T * K);
+    int32_t *ord = (int32_t *)malloc(4 * T * K);
+    for (int64_t i = 0; i < T * K; i++) rows[i] = c.slots + ((i * 7) % (T * K)) * d; /* scattered rows */
+    for (int64_t t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) ord[t * K + j] = (int32_t)((j * 5 + t) % K); /* a permutation */
+    c.rows = (const float **)dev_upload(rows, sizeof(float *) * T * K);
+    c.order = (int32_t *)dev_upload(ord, 4 * T * K);
+    free(slots), free(sh), free(rows), free(ord);
+    return c;
+}
+static void combine_operands_free(combine_operands *c) {
+    cudaFree(c->slots), cudaFree(c->shared), cudaFree((void *)c->rows), cudaFree(c->order);
+}
+
 static void test_mhc(int64_t T, int n, int64_t d) {
     const int nm = n * (n + 2);
     float *x = (float *)malloc(4 * T * n * d), *fn = (float *)malloc(4 * (size_t)nm * n * d);
@@ -896,25 +924,15 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     }
     { /* y as the MoE's combine of K slots made by that launch: the bits of combining first (any T) */
         for (int K = 1; K <= 6; K += 5) {
-            float *slots = (float *)malloc(4 * T * K * d), *sh = (float *)malloc(4 * T * d);
-            fill_wide(slots, T * K * d, 1.0f);
-            fill_wide(sh, T * d, 1.0f);
-            float *dslots = (float *)dev_upload(slots, 4 * T * K * d), *dsh = (float *)dev_upload(sh, 4 * T * d);
-            const float **rows = (const float **)malloc(sizeof(float *) * T * K);
-            int32_t *ord = (int32_t *)malloc(4 * T * K);
-            for (int64_t i = 0; i < T * K; i++) rows[i] = dslots + ((i * 7) % (T * K)) * d; /* scattered rows */
-            for (int64_t t = 0; t < T; t++)
-                for (int j = 0; j < K; j++) ord[t * K + j] = (int32_t)((j * 5 + t) % K); /* a permutation */
-            const float **drows = (const float **)dev_upload(rows, sizeof(float *) * T * K);
-            int32_t *dord = (int32_t *)dev_upload(ord, 4 * T * K);
+            combine_operands co = combine_operands_make(T, K, d);
             float *dyc = (float *)dev_poisoned(4 * T * d), *o1 = (float *)dev_poisoned(4 * T * n * d),
                   *o2 = (float *)dev_poisoned(4 * T * n * d), *m1 = (float *)dev_poisoned(4 * T * d),
                   *m2 = (float *)dev_poisoned(4 * T * d);
-            const di_cuda_hc_post_ops ops = {NULL, dx, dpostr, dcombr, o2, drows, dord, dsh, K};
+            const di_cuda_hc_post_ops ops = {NULL, dx, dpostr, dcombr, o2, co.rows, co.order, co.shared, K};
             char name[64];
             snprintf(name, sizeof name, "hc_post_combine_pre K=%d", K);
             if (di_cuda_hc_post_combine_supported(&ops, n, d)) {
-                di_cuda_moe_combine(drows, dord, dsh, T, K, d, dyc, 0);
+                di_cuda_moe_combine(co.rows, co.order, co.shared, T, K, d, dyc, 0);
                 di_cuda_hc_post_pre(dyc, dx, T, n, d, dpostr, dcombr, o1, dprer, m1, 0);
                 di_cuda_hc_post_combine_pre(&ops, T, n, d, dprer, m2, 0);
                 float *a = (float *)malloc(4 * T * n * d), *b = (float *)malloc(4 * T * n * d);
@@ -930,9 +948,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                 printf("FAIL  %s: %s not supported\n", name, shape);
                 g_fail++;
             }
-            cudaFree(dslots), cudaFree(dsh), cudaFree((void *)drows), cudaFree(dord), cudaFree(dyc);
-            cudaFree(o1), cudaFree(o2), cudaFree(m1), cudaFree(m2);
-            free(slots), free(sh), free(rows), free(ord);
+            combine_operands_free(&co);
+            cudaFree(dyc), cudaFree(o1), cudaFree(o2), cudaFree(m1), cudaFree(m2);
         }
     }
 
@@ -1000,22 +1017,12 @@ static void test_mhc(int64_t T, int n, int64_t d) {
             compare("hc_post_block_in.stream", shape, so, post_out_r, T, n * d, CRIT_EXACT);
             /* y as the MoE's combine of 6 slots, made by the fused kernel: the same as combining first */
             const int K = 6;
-            float *slots = (float *)malloc(4 * T * K * d), *sh = (float *)malloc(4 * T * d);
-            fill_wide(slots, T * K * d, 1.0f);
-            fill_wide(sh, T * d, 1.0f);
-            float *dslots = (float *)dev_upload(slots, 4 * T * K * d), *dsh = (float *)dev_upload(sh, 4 * T * d);
-            const float **rows = (const float **)malloc(sizeof(float *) * T * K);
-            int32_t *ord = (int32_t *)malloc(4 * T * K);
-            for (int64_t i = 0; i < T * K; i++) rows[i] = dslots + ((i * 7) % (T * K)) * d; /* scattered rows */
-            for (int64_t t = 0; t < T; t++)
-                for (int j = 0; j < K; j++) ord[t * K + j] = (int32_t)((j * 5 + t) % K); /* a permutation */
-            const float **drows = (const float **)dev_upload(rows, sizeof(float *) * T * K);
-            int32_t *dord = (int32_t *)dev_upload(ord, 4 * T * K);
+            combine_operands co = combine_operands_make(T, K, d);
             float *dyc = (float *)dev_poisoned(4 * T * d);
-            di_cuda_moe_combine(drows, dord, dsh, T, K, d, dyc, 0);
+            di_cuda_moe_combine(co.rows, co.order, co.shared, T, K, d, dyc, 0);
             di_cuda_hc_post_ops by_y = ops, by_comb = ops;
             by_y.y = dyc;
-            by_comb.y = NULL, by_comb.slot_rows = drows, by_comb.order = dord, by_comb.shared = dsh, by_comb.K = K;
+            by_comb.y = NULL, by_comb.slot_rows = co.rows, by_comb.order = co.order, by_comb.shared = co.shared, by_comb.K = K;
             float *out2 = (float *)dev_poisoned(4 * T * n * d);
             by_comb.out = out2;
             if (di_cuda_hc_post_block_in_supported(&by_comb, T, n, d)) {
@@ -1030,8 +1037,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                 compare("hc_post(combine)_block_in.stream", shape, s1, so, T, n * d, CRIT_EXACT);
                 free(s1);
             }
-            cudaFree(dslots), cudaFree(dsh), cudaFree((void *)drows), cudaFree(dord), cudaFree(dyc), cudaFree(out2);
-            free(slots), free(sh), free(rows), free(ord);
+            combine_operands_free(&co);
+            cudaFree(dyc), cudaFree(out2);
             free(so);
         }
         cudaFree(ops.out);
