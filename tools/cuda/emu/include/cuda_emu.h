@@ -397,6 +397,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t e);
 template <class T> cudaError_t cudaFuncSetAttribute(T, cudaFuncAttribute, int) { return cudaSuccess; }
+/* events: the C runtime's (cuda_emu_c.h), for the driver's header-inline helpers (gpu_internal.h's
+ * gpu_side_fork) that translated .cu files include */
+extern "C" cudaError_t emu_c_cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+extern "C" cudaError_t emu_c_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return emu_c_cudaEventRecord(e, s); }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    return emu_c_cudaStreamWaitEvent(s, e, flags);
+}
 template <class T>
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T, int, size_t) { *n = 1; return cudaSuccess; }
 

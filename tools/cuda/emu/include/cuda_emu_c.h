@@ -91,6 +91,29 @@ static inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *n, s
     (void)g, (void)n, (void)count;
     return cudaErrorNotSupported;
 }
+/* the edges gpu_graph.c makes programmatic (never reached: no graph is captured) */
+typedef struct cudaGraphEdgeData {
+    unsigned char from_port, to_port, type, reserved[5];
+} cudaGraphEdgeData;
+enum cudaGraphDependencyType { cudaGraphDependencyTypeDefault = 0, cudaGraphDependencyTypeProgrammatic = 1 };
+#define cudaGraphKernelNodePortDefault 0
+#define cudaGraphKernelNodePortProgrammatic 1
+#define cudaGraphKernelNodePortLaunchCompletion 2
+static inline cudaError_t cudaGraphGetEdges(cudaGraph_t g, cudaGraphNode_t *from, cudaGraphNode_t *to,
+                                            cudaGraphEdgeData *d, size_t *n) {
+    (void)g, (void)from, (void)to, (void)d, (void)n;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphRemoveDependencies(cudaGraph_t g, const cudaGraphNode_t *from,
+                                                      const cudaGraphNode_t *to, const cudaGraphEdgeData *d, size_t n) {
+    (void)g, (void)from, (void)to, (void)d, (void)n;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t cudaGraphAddDependencies(cudaGraph_t g, const cudaGraphNode_t *from, const cudaGraphNode_t *to,
+                                                   const cudaGraphEdgeData *d, size_t n) {
+    (void)g, (void)from, (void)to, (void)d, (void)n;
+    return cudaErrorNotSupported;
+}
 static inline cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *i) {
     (void)e, (void)g, (void)i;
     return cudaErrorNotSupported;
