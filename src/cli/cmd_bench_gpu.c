@@ -232,11 +232,13 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* Step timing on the device's clock (decode rows at the first context): the wall time of a step,
- * the device's span from its first to its last operation, and its idle gap before the step (the
- * host's work between two steps: batch building, then the first launches). Medians. */
+ * the device's span from its first to its last operation, its idle gap before the step (the
+ * host's work between two steps: batch building, then the first launches) and inside the step
+ * between graph pieces (the host capturing the next piece later than the device finished the
+ * last). Medians. */
 #define MAX_STEP_ROWS 8
 typedef struct step_timing {
-    double wall_ms, gpu_ms, idle_ms; /* medians */
+    double wall_ms, gpu_ms, idle_ms, wait_ms; /* medians (wait_ms < 0: no graph pieces) */
     double capture_ms, update_ms;    /* host time per step spent capturing / updating graphs (means) */
     int64_t captured, updated, instantiated, rejected; /* calls captured; graph pieces updated, ... */
 } step_timing;
@@ -258,8 +260,8 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
                              uint64_t salt, bool bracket_last, double *wall_s, step_timing *tm, bool *slow,
                              di_err *err) {
     const di_device_backend *be = m->dev_backend;
-    double span[16], idle[16];
-    int n_t = 0, n_idle = 0;
+    double span[16], idle[16], wait[16];
+    int n_t = 0, n_idle = 0, n_wait = 0;
     di_graph_stats g0 = {0}, g1 = {0};
     const int n_calls = steps + 2 < 16 ? steps + 2 : 16;
     for (int i = 0; i < n_calls; i++) { /* the first two steps warm up */
@@ -271,8 +273,11 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
         if (dt < 0) break;
         if (i > 1) {
             if (be->step_times) {
-                be->step_times(m, &span[n_t], &idle[n_idle]);
-                if (idle[n_idle] >= 0) n_idle++;
+                di_step_times t;
+                be->step_times(m, &t);
+                span[n_t] = t.gpu_ms;
+                if (t.idle_ms >= 0) idle[n_idle++] = t.idle_ms;
+                if (t.piece_wait_ms >= 0) wait[n_wait++] = t.piece_wait_ms;
             }
             wall_s[n_t++] = dt;
         }
@@ -283,6 +288,7 @@ static int time_decode_steps(const di_model *m, di_seq_state **st, int B, int st
     tm->wall_ms = di_bench_median(wall_s, n_t) * 1e3; /* sorts wall_s: the caller takes its median too */
     tm->gpu_ms = be->step_times ? di_bench_median(span, n_t) : -1.0;
     tm->idle_ms = di_bench_median(idle, n_idle);
+    tm->wait_ms = di_bench_median(wait, n_wait);
     tm->captured = g1.captured - g0.captured;
     tm->updated = g1.updated - g0.updated;
     tm->rejected = g1.rejected - g0.rejected;
@@ -299,14 +305,15 @@ static void print_step_rows(void) {
     printf("\ndecode step timing on the device's clock, each forward call as CUDA graph pieces (default) and with\n"
            "every kernel launched directly (DEEPINFER_ENFORCE_EAGER=1), over the same states (medians of the\n"
            "timed steps; span = the device's first to last operation of a step; idle = device idle before\n"
-           "the step, i.e. the host's batch building, graph capture and update; capture / update = host ms per\n"
-           "step; pieces: graph pieces of the timed steps updated in place / instantiated / updates refused):\n\n"
-           "| B | graph: wall ms | span ms | idle ms | capture ms | update ms | pieces u/i/r | eager: wall ms | span ms "
-           "| idle ms | graph speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "the step, i.e. the host's batch building, graph capture and update; piece wait = device idle inside\n"
+           "the step, waiting for the host's next graph piece; capture / update = host ms per step; pieces:\n"
+           "graph pieces of the timed steps updated in place / instantiated / updates refused):\n\n"
+           "| B | graph: wall ms | span ms | idle ms | piece wait ms | capture ms | update ms | pieces u/i/r | eager: "
+           "wall ms | span ms | idle ms | graph speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < g_n_step_rows; i++) {
         const step_timing *g = &g_step_rows[i].graph, *e = &g_step_rows[i].eager;
-        printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %lld/%lld/%lld | %.2f | %.2f | %.3f | %.2fx |\n",
-               g_step_rows[i].B, g->wall_ms, g->gpu_ms, g->idle_ms, g->capture_ms, g->update_ms,
+        printf("| %d | %.2f | %.2f | %.3f | %.3f | %.2f | %.2f | %lld/%lld/%lld | %.2f | %.2f | %.3f | %.2fx |\n",
+               g_step_rows[i].B, g->wall_ms, g->gpu_ms, g->idle_ms, g->wait_ms, g->capture_ms, g->update_ms,
                (long long)g->updated, (long long)g->instantiated, (long long)g->rejected, e->wall_ms, e->gpu_ms,
                e->idle_ms, e->wall_ms / g->wall_ms);
     }

@@ -25,6 +25,16 @@ typedef struct di_graph_stats {
     int64_t programmatic_edges; /* kernel -> kernel edges made programmatic (DEEPINFER_GPU_PDL) */
 } di_graph_stats;
 
+/* A forward call on the device's clock: from its first to its last operation (gpu_ms), the
+ * device's idle time before it since the previous call ended (idle_ms; < 0 for the first call:
+ * the gap a host step loop leaves between steps), and inside it the device's idle time between
+ * graph pieces, waiting for the host to capture and launch the next (piece_wait_ms; < 0 for a
+ * call without graph pieces, or before the first step_times call: a backend may time pieces only
+ * once asked). */
+typedef struct di_step_times {
+    double gpu_ms, idle_ms, piece_wait_ms;
+} di_step_times;
+
 /* How often forward calls took some of a device's fast paths since attach, so that a test can tell
  * that a path it means to check ran (and did not fall back). Counted on the host as each launch is
  * issued; a call run as a CUDA graph is captured anew every time (kept graphs are updated from the
@@ -61,10 +71,8 @@ typedef struct di_device_backend {
      * (either may be NULL), resets them and turns profiling on or off (off costs nothing) */
     void (*profile)(bool on, const char *const **names, double *seconds);
     int n_profile_stages;
-    /* the last forward call on the device's clock: from its first to its last operation (gpu_ms)
-     * and the device's idle time before it since the previous call ended (idle_ms; < 0 for the
-     * first call): the gap a host step loop leaves between steps */
-    void (*step_times)(const di_model *m, double *gpu_ms, double *idle_ms);
+    /* the last forward call on the device's clock (di_step_times) */
+    void (*step_times)(const di_model *m, di_step_times *out);
     /* CUDA graphs since attach (NULL: the backend has none) */
     void (*graph_stats)(const di_model *m, di_graph_stats *out);
     /* fast-path counts since attach (NULL: the backend keeps none) */

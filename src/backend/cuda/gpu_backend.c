@@ -413,6 +413,10 @@ static void detach(di_model *m) {
     cudaEventDestroy(g->ev_start);
     cudaEventDestroy(g->ev_end);
     cudaEventDestroy(g->ev_prev_end);
+    for (int i = 0; i < GPU_PIECE_EVENTS; i++) {
+        if (g->ev_piece_in[i]) cudaEventDestroy(g->ev_piece_in[i]);
+        if (g->ev_piece_out[i]) cudaEventDestroy(g->ev_piece_out[i]);
+    }
     free(g->allocs);
     free(g->layers);
     free(g->hc);
@@ -454,6 +458,10 @@ static di_status attach(di_model *m, di_err *err) {
     GPU_CK(cudaEventCreate(&g->ev_start));
     GPU_CK(cudaEventCreate(&g->ev_end));
     GPU_CK(cudaEventCreate(&g->ev_prev_end));
+    for (int i = 0; i < GPU_PIECE_EVENTS; i++) {
+        GPU_CK(cudaEventCreate(&g->ev_piece_in[i]));
+        GPU_CK(cudaEventCreate(&g->ev_piece_out[i]));
+    }
     /* temporaries of forward calls come from the stream-ordered pool: keep what it grew to */
     cudaMemPool_t pool;
     int dev = 0;

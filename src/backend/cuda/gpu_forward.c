@@ -528,6 +528,7 @@ di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
     cudaError_t e = cudaStreamSynchronize(f->s);
     if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
     gpu_downloads_finish(f);
+    const int f_pieces_timed = f->pieces_timed;
     free(f);
     g->pending = NULL;
     float ms = 0.0f;
@@ -536,11 +537,19 @@ di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
     g->last_idle_ms = -1.0;
     if (g->have_end && cudaEventElapsedTime(&ms, g->ev_prev_end, g->ev_start) == cudaSuccess) g->last_idle_ms = ms;
     g->have_end = true;
+    g->last_piece_wait_ms = -1.0;
+    for (int k = 1; k < f_pieces_timed; k++) { /* piece k's launch after piece k - 1's end on the device */
+        if (k == 1) g->last_piece_wait_ms = 0.0;
+        if (cudaEventElapsedTime(&ms, g->ev_piece_out[k - 1], g->ev_piece_in[k]) == cudaSuccess)
+            g->last_piece_wait_ms += ms;
+    }
     return DI_OK;
 }
 
-void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms) {
-    const gpu_model *g = m->dev;
-    *gpu_ms = g->last_gpu_ms;
-    *idle_ms = g->last_idle_ms;
+void gpu_step_times(const di_model *m, di_step_times *out) {
+    gpu_model *g = m->dev;
+    g->piece_timing = true; /* from the next call on: a step loop that never asks records no piece events */
+    out->gpu_ms = g->last_gpu_ms;
+    out->idle_ms = g->last_idle_ms;
+    out->piece_wait_ms = g->last_piece_wait_ms;
 }

@@ -258,8 +258,16 @@ void gpu_graph_launch(gpu_fwd *f, cudaEvent_t start) {
         gs->stats.instantiated++;
         gs->stats.instantiate_s += di_seconds_now() - t2;
     }
-    if (f->graph_piece == 0) GPU_CK(cudaEventRecord(start, f->s));
+    gpu_model *g = (gpu_model *)f->g;
+    const int k = f->graph_piece;
+    const bool timed = g->piece_timing && k < GPU_PIECE_EVENTS && f->pieces_timed == k; /* contiguous from 0 */
+    if (k == 0) GPU_CK(cudaEventRecord(start, f->s));
+    else if (timed) GPU_CK(cudaEventRecord(g->ev_piece_in[k], f->s));
     GPU_CK(cudaGraphLaunch(exec, f->s));
+    if (timed) {
+        GPU_CK(cudaEventRecord(g->ev_piece_out[k], f->s));
+        f->pieces_timed = k + 1;
+    }
     if (f->graph_reusable) {
         bool kept = false;
         for (int i = 0; i < GPU_GRAPH_SLOTS; i++) kept |= gs->slot[i].exec == exec;

@@ -56,7 +56,7 @@ typedef struct gpu_spill {
 /* Executable CUDA graphs kept for reuse (gpu_graph.c), per piece and topology, and the pinned
  * pieces and device spill chunks a capture had to allocate because staging or the arena was full
  * (freed at the next reset). */
-enum { GPU_GRAPH_SLOTS = 64, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 4 };
+enum { GPU_GRAPH_SLOTS = 64, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 4, GPU_PIECE_EVENTS = 32 };
 typedef struct gpu_graphs {
     struct {
         cudaGraphExec_t exec;  /* NULL: free slot */
@@ -91,10 +91,14 @@ typedef struct gpu_model {
     gpu_bump arena;            /* cudaMalloc'ed */
     gpu_graphs graphs;
     struct gpu_fwd *pending;   /* the call begun and not yet ended (its downloads), or NULL */
-    /* step timing on the device's clock: events at the start and end of each forward call */
+    /* step timing on the device's clock: events at the start and end of each forward call; once
+     * gpu_step_times has been asked (piece_timing), around each graph piece's launch too (in: just
+     * before it, out: just after it), the device's wait for a piece being the time from the
+     * previous piece's out to its in */
     cudaEvent_t ev_start, ev_end, ev_prev_end;
-    bool have_end;
-    double last_gpu_ms, last_idle_ms;
+    cudaEvent_t ev_piece_in[GPU_PIECE_EVENTS], ev_piece_out[GPU_PIECE_EVENTS];
+    bool have_end, piece_timing;
+    double last_gpu_ms, last_idle_ms, last_piece_wait_ms;
     di_layer *layers;          /* [n_total_layers] */
     gpu_layer_consts *hc;      /* [n_total_layers] */
     di_cuda_ctx cx;            /* stream + cuBLAS */
@@ -147,6 +151,7 @@ struct gpu_fwd {
      * nothing needed a spill chunk or an extra pinned piece (both are freed after the call) */
     bool capturing, graph_reusable;
     int graph_piece;           /* pieces launched so far in this call */
+    int pieces_timed;          /* of which with their launch events (gpu_model.ev_piece_*) */
     double capture_t0;
     /* device-to-host copies into pinned staging, copied to their host destinations once the call
      * has finished (gpu_downloads_finish) */
@@ -217,7 +222,7 @@ void gpu_graph_cut(gpu_fwd *f, cudaEvent_t start);
 void gpu_graphs_drop(gpu_model *g);                  /* destroys the kept executable graphs */
 void gpu_graphs_free(gpu_model *g);
 void gpu_graph_stats(const di_model *m, di_graph_stats *out);
-void gpu_step_times(const di_model *m, double *gpu_ms, double *idle_ms); /* device.h step_times */
+void gpu_step_times(const di_model *m, di_step_times *out); /* device.h step_times */
 /* device.h forward_begin / forward_end (gpu_forward.c): enqueue a call; wait for it (b unused) */
 di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err);
 di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err);
