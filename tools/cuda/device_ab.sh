@@ -25,7 +25,7 @@
 #     the one before it wrote runs L2-cold there; AB_NCU_FLAGS="--cache-control none" (any further
 #     ncu flags) keeps them as the step leaves them.
 # AB_ENV: further sides that run the tree's binaries under environment settings, space-separated
-#     name:VAR=VALUE[,VAR=VALUE..] entries, e.g. AB_ENV="noearly:DEEPINFER_GPU_PDL_EARLY=0" -- a knob's
+#     name:VAR=VALUE[,VAR=VALUE..] entries, e.g. AB_ENV="nopdl:DEEPINFER_GPU_PDL=0" -- a knob's
 #     two settings A / B'd within one build (AB_OLD may then be empty).
 # AB_BINS: the binaries set aside (default deepinfer and the test binaries AB_TESTS names).
 # The first device call of a change usually pairs this with its parity run:

@@ -217,6 +217,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         for (int i = 0; i < 4; i++) di_cp_async16(dst + (4 * i + (lane >> 3)) * GV_PITCH + 16 * (lane & 7), csrc[i] + BB * b, true);
         if (!W16 && lane == 0) di_cp_async4(dst + 16 * GV_PITCH, tile_scales + b, true);
     };
+    /* the ring's first RING - 1 chunks, a group each (every warp commits as many groups) */
+    auto issue_ring_prologue = [&]() {
+        for (int c = 0; c < RING - 1; c++) {
+            if (c < n_chunks) issue_chunk(c);
+            di_cp_async_commit();
+        }
+    };
 
     /* FP4: the register ring. Lane 4g + t needs halfword t & 1 of the words at 4(t >> 1) and
      * 8 + 4(t >> 1) of each 16-byte block of rows g and g + 8 (a row past N reads row N - 1); lanes t
@@ -255,10 +262,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
      * bf16 and f16 rows, converted on the way, through registers, a batch of loads at a time. */
     /* PRE: the ring's first chunks before the wait, the staging group after them (waited for whole) */
     if (PRE) {
-        for (int c = 0; c < RING - 1; c++) {
-            if (c < n_chunks) issue_chunk(c);
-            di_cp_async_commit();
-        }
+        issue_ring_prologue();
         DI_PDL_BEGIN();
     }
     if (!A16) {
@@ -273,11 +277,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2) gemv_bs_kernel(gv_args a) {
         }
     }
     di_cp_async_commit();
-    if (STAGED && !PRE) { /* in flight while the activations are staged; every warp commits as many groups */
-        for (int c = 0; c < RING - 1; c++) {
-            if (c < n_chunks) issue_chunk(c);
-            di_cp_async_commit();
-        }
+    if (STAGED && !PRE) { /* in flight while the activations are staged */
+        issue_ring_prologue();
     } else if (busy) {
         const int64_t n = blk1 - blk0;
 #pragma unroll

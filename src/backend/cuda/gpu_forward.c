@@ -515,6 +515,17 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
     return DI_OK;
 }
 
+/* a finished call's device wait for its graph pieces: from each timed piece's end to the next one's
+ * launch (gpu_graph_launch's events); -1 with fewer than two timed pieces */
+static double pieces_wait_ms(const gpu_model *g, int pieces_timed) {
+    double wait = pieces_timed > 1 ? 0.0 : -1.0;
+    for (int k = 1; k < pieces_timed; k++) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, g->ev_piece_out[k - 1], g->ev_piece_in[k]) == cudaSuccess) wait += ms;
+    }
+    return wait;
+}
+
 di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
     (void)err;
     gpu_model *g = m->dev;
@@ -528,7 +539,7 @@ di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
     cudaError_t e = cudaStreamSynchronize(f->s);
     if (e != cudaSuccess) di_die("CUDA error in the forward pass: %s", cudaGetErrorString(e));
     gpu_downloads_finish(f);
-    const int f_pieces_timed = f->pieces_timed;
+    g->last_piece_wait_ms = pieces_wait_ms(g, f->pieces_timed);
     free(f);
     g->pending = NULL;
     float ms = 0.0f;
@@ -537,12 +548,6 @@ di_status gpu_forward_end(const di_model *m, di_batch *b, di_err *err) {
     g->last_idle_ms = -1.0;
     if (g->have_end && cudaEventElapsedTime(&ms, g->ev_prev_end, g->ev_start) == cudaSuccess) g->last_idle_ms = ms;
     g->have_end = true;
-    g->last_piece_wait_ms = -1.0;
-    for (int k = 1; k < f_pieces_timed; k++) { /* piece k's launch after piece k - 1's end on the device */
-        if (k == 1) g->last_piece_wait_ms = 0.0;
-        if (cudaEventElapsedTime(&ms, g->ev_piece_out[k - 1], g->ev_piece_in[k]) == cudaSuccess)
-            g->last_piece_wait_ms += ms;
-    }
     return DI_OK;
 }
 
