@@ -27,7 +27,7 @@ DI_SETTING(gpu_wgmma, BOOL, NULL, "DEEPINFER_GPU_WGMMA", "1",
            "DEEPINFER_BATCH_INVARIANT=1 or DEEPINFER_GPU_EXACT=1")
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
-           "as CUDA graphs (captured in pieces of 4 layers, kept per topology and updated in place)")
+           "as CUDA graphs (captured in pieces of 2 layers, kept per topology and updated in place)")
 DI_SETTING(gpu_pdl, BOOL, NULL, "DEEPINFER_GPU_PDL", "1",
            "GPU: the kernel-to-kernel edges of the captured graphs programmatic (programmatic dependent launch: a "
            "kernel is launched as its predecessor's blocks exit and waits for its memory in griddepcontrol.wait; "

@@ -8,7 +8,13 @@
  * back to back. The call is cut into pieces (gpu_graph_cut): the call's set-up, the embedding and
  * layer 0, then GPU_GRAPH_PIECE_LAYERS layers each; a piece is launched as soon as it is captured,
  * so the host captures the next piece while the device runs this one, and the device waits only
- * for the first piece's capture (kept short: one layer).
+ * for the first piece's capture (kept short: one layer). Pieces of 2 layers rather than 4 (session
+ * 51, H100, ms a step over 3-5 rounds on one machine): B = 1 9.76-9.99 against 10.13-10.98, B = 8
+ * 23.26-23.49 against 23.61-23.98, B = 64 35.3-35.7 against 35.9-36.5, B = 256 unchanged; the
+ * host's update time fell with the pieces' size faster than linearly (B = 64: 6.3-6.4 -> 3.3-5.0 ms
+ * a step), and the device's span with it although it waited under 0.2 ms for pieces either way.
+ * Pieces of 1 and 3 layers fell between (B = 1 9.99-10.14 and 10.09-10.92), one piece of all 40
+ * took 16-20 ms.
  *
  * Executable graphs are kept per piece and topology (GPU_GRAPH_SLOTS of them, keyed by piece
  * index, node count and node types: they change with which stages ran, e.g. whether a compressor
