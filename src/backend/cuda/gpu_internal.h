@@ -55,8 +55,9 @@ typedef struct gpu_spill {
 
 /* Executable CUDA graphs kept for reuse (gpu_graph.c), per piece and topology, and the pinned
  * pieces and device spill chunks a capture had to allocate because staging or the arena was full
- * (freed at the next reset). */
-enum { GPU_GRAPH_SLOTS = 64, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 2, GPU_PIECE_EVENTS = 32 };
+ * (freed at the next reset). 128 slots since the pieces went from 4 layers to 2 (session 51): as
+ * many topologies kept a piece as before. */
+enum { GPU_GRAPH_SLOTS = 128, GPU_GRAPH_MAX_ROWS = 256, GPU_GRAPH_PIECE_LAYERS = 2, GPU_PIECE_EVENTS = 32 };
 typedef struct gpu_graphs {
     struct {
         cudaGraphExec_t exec;  /* NULL: free slot */
