@@ -104,23 +104,10 @@ static bool own_kernel(const void *func) {
     return ours;
 }
 
-/* One pass over a captured piece: the host's work between a piece's capture and its launch, which
- * at B = 1 the device can wait for (session 50, H100: a graph step's wall time follows the host's
- * capture + update ms, 10.2 ms at ~2.8 of them, 11.2-11.5 at ~4.5; direct launches 10.4-10.6).
- * It was a signature pass plus one or two runtime calls an edge and a removal and addition each
- * (76-116 us a piece); node types and functions looked up from one table and the edges changed in
- * one call each: 40-60 us (the same pieces timed both ways, 44 pieces, two runs). Returns the piece's topology key: a hash of its nodes in order -- type, kernel
- * function, copy direction (a single-stream capture is a chain) -- and *n_nodes; an update is
- * tried only against kept graphs of the same key (a copy that changes direction, or a kernel that
- * changes function, may be refused -- cudaErrorGraphExecUpdateFailure -- and a refused update is an
- * API error to tools like compute-sanitizer). With `programmatic` it also makes the piece's
- * kernel -> own-kernel edges programmatic (gpu_graph.c's header), all in one removal and one
- * addition, and returns how many in *changed; a driver that refuses them gets the plain edges back
- * and *refused set (the caller stops asking). */
+/* a node of the piece being scanned, in graph_scan's table */
 typedef struct {
     cudaGraphNode_t node;
     const void *func; /* a kernel node's function; NULL for other nodes */
-    bool kernel;
 } scan_node;
 
 /* the slot of node in the open-addressed table `tab` (cap a power of two, >= 2x the nodes) */
@@ -130,6 +117,20 @@ static size_t node_slot(const scan_node *tab, size_t cap, cudaGraphNode_t node) 
     return h;
 }
 
+/* One pass over a captured piece: the host's work between a piece's capture and its launch, which
+ * at B = 1 the device can wait for (session 50, H100: a graph step's wall time follows the host's
+ * capture + update ms, 10.2 ms at ~2.8 of them, 11.2-11.5 at ~4.5; direct launches 10.4-10.6).
+ * It was a signature pass plus one or two runtime calls an edge and a removal and addition each
+ * (76-116 us a piece); node types and functions looked up from one table and the edges changed in
+ * one call each: 40-60 us (the same pieces timed both ways, 44 pieces, two runs). Returns the
+ * piece's topology key: a hash of its nodes in order -- type, kernel function, copy direction (a
+ * single-stream capture is a chain) -- and *n_nodes; an update is tried only against kept graphs
+ * of the same key (a copy that changes direction, or a kernel that changes function, may be
+ * refused -- cudaErrorGraphExecUpdateFailure -- and a refused update is an API error to tools like
+ * compute-sanitizer). With `programmatic` it also makes the piece's kernel -> own-kernel edges
+ * programmatic (gpu_graph.c's header), all in one removal and one addition, and returns how many
+ * in *changed; a driver that refuses them gets the plain edges back and *refused set (the caller
+ * stops asking). */
 static uint64_t graph_scan(cudaGraph_t graph, bool programmatic, size_t *n_nodes, int64_t *memory_nodes,
                            int64_t *changed, bool *refused) {
     GPU_CK(cudaGraphGetNodes(graph, NULL, n_nodes));
@@ -150,7 +151,6 @@ static uint64_t graph_scan(cudaGraph_t graph, bool programmatic, size_t *n_nodes
             struct cudaKernelNodeParams kp;
             GPU_CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
             v ^= (uint64_t)(uintptr_t)kp.func << 8;
-            e->kernel = true;
             e->func = kp.func;
         } else if (t == cudaGraphNodeTypeMemcpy) {
             struct cudaMemcpy3DParms cp;
@@ -171,7 +171,7 @@ static uint64_t graph_scan(cudaGraph_t graph, bool programmatic, size_t *n_nodes
         size_t k = 0; /* the edges to change, moved to the front */
         for (size_t i = 0; i < ne; i++) {
             const scan_node *a = &tab[node_slot(tab, cap, from[i])], *b = &tab[node_slot(tab, cap, to[i])];
-            if (!a->kernel || !b->kernel || data[i].type != cudaGraphDependencyTypeDefault || !own_kernel(b->func))
+            if (!a->func || !b->func || data[i].type != cudaGraphDependencyTypeDefault || !own_kernel(b->func))
                 continue;
             from[k] = from[i], to[k] = to[i], data[k] = data[i];
             k++;
