@@ -83,6 +83,7 @@ typedef struct di_engine_options {
     bool eager;                /* device backends: no CUDA graphs (every kernel launched directly) */
     bool no_wgmma;             /* CUDA: prefill-sized quantised GEMMs on the mma.sync tiles instead of wgmma */
     bool no_pdl;               /* CUDA: plain edges in the captured graphs instead of programmatic ones */
+    bool no_blas;              /* CUDA: prefill-sized FP8 linears on the wgmma kernel, not cuBLAS's BF16 GEMM */
     bool host_sampling;        /* device backends: every sampled row's logits to the host's sampler
                                   threads instead of sampling where they are (the same tokens and
                                   logprobs; for checking) */

@@ -284,7 +284,7 @@ int main(void) {
     }
     const di_settings *set = test_settings();
     const unsigned flags = (set->enforce_eager ? DI_BACKEND_EAGER : 0) | (set->gpu_wgmma ? DI_BACKEND_WGMMA : 0) |
-                           (set->gpu_pdl ? DI_BACKEND_PDL : 0);
+                           (set->gpu_pdl ? DI_BACKEND_PDL : 0) | (set->gpu_blas_prefill ? DI_BACKEND_BLAS : 0);
     const di_status sel = di_model_select_backend(gpu, "cuda", flags, &err);
     char why[sizeof err.msg];
     snprintf(why, sizeof why, "%s", sel ? err.msg : "");

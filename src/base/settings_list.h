@@ -25,6 +25,11 @@ DI_SETTING(gpu_wgmma, BOOL, NULL, "DEEPINFER_GPU_WGMMA", "1",
            "kernels) -- a 4,096-token prefill 1.35 s against 1.73 s on the mma.sync tiles (docs/PERFORMANCE.md, "
            "session 9); 0 keeps the mma.sync tiles, whose sums equal the decode-sized kernels'. Not used with "
            "DEEPINFER_BATCH_INVARIANT=1 or DEEPINFER_GPU_EXACT=1")
+DI_SETTING(gpu_blas_prefill, BOOL, NULL, "DEEPINFER_GPU_BLAS_PREFILL", "1",
+           "GPU: dense FP8 linears of at least 1,024 rows (prefill chunks) on cuBLAS's BF16 GEMM over the weight "
+           "dequantised to bf16 once a call, instead of the wgmma kernel (cuda_linear_blas.cu: the same exact "
+           "products summed in fp32 in cuBLAS's order, within the same CPU bound); 0 keeps the wgmma kernel. Not used "
+           "where the wgmma kernel is not (DEEPINFER_GPU_WGMMA=0, DEEPINFER_BATCH_INVARIANT=1, DEEPINFER_GPU_EXACT=1)")
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "
            "as CUDA graphs (captured in pieces of 2 layers, kept per topology and updated in place)")

@@ -29,7 +29,7 @@ const char *di_cli_backend(const di_settings *s) {
 unsigned di_cli_backend_flags(const di_settings *s) {
     return (s->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) | (s->gpu_exact ? DI_BACKEND_EXACT : 0) |
            (s->enforce_eager ? DI_BACKEND_EAGER : 0) | (s->gpu_wgmma ? DI_BACKEND_WGMMA : 0) |
-           (s->gpu_pdl ? DI_BACKEND_PDL : 0);
+           (s->gpu_pdl ? DI_BACKEND_PDL : 0) | (s->gpu_blas_prefill ? DI_BACKEND_BLAS : 0);
 }
 
 int di_cmd_settings(di_settings *s, int argc, char **argv) {

@@ -22,7 +22,8 @@ bool di_cli_parse(di_settings *s, int argc, char **argv, int *n_positional);
 /* The backend the user asked for: "cpu", "cuda" or "auto" (--backend, else DEEPINFER_ACCELERATOR). */
 const char *di_cli_backend(const di_settings *s);
 /* DI_BACKEND_* flags from DEEPINFER_BATCH_INVARIANT, DEEPINFER_GPU_EXACT, DEEPINFER_ENFORCE_EAGER,
- * DEEPINFER_GPU_WGMMA and DEEPINFER_GPU_PDL (the CLI's and the model tests' one mapping) */
+ * DEEPINFER_GPU_WGMMA, DEEPINFER_GPU_PDL and DEEPINFER_GPU_BLAS_PREFILL (the CLI's and the model tests' one
+ * mapping) */
 unsigned di_cli_backend_flags(const di_settings *s);
 /* `deepinfer bench` on a device backend (cmd_bench_gpu.c) */
 int di_cmd_bench_gpu(di_settings *s, const char *backend);

@@ -67,7 +67,8 @@ di_status di_engine_create(const di_engine_options *opt, di_engine **out, char *
                                                       (opt->exact ? DI_BACKEND_EXACT : 0) |
                                                       (opt->eager ? DI_BACKEND_EAGER : 0) |
                                                       (opt->no_wgmma ? 0 : DI_BACKEND_WGMMA) |
-                                                      (opt->no_pdl ? 0 : DI_BACKEND_PDL),
+                                                      (opt->no_pdl ? 0 : DI_BACKEND_PDL) |
+                                                      (opt->no_blas ? 0 : DI_BACKEND_BLAS),
                                                   &err);
     char path[4096];
     struct stat sb;

@@ -36,6 +36,7 @@ di_status di_model_select_backend(di_model *m, const char *name, unsigned flags,
     m->wgmma_gemm = (flags & DI_BACKEND_WGMMA) != 0;
     m->device_graphs = (flags & DI_BACKEND_EAGER) == 0;
     m->device_pdl = (flags & DI_BACKEND_PDL) != 0;
+    m->blas_gemm = (flags & DI_BACKEND_BLAS) != 0;
     m->dev_backend = be;
     di_status st = be->attach(m, err);
     if (st) {

@@ -96,6 +96,7 @@ enum {
     DI_BACKEND_EAGER = 4,           /* launch every kernel directly: no CUDA graphs */
     DI_BACKEND_WGMMA = 8,           /* prefill-sized quantised GEMMs on wgmma (DEEPINFER_GPU_WGMMA) */
     DI_BACKEND_PDL = 16,            /* graphs' kernel edges programmatic (DEEPINFER_GPU_PDL) */
+    DI_BACKEND_BLAS = 32,           /* prefill-sized FP8 linears on cuBLAS BF16 (DEEPINFER_GPU_BLAS_PREFILL) */
 };
 /* Moves a loaded model to backend `name` ("cpu" | "cuda" | "nvidia" | "auto"; NULL or "" = cpu)
  * with DI_BACKEND_* `flags`. Must be called before any sequence state is created for the model. */

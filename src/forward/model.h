@@ -103,6 +103,7 @@ typedef struct di_model {
     bool wgmma_gemm;                       /* prefill-sized device GEMMs on bf16 wgmma (default) */
     bool device_graphs;                    /* decode-sized device calls captured as CUDA graphs */
     bool device_pdl;                       /* their kernel -> kernel edges programmatic (gpu_graph.c) */
+    bool blas_gemm;                        /* prefill-sized FP8 linears on cuBLAS BF16 (cuda_linear_blas.cu) */
     /* benchmark rank proxy (`deepinfer bench` on a device; set before selecting the backend):
      * weights are generated on the device instead of copied (the checkpoint may be a sparse
      * synthetic one), only experts [0, resident_experts) of each layer are resident and routing is

@@ -1491,7 +1491,7 @@ static void test_gemv_imma_swiglu(int64_t K, int64_t N, const int *rows, int G, 
  * kernel, bit for bit; N0 and N1 differ in their K splits, so the launch's blocks differ in warps.
  * wg (past 16 rows, di_cuda_ctx.wgmma): the set's one conversion of x and a wgmma call a matrix,
  * against each matrix's own call, bit for bit ---- */
-static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M, bool wg = false) {
+static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M, bool wg = false, bool blas = false) {
     const bool fp4 = dt == DI_DT_I8;
     const int rows[1] = {M};
     grp_case c[2] = {grp_make(dt, K, N0, rows, 1), grp_make(dt, K, N1, rows, 1)};
@@ -1512,6 +1512,8 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M,
     snprintf(shp, sizeof shp, "%s M=%d K=%lld N=%lld+%lld", fp4 ? "fp4" : "fp8", M, (long long)K, (long long)N0,
              (long long)N1);
     g_cx.wgmma = wg;
+    g_cx.blas_rows = blas ? 1 : 0; /* blas: the set and the singles on cuBLAS (from one row) */
+    const int64_t blas_before = g_cx.counts.blas;
     if (!di_cuda_linear_mma_set(&g_cx, 2, wp, x, M, ys)) {
         printf("FAIL  %s: %s does not take the set's path\n", wg ? "wgmma_set" : "gemv_set", shp);
         g_fail++;
@@ -1522,13 +1524,19 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M,
                            yr[i]);
     g_cx.tiled_only = false;
     g_cx.wgmma = false;
+    g_cx.blas_rows = 0;
+    if (blas && g_cx.counts.blas != blas_before + 4) {
+        printf("FAIL  blas_set: %s took cuBLAS %lld times of 4\n", shp, (long long)(g_cx.counts.blas - blas_before));
+        g_fail++;
+    }
     for (int i = 0; i < 2; i++) {
         const int64_t n = (int64_t)M * w[i].rows;
         float *a = host_poisoned(n), *b = host_poisoned(n);
         dev_download(a, ys[i], sizeof(float) * (size_t)n);
         dev_download(b, yr[i], sizeof(float) * (size_t)n);
-        static const char *names[2][2] = {{"gemv_set.a", "gemv_set.b"}, {"wgmma_set.a", "wgmma_set.b"}};
-        compare(names[wg][i], shp, a, b, n, wg ? "exact" : "twin");
+        static const char *names[3][2] = {{"gemv_set.a", "gemv_set.b"}, {"wgmma_set.a", "wgmma_set.b"},
+                                          {"blas_set.a", "blas_set.b"}};
+        compare(names[blas ? 2 : wg][i], shp, a, b, n, wg ? "exact" : "twin");
         free(a), free(b);
         cudaFree(ys[i]), cudaFree(yr[i]);
         grp_free(&c[i]);
@@ -1884,6 +1892,20 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
         dev_download(got, dy, 4 * m * ldy);
         check_bf16w8("linear_bf16w8 wgmma", c, x, got, m, K, rank, G);
     }
+    /* and on cuBLAS's BF16 GEMM (a strided batch of the groups; DI_CUDA_BLAS_MIN_ROWS lowered to one) */
+    if (di_cuda_wgmma_taken(&g_cx, false, K, m)) {
+        const int64_t before = g_cx.counts.blas;
+        g_cx.blas_rows = 1;
+        di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
+        g_cx.blas_rows = 0;
+        dev_download(got, dy, 4 * m * ldy);
+        if (g_cx.counts.blas != before + 1) {
+            printf("FAIL  linear_bf16w8 blas: M=%lld K=%lld did not take cuBLAS\n", (long long)m, (long long)K);
+            g_fail++;
+        } else {
+            check_bf16w8("linear_bf16w8 blas", c, x, got, m, K, rank, G);
+        }
+    }
     g_cx.wgmma = false;
     di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
     dev_download(got, dy, 4 * m * ldy);
@@ -2212,6 +2234,7 @@ static void run_wgmma_quick(void) {
      * K split the device's model gives its N (64- and 32-token tiles, a partial weight tile) */
     test_gemv_set(DI_DT_F8_E4M3, 1024, 96, 512, 64, true);
     test_gemv_set(DI_DT_F8_E4M3, 512, 200, 64, 40, true);
+    test_gemv_set(DI_DT_F8_E4M3, 512, 200, 64, 40, true, true); /* on cuBLAS: the set's bits are each matrix's */
     /* BF16 weights (WG_W16): 64-token tiles with a partial weight tile; 128-token ones, 10 stages */
     test_linear_w16(40, 256, 200, true);
     test_linear_w16(160, 640, 96, false);
@@ -2397,6 +2420,7 @@ static void run_full(bool head) {
     test_gemv_set(DI_DT_F8_E4M3, 5120, 1280, 512, 1); /* wq_a and wkv: 7 and 8 K splits */
     test_gemv_set(DI_DT_F8_E4M3, 5120, 2304, 2304, 4); /* the shared expert's w1 and w3 */
     test_gemv_set(DI_DT_F8_E4M3, 5120, 1280, 512, 256, true); /* the same at B = 256 on wgmma */
+    test_gemv_set(DI_DT_F8_E4M3, 5120, 1280, 512, 1024, true, true); /* a prefill chunk's on cuBLAS */
     test_gemv_set(DI_DT_F8_E4M3, 5120, 2304, 2304, 256, true);
     int e1[48] = {0}, e8[48] = {0};
     for (int i = 0; i < 6; i++) e1[7 * i + 3] = 1, e8[8 * i] = 8;

@@ -329,6 +329,22 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
             dev_download(got, dy, 4 * m * N);
             snprintf(nm, sizeof nm, "%s wgmma", name);
             compare(nm, shape, got, ref, m, N, CRIT_BOUND);
+            /* FP8 there past DI_CUDA_BLAS_MIN_ROWS (here from one row): cuBLAS's BF16 GEMM on the
+             * dequantised weight, the same exact products summed in fp32 -- the same bound */
+            if (dt == DI_DT_F8_E4M3) {
+                const int64_t before = g_ctx.counts.blas;
+                g_ctx.blas_rows = 1;
+                di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
+                g_ctx.blas_rows = 0;
+                dev_download(got, dy, 4 * m * N);
+                snprintf(nm, sizeof nm, "%s blas", name);
+                if (g_ctx.counts.blas != before + 1) {
+                    printf("FAIL  %s: %s did not take cuBLAS\n", nm, shape);
+                    g_fail++;
+                } else {
+                    compare(nm, shape, got, ref, m, N, CRIT_BOUND);
+                }
+            }
         }
         g_ctx.wgmma = false;
     } else {

@@ -9,8 +9,10 @@
  *      max(bytes / HBM, FLOPs / matrix rate) -- the FP8 rate for the quantised GEMMs (what a
  *      tensor-core kernel could reach), none for the non-matrix ops. Weights rotate over enough
  *      copies to exceed the L2, so small matrices are timed from HBM, not from the cache.
- *   4. The prefill-sized grouped GEMMs (48 experts x 32 / 64 / 512 rows, and FP8 matrices at 4,096
- *      rows) on the mma.sync tiles and on the wgmma kernel: TFLOP/s and % of the BF16 / FP8 rates.
+ *   4. The prefill-sized grouped GEMMs (48 experts x 32 / 64 / 512 rows, and FP8 matrices at 512 to
+ *      4,096 rows) on the mma.sync tiles, on the wgmma kernel and (single FP8 matrices) on cuBLAS's
+ *      BF16 GEMM over the dequantised weight (cuda_linear_blas.cu), with cuBLASLt's BF16 GEMM on
+ *      bf16 operands alone beside them at 4,096 rows: TFLOP/s and % of the BF16 / FP8 rates.
  *   5. (--gemv alone) the decode GEMVs at B = 1 and 8 from HBM, from the L2, and after an L2
  *      prefetch overlapped with another kernel.
  *   6. (--topk alone) the indexer's top-512 at rows of 1K-128K scores, 1-128 rows: one block a row
@@ -250,21 +252,95 @@ static void bench_grouped(const char *name, di_dtype dt, int64_t K, int64_t N, i
     const double flops = 2.0 * a.rows * N * K, bytes = (double)n * (wbytes + sbytes) + 2.0 * a.rows * (K + N);
     char shape[64];
     snprintf(shape, sizeof shape, "%dx%lld %lldx%lld", n, (long long)R, (long long)K, (long long)N);
-    double ms[2];
-    for (int w = 0; w < 2; w++) {
-        g_ctx.wgmma = w == 1;
+    /* the mma.sync tiles, the wgmma kernel, and (single FP8 matrices) cuBLAS's BF16 GEMM on the weight
+     * dequantised in the call (cuda_linear_blas.cu, its dequantisation and widening included) */
+    const int variants = G == 0 && !fp4 ? 3 : 2;
+    double ms[3];
+    for (int w = 0; w < variants; w++) {
+        g_ctx.wgmma = w >= 1;
+        g_ctx.blas_rows = w == 2 ? 1 : 0;
         ms[w] = di_cuda_time_ms(run_grp, &a, 10, 5);
     }
     g_ctx.wgmma = false;
+    g_ctx.blas_rows = 0;
     const double t_mem = bytes / (g_hbm_gbs * 1e6);
-    for (int w = 0; w < 2; w++) {
+    static const char *kernel[3] = {"mma.sync", "wgmma", "blas"};
+    for (int w = 0; w < variants; w++) {
         const double tf = flops / (ms[w] * 1e9);
-        printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8.1f%%\n", name, shape, w ? "wgmma" : "mma.sync",
-               ms[w] * 1e3, tf, 100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, 100.0 * t_mem / ms[w]);
+        printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8.1f%%\n", name, shape, kernel[w], ms[w] * 1e3, tf,
+               100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, 100.0 * t_mem / ms[w]);
     }
     for (int g = 0; g < n; g++) cudaFree((void *)hw[g]), cudaFree((void *)hs[g]);
     cudaFree(dw), cudaFree(ds), cudaFree(doff), cudaFree(a.x), cudaFree(a.y);
     free(hw), free(hs), free(ho);
+}
+
+struct lt_shape_arg {
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    void *a, *b, *c, *ws;
+    size_t ws_bytes;
+};
+static void run_lt_shape(void *p, int) {
+    lt_shape_arg *g = (lt_shape_arg *)p;
+    const float one = 1.0f, zero = 0.0f;
+    if (cublasLtMatmul(g->lt, g->op, &one, g->a, g->la, g->b, g->lb, &zero, g->c, g->lc, g->c, g->lc, &g->algo, g->ws,
+                       g->ws_bytes, 0) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "cublasLtMatmul failed\n");
+        exit(2);
+    }
+}
+
+/* cuBLASLt's BF16 GEMM at a prefill shape: Y [M, N] = X [M, K] W [N, K]^T, fp32 accumulation, out
+ * bf16 (out_f32: fp32) -- what a dense linear would cost on weights dequantised to bf16 once a call
+ * (the dequantisation and y's widening to this engine's float rows not included) */
+static void bench_lt_bf16(const char *name, int64_t M, int64_t K, int64_t N, bool out_f32) {
+    cublasLtHandle_t lt;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return;
+    lt_shape_arg g;
+    memset(&g, 0, sizeof g);
+    g.lt = lt;
+    CK(cudaMalloc(&g.a, (size_t)(N * K) * 2));
+    CK(cudaMalloc(&g.b, (size_t)(M * K) * 2));
+    di_cuda_fill_bf16((uint16_t *)g.a, (size_t)(N * K), 1);
+    di_cuda_fill_bf16((uint16_t *)g.b, (size_t)(M * K), 2);
+    CK(cudaMalloc(&g.c, (size_t)(M * N) * (out_f32 ? 4 : 2)));
+    g.ws_bytes = 64 << 20;
+    CK(cudaMalloc(&g.ws, g.ws_bytes));
+    cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayoutCreate(&g.la, CUDA_R_16BF, K, N, K);
+    cublasLtMatrixLayoutCreate(&g.lb, CUDA_R_16BF, K, M, K);
+    cublasLtMatrixLayoutCreate(&g.lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g.ws_bytes,
+                                         sizeof g.ws_bytes);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt, g.op, g.la, g.lb, g.lc, g.lc, pref, 1, &res, &found) ==
+            CUBLAS_STATUS_SUCCESS && found) {
+        g.algo = res.algo;
+        const double ms = di_cuda_time_ms(run_lt_shape, &g, 10, 5), flops = 2.0 * M * N * K;
+        const double tf = flops / (ms * 1e9);
+        char shape[64];
+        snprintf(shape, sizeof shape, "1x%lld %lldx%lld", (long long)M, (long long)K, (long long)N);
+        printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8s\n", name, shape, out_f32 ? "lt f32" : "lt bf16",
+               ms * 1e3, tf, 100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, "");
+    } else {
+        printf("  %-14s no cuBLASLt algorithm\n", name);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(g.la);
+    cublasLtMatrixLayoutDestroy(g.lb);
+    cublasLtMatrixLayoutDestroy(g.lc);
+    cublasLtMatmulDescDestroy(g.op);
+    cudaFree(g.a), cudaFree(g.b), cudaFree(g.c), cudaFree(g.ws);
+    cublasLtDestroy(lt);
 }
 
 static void bench_grouped_all(void) {
@@ -276,8 +352,22 @@ static void bench_grouped_all(void) {
         bench_grouped("fp4 w1", DI_DT_I8, 5120, 2304, 48, R[i]);
         bench_grouped("fp4 w2", DI_DT_I8, 2304, 5120, 48, R[i]);
     }
-    bench_grouped("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, 0, 4096);
-    bench_grouped("fp8 wo_b", DI_DT_F8_E4M3, 8192, 5120, 0, 4096);
+    /* the dense linears of a 4,096-token prefill: ours, then cuBLASLt's BF16 on the same shape */
+    static const struct {
+        const char *name;
+        int64_t K, N;
+    } dense[] = {{"fp8 wq_b", 1280, 32768},    {"fp8 wo_b", 8192, 5120},  {"fp8 wo_a group", 4096, 1024},
+                 {"fp8 shared w1", 5120, 2304}, {"fp8 shared w2", 2304, 5120}};
+    for (const auto &d : dense) {
+        bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, 4096);
+        bench_lt_bf16(d.name, 4096, d.K, d.N, false);
+    }
+    /* where cuBLAS starts to pay (DI_CUDA_BLAS_MIN_ROWS) */
+    for (int64_t rows = 512; rows <= 2048; rows *= 2) {
+        bench_grouped("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, 0, rows);
+        bench_grouped("fp8 wo_b", DI_DT_F8_E4M3, 8192, 5120, 0, rows);
+        bench_grouped("fp8 shared w1", DI_DT_F8_E4M3, 5120, 2304, 0, rows);
+    }
     printf("\n");
 }
 

@@ -661,10 +661,15 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const int64_t per_group = plan.per_group;
     int split_blocks = plan.split_blocks, ksplit = plan.ksplit;
     const bool fp4 = shape->dtype == DI_DT_I8, twin = plan.twin, wg = plan.wg, imma = plan.imma;
+    /* single FP8 matrices of prefill sizes: cuBLAS's BF16 GEMM on the dequantised weight */
+    const bool blas = wg && !fp4 && !row_off && n_groups == 1 && wdata && di_cuda_blas_taken(ctx, rows, K);
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : imma ? 3 : 1) + 255) & ~(size_t)255;
+    const size_t blas_bytes = blas ? di_cuda_blas_scratch_bytes(rows, N, K) : 0;
     float *part;
-    uint8_t *xq = mm_scratch(ctx, q_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)), twin ? 1 : ksplit, rows,
-                             N, &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
+    uint8_t *xq = mm_scratch(ctx, q_bytes + blas_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)),
+                             twin || blas ? 1 : ksplit, rows, N,
+                             &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
+    uint8_t *blas_ws = xq + q_bytes; /* blas: its weight and output */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     /* x's forms made by its producer; through a row list only its digits are read (in place) */
     const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K);
@@ -689,6 +694,11 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
         } else
             di_cuda_gemv_quant(s, fp4, K, n_mats, mats, row_off, active, n_groups, rows, max_rows, per_group, xq, xsc,
                                plan.tiles);
+        return;
+    }
+    if (blas) {
+        for (int m = 0; m < n_mats; m++)
+            di_cuda_blas_fp8(ctx, (const uint16_t *)xq, K, rows, wdata[m], wscale[m], N, 1, K, y[m], N, blas_ws);
         return;
     }
     if (wg && n_mats == 2 && wdata_g && ksplit == 1) { /* the pair in one launch: the two share its waves */
@@ -749,19 +759,28 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
     const int64_t K = w[0]->cols, nb = K / 32;
     const bool fp4 = w[0]->dtype == DI_DT_I8;
     int ksplit[DI_GEMV_MAX_MATS], split_blocks[DI_GEMV_MAX_MATS], consumers[DI_GEMV_MAX_MATS];
+    const bool blas = !fp4 && di_cuda_blas_taken(ctx, m, K); /* cuBLAS's BF16 GEMM on dequantised weights */
     int64_t part_row = 0; /* the largest split's partial sums a row: [ksplit][m][N], reused in stream order */
+    size_t extra = 0;     /* the partial sums, or (blas) the largest matrix's weight and output */
     for (int i = 0; i < n; i++) {
         ksplit[i] = di_cuda_wg_ksplit(ctx, fp4, w[i]->rows, m, K, &split_blocks[i], &consumers[i]);
         const int64_t need = ksplit[i] > 1 ? ksplit[i] * w[i]->rows : 0;
         part_row = need > part_row ? need : part_row;
+        const size_t blas_need = blas ? di_cuda_blas_scratch_bytes(m, w[i]->rows, K) : 0;
+        extra = blas_need > extra ? blas_need : extra;
     }
+    if (!blas) extra = sizeof(float) * (size_t)(m * part_row);
     const size_t xb_bytes = (sizeof(uint16_t) * (size_t)(m * K) + 255) & ~(size_t)255;
-    uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, xb_bytes + sizeof(float) * (size_t)(m * part_row));
+    uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, xb_bytes + extra);
     uint16_t *xb = (uint16_t *)base;                /* [m, K] bf16 */
     float *part = (float *)(base + xb_bytes);       /* [ksplit][m][N] of the matrix in flight */
     di_cuda_act_quant_bf16(x, NULL, nb, m * nb, xb, ctx->stream);
     for (int i = 0; i < n; i++) {
         const int64_t N = w[i]->rows;
+        if (blas) { /* the scratch after xb reused in stream order */
+            di_cuda_blas_fp8(ctx, xb, K, m, (const uint8_t *)w[i]->data, w[i]->scale, N, 1, K, y[i], N, base + xb_bytes);
+            continue;
+        }
         const mm_groups grp = {NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
         mm_args a = {(const uint8_t *)xb, K, NULL, m, N, K, (const uint8_t *)w[i]->data, w[i]->scale, y[i], N, true,
                      grp, 1, m, ksplit[i], split_blocks[i], part, m};
@@ -840,10 +859,17 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
         return codes;
     }
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m); /* past the twin's rows */
+    const bool blas = wg && di_cuda_blas_taken(ctx, m, K);  /* prefill sizes: cuBLAS's BF16 GEMM */
     if (wg) ksplit = wg_ksplit(rows_per_group * n_groups, m, K, ksplit, &split_blocks);
+    const size_t xs_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
     float *part;
-    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, ldy, &part); /* [m, lda] */
-    const uint16_t *xb = act_bf16(ctx, x, m, lda, xs);
+    uint8_t *base = mm_scratch(ctx, xs_bytes + (blas ? di_cuda_blas_scratch_bytes(m, rows_per_group * n_groups, K) : 0),
+                               blas ? 1 : ksplit, m, ldy, &part);
+    const uint16_t *xb = act_bf16(ctx, x, m, lda, (uint16_t *)base); /* [m, lda] */
+    if (blas) {
+        di_cuda_blas_fp8(ctx, xb, lda, m, wd, ws, rows_per_group, n_groups, K, y, ldy, base + xs_bytes);
+        return false;
+    }
     const mm_args a = {(const uint8_t *)xb, lda, NULL, m, rows_per_group, K, wd, ws, y, ldy, true,
                        {NULL, NULL, NULL, NULL, K, rows_per_group, rows_per_group}, n_groups, 0, ksplit, split_blocks, part, m};
     if (wg) { /* the FP8 wgmma kernel on the bf16 values */

@@ -65,4 +65,16 @@ int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);
 /* CTAs of di_wg_gemm's kernel for tiles of bt tokens a multiprocessor holds at once */
 int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
 
+/* Dense FP8 linears on cuBLAS's BF16 GEMM (cuda_linear_blas.cu). _taken: a call of `rows` rows goes
+ * there (ctx->blas_rows, outside exact mode and capture; the caller has checked that the wgmma
+ * kernel would take it). y [m, ldy] = xb [m, lda] (bf16 values; group g's inputs at column g K)
+ * times the n_groups diagonal blocks of rows_per_group rows of the FP8 weight (wd [N, K] codes, ws
+ * its [N / 32][K / 32] e8m0 scales), rounded to bf16; scratch: di_cuda_blas_scratch_bytes(m, N, K)
+ * device bytes (N = all groups' rows). */
+bool di_cuda_blas_taken(const di_cuda_ctx *ctx, int64_t rows, int64_t K);
+size_t di_cuda_blas_scratch_bytes(int64_t rows, int64_t N, int64_t K);
+void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t m, const uint8_t *wd,
+                      const uint8_t *ws, int64_t rows_per_group, int n_groups, int64_t K, float *y, int64_t ldy,
+                      void *scratch);
+
 #endif

@@ -65,7 +65,13 @@ typedef struct {
     int64_t fp4_imma_row;    /* of which on its one-row kernel (a row a block: groups of at most one row,
                               * or a row-tile list's one-row tiles) */
     int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU (di_cuda_linear_mma_pair_swiglu) */
+    int64_t blas;            /* FP8 linears on cuBLAS's BF16 GEMM (cuda_linear_blas.cu) */
 } di_cuda_path_counts;
+/* Rows from which a dense FP8 linear runs on cuBLAS's BF16 GEMM over its weight dequantised once a
+ * call (cuda_linear_blas.cu) where DEEPINFER_GPU_BLAS_PREFILL is on. H100, us a call against the
+ * wgmma kernel (session 52, `deepinfer-cuda-bench --gemm`): at 512 rows even (wq_b 152 / 148, wo_b
+ * 124 / 128, shared w1 49 / 54), at 1,024 ahead (240 / 258, 184 / 247, 67 / 89) */
+#define DI_CUDA_BLAS_MIN_ROWS 1024
 typedef struct di_cuda_ctx {
     cudaStream_t stream;
     void *blas;          /* cublasHandle_t */
@@ -79,6 +85,8 @@ typedef struct di_cuda_ctx {
                           * (else its waves decide: di_wg_gemm) */
     bool wgmma;          /* DEEPINFER_GPU_WGMMA (default on): FP8 / FP4 / BF16 GEMMs past decode sizes on bf16 wgmma */
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
+    int64_t blas_rows;   /* > 0: dense FP8 linears of at least this many rows on cuBLAS's BF16 GEMM where the wgmma
+                          * kernel would take them (cuda_linear_blas.cu; tests set it low) */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
     int n_retired;
     /* activation buffers' other forms, made by their producers (hc_block_in, rmsnorm): the linears

@@ -63,13 +63,23 @@ static float load_as(const void *p, cudaDataType t, size_t i) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* the value stored as type t (bf16: rounded to nearest even, as cuBLAS's epilogue) */
+static void store_as(void *p, cudaDataType t, size_t i, float v) {
+    if (t == CUDA_R_32F) {
+        ((float *)p)[i] = v;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+}
 /* column-major C[m, n] = op(A)[m, k] op(B)[k, n], fp32 sums in k order */
 cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
-                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType, int ldc,
+                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
                             cublasComputeType_t, cublasGemmAlgo_t) {
     const float al = *(const float *)alpha, be = *(const float *)beta;
-    float *c = (float *)C;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             float s = 0.0f;
@@ -78,8 +88,20 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
                 float b = tb == CUBLAS_OP_N ? load_as(B, bt, (size_t)j * ldb + l) : load_as(B, bt, (size_t)l * ldb + j);
                 s += a * b;
             }
-            c[(size_t)j * ldc + i] = al * s + (be != 0.0f ? be * c[(size_t)j * ldc + i] : 0.0f);
+            const size_t at_c = (size_t)j * ldc + i;
+            store_as(C, ct, at_c, al * s + (be != 0.0f ? be * load_as(C, ct, at_c) : 0.0f));
         }
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t comp, cublasGemmAlgo_t algo) {
+    const size_t ea = at == CUDA_R_32F ? 4 : 2, eb = bt == CUDA_R_32F ? 4 : 2, ec = ct == CUDA_R_32F ? 4 : 2;
+    for (int g = 0; g < batch; g++)
+        cublasGemmEx(h, ta, tb, m, n, k, alpha, (const char *)A + g * sa * ea, at, lda, (const char *)B + g * sb * eb,
+                     bt, ldb, beta, (char *)C + g * sc * ec, ct, ldc, comp, algo);
     return CUBLAS_STATUS_SUCCESS;
 }
 

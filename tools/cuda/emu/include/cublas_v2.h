@@ -17,4 +17,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
                             cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
                             cublasComputeType_t comp, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t comp, cublasGemmAlgo_t algo);
 #endif
