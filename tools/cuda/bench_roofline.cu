@@ -19,7 +19,6 @@
  *      against stages, and which the cost model picks.
  * Times include the launch (no CUDA graphs yet). Usage: deepinfer-cuda-bench [--quick] [--gemm | --gemv |
  * --topk] (--gemm: the ceilings and part 4 only; --gemv: the ceilings and part 5 only; --topk: part 6) */
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -275,72 +274,20 @@ static void bench_grouped(const char *name, di_dtype dt, int64_t K, int64_t N, i
     free(hw), free(hs), free(ho);
 }
 
-struct lt_shape_arg {
-    cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-    void *a, *b, *c, *ws;
-    size_t ws_bytes;
-};
-static void run_lt_shape(void *p, int) {
-    lt_shape_arg *g = (lt_shape_arg *)p;
-    const float one = 1.0f, zero = 0.0f;
-    if (cublasLtMatmul(g->lt, g->op, &one, g->a, g->la, g->b, g->lb, &zero, g->c, g->lc, g->c, g->lc, &g->algo, g->ws,
-                       g->ws_bytes, 0) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "cublasLtMatmul failed\n");
-        exit(2);
-    }
-}
-
-/* cuBLASLt's BF16 GEMM at a prefill shape: Y [M, N] = X [M, K] W [N, K]^T, fp32 accumulation, out
- * bf16 (out_f32: fp32) -- what a dense linear would cost on weights dequantised to bf16 once a call
- * (the dequantisation and y's widening to this engine's float rows not included) */
-static void bench_lt_bf16(const char *name, int64_t M, int64_t K, int64_t N, bool out_f32) {
-    cublasLtHandle_t lt;
-    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return;
-    lt_shape_arg g;
-    memset(&g, 0, sizeof g);
-    g.lt = lt;
-    CK(cudaMalloc(&g.a, (size_t)(N * K) * 2));
-    CK(cudaMalloc(&g.b, (size_t)(M * K) * 2));
-    di_cuda_fill_bf16((uint16_t *)g.a, (size_t)(N * K), 1);
-    di_cuda_fill_bf16((uint16_t *)g.b, (size_t)(M * K), 2);
-    CK(cudaMalloc(&g.c, (size_t)(M * N) * (out_f32 ? 4 : 2)));
-    g.ws_bytes = 64 << 20;
-    CK(cudaMalloc(&g.ws, g.ws_bytes));
-    cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&g.la, CUDA_R_16BF, K, N, K);
-    cublasLtMatrixLayoutCreate(&g.lb, CUDA_R_16BF, K, M, K);
-    cublasLtMatrixLayoutCreate(&g.lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g.ws_bytes,
-                                         sizeof g.ws_bytes);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(lt, g.op, g.la, g.lb, g.lc, g.lc, pref, 1, &res, &found) ==
-            CUBLAS_STATUS_SUCCESS && found) {
-        g.algo = res.algo;
-        const double ms = di_cuda_time_ms(run_lt_shape, &g, 10, 5), flops = 2.0 * M * N * K;
-        const double tf = flops / (ms * 1e9);
-        char shape[64];
-        snprintf(shape, sizeof shape, "1x%lld %lldx%lld", (long long)M, (long long)K, (long long)N);
-        printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8s\n", name, shape, out_f32 ? "lt f32" : "lt bf16",
-               ms * 1e3, tf, 100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, "");
-    } else {
+/* cuBLASLt's BF16 GEMM at a linear's shape: Y [M, N] = X [M, K] W [N, K]^T on bf16 operands alone --
+ * what the linear would cost on weights kept dequantised to bf16 (cuda_linear_blas.cu's
+ * dequantisation and widening not included) */
+static void bench_lt_bf16(const char *name, int64_t M, int64_t K, int64_t N) {
+    const double ms = di_cuda_lt_bf16_ms(M, N, K);
+    if (ms < 0.0) {
         printf("  %-14s no cuBLASLt algorithm\n", name);
+        return;
     }
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(g.la);
-    cublasLtMatrixLayoutDestroy(g.lb);
-    cublasLtMatrixLayoutDestroy(g.lc);
-    cublasLtMatmulDescDestroy(g.op);
-    cudaFree(g.a), cudaFree(g.b), cudaFree(g.c), cudaFree(g.ws);
-    cublasLtDestroy(lt);
+    const double tf = 2.0 * M * N * K / (ms * 1e9);
+    char shape[64];
+    snprintf(shape, sizeof shape, "1x%lld %lldx%lld", (long long)M, (long long)K, (long long)N);
+    printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8s\n", name, shape, "lt bf16", ms * 1e3, tf,
+           100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, "");
 }
 
 static void bench_grouped_all(void) {
@@ -360,13 +307,13 @@ static void bench_grouped_all(void) {
                  {"fp8 shared w1", 5120, 2304}, {"fp8 shared w2", 2304, 5120}};
     for (const auto &d : dense) {
         bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, 4096);
-        bench_lt_bf16(d.name, 4096, d.K, d.N, false);
+        bench_lt_bf16(d.name, 4096, d.K, d.N);
     }
     /* a decode step of B = 256: cuBLAS on bf16 weights kept dequantised (not done: ~12 GB for the 40
      * layers) would have only the GEMM of the lt rows */
     for (const auto &d : dense) {
         bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, 256);
-        bench_lt_bf16(d.name, 256, d.K, d.N, false);
+        bench_lt_bf16(d.name, 256, d.K, d.N);
     }
     /* where cuBLAS starts to pay (DI_CUDA_BLAS_MIN_ROWS) */
     for (int64_t rows = 512; rows <= 2048; rows *= 2) {

@@ -154,28 +154,29 @@ static void run_lt(void *p, int rep) {
     }
 }
 
-/* D [n, n] bf16 = A^T B with A, B of `type` (column-major, "TN" as FP8 requires) */
-static double bench_lt(cublasLtHandle_t lt, cudaDataType type, const char *name, int n, bool verbose) {
+/* ms of one D [N, M] bf16 = A^T B (column-major, "TN" as FP8 requires: A [K, N], B [K, M] of
+ * `type`, random data), median of `reps`-call loops; < 0 where cuBLASLt has no algorithm */
+static double lt_gemm_ms(cublasLtHandle_t lt, cudaDataType type, int64_t M, int64_t N, int64_t K, int reps) {
     lt_arg g;
     memset(&g, 0, sizeof g);
     g.lt = lt;
     const size_t el = type == CUDA_R_16BF ? 2 : 1;
-    g.a = di_cuda_dalloc_random((size_t)n * n * el, type != CUDA_R_16BF);
-    g.b = di_cuda_dalloc_random((size_t)n * n * el, type != CUDA_R_16BF);
+    g.a = di_cuda_dalloc_random((size_t)(K * N) * el, type != CUDA_R_16BF);
+    g.b = di_cuda_dalloc_random((size_t)(K * M) * el, type != CUDA_R_16BF);
     if (type == CUDA_R_16BF) {
-        fill_bf16_kernel<<<1024, 256>>>((uint16_t *)g.a, (size_t)n * n, 1);
-        fill_bf16_kernel<<<1024, 256>>>((uint16_t *)g.b, (size_t)n * n, 2);
+        fill_bf16_kernel<<<1024, 256>>>((uint16_t *)g.a, (size_t)(K * N), 1);
+        fill_bf16_kernel<<<1024, 256>>>((uint16_t *)g.b, (size_t)(K * M), 2);
     }
-    CK(cudaMalloc(&g.c, (size_t)n * n * 2));
+    CK(cudaMalloc(&g.c, (size_t)(N * M) * 2));
     g.ws_bytes = 64 << 20;
     CK(cudaMalloc(&g.ws, g.ws_bytes));
     cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&g.la, type, n, n, n);
-    cublasLtMatrixLayoutCreate(&g.lb, type, n, n, n);
-    cublasLtMatrixLayoutCreate(&g.lc, CUDA_R_16BF, n, n, n);
+    cublasLtMatrixLayoutCreate(&g.la, type, K, N, K);
+    cublasLtMatrixLayoutCreate(&g.lb, type, K, M, K);
+    cublasLtMatrixLayoutCreate(&g.lc, CUDA_R_16BF, N, M, N);
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g.ws_bytes,
@@ -183,14 +184,10 @@ static double bench_lt(cublasLtHandle_t lt, cudaDataType type, const char *name,
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, g.op, g.la, g.lb, g.lc, g.lc, pref, 1, &res, &found);
-    double tflops = 0.0;
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        if (verbose) printf("  %-6s %5d^3  no cuBLASLt algorithm (status %d)\n", name, n, (int)st);
-    } else {
+    double ms = -1.0;
+    if (st == CUBLAS_STATUS_SUCCESS && found != 0) {
         g.algo = res.algo;
-        double ms = di_cuda_time_ms(run_lt, &g, g_quick ? 3 : 10, 5);
-        tflops = 2.0 * n * (double)n * n / ms / 1e9;
-        if (verbose) printf("  %-6s %5d^3  %8.1f TFLOP/s  (%.3f ms)\n", name, n, tflops, ms);
+        ms = di_cuda_time_ms(run_lt, &g, reps, 5);
     }
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(g.la);
@@ -198,7 +195,27 @@ static double bench_lt(cublasLtHandle_t lt, cudaDataType type, const char *name,
     cublasLtMatrixLayoutDestroy(g.lc);
     cublasLtMatmulDescDestroy(g.op);
     cudaFree(g.a), cudaFree(g.b), cudaFree(g.c), cudaFree(g.ws);
+    return ms;
+}
+
+/* n^3 of `type`: TFLOP/s (0 where cuBLASLt has no algorithm) */
+static double bench_lt(cublasLtHandle_t lt, cudaDataType type, const char *name, int n, bool verbose) {
+    const double ms = lt_gemm_ms(lt, type, n, n, n, g_quick ? 3 : 10);
+    if (ms < 0.0) {
+        if (verbose) printf("  %-6s %5d^3  no cuBLASLt algorithm\n", name, n);
+        return 0.0;
+    }
+    const double tflops = 2.0 * n * (double)n * n / ms / 1e9;
+    if (verbose) printf("  %-6s %5d^3  %8.1f TFLOP/s  (%.3f ms)\n", name, n, tflops, ms);
     return tflops;
+}
+
+extern "C" double di_cuda_lt_bf16_ms(int64_t M, int64_t N, int64_t K) {
+    cublasLtHandle_t lt;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return -1.0;
+    const double ms = lt_gemm_ms(lt, CUDA_R_16BF, M, N, K, 10);
+    cublasLtDestroy(lt);
+    return ms;
 }
 
 static void bench_matrix_rates(bool verbose) {

@@ -17,6 +17,9 @@ typedef struct di_cuda_ceilings {
     double fp8_tflops;   /* cuBLASLt dense FP8 e4m3 */
 } di_cuda_ceilings;
 
+/* ms of cuBLASLt's BF16 GEMM Y [M, N] = X [M, K] W [N, K]^T on random bf16 data (fp32 accumulation,
+ * bf16 out), median; < 0 where cuBLASLt is unavailable or has no algorithm */
+double di_cuda_lt_bf16_ms(int64_t M, int64_t N, int64_t K);
 /* Measures all three (prints the details when verbose). */
 void di_cuda_measure_ceilings(bool quick, bool verbose, di_cuda_ceilings *out);
 /* Median over `trials` of event-timed loops of `reps` calls fn(arg, i) on the default stream,
