@@ -345,6 +345,25 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
                 } else {
                     compare(nm, shape, got, ref, m, N, CRIT_BOUND);
                 }
+                /* no room for cuBLAS's scratch (di_cuda_scratch_try refusing): the wgmma kernel's bits */
+                float *wg_bits = (float *)malloc(4 * m * N);
+                di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
+                dev_download(wg_bits, dy, 4 * m * N);
+                g_ctx.blas_rows = 1;
+                g_ctx.scratch_cap = 1;
+                CK(cudaMemset(dy, 0xff, 4 * m * N));
+                di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
+                g_ctx.blas_rows = 0;
+                g_ctx.scratch_cap = 0;
+                dev_download(got, dy, 4 * m * N);
+                snprintf(nm, sizeof nm, "%s blas fallback", name);
+                if (g_ctx.counts.blas != before + 1) {
+                    printf("FAIL  %s: %s took cuBLAS without its scratch\n", nm, shape);
+                    g_fail++;
+                } else {
+                    compare(nm, shape, got, wg_bits, m, N, CRIT_EXACT);
+                }
+                free(wg_bits);
             }
         }
         g_ctx.wgmma = false;

@@ -85,6 +85,22 @@ extern "C" void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes) {
     return ctx->scratch;
 }
 
+extern "C" bool di_cuda_scratch_try(di_cuda_ctx *ctx, size_t bytes) {
+    if (ctx->scratch_cap > 0 && bytes > ctx->scratch_cap) return false; /* a test's */
+    if (bytes <= ctx->scratch_bytes) return true;
+    if (ctx->capturing) return false;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) { /* out of device memory: keep the old scratch */
+        cudaGetLastError();
+        return false;
+    }
+    DI_CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* the old scratch may still be read */
+    if (ctx->scratch) DI_CUDA_CHECK(cudaFree(ctx->scratch));
+    ctx->scratch = p;
+    ctx->scratch_bytes = bytes;
+    return true;
+}
+
 /* V values a thread: four (one 16-byte load, one 8-byte store) where x and out are aligned for
  * them, the last n % 4 by the thread past the vectors; else one */
 template <int V>

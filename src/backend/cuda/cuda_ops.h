@@ -87,6 +87,7 @@ typedef struct di_cuda_ctx {
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
     int64_t blas_rows;   /* > 0: dense FP8 linears of at least this many rows on cuBLAS's BF16 GEMM where the wgmma
                           * kernel would take them (cuda_linear_blas.cu; tests set it low) */
+    size_t scratch_cap;  /* tests: > 0 makes di_cuda_scratch_try refuse more than this many bytes */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
     int n_retired;
     /* activation buffers' other forms, made by their producers (hc_block_in, rmsnorm): the linears
@@ -133,6 +134,10 @@ void di_cuda_ctx_set_priority(di_cuda_ctx *ctx, bool low);
 void di_cuda_ctx_free(di_cuda_ctx *ctx);
 /* Scratch of at least `bytes` (valid until the next call on this context). */
 void *di_cuda_scratch(di_cuda_ctx *ctx, size_t bytes);
+/* Whether the scratch holds `bytes` or could be grown to them (not while capturing): a failed
+ * allocation leaves the old scratch and returns false instead of aborting, for callers with a
+ * path that needs less (cuda_linear_blas.cu's fallback to the wgmma kernel). */
+bool di_cuda_scratch_try(di_cuda_ctx *ctx, size_t bytes);
 /* Frees the scratch buffers retired during a capture (call when the stream is idle). */
 void di_cuda_ctx_release_retired(di_cuda_ctx *ctx);
 
