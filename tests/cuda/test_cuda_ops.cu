@@ -333,36 +333,32 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
              * dequantised weight, the same exact products summed in fp32 -- the same bound */
             if (dt == DI_DT_F8_E4M3 && di_cuda_linear_act_form(&g_ctx, &wdev, false, 1, m, m) == DI_ACT_FORM_QBF16) {
                 /* (where the call takes the wgmma kernel, not the decode twin) */
-                const int64_t before = g_ctx.counts.blas;
-                g_ctx.blas_rows = 1;
-                di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
-                g_ctx.blas_rows = 0;
-                dev_download(got, dy, 4 * m * N);
-                snprintf(nm, sizeof nm, "%s blas", name);
-                if (g_ctx.counts.blas != before + 1) {
-                    printf("FAIL  %s: %s did not take cuBLAS\n", nm, shape);
-                    g_fail++;
-                } else {
-                    compare(nm, shape, got, ref, m, N, CRIT_BOUND);
-                }
+                /* the call with DI_CUDA_BLAS_MIN_ROWS at one row and the scratch capped at `cap` (0:
+                 * none), checked against `want` by `crit` where it took cuBLAS `taken` times */
+                auto blas_case = [&](const char *what, size_t cap, int taken, const float *want, enum crit crit) {
+                    const int64_t before = g_ctx.counts.blas;
+                    g_ctx.blas_rows = 1;
+                    g_ctx.scratch_cap = cap;
+                    CK(cudaMemset(dy, 0xff, 4 * m * N));
+                    di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
+                    g_ctx.blas_rows = 0;
+                    g_ctx.scratch_cap = 0;
+                    dev_download(got, dy, 4 * m * N);
+                    snprintf(nm, sizeof nm, "%s %s", name, what);
+                    if (g_ctx.counts.blas != before + taken) {
+                        printf("FAIL  %s: %s took cuBLAS %lld times, not %d\n", nm, shape,
+                               (long long)(g_ctx.counts.blas - before), taken);
+                        g_fail++;
+                    } else {
+                        compare(nm, shape, got, want, m, N, crit);
+                    }
+                };
+                blas_case("blas", 0, 1, ref, CRIT_BOUND);
                 /* no room for cuBLAS's scratch (di_cuda_scratch_try refusing): the wgmma kernel's bits */
                 float *wg_bits = (float *)malloc(4 * m * N);
                 di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
                 dev_download(wg_bits, dy, 4 * m * N);
-                g_ctx.blas_rows = 1;
-                g_ctx.scratch_cap = 1;
-                CK(cudaMemset(dy, 0xff, 4 * m * N));
-                di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
-                g_ctx.blas_rows = 0;
-                g_ctx.scratch_cap = 0;
-                dev_download(got, dy, 4 * m * N);
-                snprintf(nm, sizeof nm, "%s blas fallback", name);
-                if (g_ctx.counts.blas != before + 1) {
-                    printf("FAIL  %s: %s took cuBLAS without its scratch\n", nm, shape);
-                    g_fail++;
-                } else {
-                    compare(nm, shape, got, wg_bits, m, N, CRIT_EXACT);
-                }
+                blas_case("blas fallback", 1, 0, wg_bits, CRIT_EXACT);
                 free(wg_bits);
             }
         }

@@ -20,9 +20,9 @@
  * batch-invariant mode.
  *
  * Scratch (the caller's, after its activations): the dequantised weight [N, K] bf16 and the bf16
- * output [rows, N] (di_cuda_blas_scratch_bytes: ~360 MB for wq_b at 4,096 rows, where the wgmma
- * kernel needs ~10 MB). The callers reserve it first (di_cuda_scratch_try); where the device has
- * no room for it the call runs on the wgmma kernel instead. */
+ * output [rows, N] (~360 MB for wq_b at 4,096 rows, where the wgmma kernel needs ~10 MB). The
+ * callers reserve it first (di_cuda_blas_reserve, through di_cuda_scratch_try); where the device
+ * has no room for it the call runs on the wgmma kernel instead. */
 #include <cublas_v2.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -56,35 +56,21 @@ __global__ void __launch_bounds__(BLAS_THREADS) blas_dequant_fp8_kernel(const ui
     wb[i] = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-/* y [m, ldy] (first N columns) = yb [m, N] bf16 widened: 4 values a thread where N and ldy allow */
-template <int V>
-__global__ void __launch_bounds__(BLAS_THREADS) blas_widen_kernel(const uint16_t *__restrict__ yb, int64_t m,
-                                                                  int64_t N, float *__restrict__ y, int64_t ldy) {
-    DI_PDL_BEGIN();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = N / V;
-    if (i >= m * per_row) return;
-    const int64_t r = i / per_row, c = V * (i - r * per_row);
-    if (V == 4) {
-        const uint2 b = *reinterpret_cast<const uint2 *>(yb + r * N + c);
-        *reinterpret_cast<float4 *>(y + r * ldy + c) =
-            make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
-                        __uint_as_float(b.y & 0xffff0000u));
-    } else {
-        y[r * ldy + c] = di_dev_bf16_load(yb + r * N + c);
-    }
-}
-
 static unsigned blas_grid(int64_t n) { return (unsigned)((n + BLAS_THREADS - 1) / BLAS_THREADS); }
 
 static size_t blas_align(size_t b) { return (b + 255) & ~(size_t)255; }
 
-bool di_cuda_blas_taken(const di_cuda_ctx *ctx, int64_t rows, int64_t K) {
-    return ctx->blas_rows > 0 && rows >= ctx->blas_rows && ctx->wgmma && !ctx->exact && !ctx->capturing &&
-           K % 32 == 0 && rows <= INT32_MAX / 2;
+/* the dequantised weight [N, K] and the bf16 output [rows, N] */
+static size_t blas_scratch_bytes(int64_t rows, int64_t N, int64_t K) {
+    return blas_align(sizeof(uint16_t) * (size_t)(N * K)) + blas_align(sizeof(uint16_t) * (size_t)(rows * N));
 }
 
-size_t di_cuda_blas_scratch_bytes(int64_t rows, int64_t N, int64_t K) {
-    return blas_align(sizeof(uint16_t) * (size_t)(N * K)) + blas_align(sizeof(uint16_t) * (size_t)(rows * N));
+size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes) {
+    if (ctx->blas_rows <= 0 || rows < ctx->blas_rows || !ctx->wgmma || ctx->exact || ctx->capturing || K % 32 != 0 ||
+        rows > INT32_MAX / 2)
+        return 0;
+    const size_t bytes = blas_scratch_bytes(rows, N, K);
+    return di_cuda_scratch_try(ctx, act_bytes + bytes) ? bytes : 0;
 }
 
 void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t m, const uint8_t *wd,
@@ -113,10 +99,6 @@ void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t
                 (long long)rows_per_group, (long long)K, n_groups);
         abort();
     }
-    if (N % 4 == 0 && ldy % 4 == 0 && (uintptr_t)y % 16 == 0)
-        blas_widen_kernel<4><<<blas_grid(m * N / 4), BLAS_THREADS, 0, s>>>(yb, m, N, y, ldy);
-    else
-        blas_widen_kernel<1><<<blas_grid(m * N), BLAS_THREADS, 0, s>>>(yb, m, N, y, ldy);
-    DI_CUDA_LAUNCHED();
+    di_cuda_bf16_to_f32(yb, m, N, y, ldy, s);
     ctx->counts.blas++;
 }

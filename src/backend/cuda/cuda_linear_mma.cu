@@ -661,11 +661,12 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const int64_t per_group = plan.per_group;
     int split_blocks = plan.split_blocks, ksplit = plan.ksplit;
     const bool fp4 = shape->dtype == DI_DT_I8, twin = plan.twin, wg = plan.wg, imma = plan.imma;
-    /* single FP8 matrices of prefill sizes: cuBLAS's BF16 GEMM on the dequantised weight */
     const size_t q_bytes = ((size_t)(rows * K) * (wg ? 2 : imma ? 3 : 1) + 255) & ~(size_t)255;
-    const bool blas = wg && !fp4 && !row_off && n_groups == 1 && wdata && di_cuda_blas_taken(ctx, rows, K) &&
-                      di_cuda_scratch_try(ctx, q_bytes + di_cuda_blas_scratch_bytes(rows, N, K)); /* else wgmma */
-    const size_t blas_bytes = blas ? di_cuda_blas_scratch_bytes(rows, N, K) : 0;
+    /* single FP8 matrices of prefill sizes: cuBLAS's BF16 GEMM on the dequantised weight where its
+     * scratch fits, else the wgmma kernel */
+    const size_t blas_bytes =
+        wg && !fp4 && !row_off && n_groups == 1 && wdata ? di_cuda_blas_reserve(ctx, rows, N, K, q_bytes) : 0;
+    const bool blas = blas_bytes > 0;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + blas_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)),
                              twin || blas ? 1 : ksplit, rows, N,
@@ -761,17 +762,17 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
     const bool fp4 = w[0]->dtype == DI_DT_I8;
     int ksplit[DI_GEMV_MAX_MATS], split_blocks[DI_GEMV_MAX_MATS], consumers[DI_GEMV_MAX_MATS];
     int64_t part_row = 0; /* the largest split's partial sums a row: [ksplit][m][N], reused in stream order */
-    size_t blas_bytes = 0; /* cuBLAS's: the largest matrix's weight and output */
+    int64_t max_n = 0;    /* the largest matrix's rows (cuBLAS's scratch) */
     for (int i = 0; i < n; i++) {
         ksplit[i] = di_cuda_wg_ksplit(ctx, fp4, w[i]->rows, m, K, &split_blocks[i], &consumers[i]);
         const int64_t need = ksplit[i] > 1 ? ksplit[i] * w[i]->rows : 0;
         part_row = need > part_row ? need : part_row;
-        const size_t blas_need = di_cuda_blas_scratch_bytes(m, w[i]->rows, K);
-        blas_bytes = blas_need > blas_bytes ? blas_need : blas_bytes;
+        max_n = w[i]->rows > max_n ? w[i]->rows : max_n;
     }
     const size_t xb_bytes = (sizeof(uint16_t) * (size_t)(m * K) + 255) & ~(size_t)255;
     /* cuBLAS's BF16 GEMM on dequantised weights where its scratch fits, else the wgmma kernel */
-    const bool blas = !fp4 && di_cuda_blas_taken(ctx, m, K) && di_cuda_scratch_try(ctx, xb_bytes + blas_bytes);
+    const size_t blas_bytes = fp4 ? 0 : di_cuda_blas_reserve(ctx, m, max_n, K, xb_bytes);
+    const bool blas = blas_bytes > 0;
     const size_t extra = blas ? blas_bytes : sizeof(float) * (size_t)(m * part_row); /* after xb */
     uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, xb_bytes + extra);
     uint16_t *xb = (uint16_t *)base;                /* [m, K] bf16 */
@@ -863,12 +864,11 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m); /* past the twin's rows */
     const size_t xs_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
     /* prefill sizes: cuBLAS's BF16 GEMM where its scratch fits */
-    const bool blas = wg && di_cuda_blas_taken(ctx, m, K) &&
-                      di_cuda_scratch_try(ctx, xs_bytes + di_cuda_blas_scratch_bytes(m, rows_per_group * n_groups, K));
+    const size_t blas_bytes = wg ? di_cuda_blas_reserve(ctx, m, rows_per_group * n_groups, K, xs_bytes) : 0;
+    const bool blas = blas_bytes > 0;
     if (wg) ksplit = wg_ksplit(rows_per_group * n_groups, m, K, ksplit, &split_blocks);
     float *part;
-    uint8_t *base = mm_scratch(ctx, xs_bytes + (blas ? di_cuda_blas_scratch_bytes(m, rows_per_group * n_groups, K) : 0),
-                               blas ? 1 : ksplit, m, ldy, &part);
+    uint8_t *base = mm_scratch(ctx, xs_bytes + blas_bytes, blas ? 1 : ksplit, m, ldy, &part);
     const uint16_t *xb = act_bf16(ctx, x, m, lda, (uint16_t *)base); /* [m, lda] */
     if (blas) {
         di_cuda_blas_fp8(ctx, xb, lda, m, wd, ws, rows_per_group, n_groups, K, y, ldy, base + xs_bytes);

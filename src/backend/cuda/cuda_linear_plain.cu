@@ -119,10 +119,22 @@ __global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint1
         for (int64_t j = 4 * nv; j < n; j++) out[j] = (uint16_t)di_dev_bf16_bits(x[j]);
     }
 }
-__global__ void bf16_to_f32_kernel(const uint16_t *__restrict__ x, int64_t n, float *__restrict__ out) {
+/* y [rows, ldy] <- x [rows, cols] widened: V (4: one 8-byte load, one 16-byte store) values a thread */
+template <int V>
+__global__ void bf16_to_f32_kernel(const uint16_t *__restrict__ x, int64_t rows, int64_t cols, float *__restrict__ y,
+                                   int64_t ldy) {
     DI_PDL_BEGIN();
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = di_dev_bf16_load(x + i);
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = cols / V;
+    if (i >= rows * per_row) return;
+    const int64_t r = i / per_row, c = V * (i - r * per_row);
+    if (V == 4) {
+        const uint2 b = *reinterpret_cast<const uint2 *>(x + r * cols + c);
+        *reinterpret_cast<float4 *>(y + r * ldy + c) =
+            make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                        __uint_as_float(b.y & 0xffff0000u));
+    } else {
+        y[r * ldy + c] = di_dev_bf16_load(x + r * cols + c);
+    }
 }
 __global__ void bf16_round_kernel(float *x, int64_t n) {
     DI_PDL_BEGIN();
@@ -136,6 +148,16 @@ extern "C" void di_cuda_f32_to_bf16(const float *x, int64_t n, uint16_t *out, cu
     if (n <= 0) return;
     if ((uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0) f32_to_bf16_kernel<4><<<grid_of(n / 4 + 1), 256, 0, s>>>(x, n, out);
     else f32_to_bf16_kernel<1><<<grid_of(n), 256, 0, s>>>(x, n, out);
+    DI_CUDA_LAUNCHED();
+}
+
+extern "C" void di_cuda_bf16_to_f32(const uint16_t *x, int64_t rows, int64_t cols, float *y, int64_t ldy,
+                                    cudaStream_t s) {
+    if (rows <= 0 || cols <= 0) return;
+    if (cols % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 8 == 0 && (uintptr_t)y % 16 == 0)
+        bf16_to_f32_kernel<4><<<grid_of(rows * cols / 4), 256, 0, s>>>(x, rows, cols, y, ldy);
+    else
+        bf16_to_f32_kernel<1><<<grid_of(rows * cols), 256, 0, s>>>(x, rows, cols, y, ldy);
     DI_CUDA_LAUNCHED();
 }
 
@@ -175,8 +197,7 @@ extern "C" void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float
         const void *wf = w->data;
         if (w->dtype == DI_DT_BF16) {
             float *t = (float *)di_cuda_scratch(ctx, (size_t)(N * K) * 4); /* [N, K] widened */
-            bf16_to_f32_kernel<<<grid_of(N * K), 256, 0, s>>>((const uint16_t *)w->data, N * K, t);
-            DI_CUDA_LAUNCHED();
+            di_cuda_bf16_to_f32((const uint16_t *)w->data, N, K, t, K, s);
             wf = t;
         } else if (w->dtype != DI_DT_F32) {
             break;

@@ -154,6 +154,8 @@ void di_cuda_linear(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_
                     di_linear_mode mode);
 /* out [n] = the bf16 bits of x [n] (round to nearest even) */
 void di_cuda_f32_to_bf16(const float *x, int64_t n, uint16_t *out, cudaStream_t s);
+/* y [rows, ldy] (first cols columns) = x [rows, cols] bf16 bits widened to fp32 (exact) */
+void di_cuda_bf16_to_f32(const uint16_t *x, int64_t rows, int64_t cols, float *y, int64_t ldy, cudaStream_t s);
 /* DI_LIN_QUANT alone: the tensor-core kernel (cuda_linear_mma.cu) unless ctx->exact or the shape
  * needs the exact CUDA-core kernel (cuda_linear_quant.cu, bit-identical to the CPU) */
 void di_cuda_linear_quant(di_cuda_ctx *ctx, const di_weight *w, const float *x, int64_t m, float *y);
