@@ -39,7 +39,7 @@ static inline const char *test_backend(void) {
 }
 static inline bool test_enforce_eager(void) { return test_settings()->enforce_eager; }
 static inline di_status test_use_backend(di_model *m, di_err *err) {
-    return di_model_select_backend(m, test_backend(), di_cli_backend_flags(test_settings()), err);
+    return di_cli_select_backend(m, test_backend(), test_settings(), err);
 }
 
 typedef struct logit_stats {

@@ -248,9 +248,11 @@ static di_device_path_counts gpu_run(const di_model *m, reference *ref, bool bat
     }
     const di_device_path_counts c1 = counts_now(m);
     const di_device_path_counts added = {c1.fp4_imma - c0.fp4_imma, c1.fp4_imma_row - c0.fp4_imma_row,
-                                         c1.fp4_imma_swiglu - c0.fp4_imma_swiglu};
-    printf("  %-16s int8 FP4 twin calls: %lld (one-row kernel %lld, with the fused SwiGLU %lld)\n", label,
-           (long long)added.fp4_imma, (long long)added.fp4_imma_row, (long long)added.fp4_imma_swiglu);
+                                         c1.fp4_imma_swiglu - c0.fp4_imma_swiglu, c1.blas_kept - c0.blas_kept};
+    printf("  %-16s int8 FP4 twin calls: %lld (one-row kernel %lld, with the fused SwiGLU %lld); dense linears on "
+           "kept bf16 copies: %lld\n",
+           label, (long long)added.fp4_imma, (long long)added.fp4_imma_row, (long long)added.fp4_imma_swiglu,
+           (long long)added.blas_kept);
     compare_run(label, ref, got, replay);
     free_logits(got);
     return added;
@@ -258,8 +260,13 @@ static di_device_path_counts gpu_run(const di_model *m, reference *ref, bool bat
 
 /* Every decode step takes the one-row kernel and its SwiGLU at least once (in fact once a layer):
  * at B = 1 one row an expert, in the batched steps (4 rows, one an expert on average) through the
- * row-tile list of one-row tiles. */
+ * row-tile list of one-row tiles. With DEEPINFER_GPU_DENSE_BF16 at most 17 rows (a device run's
+ * check of the kept copies: DEEPINFER_GPU_DENSE_BF16=1 test_wide_model_gpu), every run's prefills of 17 to 132 rows
+ * -- past the decode kernels' rows, and captured as graphs in free mode -- take cuBLAS on them. */
+static int64_t g_dense16_rows;
 static void check_paths(const char *label, di_device_path_counts c, bool batched) {
+    if (g_dense16_rows > 0 && g_dense16_rows <= 17)
+        CHECKF(c.blas_kept > 0, "%s: no dense linear ran on its kept bf16 copy", label);
     const int64_t steps = batched ? N_DECODE : (int64_t)N_PROMPTS * N_DECODE;
     CHECKF(c.fp4_imma_swiglu >= steps, "%s: the fused SwiGLU ran %lld times in %lld decode steps", label,
            (long long)c.fp4_imma_swiglu, (long long)steps);
@@ -285,6 +292,7 @@ int main(void) {
     const di_settings *set = test_settings();
     const unsigned flags = (set->enforce_eager ? DI_BACKEND_EAGER : 0) | (set->gpu_wgmma ? DI_BACKEND_WGMMA : 0) |
                            (set->gpu_pdl ? DI_BACKEND_PDL : 0) | (set->gpu_blas_prefill ? DI_BACKEND_BLAS : 0);
+    gpu->dense16_rows = g_dense16_rows = set->gpu_dense_bf16 > 0 ? set->gpu_dense_bf16 : 0;
     const di_status sel = di_model_select_backend(gpu, "cuda", flags, &err);
     char why[sizeof err.msg];
     snprintf(why, sizeof why, "%s", sel ? err.msg : "");

@@ -486,7 +486,7 @@ int di_cmd_bench_gpu(di_settings *s, const char *backend) {
     m->proxy.engram_rows = (int64_t)1 << 20;
     fprintf(stderr, "bench: generating the weights on the device (EP-%d rank: %d experts per layer)\n", ep,
             m->proxy.resident_experts);
-    if (di_model_select_backend(m, backend, di_cli_backend_flags(s), &err)) goto fail;
+    if (di_cli_select_backend(m, backend, s, &err)) goto fail;
     if (!m->dev_backend) {
         di_errf(&err, DI_EUNSUPPORTED, "no device backend: the GPU benchmark needs one (this is the CPU)");
         goto fail;

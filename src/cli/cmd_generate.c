@@ -137,6 +137,7 @@ static di_engine *open_engine(const di_settings *s, const di_engine_options *opt
     o.no_wgmma = !s->gpu_wgmma;
     o.no_pdl = !s->gpu_pdl;
     o.no_blas = !s->gpu_blas_prefill;
+    o.dense_bf16_rows = s->gpu_dense_bf16 > 0 ? (int)s->gpu_dense_bf16 : 0;
     di_engine *e = NULL;
     if (di_engine_create(&o, &e, msg, sizeof msg)) {
         fprintf(stderr, "deepinfer generate: %s\n", msg);

@@ -60,7 +60,7 @@ int di_cmd_logits(di_settings *s, int argc, char **argv) {
     float *logits = NULL;
     int rc = 1;
     if (di_model_load(&m, s->model_dir, &err)) goto fail;
-    if (di_model_select_backend(m, di_cli_backend(s), di_cli_backend_flags(s), &err)) goto fail;
+    if (di_cli_select_backend(m, di_cli_backend(s), s, &err)) goto fail;
     if (*s->replay_topk && di_replay_topk_load(m, s->replay_topk, &replay, &replay_owner, &err)) goto fail;
     if (s->prefill > n_ids) {
         di_errf(&err, DI_EINVAL, "--prefill %ld exceeds the %d ids", s->prefill, n_ids);

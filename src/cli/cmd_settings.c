@@ -32,6 +32,11 @@ unsigned di_cli_backend_flags(const di_settings *s) {
            (s->gpu_pdl ? DI_BACKEND_PDL : 0) | (s->gpu_blas_prefill ? DI_BACKEND_BLAS : 0);
 }
 
+di_status di_cli_select_backend(di_model *m, const char *backend, const di_settings *s, di_err *err) {
+    m->dense16_rows = s->gpu_dense_bf16 > 0 ? s->gpu_dense_bf16 : 0;
+    return di_model_select_backend(m, backend, di_cli_backend_flags(s), err);
+}
+
 int di_cmd_settings(di_settings *s, int argc, char **argv) {
     int n_pos = 0;
     if (!di_cli_parse(s, argc, argv, &n_pos)) return 2;

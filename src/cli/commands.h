@@ -4,6 +4,7 @@
 #define DI_CLI_COMMANDS_H
 
 #include "base/settings.h"
+#include "forward/model.h"
 
 typedef int (*di_command_fn)(di_settings *s, int argc, char **argv);
 
@@ -25,6 +26,9 @@ const char *di_cli_backend(const di_settings *s);
  * DEEPINFER_GPU_WGMMA, DEEPINFER_GPU_PDL and DEEPINFER_GPU_BLAS_PREFILL (the CLI's and the model tests' one
  * mapping) */
 unsigned di_cli_backend_flags(const di_settings *s);
+/* di_model_select_backend with di_cli_backend_flags(s) and the model's other device settings
+ * (DEEPINFER_GPU_DENSE_BF16) */
+di_status di_cli_select_backend(di_model *m, const char *backend, const di_settings *s, di_err *err);
 /* `deepinfer bench` on a device backend (cmd_bench_gpu.c) */
 int di_cmd_bench_gpu(di_settings *s, const char *backend);
 /* the median of v[0..n) (sorts v; -1 for n = 0): the device bench's step times */

@@ -62,6 +62,7 @@ di_status di_engine_create(const di_engine_options *opt, di_engine **out, char *
         return fail(errbuf, errcap, &err);
     }
     di_status st = di_model_load(&e->model, opt->model_dir, &err);
+    if (!st) e->model->dense16_rows = opt->dense_bf16_rows > 0 ? opt->dense_bf16_rows : 0;
     if (!st) st = di_model_select_backend(e->model, opt->backend,
                                                   (opt->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) |
                                                       (opt->exact ? DI_BACKEND_EXACT : 0) |

@@ -43,6 +43,7 @@ typedef struct di_device_path_counts {
     int64_t fp4_imma;        /* routed-expert (FP4) GEMM calls on the int8 twin, any of its kernels */
     int64_t fp4_imma_row;    /* of which on its one-row kernel (at most one row an expert) */
     int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU and w2's digits too */
+    int64_t blas_kept;       /* dense FP8 linears on cuBLAS over their kept bf16 copies (DEEPINFER_GPU_DENSE_BF16) */
 } di_device_path_counts;
 
 typedef struct di_device_backend {

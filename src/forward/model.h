@@ -104,6 +104,9 @@ typedef struct di_model {
     bool device_graphs;                    /* decode-sized device calls captured as CUDA graphs */
     bool device_pdl;                       /* their kernel -> kernel edges programmatic (gpu_graph.c) */
     bool blas_gemm;                        /* prefill-sized FP8 linears on cuBLAS BF16 (cuda_linear_blas.cu) */
+    int64_t dense16_rows;                  /* > 0: dense FP8 matrices also kept as bf16 on the device, calls of at
+                                            * least this many rows on cuBLAS over them (DEEPINFER_GPU_DENSE_BF16;
+                                            * set before selecting the backend) */
     /* benchmark rank proxy (`deepinfer bench` on a device; set before selecting the backend):
      * weights are generated on the device instead of copied (the checkpoint may be a sparse
      * synthetic one), only experts [0, resident_experts) of each layer are resident and routing is

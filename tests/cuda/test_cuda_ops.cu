@@ -333,11 +333,12 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
              * dequantised weight, the same exact products summed in fp32 -- the same bound */
             if (dt == DI_DT_F8_E4M3 && di_cuda_linear_act_form(&g_ctx, &wdev, false, 1, m, m) == DI_ACT_FORM_QBF16) {
                 /* (where the call takes the wgmma kernel, not the decode twin) */
-                /* the call with DI_CUDA_BLAS_MIN_ROWS at one row and the scratch capped at `cap` (0:
-                 * none), checked against `want` by `crit` where it took cuBLAS `taken` times */
-                auto blas_case = [&](const char *what, size_t cap, int taken, const float *want, enum crit crit) {
+                /* the call with DI_CUDA_BLAS_MIN_ROWS at blas_rows (0: off) and the scratch capped at
+                 * `cap` (0: none), checked against `want` by `crit` where it took cuBLAS `taken` times */
+                auto blas_case = [&](const char *what, int64_t blas_rows, size_t cap, int taken, const float *want,
+                                     enum crit crit) {
                     const int64_t before = g_ctx.counts.blas;
-                    g_ctx.blas_rows = 1;
+                    g_ctx.blas_rows = blas_rows;
                     g_ctx.scratch_cap = cap;
                     CK(cudaMemset(dy, 0xff, 4 * m * N));
                     di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
@@ -353,12 +354,37 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
                         compare(nm, shape, got, want, m, N, crit);
                     }
                 };
-                blas_case("blas", 0, 1, ref, CRIT_BOUND);
-                /* no room for cuBLAS's scratch (di_cuda_scratch_try refusing): the wgmma kernel's bits */
-                float *wg_bits = (float *)malloc(4 * m * N);
+                blas_case("blas", 1, 0, 1, ref, CRIT_BOUND);
+                float *bits = (float *)malloc(4 * m * N), *wg_bits = (float *)malloc(4 * m * N);
+                dev_download(bits, dy, 4 * m * N);
                 di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
                 dev_download(wg_bits, dy, 4 * m * N);
-                blas_case("blas fallback", 1, 0, wg_bits, CRIT_EXACT);
+                /* no room for cuBLAS's scratch (di_cuda_scratch_try refusing): the wgmma kernel's bits */
+                blas_case("blas fallback", 1, 1, 0, wg_bits, CRIT_EXACT);
+                /* over a kept bf16 copy of the weight (DEEPINFER_GPU_DENSE_BF16; the per-call path off):
+                 * from dense16_rows rows the same dequantised values and GEMM -- the per-call path's
+                 * bits -- below them the wgmma kernel */
+                di_cuda_dense16 kept = {};
+                if (!di_cuda_dense16_add(&kept, (const uint8_t *)wdev.data, wdev.scale, N, K, g_ctx.stream)) {
+                    printf("FAIL  %s blas kept: %s: no copy made\n", name, shape);
+                    g_fail++;
+                } else {
+                    const int64_t kept_before = g_ctx.counts.blas_kept;
+                    g_ctx.dense16 = &kept;
+                    g_ctx.dense16_rows = 1;
+                    blas_case("blas kept", 0, 0, 1, bits, CRIT_EXACT);
+                    g_ctx.dense16_rows = m + 1;
+                    blas_case("blas kept, below its rows", 0, 0, 0, wg_bits, CRIT_EXACT);
+                    g_ctx.dense16 = NULL;
+                    g_ctx.dense16_rows = 0;
+                    if (g_ctx.counts.blas_kept != kept_before + 1) {
+                        printf("FAIL  %s blas kept: %s took the copy %lld times, not once\n", name, shape,
+                               (long long)(g_ctx.counts.blas_kept - kept_before));
+                        g_fail++;
+                    }
+                }
+                di_cuda_dense16_free(&kept);
+                free(bits);
                 free(wg_bits);
             }
         }

@@ -10,9 +10,10 @@
  *      tensor-core kernel could reach), none for the non-matrix ops. Weights rotate over enough
  *      copies to exceed the L2, so small matrices are timed from HBM, not from the cache.
  *   4. The prefill-sized grouped GEMMs (48 experts x 32 / 64 / 512 rows, and FP8 matrices at 512 to
- *      4,096 rows) on the mma.sync tiles, on the wgmma kernel and (single FP8 matrices) on cuBLAS's
- *      BF16 GEMM over the dequantised weight (cuda_linear_blas.cu), with cuBLASLt's BF16 GEMM on
- *      bf16 operands alone beside them at 4,096 rows: TFLOP/s and % of the BF16 / FP8 rates.
+ *      4,096 rows; at 64-256 the decode batches') on the mma.sync tiles, on the wgmma kernel and
+ *      (single FP8 matrices) on cuBLAS's BF16 GEMM over the weight dequantised in the call or over
+ *      its kept bf16 copy (cuda_linear_blas.cu), with cuBLASLt's BF16 GEMM on bf16 operands alone
+ *      beside them at 4,096 and 256 rows: TFLOP/s and % of the BF16 / FP8 rates.
  *   5. (--gemv alone) the decode GEMVs at B = 1 and 8 from HBM, from the L2, and after an L2
  *      prefetch overlapped with another kernel.
  *   6. (--topk alone) the indexer's top-512 at rows of 1K-128K scores, 1-128 rows: one block a row
@@ -252,18 +253,29 @@ static void bench_grouped(const char *name, di_dtype dt, int64_t K, int64_t N, i
     char shape[64];
     snprintf(shape, sizeof shape, "%dx%lld %lldx%lld", n, (long long)R, (long long)K, (long long)N);
     /* the mma.sync tiles, the wgmma kernel, and (single FP8 matrices) cuBLAS's BF16 GEMM on the weight
-     * dequantised in the call (cuda_linear_blas.cu, its dequantisation and widening included) */
-    const int variants = G == 0 && !fp4 ? 3 : 2;
-    double ms[3];
+     * dequantised in the call (cuda_linear_blas.cu, its dequantisation and widening included) and on
+     * a kept bf16 copy (DEEPINFER_GPU_DENSE_BF16: its widening included) */
+    const int variants = G == 0 && !fp4 ? 4 : 2;
+    di_cuda_dense16 kept = {};
+    if (variants == 4 && !di_cuda_dense16_add(&kept, hw[0], hs[0], N, K, g_ctx.stream)) {
+        fprintf(stderr, "no room for the kept copy\n");
+        exit(1);
+    }
+    double ms[4];
     for (int w = 0; w < variants; w++) {
         g_ctx.wgmma = w >= 1;
         g_ctx.blas_rows = w == 2 ? 1 : 0;
+        g_ctx.dense16 = w == 3 ? &kept : NULL;
+        g_ctx.dense16_rows = w == 3 ? 1 : 0;
         ms[w] = di_cuda_time_ms(run_grp, &a, 10, 5);
     }
     g_ctx.wgmma = false;
     g_ctx.blas_rows = 0;
+    g_ctx.dense16 = NULL;
+    g_ctx.dense16_rows = 0;
+    di_cuda_dense16_free(&kept);
     const double t_mem = bytes / (g_hbm_gbs * 1e6);
-    static const char *kernel[3] = {"mma.sync", "wgmma", "blas"};
+    static const char *kernel[4] = {"mma.sync", "wgmma", "blas", "kept"};
     for (int w = 0; w < variants; w++) {
         const double tf = flops / (ms[w] * 1e9);
         printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8.1f%%\n", name, shape, kernel[w], ms[w] * 1e3, tf,
@@ -309,12 +321,13 @@ static void bench_grouped_all(void) {
         bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, 4096);
         bench_lt_bf16(d.name, 4096, d.K, d.N);
     }
-    /* a decode step of B = 256: cuBLAS on bf16 weights kept dequantised (not done: ~12 GB for the 40
-     * layers) would have only the GEMM of the lt rows */
-    for (const auto &d : dense) {
-        bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, 256);
-        bench_lt_bf16(d.name, 256, d.K, d.N);
-    }
+    /* decode steps of B = 64, 128, 256: the kept bf16 copies (DEEPINFER_GPU_DENSE_BF16) against the
+     * wgmma kernel -- where they start to pay -- and cuBLASLt alone at 256 */
+    for (int64_t rows = 64; rows <= 256; rows *= 2)
+        for (const auto &d : dense) {
+            bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, rows);
+            if (rows == 256) bench_lt_bf16(d.name, 256, d.K, d.N);
+        }
     /* where cuBLAS starts to pay (DI_CUDA_BLAS_MIN_ROWS) */
     for (int64_t rows = 512; rows <= 2048; rows *= 2) {
         bench_grouped("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, 0, rows);

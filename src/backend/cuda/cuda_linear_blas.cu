@@ -22,8 +22,19 @@
  * Scratch (the caller's, after its activations): the dequantised weight [N, K] bf16 and the bf16
  * output [rows, N] (~360 MB for wq_b at 4,096 rows, where the wgmma kernel needs ~10 MB). The
  * callers reserve it first (di_cuda_blas_reserve, through di_cuda_scratch_try); where the device
- * has no room for it the call runs on the wgmma kernel instead. */
+ * has no room for it the call runs on the wgmma kernel instead.
+ *
+ * Kept copies (DEEPINFER_GPU_DENSE_BF16 = rows, off by default; di_cuda_dense16): the dense FP8
+ * matrices dequantised once at load and kept beside their codes (V4.1-Flash: ~12 GB for the 40
+ * layers' wq_a, wkv, wq_b, wo_a, wo_b and shared w1 / w3 / w2), so that calls from ctx->dense16_rows
+ * rows -- decode batches, in captured graphs (the handle has a workspace of its own:
+ * DI_CUDA_BLAS_WORKSPACE) -- run the GEMM alone. Why: at 256 rows cuBLAS on bf16 weights takes
+ * about half the wgmma kernel's time on every dense linear (session 52, H100, us: wq_b 43.3 / 75.8,
+ * wo_b 38.5 / 73.6, a wo_a group 11.3 / 20.5, shared w1 14.9 / 31.7, w2 14.9 / 34.3), where the
+ * dequantisation a call loses there. Same products and sums as the per-call path. */
 #include <cublas_v2.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_linear_mma.h"
@@ -58,19 +69,81 @@ __global__ void __launch_bounds__(BLAS_THREADS) blas_dequant_fp8_kernel(const ui
 
 static unsigned blas_grid(int64_t n) { return (unsigned)((n + BLAS_THREADS - 1) / BLAS_THREADS); }
 
-static size_t blas_align(size_t b) { return (b + 255) & ~(size_t)255; }
-
-/* the dequantised weight [N, K] and the bf16 output [rows, N] */
-static size_t blas_scratch_bytes(int64_t rows, int64_t N, int64_t K) {
-    return blas_align(sizeof(uint16_t) * (size_t)(N * K)) + blas_align(sizeof(uint16_t) * (size_t)(rows * N));
+static void blas_dequant_fp8(const uint8_t *wd, const uint8_t *ws, int64_t N, int64_t K, uint16_t *wb, cudaStream_t s) {
+    blas_dequant_fp8_kernel<<<blas_grid(N * K / 8), BLAS_THREADS, 0, s>>>(wd, ws, N, K, reinterpret_cast<uint4 *>(wb));
+    DI_CUDA_LAUNCHED();
 }
 
-size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes) {
-    if (ctx->blas_rows <= 0 || rows < ctx->blas_rows || !ctx->wgmma || ctx->exact || ctx->capturing || K % 32 != 0 ||
-        rows > INT32_MAX / 2)
-        return 0;
-    const size_t bytes = blas_scratch_bytes(rows, N, K);
-    return di_cuda_scratch_try(ctx, act_bytes + bytes) ? bytes : 0;
+static size_t blas_align(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* ---- the kept copies: open addressing on the codes' address ---- */
+static size_t dense16_hash(const uint8_t *codes, int cap) {
+    return (size_t)(((uintptr_t)codes >> 8) * 0x9e3779b97f4a7c15ull >> 32) & (size_t)(cap - 1);
+}
+
+size_t di_cuda_dense16_bytes(int64_t rows, int64_t cols) { return blas_align(sizeof(uint16_t) * (size_t)(rows * cols)); }
+
+bool di_cuda_dense16_add(di_cuda_dense16 *t, const uint8_t *codes, const uint8_t *scale, int64_t rows, int64_t cols,
+                         cudaStream_t s) {
+    if (!codes || rows <= 0 || cols <= 0 || cols % 32 != 0) return false;
+    if (2 * (t->n + 1) > t->cap) { /* at most half full: rehash into twice the slots */
+        const int cap = t->cap ? 2 * t->cap : 64;
+        di_cuda_dense16_entry *slot = (di_cuda_dense16_entry *)calloc((size_t)cap, sizeof *slot);
+        if (!slot) return false;
+        for (int i = 0; i < t->cap; i++) {
+            if (!t->slot[i].codes) continue;
+            size_t h = dense16_hash(t->slot[i].codes, cap);
+            while (slot[h].codes) h = (h + 1) & (size_t)(cap - 1);
+            slot[h] = t->slot[i];
+        }
+        free(t->slot);
+        t->slot = slot, t->cap = cap;
+    }
+    size_t h = dense16_hash(codes, t->cap);
+    while (t->slot[h].codes && t->slot[h].codes != codes) h = (h + 1) & (size_t)(t->cap - 1);
+    if (t->slot[h].codes) return true; /* already kept */
+    uint16_t *w16 = NULL;
+    if (cudaMalloc(&w16, di_cuda_dense16_bytes(rows, cols)) != cudaSuccess) { /* no room: keep the rest as they were */
+        cudaGetLastError();
+        return false;
+    }
+    blas_dequant_fp8(codes, scale, rows, cols, w16, s);
+    t->slot[h] = di_cuda_dense16_entry{codes, w16, rows, cols};
+    t->n++;
+    t->bytes += di_cuda_dense16_bytes(rows, cols);
+    return true;
+}
+
+const uint16_t *di_cuda_dense16_find(const di_cuda_dense16 *t, const uint8_t *codes, int64_t cols) {
+    if (!t || !t->n || !codes) return NULL;
+    for (size_t h = dense16_hash(codes, t->cap);; h = (h + 1) & (size_t)(t->cap - 1)) {
+        const di_cuda_dense16_entry *e = &t->slot[h];
+        if (!e->codes) return NULL;
+        if (e->codes == codes) return e->cols == cols ? e->w16 : NULL;
+    }
+}
+
+void di_cuda_dense16_free(di_cuda_dense16 *t) {
+    for (int i = 0; i < t->cap; i++)
+        if (t->slot[i].codes) cudaFree(t->slot[i].w16);
+    free(t->slot);
+    memset(t, 0, sizeof *t);
+}
+
+/* the bf16 output [rows, N], after the dequantised weight [N, K] where the call makes it */
+static size_t blas_scratch_bytes(int64_t rows, int64_t N, int64_t K, bool kept) {
+    return (kept ? 0 : blas_align(sizeof(uint16_t) * (size_t)(N * K))) + blas_align(sizeof(uint16_t) * (size_t)(rows * N));
+}
+
+size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes, int n_w,
+                            const uint8_t *const *wd) {
+    if (!ctx->wgmma || ctx->exact || K % 32 != 0 || rows > INT32_MAX / 2) return 0;
+    bool kept = ctx->dense16 && ctx->dense16_rows > 0 && rows >= ctx->dense16_rows && n_w > 0;
+    for (int i = 0; kept && i < n_w; i++) kept = di_cuda_dense16_find(ctx->dense16, wd[i], K) != NULL;
+    if (!kept && (ctx->blas_rows <= 0 || rows < ctx->blas_rows || ctx->capturing)) return 0;
+    const size_t bytes = blas_scratch_bytes(rows, N, K, kept);
+    /* while capturing, the caller's di_cuda_scratch grows the scratch (retiring the old one) */
+    return ctx->capturing || di_cuda_scratch_try(ctx, act_bytes + bytes) ? bytes : 0;
 }
 
 void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t m, const uint8_t *wd,
@@ -83,10 +156,10 @@ void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t
         fprintf(stderr, "di_cuda_blas_fp8: groups of %lld rows (a multiple of 32 needed)\n", (long long)rows_per_group);
         abort();
     }
-    uint16_t *wb = (uint16_t *)scratch;                                                        /* [N, K] */
-    uint16_t *yb = (uint16_t *)((uint8_t *)scratch + blas_align(sizeof(uint16_t) * (size_t)(N * K))); /* [m, N] */
-    blas_dequant_fp8_kernel<<<blas_grid(N * K / 8), BLAS_THREADS, 0, s>>>(wd, ws, N, K, reinterpret_cast<uint4 *>(wb));
-    DI_CUDA_LAUNCHED();
+    /* the kept copy, else the weight dequantised into the scratch, the output after it */
+    const uint16_t *kept = di_cuda_dense16_find(ctx->dense16, wd, K), *wb = kept ? kept : (const uint16_t *)scratch;
+    uint16_t *yb = (uint16_t *)((uint8_t *)scratch + (kept ? 0 : blas_align(sizeof(uint16_t) * (size_t)(N * K)))); /* [m, N] */
+    if (!kept) blas_dequant_fp8(wd, ws, N, K, (uint16_t *)scratch, s);
     /* column-major: yb_g [rpg, m] (ld N) = wb_g^T [rpg, K] xb_g [K, m] (ld lda); group g's weight rows
      * g rpg.., its inputs at column g K of x, its outputs at column g rpg of y */
     const float one = 1.0f, zero = 0.0f;
@@ -101,4 +174,5 @@ void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t
     }
     di_cuda_bf16_to_f32(yb, m, N, y, ldy, s);
     ctx->counts.blas++;
+    ctx->counts.blas_kept += kept != NULL;
 }

@@ -665,7 +665,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     /* single FP8 matrices of prefill sizes: cuBLAS's BF16 GEMM on the dequantised weight where its
      * scratch fits, else the wgmma kernel */
     const size_t blas_bytes =
-        wg && !fp4 && !row_off && n_groups == 1 && wdata ? di_cuda_blas_reserve(ctx, rows, N, K, q_bytes) : 0;
+        wg && !fp4 && !row_off && n_groups == 1 && wdata ? di_cuda_blas_reserve(ctx, rows, N, K, q_bytes, n_mats, wdata)
+                                                         : 0;
     const bool blas = blas_bytes > 0;
     float *part;
     uint8_t *xq = mm_scratch(ctx, q_bytes + blas_bytes + (wg ? 0 : sizeof(float) * (size_t)(rows * nb)),
@@ -771,7 +772,9 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
     }
     const size_t xb_bytes = (sizeof(uint16_t) * (size_t)(m * K) + 255) & ~(size_t)255;
     /* cuBLAS's BF16 GEMM on dequantised weights where its scratch fits, else the wgmma kernel */
-    const size_t blas_bytes = fp4 ? 0 : di_cuda_blas_reserve(ctx, m, max_n, K, xb_bytes);
+    const uint8_t *codes[DI_GEMV_MAX_MATS];
+    for (int i = 0; i < n; i++) codes[i] = (const uint8_t *)w[i]->data;
+    const size_t blas_bytes = fp4 ? 0 : di_cuda_blas_reserve(ctx, m, max_n, K, xb_bytes, n, codes);
     const bool blas = blas_bytes > 0;
     const size_t extra = blas ? blas_bytes : sizeof(float) * (size_t)(m * part_row); /* after xb */
     uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, xb_bytes + extra);
@@ -864,7 +867,7 @@ bool di_cuda_linear_bf16w8(di_cuda_ctx *ctx, const di_weight *w, int64_t rows_pe
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m); /* past the twin's rows */
     const size_t xs_bytes = (sizeof(uint16_t) * (size_t)n_in + 255) & ~(size_t)255;
     /* prefill sizes: cuBLAS's BF16 GEMM where its scratch fits */
-    const size_t blas_bytes = wg ? di_cuda_blas_reserve(ctx, m, rows_per_group * n_groups, K, xs_bytes) : 0;
+    const size_t blas_bytes = wg ? di_cuda_blas_reserve(ctx, m, rows_per_group * n_groups, K, xs_bytes, 1, &wd) : 0;
     const bool blas = blas_bytes > 0;
     if (wg) ksplit = wg_ksplit(rows_per_group * n_groups, m, K, ksplit, &split_blocks);
     float *part;

@@ -66,14 +66,17 @@ int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);
 int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
 
 /* Dense FP8 linears on cuBLAS's BF16 GEMM (cuda_linear_blas.cu). _reserve: whether a call of `rows`
- * rows of a weight of N rows (a set's largest) goes there (ctx->blas_rows, outside exact mode and
- * capture; the caller has checked that the wgmma kernel would take it) and its scratch fits after
- * the caller's act_bytes of activations (grown without aborting: di_cuda_scratch_try): the bytes it
- * needs there, or 0 (the wgmma kernel then). y [m, ldy] = xb [m, lda] (bf16 values; group g's
- * inputs at column g K) times the n_groups diagonal blocks of rows_per_group rows of the FP8 weight
- * (wd [N, K] codes, ws its [N / 32][K / 32] e8m0 scales), rounded to bf16; scratch: what _reserve
- * returned for N = all groups' rows. */
-size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes);
+ * rows over the n_w weights wd (codes; a set's matrices, N rows the largest's) goes there -- every
+ * one kept as bf16 (ctx->dense16) and rows >= ctx->dense16_rows, or rows >= ctx->blas_rows outside
+ * capture (the weight dequantised in the call); outside exact mode, the caller having checked that
+ * the wgmma kernel would take it -- and its scratch fits after the caller's act_bytes of activations
+ * (grown without aborting: di_cuda_scratch_try; while capturing the caller's di_cuda_scratch grows
+ * it): the bytes it needs there, or 0 (the wgmma kernel then). y [m, ldy] = xb [m, lda] (bf16
+ * values; group g's inputs at column g K) times the n_groups diagonal blocks of rows_per_group rows
+ * of the FP8 weight (wd [N, K] codes, ws its [N / 32][K / 32] e8m0 scales, or wd's bf16 copy),
+ * rounded to bf16; scratch: what _reserve returned for N = all groups' rows. */
+size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes, int n_w,
+                            const uint8_t *const *wd);
 void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t m, const uint8_t *wd,
                       const uint8_t *ws, int64_t rows_per_group, int n_groups, int64_t K, float *y, int64_t ldy,
                       void *scratch);

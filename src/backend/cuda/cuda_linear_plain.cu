@@ -26,6 +26,13 @@
         }                                                                                      \
     } while (0)
 
+/* the handle on the context's stream with the context's workspace */
+static void blas_bind(di_cuda_ctx *ctx) {
+    cublasHandle_t h = (cublasHandle_t)ctx->blas;
+    DI_CUBLAS_CHECK(cublasSetStream(h, ctx->stream));
+    DI_CUBLAS_CHECK(cublasSetWorkspace(h, ctx->blas_ws, DI_CUDA_BLAS_WORKSPACE));
+}
+
 extern "C" bool di_cuda_ctx_init(di_cuda_ctx *ctx) {
     memset(ctx, 0, sizeof(*ctx));
     int n = 0;
@@ -38,10 +45,13 @@ extern "C" bool di_cuda_ctx_init(di_cuda_ctx *ctx) {
     DI_CUDA_CHECK(cudaStreamCreate(&ctx->stream));
     cublasHandle_t h;
     DI_CUBLAS_CHECK(cublasCreate(&h));
-    DI_CUBLAS_CHECK(cublasSetStream(h, ctx->stream));
     /* default math: CUBLAS_COMPUTE_32F never uses TF32; no reduced-precision split-K reductions */
     DI_CUBLAS_CHECK(cublasSetMathMode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     ctx->blas = h;
+    /* a workspace of the context's own: without one cuBLAS takes memory on first use, or under stream
+     * capture as allocation nodes of the graph (cublasSetStream drops it: blas_bind re-sets it) */
+    DI_CUDA_CHECK(cudaMalloc(&ctx->blas_ws, DI_CUDA_BLAS_WORKSPACE));
+    blas_bind(ctx);
     return true;
 }
 
@@ -51,7 +61,7 @@ extern "C" void di_cuda_ctx_set_priority(di_cuda_ctx *ctx, bool low) {
     DI_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
     DI_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     DI_CUDA_CHECK(cudaStreamCreateWithPriority(&ctx->stream, cudaStreamDefault, low ? least : greatest));
-    DI_CUBLAS_CHECK(cublasSetStream((cublasHandle_t)ctx->blas, ctx->stream));
+    blas_bind(ctx);
 }
 
 extern "C" void di_cuda_ctx_release_retired(di_cuda_ctx *ctx) {
@@ -61,6 +71,7 @@ extern "C" void di_cuda_ctx_release_retired(di_cuda_ctx *ctx) {
 
 extern "C" void di_cuda_ctx_free(di_cuda_ctx *ctx) {
     if (ctx->blas) cublasDestroy((cublasHandle_t)ctx->blas);
+    if (ctx->blas_ws) cudaFree(ctx->blas_ws);
     di_cuda_ctx_release_retired(ctx);
     if (ctx->scratch) cudaFree(ctx->scratch);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);

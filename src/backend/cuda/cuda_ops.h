@@ -66,15 +66,44 @@ typedef struct {
                               * or a row-tile list's one-row tiles) */
     int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU (di_cuda_linear_mma_pair_swiglu) */
     int64_t blas;            /* FP8 linears on cuBLAS's BF16 GEMM (cuda_linear_blas.cu) */
+    int64_t blas_kept;       /* of which over the weight's kept bf16 copy (di_cuda_dense16) */
 } di_cuda_path_counts;
 /* Rows from which a dense FP8 linear runs on cuBLAS's BF16 GEMM over its weight dequantised once a
  * call (cuda_linear_blas.cu) where DEEPINFER_GPU_BLAS_PREFILL is on. H100, us a call against the
  * wgmma kernel (session 52, `deepinfer-cuda-bench --gemm`): at 512 rows even (wq_b 152 / 148, wo_b
  * 124 / 128, shared w1 49 / 54), at 1,024 ahead (240 / 258, 184 / 247, 67 / 89) */
 #define DI_CUDA_BLAS_MIN_ROWS 1024
+/* Dense FP8 matrices kept also as bf16 on the device (DEEPINFER_GPU_DENSE_BF16; cuda_linear_blas.cu):
+ * an open-addressing table from a matrix's codes to its copy [rows, cols] bf16 (code times its 32 x 32
+ * block's e8m0 scale: exact), so that calls of ctx->dense16_rows rows or more run cuBLAS's BF16 GEMM
+ * on it with no dequantisation a call -- in captured graphs too. Filled at load, read-only after. */
+typedef struct {
+    const uint8_t *codes; /* the FP8 matrix's codes (the table's key), NULL: a free slot */
+    uint16_t *w16;        /* device [rows, cols] bf16 */
+    int64_t rows, cols;
+} di_cuda_dense16_entry;
+typedef struct {
+    di_cuda_dense16_entry *slot; /* host [cap]; cap a power of two, at most half full */
+    int cap, n;
+    size_t bytes;                /* device bytes of the copies */
+} di_cuda_dense16;
+/* the bytes a copy of a rows x cols matrix takes */
+size_t di_cuda_dense16_bytes(int64_t rows, int64_t cols);
+/* Adds the bf16 copy of the FP8 matrix (codes [rows, cols], scale [ceil(rows / 32)][cols / 32] e8m0),
+ * dequantised on stream s. False where the device has no room for it (nothing added; the matrix's
+ * calls then dequantise per call or take the wgmma kernel) or cols % 32 != 0. */
+bool di_cuda_dense16_add(di_cuda_dense16 *t, const uint8_t *codes, const uint8_t *scale, int64_t rows, int64_t cols,
+                         cudaStream_t s);
+/* the copy of the matrix whose codes begin at `codes` with `cols` columns, or NULL */
+const uint16_t *di_cuda_dense16_find(const di_cuda_dense16 *t, const uint8_t *codes, int64_t cols);
+void di_cuda_dense16_free(di_cuda_dense16 *t);
+/* bytes of the workspace each context's cuBLAS handle is given (cublasSetWorkspace: its GEMMs then
+ * allocate nothing, also under stream capture) -- the 32 MiB cuBLAS advises for Hopper */
+#define DI_CUDA_BLAS_WORKSPACE (32u << 20)
 typedef struct di_cuda_ctx {
     cudaStream_t stream;
     void *blas;          /* cublasHandle_t */
+    void *blas_ws;       /* [DI_CUDA_BLAS_WORKSPACE] bytes: the handle's workspace */
     void *scratch;       /* device scratch */
     size_t scratch_bytes;
     bool exact;          /* quantised GEMMs and sparse attention with the CPU's exact sums (CUDA cores) */
@@ -87,6 +116,9 @@ typedef struct di_cuda_ctx {
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
     int64_t blas_rows;   /* > 0: dense FP8 linears of at least this many rows on cuBLAS's BF16 GEMM where the wgmma
                           * kernel would take them (cuda_linear_blas.cu; tests set it low) */
+    const di_cuda_dense16 *dense16; /* bf16 copies of dense FP8 matrices (DEEPINFER_GPU_DENSE_BF16), or NULL */
+    int64_t dense16_rows; /* > 0: dense FP8 linears with a copy there, of at least this many rows, on cuBLAS's
+                           * BF16 GEMM over it where the wgmma kernel would take them (also while capturing) */
     size_t scratch_cap;  /* tests: > 0 makes di_cuda_scratch_try refuse more than this many bytes */
     void *retired[DI_CUDA_MAX_RETIRED]; /* scratch buffers outgrown during a capture */
     int n_retired;

@@ -395,6 +395,29 @@ static void upload_layer(uploader *u, const di_model *m, di_layer *L, gpu_layer_
     }
 }
 
+/* DEEPINFER_GPU_DENSE_BF16: the dense FP8 matrices of the attention and the shared expert (whole matrices;
+ * the FP8 linears look their codes up: cuda_linear_blas.cu) also as bf16, as far as the device holds them */
+static void keep_dense16(const di_model *m, gpu_model *g) {
+    int wanted = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const di_attn_weights *a = &g->layers[l].attn;
+        const di_ffn_weights *fw = &g->layers[l].ffn;
+        const di_weight *ws[] = {&a->wq_a, &a->wkv, &a->wq_b, &a->wo_a, &a->wo_b, &fw->sh_w1, &fw->sh_w3, &fw->sh_w2};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            const di_weight *w = ws[i];
+            if (w->dtype != DI_DT_F8_E4M3 || w->row0 != 0 || !w->rows || w->cols % 32 != 0) continue;
+            wanted++;
+            di_cuda_dense16_add(&g->dense16, (const uint8_t *)w->data, w->scale, w->rows, w->cols, g->cx.stream);
+        }
+    }
+    GPU_CK(cudaStreamSynchronize(g->cx.stream));
+    fprintf(stderr, "deepinfer: %d of %d dense FP8 matrices kept as bf16 too (%.2f GB; DEEPINFER_GPU_DENSE_BF16=%lld)%s\n",
+            g->dense16.n, wanted, (double)g->dense16.bytes / 1e9, (long long)m->dense16_rows,
+            g->dense16.n < wanted ? ": the device has no room for the rest" : "");
+    g->cx.dense16 = g->cx_side.dense16 = &g->dense16;
+    g->cx.dense16_rows = g->cx_side.dense16_rows = m->dense16_rows;
+}
+
 static void detach(di_model *m) {
     gpu_model *g = m->dev;
     if (!g) return;
@@ -407,6 +430,7 @@ static void detach(di_model *m) {
         free(g->layers[l].ffn.w3);
     }
     gpu_graphs_free(g);
+    di_cuda_dense16_free(&g->dense16);
     di_sample_editor_free(g->editor);
     if (g->stg.base) cudaFreeHost(g->stg.base);
     if (g->arena.base) cudaFree(g->arena.base);
@@ -495,6 +519,7 @@ static di_status attach(di_model *m, di_err *err) {
         detach(m);
         return st;
     }
+    if (m->dense16_rows > 0 && g->cx.wgmma && !g->cx.exact) keep_dense16(m, g);
     return DI_OK;
 }
 
@@ -551,6 +576,7 @@ static void path_counts(const di_model *m, di_device_path_counts *out) {
         out->fp4_imma += c[i]->fp4_imma;
         out->fp4_imma_row += c[i]->fp4_imma_row;
         out->fp4_imma_swiglu += c[i]->fp4_imma_swiglu;
+        out->blas_kept += c[i]->blas_kept;
     }
 }
 

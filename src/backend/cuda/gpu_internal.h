@@ -112,6 +112,7 @@ typedef struct gpu_model {
     void **allocs;             /* every weight allocation, for detach */
     int n_allocs, cap_allocs;
     size_t bytes;              /* weight bytes on the device */
+    di_cuda_dense16 dense16;   /* bf16 copies of the dense FP8 matrices (DEEPINFER_GPU_DENSE_BF16; both contexts') */
 } gpu_model;
 
 /* One forward call. Host arrays as in the CPU's fwd_ctx; device arrays prefixed d_. */

@@ -55,6 +55,7 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = (cublasHandle_t)1; return 
 cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
 
 static float load_as(const void *p, cudaDataType t, size_t i) {
     if (t == CUDA_R_32F) return ((const float *)p)[i];
