@@ -302,6 +302,41 @@ static void bench_lt_bf16(const char *name, int64_t M, int64_t K, int64_t N) {
            100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops, "");
 }
 
+/* the head (BF16 weight [vocab, hidden], fp32 out) at decode batches: ours (DI_LIN_F32 through
+ * di_cuda_linear_w16: the wgmma kernel past the twin's rows) against cuBLASLt's BF16 GEMM alone */
+struct w16_arg {
+    di_weight w;
+    const float *x;
+    float *y;
+    int64_t rows;
+};
+static void run_w16(void *p, int) {
+    w16_arg *a = (w16_arg *)p;
+    di_cuda_linear_w16(&g_ctx, &a->w, a->x, a->rows, a->y, false);
+}
+static void bench_head(int64_t rows, int64_t K, int64_t N) {
+    w16_arg a;
+    memset(&a, 0, sizeof a);
+    a.w.dtype = DI_DT_BF16;
+    a.w.rows = N;
+    a.w.cols = K;
+    a.w.data = di_cuda_dalloc_random_f32((size_t)(N * K) / 2); /* bf16 bits of small floats' halves */
+    a.x = di_cuda_dalloc_random_f32((size_t)(rows * K));
+    CK(cudaMalloc(&a.y, (size_t)(rows * N) * 4));
+    a.rows = rows;
+    g_ctx.wgmma = true;
+    const double ms = di_cuda_time_ms(run_w16, &a, 10, 5);
+    g_ctx.wgmma = false;
+    const double tf = 2.0 * rows * N * K / (ms * 1e9);
+    char shape[64];
+    snprintf(shape, sizeof shape, "1x%lld %lldx%lld", (long long)rows, (long long)K, (long long)N);
+    printf("  %-14s %-22s %-8s %10.1f %9.1f %8.1f%% %8.1f%% %8.1f%%\n", "bf16 head", shape, "w16", ms * 1e3, tf,
+           100.0 * tf / g_bf16_tflops, 100.0 * tf / g_fp8_tflops,
+           100.0 * (2.0 * N * K + 4.0 * rows * (K + N)) / (g_hbm_gbs * 1e6) / ms);
+    bench_lt_bf16("bf16 head", rows, K, N);
+    cudaFree((void *)a.w.data), cudaFree((void *)a.x), cudaFree(a.y);
+}
+
 static void bench_grouped_all(void) {
     printf("Prefill-sized GEMMs, mma.sync tiles against the wgmma kernel (median, launch and act_quant included)\n");
     printf("  %-14s %-22s %-8s %10s %9s %9s %9s %9s\n", "kernel", "groups x rows K x N", "kernel", "time us",
@@ -328,6 +363,7 @@ static void bench_grouped_all(void) {
             bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, rows);
             if (rows == 256) bench_lt_bf16(d.name, 256, d.K, d.N);
         }
+    for (int64_t rows = 64; rows <= 256; rows *= 4) bench_head(rows, 5120, 129280);
     /* where cuBLAS starts to pay (DI_CUDA_BLAS_MIN_ROWS) */
     for (int64_t rows = 512; rows <= 2048; rows *= 2) {
         bench_grouped("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, 0, rows);
