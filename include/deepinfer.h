@@ -84,7 +84,7 @@ typedef struct di_engine_options {
     bool no_wgmma;             /* CUDA: prefill-sized quantised GEMMs on the mma.sync tiles instead of wgmma */
     bool no_pdl;               /* CUDA: plain edges in the captured graphs instead of programmatic ones */
     bool no_blas;              /* CUDA: prefill-sized FP8 linears on the wgmma kernel, not cuBLAS's BF16 GEMM */
-    int dense_bf16_rows;       /* CUDA: > 0 keeps the dense FP8 matrices also as bf16 (~12 GB for V4.1-Flash)
+    int dense_bf16_rows;       /* CUDA: > 0 keeps the dense FP8 matrices also as bf16 (13.0 GB for V4.1-Flash)
                                   and runs their calls of at least this many rows on cuBLAS over the copies */
     bool host_sampling;        /* device backends: every sampled row's logits to the host's sampler
                                   threads instead of sampling where they are (the same tokens and

@@ -25,7 +25,7 @@
  * has no room for it the call runs on the wgmma kernel instead.
  *
  * Kept copies (DEEPINFER_GPU_DENSE_BF16 = rows, off by default; di_cuda_dense16): the dense FP8
- * matrices dequantised once at load and kept beside their codes (V4.1-Flash: ~12 GB for the 40
+ * matrices dequantised once at load and kept beside their codes (V4.1-Flash: 13.0 GB for the 40
  * layers' wq_a, wkv, wq_b, wo_a, wo_b and shared w1 / w3 / w2), so that calls from ctx->dense16_rows
  * rows -- decode batches, in captured graphs (the handle has a workspace of its own:
  * DI_CUDA_BLAS_WORKSPACE) -- run the GEMM alone. Why: at 256 rows cuBLAS on bf16 weights takes
