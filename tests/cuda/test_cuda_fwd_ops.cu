@@ -2019,6 +2019,20 @@ static void test_linear_w16(int64_t m, int64_t K, int64_t N, bool out_bf16) {
             }
             snprintf(shape, sizeof shape, "M=%lld K=%lld N=%lld (%d parts)", (long long)m, (long long)K, (long long)N, ks);
             compare("linear_w16 wgmma parts", shape, one, got, m * N, "parts");
+            /* fp32 outputs on cuBLAS (the head from DI_CUDA_BLAS_W16_MIN_ROWS rows; here from one row
+             * and output): its own fp32 sums, within the same bound */
+            const int64_t before = g_cx.counts.blas;
+            g_cx.blas_w16_rows = g_cx.blas_w16_n = 1;
+            di_cuda_linear_w16(&g_cx, &c.dw, dx, m, poisoned, out_bf16);
+            g_cx.blas_w16_rows = g_cx.blas_w16_n = 0;
+            dev_download(got, poisoned, 4 * m * N);
+            if (g_cx.counts.blas != before + 1) {
+                printf("FAIL  linear_w16 blas: M=%lld K=%lld N=%lld did not take cuBLAS\n", (long long)m, (long long)K,
+                       (long long)N);
+                g_fail++;
+            } else {
+                check_w16("linear_w16 blas", c, x, ref, got, m, K, N, out_bf16);
+            }
         }
         cudaFree(poisoned);
     }

@@ -31,7 +31,11 @@
  * DI_CUDA_BLAS_WORKSPACE) -- run the GEMM alone. Why: at 256 rows cuBLAS on bf16 weights takes
  * about half the wgmma kernel's time on every dense linear (session 52, H100, us: wq_b 43.3 / 75.8,
  * wo_b 38.5 / 73.6, a wo_a group 11.3 / 20.5, shared w1 14.9 / 31.7, w2 14.9 / 34.3), where the
- * dequantisation a call loses there. Same products and sums as the per-call path. */
+ * dequantisation a call loses there. Same products and sums as the per-call path.
+ *
+ * BF16 weights with fp32 outputs (the head, [129,280 x 5,120]) from DI_CUDA_BLAS_W16_MIN_ROWS rows
+ * (di_cuda_blas_w16: cublasGemmEx straight into the float rows, nothing to dequantise or widen):
+ * the wgmma kernel ran the head at 256 rows in 1,079 us, cuBLAS in 537 (session 53, H100). */
 #include <cublas_v2.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +132,25 @@ void di_cuda_dense16_free(di_cuda_dense16 *t) {
         if (t->slot[i].codes) cudaFree(t->slot[i].w16);
     free(t->slot);
     memset(t, 0, sizeof *t);
+}
+
+bool di_cuda_blas_w16_taken(const di_cuda_ctx *ctx, int64_t m, int64_t N) {
+    return ctx->blas_w16_rows > 0 && m >= ctx->blas_w16_rows && N >= ctx->blas_w16_n && ctx->wgmma && !ctx->exact &&
+           m <= INT32_MAX / 2 && N <= INT32_MAX / 2;
+}
+
+void di_cuda_blas_w16(di_cuda_ctx *ctx, const uint16_t *xb, int64_t m, const uint16_t *w, int64_t N, int64_t K, float *y) {
+    /* column-major: y [N, m] (ld N) = w^T [N, K] xb [K, m] */
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st = cublasGemmEx((cublasHandle_t)ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)m, (int)K,
+                                           &one, w, CUDA_R_16BF, (int)K, xb, CUDA_R_16BF, (int)K, &zero, y, CUDA_R_32F,
+                                           (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "di_cuda_blas_w16: cuBLAS error %d (%lld x %lld x %lld)\n", (int)st, (long long)m, (long long)N,
+                (long long)K);
+        abort();
+    }
+    ctx->counts.blas++;
 }
 
 /* the bf16 output [rows, N], after the dequantised weight [N, K] where the call makes it */

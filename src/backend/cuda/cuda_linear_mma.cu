@@ -923,12 +923,20 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
     /* past the twin's rows the wgmma kernel (H200, B = 256: the head 1.86 -> 1.04 ms, the router's
      * gate 30 -> 18.5 us against the tiled kernel's 128 x 128 tiles; session 35) */
     const bool wg = di_cuda_wgmma_taken(ctx, false, K, m);
+    /* fp32 outputs of a large matrix (the head) at 128 rows and more: cuBLAS's GEMM (the wgmma
+     * kernel's 128 x 128 tiles ran the head at 256 rows at half its rate: DI_CUDA_BLAS_W16_MIN_ROWS) */
+    const bool blas = wg && !out_bf16 && !keep_parts && di_cuda_blas_w16_taken(ctx, m, w->rows);
     int split_blocks = shape_blocks;
     /* BF16 weights take two consumer warpgroups a CTA: no choice of three */
-    const int ksplit = wg ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks, NULL) : shape_split;
+    const int ksplit = wg && !blas ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks, NULL) : shape_split;
     float *part;
-    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
+    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, blas ? 1 : ksplit, m, w->rows,
+                                          &part); /* [m, K] */
     const uint16_t *xb = act_bf16(ctx, x, m, K, xs);
+    if (blas) {
+        di_cuda_blas_w16(ctx, xb, m, (const uint16_t *)w->data, w->rows, K, y);
+        return y;
+    }
     const mm_args a = {(const uint8_t *)xb, K, NULL, m, w->rows, K, (const uint8_t *)w->data, NULL, y, w->rows,
                        out_bf16, {NULL, NULL, NULL, NULL, 0, 0, 0}, 1, 0, ksplit, split_blocks, part, m,
                        keep_parts};

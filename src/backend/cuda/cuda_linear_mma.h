@@ -75,6 +75,12 @@ int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
  * values; group g's inputs at column g K) times the n_groups diagonal blocks of rows_per_group rows
  * of the FP8 weight (wd [N, K] codes, ws its [N / 32][K / 32] e8m0 scales, or wd's bf16 copy),
  * rounded to bf16; scratch: what _reserve returned for N = all groups' rows. */
+/* BF16-weight linears with fp32 outputs on cuBLAS (cuda_linear_blas.cu). _taken: whether a call of m
+ * rows and N outputs goes there (ctx->blas_w16_rows / _n, outside exact mode; the caller has checked
+ * that the wgmma kernel would take it). y [m, N] = xb [m, K] (bf16 values) times w [N, K]^T, fp32
+ * sums, not rounded. */
+bool di_cuda_blas_w16_taken(const di_cuda_ctx *ctx, int64_t m, int64_t N);
+void di_cuda_blas_w16(di_cuda_ctx *ctx, const uint16_t *xb, int64_t m, const uint16_t *w, int64_t N, int64_t K, float *y);
 size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes, int n_w,
                             const uint8_t *const *wd);
 void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t m, const uint8_t *wd,

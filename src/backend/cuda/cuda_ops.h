@@ -73,6 +73,12 @@ typedef struct {
  * wgmma kernel (session 52, `deepinfer-cuda-bench --gemm`): at 512 rows even (wq_b 152 / 148, wo_b
  * 124 / 128, shared w1 49 / 54), at 1,024 ahead (240 / 258, 184 / 247, 67 / 89) */
 #define DI_CUDA_BLAS_MIN_ROWS 1024
+/* Rows and outputs from which a BF16-weight linear with fp32 outputs (the head: [129,280 x 5,120])
+ * runs on cuBLAS's GEMM (cuda_linear_blas.cu) where DEEPINFER_GPU_BLAS_PREFILL is on. H100, us a call
+ * against the wgmma kernel (session 53, `deepinfer-cuda-bench --gemm`; cuBLASLt alone): the head at
+ * 256 rows 537 / 1,079, at 64 even (488 / 497: there the weight's streaming holds both) */
+#define DI_CUDA_BLAS_W16_MIN_ROWS 128
+#define DI_CUDA_BLAS_W16_MIN_N 32768
 /* Dense FP8 matrices kept also as bf16 on the device (DEEPINFER_GPU_DENSE_BF16; cuda_linear_blas.cu):
  * an open-addressing table from a matrix's codes to its copy [rows, cols] bf16 (code times its 32 x 32
  * block's e8m0 scale: exact), so that calls of ctx->dense16_rows rows or more run cuBLAS's BF16 GEMM
@@ -116,6 +122,9 @@ typedef struct di_cuda_ctx {
     bool fp4_imma;       /* decode-sized FP4 expert GEMMs on int8 mma (exact sums; not batch-invariant mode) */
     int64_t blas_rows;   /* > 0: dense FP8 linears of at least this many rows on cuBLAS's BF16 GEMM where the wgmma
                           * kernel would take them (cuda_linear_blas.cu; tests set it low) */
+    int64_t blas_w16_rows; /* > 0: BF16-weight linears with fp32 out (the head) of at least this many rows and */
+    int64_t blas_w16_n;    /* ... this many outputs on cuBLAS's GEMM where the wgmma kernel would take them (also while
+                            * capturing; DI_CUDA_BLAS_W16_MIN_ROWS / _N with DEEPINFER_GPU_BLAS_PREFILL; tests set both low) */
     const di_cuda_dense16 *dense16; /* bf16 copies of dense FP8 matrices (DEEPINFER_GPU_DENSE_BF16), or NULL */
     int64_t dense16_rows; /* > 0: dense FP8 linears with a copy there, of at least this many rows, on cuBLAS's
                            * BF16 GEMM over it where the wgmma kernel would take them (also while capturing) */

@@ -463,6 +463,8 @@ static di_status attach(di_model *m, di_err *err) {
     g->cx.wgmma = m->wgmma_gemm && !m->batch_invariant; /* opt-in; batch invariance keeps the fixed-order tiles */
     g->cx.fp4_imma = !m->batch_invariant; /* exact sums, but not the f16 twin's bits that batch invariance needs */
     g->cx.blas_rows = m->blas_gemm && g->cx.wgmma ? DI_CUDA_BLAS_MIN_ROWS : 0; /* cuBLAS's sums: past the wgmma kernel's */
+    g->cx.blas_w16_rows = m->blas_gemm && g->cx.wgmma ? DI_CUDA_BLAS_W16_MIN_ROWS : 0;
+    g->cx.blas_w16_n = DI_CUDA_BLAS_W16_MIN_N;
     if (!di_cuda_ctx_init(&g->cx_side)) {
         di_cuda_ctx_free(&g->cx);
         free(g);
@@ -478,6 +480,8 @@ static di_status attach(di_model *m, di_err *err) {
     g->cx_side.wgmma = g->cx.wgmma;
     g->cx_side.fp4_imma = g->cx.fp4_imma;
     g->cx_side.blas_rows = g->cx.blas_rows;
+    g->cx_side.blas_w16_rows = g->cx.blas_w16_rows;
+    g->cx_side.blas_w16_n = g->cx.blas_w16_n;
     GPU_CK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming));
     GPU_CK(cudaEventCreateWithFlags(&g->ev_join, cudaEventDisableTiming));
     GPU_CK(cudaEventCreateWithFlags(&g->ev_hc_join, cudaEventDisableTiming));

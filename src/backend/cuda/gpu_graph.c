@@ -149,9 +149,15 @@ static uint64_t graph_scan(cudaGraph_t graph, bool programmatic, size_t *n_nodes
         e->node = nodes[i];
         if (t == cudaGraphNodeTypeKernel) {
             struct cudaKernelNodeParams kp;
-            GPU_CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
-            v ^= (uint64_t)(uintptr_t)kp.func << 8;
-            e->func = kp.func;
+            if (cudaGraphKernelNodeGetParams(nodes[i], &kp) == cudaSuccess) {
+                v ^= (uint64_t)(uintptr_t)kp.func << 8;
+                e->func = kp.func;
+            } else { /* a library's kernel launched through the driver API (cuBLAS's): the runtime has no
+                      * function for it (cudaErrorInvalidDeviceFunction) -- foreign, its edges stay plain, its
+                      * key its type (a kept graph refusing the update of another such kernel is instantiated anew) */
+                cudaGetLastError();
+                v ^= 0xb1a5ull << 8;
+            }
         } else if (t == cudaGraphNodeTypeMemcpy) {
             struct cudaMemcpy3DParms cp;
             GPU_CK(cudaGraphMemcpyNodeGetParams(nodes[i], &cp));
