@@ -363,7 +363,7 @@ static void bench_grouped_all(void) {
             bench_grouped(d.name, DI_DT_F8_E4M3, d.K, d.N, 0, rows);
             if (rows == 256) bench_lt_bf16(d.name, 256, d.K, d.N);
         }
-    for (int64_t rows = 64; rows <= 256; rows *= 4) bench_head(rows, 5120, 129280);
+    for (int64_t rows = 64; rows <= 256; rows *= 2) bench_head(rows, 5120, 129280);
     /* where cuBLAS starts to pay (DI_CUDA_BLAS_MIN_ROWS) */
     for (int64_t rows = 512; rows <= 2048; rows *= 2) {
         bench_grouped("fp8 wq_b", DI_DT_F8_E4M3, 1280, 32768, 0, rows);
