@@ -131,6 +131,8 @@ check_rc "both modes" 2 "not both" "$BIN" generate --model "$FIX" -p x --input "
 check_rc "unknown flag" 2 "unknown option '--frobnicate'" "$BIN" generate --frobnicate
 check_rc "bad kv budget" 2 "--kv-budget" "$BIN" generate --model "$FIX" --input "$tmp/one.jsonl" --kv-budget 12Q
 check_rc "bad top-p" 2 "--top-p" "$BIN" generate --model "$FIX" -p x --top-p 2
+check_rc "negative dense bf16 rows" 2 "DEEPINFER_GPU_DENSE_BF16 -3: must be in [0" \
+    env DEEPINFER_GPU_DENSE_BF16=-3 "$BIN" generate --model "$FIX" --input "$tmp/one.jsonl"
 check_rc "prompt needs a tokenizer" 1 "tokenizer" "$BIN" generate --model "$FIX" -p "hello"
 check_rc "budget too small" 1 "KV budget" "$BIN" generate --model "$FIX" --input "$tmp/one.jsonl" --kv-budget 1K
 # a budget with a suffix and the other engine flags are accepted

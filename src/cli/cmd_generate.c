@@ -77,7 +77,8 @@ static bool engine_options(const di_settings *s, di_engine_options *o) {
     }
     return int_option("--max-num-seqs", s->max_num_seqs, &o->max_num_seqs) &&
            int_option("--max-batch-tokens", s->max_batch_tokens, &o->max_batch_tokens) &&
-           int_option("--max-prefill-chunk", s->max_prefill_chunk, &o->max_prefill_chunk);
+           int_option("--max-prefill-chunk", s->max_prefill_chunk, &o->max_prefill_chunk) &&
+           int_option("DEEPINFER_GPU_DENSE_BF16", s->gpu_dense_bf16, &o->dense_bf16_rows);
 }
 
 /* Sampling flags -> the request every line starts from (a line's own fields win). Flags that were
@@ -137,7 +138,6 @@ static di_engine *open_engine(const di_settings *s, const di_engine_options *opt
     o.no_wgmma = !s->gpu_wgmma;
     o.no_pdl = !s->gpu_pdl;
     o.no_blas = !s->gpu_blas_prefill;
-    o.dense_bf16_rows = s->gpu_dense_bf16 > 0 ? (int)s->gpu_dense_bf16 : 0;
     di_engine *e = NULL;
     if (di_engine_create(&o, &e, msg, sizeof msg)) {
         fprintf(stderr, "deepinfer generate: %s\n", msg);

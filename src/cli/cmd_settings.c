@@ -33,7 +33,10 @@ unsigned di_cli_backend_flags(const di_settings *s) {
 }
 
 di_status di_cli_select_backend(di_model *m, const char *backend, const di_settings *s, di_err *err) {
-    m->dense16_rows = s->gpu_dense_bf16 > 0 ? s->gpu_dense_bf16 : 0;
+    if (s->gpu_dense_bf16 < 0)
+        return di_errf(err, DI_EINVAL, "DEEPINFER_GPU_DENSE_BF16=%ld: rows must be >= 0 (0: no bf16 copies)",
+                       (long)s->gpu_dense_bf16);
+    m->dense16_rows = s->gpu_dense_bf16;
     return di_model_select_backend(m, backend, di_cli_backend_flags(s), err);
 }
 

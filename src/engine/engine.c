@@ -56,13 +56,13 @@ di_status di_engine_create(const di_engine_options *opt, di_engine **out, char *
     if (!e->opt.max_prefill_chunk) e->opt.max_prefill_chunk = e->opt.max_batch_tokens;
     e->next_id = 1;
     if (e->opt.max_num_seqs < 0 || e->opt.max_batch_tokens < 0 || e->opt.max_prefill_chunk < 0 ||
-        e->opt.kv_budget_bytes < 0) {
+        e->opt.kv_budget_bytes < 0 || e->opt.dense_bf16_rows < 0) {
         di_errf(&err, DI_EINVAL, "engine: negative option");
         free(e);
         return fail(errbuf, errcap, &err);
     }
     di_status st = di_model_load(&e->model, opt->model_dir, &err);
-    if (!st) e->model->dense16_rows = opt->dense_bf16_rows > 0 ? opt->dense_bf16_rows : 0;
+    if (!st) e->model->dense16_rows = opt->dense_bf16_rows;
     if (!st) st = di_model_select_backend(e->model, opt->backend,
                                                   (opt->batch_invariant ? DI_BACKEND_BATCH_INVARIANT : 0) |
                                                       (opt->exact ? DI_BACKEND_EXACT : 0) |
