@@ -524,6 +524,9 @@ static di_status attach(di_model *m, di_err *err) {
         return st;
     }
     if (m->dense16_rows > 0 && g->cx.wgmma && !g->cx.exact) keep_dense16(m, g);
+    else if (m->dense16_rows > 0) /* the copies serve the calls that the wgmma kernel would take */
+        fprintf(stderr, "deepinfer: DEEPINFER_GPU_DENSE_BF16 ignored: no bf16 copies under DEEPINFER_GPU_WGMMA=0, "
+                        "DEEPINFER_BATCH_INVARIANT=1 or DEEPINFER_GPU_EXACT=1\n");
     return DI_OK;
 }
 
