@@ -304,6 +304,36 @@ static void test_truncated_utf8_key(void) {
     }
 }
 
+/* An ambiguous grammar whose parse paths double with every "~" (item's first alternative and root
+ * derive the same strings):
+ * the matcher's stacks stay capped (matcher.c, MATCHER_MAX_STACKS) -- text within the cap still
+ * matches, and past it the mask empties instead of the set growing without bound (3 GB in 64 bytes
+ * before). Regression for the fuzz corpus entry regress-ambiguous-stacks. */
+static void test_ambiguous_stacks(void) {
+    const char src[] = "root ::= \"~\" item \"}\"\nitem ::= \"~\" item \"}\" | root | \"a\"\n";
+    di_err err = {0};
+    di_grammar *g = compile(DI_CONSTRAIN_EBNF, src, &err);
+    CHECKF(g != NULL, "compile: %s", err.msg);
+    if (!g) return;
+    di_token_trie *v = byte_vocab();
+    di_matcher *m = di_matcher_new(g, v);
+    uint32_t mask[9];
+    int depth = 0; /* "~" accepted in a row */
+    for (; depth < 64; depth++) {
+        di_matcher_fill_mask(m, mask);
+        const bool in = (mask['~' / 32] >> ('~' % 32)) & 1;
+        CHECK(in == di_matcher_accept_token(m, '~'));
+        if (!in) break;
+    }
+    CHECKF(depth >= 8 && depth < 64, "'~' accepted %d times in a row (the cap should stop it past 8, before 64)",
+           depth);
+    di_matcher_free(m);
+    CHECK(matches(g, v, "~~~a}}}", 7)); /* shallow text is unaffected */
+    CHECK(!matches(g, v, "~~a}}}", 6));
+    di_token_trie_free(v);
+    di_grammar_free(g);
+}
+
 /* Plain-string lengths of tokens (the slices of token_trie.h). */
 static void test_plain_chars(void) {
 #define PL(s) di_trie_plain_chars((const uint8_t *)(s), sizeof(s) - 1)
@@ -327,6 +357,7 @@ int main(void) {
     test_plain_chars();
     test_regex();
     test_truncated_utf8_key();
+    test_ambiguous_stacks();
     test_ebnf();
     test_json_schema();
     test_masks_real_vocab();

@@ -17,7 +17,14 @@
  * and skips the trie subtrees that slice covers, then continues below the entry's bounds with its
  * own parent. The grammar's DFA rows are built lazily (ready), so arrays indexed by DFA state grow
  * (rt_fit) and no pointer into them is kept across a call that may expand a state.
- * Rollback is free: a matcher keeps the set id after each accepted token. */
+ * Rollback is free: a matcher keeps the set id after each accepted token.
+ *
+ * An ambiguous grammar can double its stacks with every byte (item ::= "~" item "}" | root with root
+ * ::= "~" item "}": after n "~" each of 2^n parse paths is a stack of its own -- the constraint
+ * fuzzer's case that took 3 GB in 64 bytes): a step that would leave more than MATCHER_MAX_STACKS
+ * stacks is dead instead, so the text cannot go on that way (an engine request whose mask empties
+ * fails with the sampler's no-token error) and memory stays bounded. Sets of real grammars hold a
+ * few dozen stacks at most. */
 #include "constrain/token_trie.h"
 
 #include <pthread.h>
@@ -25,6 +32,8 @@
 #include <string.h>
 
 /* ---- runtime caches of a grammar ---- */
+
+#define MATCHER_MAX_STACKS 4096 /* stacks a set may hold (the ambiguity cap above) */
 
 typedef struct set_info {
     int32_t ready_off, ready_n; /* closure: nodes whose top state consumes bytes */
@@ -213,7 +222,12 @@ static void set_close(di_grammar *g, g_runtime *r, int set) {
     si->closed = 1;
 }
 
-/* set x byte -> set, or -1 when no stack can take the byte. */
+static int int_cmp(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* set x byte -> set, or -1 when no stack can take the byte (or more than MATCHER_MAX_STACKS would). */
 static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
     int cls = g->byte_class[byte];
     set_info *si = &r->info[set];
@@ -230,8 +244,9 @@ static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
     }
     int res = -1;
     if (out.n) {
-        /* sort + unique */
-        for (int i = 1; i < out.n; i++) {
+        /* sort + unique (insertion sort for the usual few stacks) */
+        if (out.n > 64) qsort(out.v, (size_t)out.n, sizeof(int), int_cmp);
+        for (int i = 1; i < out.n && out.n <= 64; i++) {
             int x = out.v[i], j = i - 1;
             while (j >= 0 && out.v[j] > x) out.v[j + 1] = out.v[j], j--;
             out.v[j + 1] = x;
@@ -239,7 +254,7 @@ static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
         int m = 1;
         for (int i = 1; i < out.n; i++)
             if (out.v[i] != out.v[m - 1]) out.v[m++] = out.v[i];
-        res = set_intern(r, out.v, m);
+        res = m <= MATCHER_MAX_STACKS ? set_intern(r, out.v, m) : -1;
     }
     g_ivec_free(&out);
     si = &r->info[set];
