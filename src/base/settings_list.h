@@ -33,9 +33,10 @@ DI_SETTING(gpu_blas_prefill, BOOL, NULL, "DEEPINFER_GPU_BLAS_PREFILL", "1",
 DI_SETTING(gpu_dense_bf16, INT, NULL, "DEEPINFER_GPU_DENSE_BF16", "0",
            "GPU: > 0 keeps every dense FP8 matrix (attention wq_a, wkv, wq_b, wo_a, wo_b; the shared expert's w1, w3, "
            "w2) also dequantised to bf16 on the device -- 13.0 GB more for V4.1-Flash's 40 layers -- and runs "
-           "their calls of at least this many rows on cuBLAS's BF16 GEMM over the copies, in CUDA graphs too, instead of the wgmma kernel (the same exact products "
-           "summed in fp32 in cuBLAS's order); matrices that do not fit stay as they are. H100, 128 (session 53): a B = 256 step 55.3 -> 52.0 ms, "
-           "B = 128 and a 512-token prefill even or slightly faster, B = 64 below the rows. 0: no copies. Not used "
+           "their calls of at least this many rows on cuBLAS's BF16 GEMM over the copies, in CUDA graphs too, "
+           "instead of the wgmma kernel (the same exact products summed in fp32 in cuBLAS's order); matrices that "
+           "do not fit stay as they are. H100, 128 (session 53): a B = 256 step 55.3 -> 52.0 ms, B = 128 and a "
+           "512-token prefill even or slightly faster, B = 64 below the rows. 0: no copies. Not used "
            "where the wgmma kernel is not (DEEPINFER_GPU_WGMMA=0, DEEPINFER_BATCH_INVARIANT=1, DEEPINFER_GPU_EXACT=1)")
 DI_SETTING(enforce_eager, BOOL, "--enforce-eager", "DEEPINFER_ENFORCE_EAGER", "0",
            "GPU: launch every kernel directly instead of running forward calls of up to 256 rows (decode steps) "

@@ -244,12 +244,15 @@ static int set_step(di_grammar *g, g_runtime *r, int set, uint8_t byte) {
     }
     int res = -1;
     if (out.n) {
-        /* sort + unique (insertion sort for the usual few stacks) */
-        if (out.n > 64) qsort(out.v, (size_t)out.n, sizeof(int), int_cmp);
-        for (int i = 1; i < out.n && out.n <= 64; i++) {
-            int x = out.v[i], j = i - 1;
-            while (j >= 0 && out.v[j] > x) out.v[j + 1] = out.v[j], j--;
-            out.v[j + 1] = x;
+        /* sort (insertion sort for the usual few stacks) + unique */
+        if (out.n > 64) {
+            qsort(out.v, (size_t)out.n, sizeof(int), int_cmp);
+        } else {
+            for (int i = 1; i < out.n; i++) {
+                int x = out.v[i], j = i - 1;
+                while (j >= 0 && out.v[j] > x) out.v[j + 1] = out.v[j], j--;
+                out.v[j + 1] = x;
+            }
         }
         int m = 1;
         for (int i = 1; i < out.n; i++)

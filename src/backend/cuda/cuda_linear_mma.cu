@@ -928,10 +928,9 @@ static const float *linear_w16(di_cuda_ctx *ctx, const di_weight *w, const float
     const bool blas = wg && !out_bf16 && !keep_parts && di_cuda_blas_w16_taken(ctx, m, w->rows);
     int split_blocks = shape_blocks;
     /* BF16 weights take two consumer warpgroups a CTA: no choice of three */
-    const int ksplit = wg && !blas ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks, NULL) : shape_split;
+    const int ksplit = blas ? 1 : wg ? di_cuda_wg_ksplit(ctx, false, w->rows, m, K, &split_blocks, NULL) : shape_split;
     float *part;
-    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, blas ? 1 : ksplit, m, w->rows,
-                                          &part); /* [m, K] */
+    uint16_t *xs = (uint16_t *)mm_scratch(ctx, sizeof(uint16_t) * (size_t)n_in, ksplit, m, w->rows, &part); /* [m, K] */
     const uint16_t *xb = act_bf16(ctx, x, m, K, xs);
     if (blas) {
         di_cuda_blas_w16(ctx, xb, m, (const uint16_t *)w->data, w->rows, K, y);

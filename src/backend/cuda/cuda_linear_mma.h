@@ -65,6 +65,12 @@ int di_wg_gemm_tile(int64_t rows_per_group, bool grouped);
 /* CTAs of di_wg_gemm's kernel for tiles of bt tokens a multiprocessor holds at once */
 int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
 
+/* BF16-weight linears with fp32 outputs on cuBLAS (cuda_linear_blas.cu). _taken: whether a call of m
+ * rows and N outputs goes there (ctx->blas_w16_rows / _n, outside exact mode; the caller has checked
+ * that the wgmma kernel would take it). y [m, N] = xb [m, K] (bf16 values) times w [N, K]^T, fp32
+ * sums, not rounded. */
+bool di_cuda_blas_w16_taken(const di_cuda_ctx *ctx, int64_t m, int64_t N);
+void di_cuda_blas_w16(di_cuda_ctx *ctx, const uint16_t *xb, int64_t m, const uint16_t *w, int64_t N, int64_t K, float *y);
 /* Dense FP8 linears on cuBLAS's BF16 GEMM (cuda_linear_blas.cu). _reserve: whether a call of `rows`
  * rows over the n_w weights wd (codes; a set's matrices, N rows the largest's) goes there -- every
  * one kept as bf16 (ctx->dense16) and rows >= ctx->dense16_rows, or rows >= ctx->blas_rows outside
@@ -75,12 +81,6 @@ int di_wg_gemm_ctas_per_sm(bool fp4, int bt);
  * values; group g's inputs at column g K) times the n_groups diagonal blocks of rows_per_group rows
  * of the FP8 weight (wd [N, K] codes, ws its [N / 32][K / 32] e8m0 scales, or wd's bf16 copy),
  * rounded to bf16; scratch: what _reserve returned for N = all groups' rows. */
-/* BF16-weight linears with fp32 outputs on cuBLAS (cuda_linear_blas.cu). _taken: whether a call of m
- * rows and N outputs goes there (ctx->blas_w16_rows / _n, outside exact mode; the caller has checked
- * that the wgmma kernel would take it). y [m, N] = xb [m, K] (bf16 values) times w [N, K]^T, fp32
- * sums, not rounded. */
-bool di_cuda_blas_w16_taken(const di_cuda_ctx *ctx, int64_t m, int64_t N);
-void di_cuda_blas_w16(di_cuda_ctx *ctx, const uint16_t *xb, int64_t m, const uint16_t *w, int64_t N, int64_t K, float *y);
 size_t di_cuda_blas_reserve(di_cuda_ctx *ctx, int64_t rows, int64_t N, int64_t K, size_t act_bytes, int n_w,
                             const uint8_t *const *wd);
 void di_cuda_blas_fp8(di_cuda_ctx *ctx, const uint16_t *xb, int64_t lda, int64_t m, const uint8_t *wd,

@@ -42,7 +42,8 @@
  * launch with its predecessor's end (session 46, H100: B = 1 10.84 -> 10.58 ms a step, B = 64
  * -0.9%, B = 256 -0.6%). Edges into other kernels (cuBLAS's, which wait for nothing) and into copies stay
  * plain, and so do edges out of cuBLAS's kernels (launched through the driver API, they have no
- * runtime function for graph_scan to check). tools/cuda/probe_pdl.cu measures the forms on a chain shaped like a B = 1 layer.
+ * runtime function for graph_scan to check). tools/cuda/probe_pdl.cu measures the forms on a chain
+ * shaped like a B = 1 layer.
  *
  * Not captured (eager): exact mode and debug runs (they download mid-call), forced or exported
  * indexer selections, the stage profile (it synchronises at stage boundaries), calls above
