@@ -1621,6 +1621,30 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
             float *c1 = host_poisoned((int64_t)M * N);
             dev_download(c1, yb, sizeof(float) * (size_t)M * N);
             check_pair("wgmma_grouping", variant == 2 ? " tiles" : "", shp, pa, pb, b, c1, (int64_t)M * N);
+            { /* x's rows through a list (the MoE's gather) over a buffer whose producer made act_quant's
+               * bf16 values (the MoE's input): the pair launch reads them through the list */
+                float *xp;
+                const float **d_xr = rows_reversed(x, M, K, &xp);
+                di_cuda_act_forms made = {NULL};
+                made.qbf16 = (uint16_t *)dev_poisoned(sizeof(uint16_t) * (size_t)(M * K));
+                di_cuda_act_quant_bf16(xp, NULL, K / 32, M * (K / 32), made.qbf16, 0);
+                di_cuda_act_forms_note(&g_cx, xp, M, K, made);
+                if (variant == 2) tl = grp_tiles(c);
+                CK(cudaMemset(pa, 0xff, sizeof(float) * (size_t)M * N));
+                CK(cudaMemset(pb, 0xff, sizeof(float) * (size_t)M * N));
+                const int64_t gathers = g_cx.counts.wg_gather;
+                di_cuda_linear_mma_pair(&g_cx, &c.shape, c.d_wd, c.d_ws, c.d_rwd, c.d_rws, c.d_off, c.d_act, ng, M,
+                                        max_rows, xp, d_xr, pa, pb);
+                if (tl.list) grp_tiles_drop(c, &tl);
+                di_cuda_act_forms_forget(&g_cx, xp);
+                check_pair("wgmma_grouping", variant == 2 ? " rows made qbf16 tiles" : " rows made qbf16", shp, pa, pb, b,
+                           c1, (int64_t)M * N);
+                if (di_cuda_wgmma_taken(&g_cx, fp4, K, per_group) && g_cx.counts.wg_gather != gathers + 1) {
+                    printf("FAIL  wgmma_grouping rows made qbf16: %s converted its gathered rows\n", shp);
+                    g_fail++;
+                }
+                cudaFree(made.qbf16), cudaFree(xp), cudaFree((void *)d_xr);
+            }
             free(c1);
             cudaFree(yb), cudaFree(pa), cudaFree(pb);
         }

@@ -107,8 +107,9 @@ void di_cuda_linear_mma_pair(di_cuda_ctx *ctx, const di_weight *shape, const uin
                              float *y_b);
 /* the operand form of x a quantised linear of this shape (grouped: row_off given) quantises x to, so
  * that x's producer can make it (di_cuda_act_forms): e4m3 codes (the decode twin, the tiles), the
- * int8 twin's digits (FP4 at a few rows an expert), act_quant's values as bf16 (the wgmma GEMM; read
- * from the producer only where x is not read through a row list), or none it can take (exact mode) */
+ * int8 twin's digits (FP4 at a few rows an expert), act_quant's values as bf16 (the wgmma GEMM;
+ * through a row list read from the producer by the experts' w1 / w3 pair launch alone), or none it
+ * can take (exact mode) */
 typedef enum { DI_ACT_FORM_NONE, DI_ACT_FORM_E4M3, DI_ACT_FORM_DIGITS, DI_ACT_FORM_QBF16 } di_act_form;
 di_act_form di_cuda_linear_act_form(const di_cuda_ctx *ctx, const di_weight *shape, bool grouped, int n_groups,
                                     int64_t rows, int64_t max_rows);

@@ -536,6 +536,13 @@ static const di_cuda_act_forms *act_forms_lookup(const di_cuda_ctx *ctx, const f
     return NULL;
 }
 
+/* the rows x's noted forms cover (K wide), or 0 */
+static int64_t act_forms_rows(const di_cuda_ctx *ctx, const float *x, int64_t K) {
+    for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+        if (ctx->act_forms[i].x == x && ctx->act_forms[i].K == K) return ctx->act_forms[i].rows;
+    return 0;
+}
+
 extern "C" int di_group_tiles_cap(int bt, int n_groups, int64_t rows, int64_t max_rows) {
     if (bt <= 0 || n_groups <= 0 || rows <= 0 || max_rows <= 0) return 0;
     const int64_t live = rows < n_groups ? rows : n_groups;     /* groups that can have rows */
@@ -674,10 +681,13 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
                              &part); /* [rows, K] e4m3 codes, (wgmma) their values as bf16 or (imma) digits x3 */
     uint8_t *blas_ws = xq + q_bytes; /* blas: its weight and output */
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
-    /* x's forms made by its producer; through a row list only its digits are read (in place) */
+    /* x's forms made by its producer; through a row list its digits (the int8 twin) or its bf16
+     * values (the wgmma pair launch, below) are read in place */
     const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K);
     const float *const *digit_rows = NULL; /* the int8 twin reads made's digits through x_rows */
-    if (wg && made && made->qbf16 && !x_rows) xq = (uint8_t *)made->qbf16;
+    const bool wg_pair = wg && n_mats == 2 && wdata_g && ksplit == 1;
+    const bool wg_gather = wg_pair && x_rows && made && made->qbf16 && act_forms_rows(ctx, x, K) * K <= INT32_MAX;
+    if (wg && made && made->qbf16 && (!x_rows || wg_gather)) xq = (uint8_t *)made->qbf16;
     else if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale, digit_rows = x_rows;
     else if (imma) di_cuda_act_quant_digits(x, x_rows, nb, rows * nb, xq, xsc, s);
@@ -704,8 +714,10 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
             di_cuda_blas_fp8(ctx, (const uint16_t *)xq, K, rows, wdata[m], wscale[m], N, 1, K, y[m], N, blas_ws);
         return;
     }
-    if (wg && n_mats == 2 && wdata_g && ksplit == 1) { /* the pair in one launch: the two share its waves */
-        const mm_groups grp = {wdata_g[0], wscale_g[0], row_off, active, 0, 0, 0};
+    if (wg_pair) { /* the pair in one launch: the two share its waves */
+        const mm_groups grp = {wdata_g[0], wscale_g[0], row_off, active, 0, 0, 0, NULL, wg_gather ? x_rows : NULL,
+                               wg_gather ? x : NULL};
+        ctx->counts.wg_gather += wg_gather;
         di_wg_gemm(fp4, (const uint16_t *)xq, K, max_rows, per_group, N, K, NULL, NULL, y[0], N, grp, n_groups, rows, 1,
                    split_blocks, part, s, plan.tiles, wdata_g[1], wscale_g[1], y[1], ctx->wg_consumers);
         return;
@@ -778,9 +790,11 @@ static void linear_mma_set_wg(di_cuda_ctx *ctx, int n, const di_weight *const *w
     const bool blas = blas_bytes > 0;
     const size_t extra = blas ? blas_bytes : sizeof(float) * (size_t)(m * part_row); /* after xb */
     uint8_t *base = (uint8_t *)di_cuda_scratch(ctx, xb_bytes + extra);
-    uint16_t *xb = (uint16_t *)base;                /* [m, K] bf16 */
-    float *part = (float *)(base + xb_bytes);       /* [ksplit][m][N] of the matrix in flight */
-    di_cuda_act_quant_bf16(x, NULL, nb, m * nb, xb, ctx->stream);
+    const uint16_t *xb = (const uint16_t *)base; /* [m, K] bf16: x's producer's (the MoE's input), or made here */
+    float *part = (float *)(base + xb_bytes);    /* [ksplit][m][N] of the matrix in flight */
+    const di_cuda_act_forms *made = act_forms_lookup(ctx, x, m, K);
+    if (made && made->qbf16) xb = made->qbf16;
+    else di_cuda_act_quant_bf16(x, NULL, nb, m * nb, (uint16_t *)base, ctx->stream);
     for (int i = 0; i < n; i++) {
         const int64_t N = w[i]->rows;
         if (blas) { /* the scratch after xb reused in stream order */

@@ -19,6 +19,11 @@ struct mm_groups {
      * A columns g*a_col_off.., weight rows g*w_row_off.. and writes y columns g*y_col_off.. */
     int64_t a_col_off, w_row_off, y_col_off;
     const int *tiles; /* row_off groups: NULL, or the row-tile list (di_group_tiles) that gz indexes */
+    /* row_off groups on the wgmma kernel: NULL, or the activations' rows through a list (the MoE's
+     * gather): list row p's values start at xb + (x_rows[p] - x_base), xb holding the bf16
+     * act_quant values of x_base's rows in x_base's layout (lda = K, offsets below 2^31) */
+    const float *const *x_rows;
+    const float *x_base;
 };
 
 /* In a kernel over row_off groups (grid.z slot gz, this block's first row *m0 -- through the tile
@@ -41,7 +46,8 @@ static __device__ __forceinline__ bool mm_group_select(const mm_groups &grp, int
  * or block-diagonal slices (row_off NULL, several groups); rows_per_group picks the tile;
  * ksplit > 1: fp32 partial sums of split_blocks K blocks each into part[ks] (row stride ldy),
  * unrounded. wdata_b / wscale_b / y_b (row_off groups, ksplit 1): a second weight set over the same
- * rows in the same launch (the experts' w1 / w3 pair). consumers: 0, the kernel's choice of two or
+ * rows in the same launch (the experts' w1 / w3 pair); grp.x_rows: those rows through the list
+ * (xb not offset by the groups' first rows). consumers: 0, the kernel's choice of two or
  * three consumer warpgroups for a call that may take three (by its waves), or 2 / 3 (tests:
  * di_cuda_ctx.wg_consumers). _fits: the K it takes (K % 128 == 0; the weight scales of a split fit
  * the CTA's cache). */

@@ -51,7 +51,10 @@
  * turns issuing (ping-pong): one dequantises while the other's wgmmas run (not the two-CTA FP4
  * 64-token tiles, whose wgmmas are short: TURNS). The weight scales of
  * the CTA's rows for its whole K split are copied once, at the start. FP4 tiles whose shared memory
- * allows two CTAs a multiprocessor are compiled for two (80 registers a thread).
+ * allows two CTAs a multiprocessor are compiled for two (80 registers a thread). Row_off groups
+ * may take their token rows through a list (mm_groups.x_rows, the MoE's gather): the producer
+ * copies each row from the bf16 form of the FFN input (one conversion of its R rows, gpu_moe.c)
+ * instead of a conversion of the 6 R gathered rows.
  *
  * Measured (session 9, docs/PERFORMANCE.md; 48 experts x 512 rows, w1): the exact twin of the
  * mma.sync fold on f16 wgmma, a producer widening into shared memory, 135 TFLOP/s (mma.sync: 140);
@@ -189,10 +192,10 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
     const int nbs = (int)(blk1 - blk0), nk = nbs / 2; /* K % 128 == 0, splits on 16 blocks */
     if (ksplit > 1) y = part + ks * part_stride;
+    int r0 = 0; /* row_off groups: the group's first row of the list */
     if (grp.row_off) {
-        int r0;
         if (!mm_group_select(grp, gz, &m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
-        xb += (int64_t)r0 * lda;
+        if (!grp.x_rows) xb += (int64_t)r0 * lda; /* else x_rows[r0 + m] names row m's values */
         y += (int64_t)r0 * ldy;
     } else if (gz) { /* block-diagonal slice (wo_a; FP8 weights: w_row_off is a multiple of 32) */
         xb += gz * grp.a_col_off;
@@ -231,6 +234,12 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
         const int xr = p >> 3, xc = p & 7, wr = p / RCH, wc = p % RCH;
         const uint16_t *xsrc = xb + (m0 + xr) * lda + 8 * xc + 32 * blk0;
         const uint8_t *wsrc = wdata + (n0 + wr) * wrow + (RB / 2) * blk0 + 16 * wc;
+        int32_t xoff[BT / 16]; /* grp.x_rows: the element offsets in xb of this thread's rows xr + 16 i */
+#pragma unroll
+        for (int i = 0; i < BT / 16; i++) {
+            const int64_t m = m0 + xr + 16 * i;
+            xoff[i] = grp.x_rows && m < M ? (int32_t)(grp.x_rows[r0 + m] - grp.x_base) : 0;
+        }
         auto load = [&](int st) {
             uint8_t *x16 = smem + (st % WG_SLOTS) * L::SLOT, *w = x16 + L::X16;
 #pragma unroll
@@ -238,7 +247,8 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
                 if (half && i >= BT / 32) break; /* the consumers read the tile's first half alone */
                 const int r = xr + 16 * i;
                 const bool ok = m0 + r < M;
-                di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * lda + 64 * st : xb, ok);
+                const uint16_t *src = grp.x_rows ? xb + xoff[i] + 8 * xc + 32 * blk0 : xsrc + (int64_t)16 * i * lda;
+                di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? src + 64 * st : xb, ok);
             }
 #pragma unroll
             for (int i = 0; i < L::BW * RCH / 128; i++) {
@@ -529,6 +539,10 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
     const int bt = di_wg_gemm_tile(rows_per_group, grp_in.row_off != NULL);
     if (wdata_b && (!grp_in.row_off || ksplit != 1 || !wscale_b || !y_b)) { /* a caller's bug */
         fprintf(stderr, "di_wg_gemm: a second weight set needs row_off groups without a K split\n");
+        abort();
+    }
+    if (grp_in.x_rows && (!grp_in.row_off || !grp_in.x_base || lda != K)) { /* a caller's bug */
+        fprintf(stderr, "di_wg_gemm: rows through a list need row_off groups over a [rows, K] form\n");
         abort();
     }
     const wg_second second = {wdata_b, wscale_b, y_b, 0};

@@ -67,6 +67,8 @@ typedef struct {
     int64_t fp4_imma_swiglu; /* of which w1 / w3 pairs whose launch made the SwiGLU (di_cuda_linear_mma_pair_swiglu) */
     int64_t blas;            /* FP8 linears on cuBLAS's BF16 GEMM (cuda_linear_blas.cu) */
     int64_t blas_kept;       /* of which over the weight's kept bf16 copy (di_cuda_dense16) */
+    int64_t wg_gather;       /* expert w1 / w3 pairs on the wgmma kernel reading x's producer-made bf16
+                              * values through the row list (no gathered conversion) */
 } di_cuda_path_counts;
 /* Rows from which a dense FP8 linear runs on cuBLAS's BF16 GEMM over its weight dequantised once a
  * call (cuda_linear_blas.cu) where DEEPINFER_GPU_BLAS_PREFILL is on. H100, us a call against the

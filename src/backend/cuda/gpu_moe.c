@@ -141,6 +141,42 @@ static int moe_tile_lists(gpu_fwd *f, const di_weight *const shapes[2], int E, i
     return n_tiles;
 }
 
+/* x's act_quant values as bf16 [R, D], made once for the routed w1 / w3 pair launch on the wgmma
+ * kernel, which reads them through the MoE's row list, and for the shared expert: the pair's
+ * activations were converted as gathered, 6 R rows (a 4,096-token prefill: 24,576 rows, ~0.75 GB
+ * moved a layer, against R rows' ~0.13 GB), and the shared expert converted its own. Noted as x's
+ * form beside the forms x's producer noted (restored by moe_input_qbf16_free). */
+typedef struct {
+    uint16_t *qbf16;          /* [R, D], or NULL: not made here */
+    di_cuda_act_forms before; /* x's noted forms before */
+    bool had;                 /* whether x had any */
+} moe_input_qbf16;
+
+static moe_input_qbf16 moe_input_qbf16_make(gpu_fwd *f, const di_weight *w1, int E, int64_t n, const float *x) {
+    moe_input_qbf16 r = {NULL, {NULL}, false};
+    const int R = f->R;
+    const int64_t D = f->m->cfg.hidden_size;
+    if (w1->cols != D || D % 32 != 0 || di_cuda_linear_act_form(f->cx, w1, true, E, n, R) != DI_ACT_FORM_QBF16) return r;
+    const di_cuda_act_forms *had = di_cuda_act_forms_find(f->cx, x, R, D);
+    if (had && had->qbf16) return r;
+    r.had = had != NULL;
+    if (had) r.before = *had;
+    r.qbf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D);
+    di_cuda_act_quant_bf16(x, NULL, D / 32, (int64_t)R * (D / 32), r.qbf16, f->s);
+    di_cuda_act_forms forms = r.before;
+    forms.qbf16 = r.qbf16;
+    di_cuda_act_forms_note(f->cx, x, R, D, forms);
+    return r;
+}
+
+static void moe_input_qbf16_free(gpu_fwd *f, const float *x, moe_input_qbf16 *r) {
+    if (!r->qbf16) return;
+    if (r->had) di_cuda_act_forms_note(f->cx, x, f->R, f->m->cfg.hidden_size, r->before);
+    else di_cuda_act_forms_forget(f->cx, x);
+    gpu_free(f, r->qbf16);
+    r->qbf16 = NULL;
+}
+
 /* The default path: routing and grouping on the device, so the forward call never waits for the
  * GPU here. Groups are the resident experts (weight pointers uploaded once, gpu_layer_consts);
  * the grouped GEMMs launch over the row-tile lists the grouping kernel makes (moe_tile_lists), or
@@ -154,6 +190,9 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const int64_t D = m->cfg.hidden_size;
     const int K = fw->top_k, E = gpu_resident_experts(m, fw);
     const int64_t n = (int64_t)R * K;
+    const di_weight *shape1 = routed_shape(fw, E, 1), *shape2 = routed_shape(fw, E, 2);
+    if (!shape1) di_die("MoE: layer %d has no expert weights on this device", L->id);
+    moe_input_qbf16 xq = moe_input_qbf16_make(f, shape1, E, n, x);
     float *shared_side = moe_shared_forked(f, fw, x); /* [R, D] or NULL: made by moe_tail */
     gpu_stage(f, ST_MOE_ROUTE);
     float *d_logits = gpu_alloc(f, sizeof(float) * (size_t)R * fw->n_experts); /* [R, E] fp32 */
@@ -173,8 +212,6 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     const float **x_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);     /* [R*K] expert order -> row of x */
     const float **slot_rows = gpu_alloc(f, sizeof(float *) * (size_t)n);  /* [R, K] slot -> row of yg */
     float *d_wts = gpu_alloc(f, sizeof(float) * (size_t)n);                /* [R*K] */
-    const di_weight *shape1 = routed_shape(fw, E, 1), *shape2 = routed_shape(fw, E, 2);
-    if (!shape1) di_die("MoE: layer %d has no expert weights on this device", L->id);
     di_group_tiles tiles[DI_GROUP_TILE_LISTS];
     const di_weight *tile_shapes[2] = {shape1, shape2};
     const int n_tiles = moe_tile_lists(f, tile_shapes, E, n, R, tiles);
@@ -205,6 +242,7 @@ static void moe_device(gpu_fwd *f, const di_layer *L, const float *x, float *out
     forms_free(f, g, &h_forms);
     if (shared_side) moe_shared_join(f);
     float *shared = moe_tail(f, fw, x, slot_rows, d_order, out, shared_side);
+    moe_input_qbf16_free(f, x, &xq);
     gpu_free(f, g);
     gpu_free(f, u);
     gpu_free(f, d_logits);
