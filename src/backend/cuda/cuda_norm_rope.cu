@@ -34,7 +34,9 @@ struct norm_rope_quant {
 };
 
 /* one RMSNorm over rows of d values, x -> y [rows, d] with w [d] bf16 bits; yq / ysc (or NULL): y's
- * act_quant codes and scales too (PER > 0, d % 32 == 0); rq: the kv epilogue */
+ * act_quant codes and scales too (PER > 0, d % 32 == 0); rq: the kv epilogue; yb / yqb (or NULL;
+ * d % 32 == 0): y's bf16 bits and act_quant(y, 32)'s values as bf16 (the forms di_cuda_f32_to_bf16
+ * and di_cuda_act_quant_bf16 make of y) */
 struct norm_job {
     const float *x;
     const uint16_t *w;
@@ -43,7 +45,16 @@ struct norm_job {
     uint8_t *yq;
     float *ysc;
     norm_rope_quant rq;
+    uint16_t *yb, *yqb;
 };
+
+/* act_quant(y, 32)'s value of v as bf16 bits, the warp's 32 lanes holding one block (act_quant_bf16_kernel's
+ * bits: the code times the block's power-of-two scale, exact) */
+static __device__ __forceinline__ uint16_t norm_qbf16(float v) {
+    float sc, q, unused;
+    di_e4m3x2_to_f32x2((uint16_t)di_act_quant_e4m3_x1(v, &sc), &q, &unused);
+    return (uint16_t)di_dev_bf16_bits(q * sc);
+}
 
 /* block b < m0: row b of job j0; else row b - m0 of job j1 (two norms of one layer in one launch) */
 template <int PER>
@@ -58,6 +69,7 @@ rmsnorm_kernel(norm_job j0, norm_job j1, unsigned m0, float eps) {
     const norm_rope_quant rq = j.rq;
     uint8_t *__restrict__ yq = j.yq;
     float *__restrict__ ysc = j.ysc;
+    uint16_t *__restrict__ yb = j.yb, *__restrict__ yqb = j.yqb;
     const float *xr = j.x + row * d;
     double ss = 0.0;
     float xv[PER ? PER : 1], wv[PER ? PER : 1];
@@ -102,10 +114,16 @@ rmsnorm_kernel(norm_job j0, norm_job j1, unsigned m0, float eps) {
                 yq[row * d + i] = di_act_quant_e4m3_x1(v, &sc);
                 if ((threadIdx.x & 31) == 0) ysc[row * (d / 32) + i / 32] = sc;
             }
+            if (yb && i < d) yb[row * d + i] = (uint16_t)di_dev_bf16_bits(v);
+            if (yqb && (i & ~31) < d) yqb[row * d + i] = norm_qbf16(v);
         }
     } else {
-        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
-            yr[i] = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
+        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) {
+            const float v = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
+            yr[i] = v;
+            if (yb) yb[row * d + i] = (uint16_t)di_dev_bf16_bits(v);
+            if (yqb) yqb[row * d + i] = norm_qbf16(v); /* d % 32 == 0: the warp's 32 values of this turn are one block */
+        }
     }
 }
 
@@ -130,6 +148,25 @@ extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_
         abort();
     }
     const norm_job job = {x, w_bf16, d, y, yq ? yq->q : nullptr, yq ? yq->scale : nullptr, norm_rope_quant{}};
+    if (d <= NORM_THREADS * NORM_PER)
+        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
+    else
+        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
+    DI_CUDA_LAUNCHED();
+}
+
+extern "C" bool di_cuda_rmsnorm_forms_supported(int64_t d) { return d % 32 == 0; }
+
+extern "C" void di_cuda_rmsnorm_forms(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
+                                      uint16_t *y_bf16, uint16_t *y_qbf16, cudaStream_t s) {
+    if (m <= 0) return;
+    if (!di_cuda_rmsnorm_forms_supported(d)) {
+        fprintf(stderr, "di_cuda_rmsnorm_forms: rows of %lld values not supported\n", (long long)d);
+        abort();
+    }
+    norm_job job = {x, w_bf16, d, y, nullptr, nullptr, norm_rope_quant{}};
+    job.yb = y_bf16;
+    job.yqb = y_qbf16;
     if (d <= NORM_THREADS * NORM_PER)
         rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
     else

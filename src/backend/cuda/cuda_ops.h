@@ -212,6 +212,13 @@ void di_cuda_rmsnorm(const float *x, const uint16_t *w_bf16, int64_t m, int64_t 
 bool di_cuda_rmsnorm_q_supported(int64_t d);
 void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
                        const di_cuda_act_forms *yq, cudaStream_t s);
+/* di_cuda_rmsnorm, and y's bf16 bits (y_bf16) and act_quant(y, 32)'s values as bf16 (y_qbf16) --
+ * either may be NULL -- made by the same launch: the bits di_cuda_f32_to_bf16 and
+ * di_cuda_act_quant_bf16 make of y (the sublayer input past the fused kernel's rows, whose linears
+ * then convert nothing). _supported: d % 32 == 0. */
+bool di_cuda_rmsnorm_forms_supported(int64_t d);
+void di_cuda_rmsnorm_forms(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
+                           uint16_t *y_bf16, uint16_t *y_qbf16, cudaStream_t s);
 /* y = act_quant(rope(rmsnorm(x)), 32) in one launch (the attention's own kv): the bits of
  * di_cuda_rmsnorm, di_cuda_rope (one vector a row: offset, rot_dim, cos / sin [m][rot_dim / 2], not
  * inverse) and di_cuda_act_quant_inplace(.., 32). Supported: d % 32 == 0, d <= 2,048, offset and

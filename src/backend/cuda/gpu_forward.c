@@ -164,7 +164,13 @@ static void hc_sublayer_in(gpu_fwd *f, const float *X, const void *fn, const flo
         float *tmp = pre_mixed ? NULL : gpu_alloc(f, sizeof(float) * (size_t)f->R * D); /* [R, D] bf16 */
         hc_mixes(f, X, fn, scale, base, pre_out, post, comb);
         if (tmp) di_cuda_hc_pre(X, f->R, n, D, p_in, tmp, f->s);
-        di_cuda_rmsnorm(pre_mixed ? pre_mixed : tmp, norm, f->R, D, eps, sub_in, f->s);
+        const float *normed = pre_mixed ? pre_mixed : tmp;
+        if (yq && (yq->bf16 || yq->qbf16)) { /* sub_in_forms_past_fused's */
+            di_cuda_rmsnorm_forms(normed, norm, f->R, D, eps, sub_in, yq->bf16, yq->qbf16, f->s);
+            sub_in_codes_made(f, sub_in, yq);
+        } else {
+            di_cuda_rmsnorm(normed, norm, f->R, D, eps, sub_in, f->s);
+        }
         gpu_free(f, tmp);
         return;
     }
@@ -257,7 +263,15 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
         sub_q.scale = gpu_alloc(f, sizeof(float) * (size_t)R * (D / 32));   /* [R, D / 32] */
         sub_q.bf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D);        /* [R, D] */
     }
-    const di_cuda_act_forms *yq = quant_in ? &sub_q : NULL;
+    /* past the fused input's rows the norm makes sub_in's bf16 bits and act_quant values as bf16 (the
+     * wgmma and cuBLAS linears' operands: q / kv, the shared and routed experts; the bf16 linears':
+     * compressor, index weights, router), so that none of them converts sub_in itself */
+    const bool forms_past_fused = !quant_in && D % 32 == 0 && !f->cx->exact && di_cuda_rmsnorm_forms_supported(D);
+    if (forms_past_fused) {
+        sub_q.bf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D);  /* [R, D] */
+        sub_q.qbf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D); /* [R, D] */
+    }
+    const di_cuda_act_forms *yq = quant_in || forms_past_fused ? &sub_q : NULL;
     di_cuda_act_forms ffn_q = sub_q; /* the FFN input's: also the routed experts' digits where they read them */
     if (quant_in && gpu_moe_input_digits(f, L)) {
         ffn_q.digits = gpu_alloc(f, (size_t)(3 * R * D));                          /* [R, D / 32][3][32] int8 */
@@ -288,7 +302,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_stage(f, ST_MHC);
     const di_cuda_hc_post_ops attn_post = {sub_out, X, a_post, a_comb, Y, NULL, NULL, NULL, 0};
     hc_post_then_in(f, &attn_post, L->hc_ffn_fn, hc->ffn_scale, hc->ffn_base, a_pre, L->ffn_norm, pre, f_post, f_comb,
-                    sub_in, quant_in ? &ffn_q : NULL);
+                    sub_in, yq ? &ffn_q : NULL);
     gpu_debug(f, "ffn_in", l, sub_in, (int64_t)R * D);
     gpu_moe_combine moe_c = {0}; /* with defer: the MoE's combine left for the next block's input to make */
     const bool combine_later = defer && gpu_moe_deferred(f, L, sub_in, &moe_c);
@@ -315,6 +329,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     gpu_free(f, sub_q.q);
     gpu_free(f, sub_q.scale);
     gpu_free(f, sub_q.bf16);
+    gpu_free(f, sub_q.qbf16);
     gpu_free(f, ffn_q.digits);
     gpu_free(f, ffn_q.digit_scale);
 }
