@@ -1622,7 +1622,8 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
             dev_download(c1, yb, sizeof(float) * (size_t)M * N);
             check_pair("wgmma_grouping", variant == 2 ? " tiles" : "", shp, pa, pb, b, c1, (int64_t)M * N);
             { /* x's rows through a list (the MoE's gather) over a buffer whose producer made act_quant's
-               * bf16 values (the MoE's input): the pair launch reads them through the list */
+               * bf16 values (the MoE's input): the FP4 pair launch reads them through the list (FP8
+               * pairs convert the gathered rows) */
                 float *xp;
                 const float **d_xr = rows_reversed(x, M, K, &xp);
                 di_cuda_act_forms made = {NULL};
@@ -1639,7 +1640,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
                 di_cuda_act_forms_forget(&g_cx, xp);
                 check_pair("wgmma_grouping", variant == 2 ? " rows made qbf16 tiles" : " rows made qbf16", shp, pa, pb, b,
                            c1, (int64_t)M * N);
-                if (di_cuda_wgmma_taken(&g_cx, fp4, K, per_group) && g_cx.counts.wg_gather != gathers + 1) {
+                if (fp4 && di_cuda_wgmma_taken(&g_cx, fp4, K, per_group) && g_cx.counts.wg_gather != gathers + 1) {
                     printf("FAIL  wgmma_grouping rows made qbf16: %s converted its gathered rows\n", shp);
                     g_fail++;
                 }

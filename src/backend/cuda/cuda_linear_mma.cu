@@ -686,7 +686,8 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K);
     const float *const *digit_rows = NULL; /* the int8 twin reads made's digits through x_rows */
     const bool wg_pair = wg && n_mats == 2 && wdata_g && ksplit == 1;
-    const bool wg_gather = wg_pair && x_rows && made && made->qbf16 && act_forms_rows(ctx, x, K) * K <= INT32_MAX;
+    const bool wg_gather = /* the FP4 kernels alone have a gathering instantiation (the routed experts') */
+        wg_pair && fp4 && x_rows && made && made->qbf16 && act_forms_rows(ctx, x, K) * K <= INT32_MAX;
     if (wg && made && made->qbf16 && (!x_rows || wg_gather)) xq = (uint8_t *)made->qbf16;
     else if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale, digit_rows = x_rows;

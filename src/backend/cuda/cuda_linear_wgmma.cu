@@ -163,8 +163,10 @@ struct wg_second {
 };
 
 /* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]),
- * rounded to bf16 where out_bf16 (and K unsplit) */
-template <int WT, int BT, int NC>
+ * rounded to bf16 where out_bf16 (and K unsplit). GATHER: the token rows through grp.x_rows (an
+ * instantiation of its own: the row pointers' producer code in every kernel made all of them 3-7%
+ * slower at B = 256 -- the producer's issue slots are the consumers') */
+template <int WT, int BT, int NC, bool GATHER>
 __global__ void __launch_bounds__(wg_layout<WT, BT, NC>::THREADS, wg_layout<WT, BT, NC>::CTAS_PER_SM)
 wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
                const uint8_t *__restrict__ wdata, const uint8_t *__restrict__ wscale, float *__restrict__ y, int64_t ldy,
@@ -192,10 +194,11 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     const int64_t blk0 = (int64_t)ks * split_blocks, blk1 = blk0 + split_blocks < nb ? blk0 + split_blocks : nb;
     const int nbs = (int)(blk1 - blk0), nk = nbs / 2; /* K % 128 == 0, splits on 16 blocks */
     if (ksplit > 1) y = part + ks * part_stride;
-    int r0 = 0; /* row_off groups: the group's first row of the list */
     if (grp.row_off) {
+        int r0;
         if (!mm_group_select(grp, gz, &m0, &M, &wdata, &wscale, &r0)) return; /* uniform over the block */
-        if (!grp.x_rows) xb += (int64_t)r0 * lda; /* else x_rows[r0 + m] names row m's values */
+        if constexpr (GATHER) grp.x_rows += r0; /* x_rows[m]: the group's row m */
+        else xb += (int64_t)r0 * lda;
         y += (int64_t)r0 * ldy;
     } else if (gz) { /* block-diagonal slice (wo_a; FP8 weights: w_row_off is a multiple of 32) */
         xb += gz * grp.a_col_off;
@@ -234,11 +237,15 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
         const int xr = p >> 3, xc = p & 7, wr = p / RCH, wc = p % RCH;
         const uint16_t *xsrc = xb + (m0 + xr) * lda + 8 * xc + 32 * blk0;
         const uint8_t *wsrc = wdata + (n0 + wr) * wrow + (RB / 2) * blk0 + 16 * wc;
-        int32_t xoff[BT / 16]; /* grp.x_rows: the element offsets in xb of this thread's rows xr + 16 i */
+        /* GATHER: the offsets in xb of this thread's chunk of rows xr + 16 i (below 2^31: the caller
+         * checks; 32 bits, since 64-bit pointers spilled at the 64-token tiles' 80 registers) */
+        [[maybe_unused]] int32_t xg[GATHER ? BT / 16 : 1];
+        if constexpr (GATHER) {
 #pragma unroll
-        for (int i = 0; i < BT / 16; i++) {
-            const int64_t m = m0 + xr + 16 * i;
-            xoff[i] = grp.x_rows && m < M ? (int32_t)(grp.x_rows[r0 + m] - grp.x_base) : 0;
+            for (int i = 0; i < BT / 16; i++) {
+                const int64_t m = m0 + xr + 16 * i;
+                xg[i] = m < M ? (int32_t)(grp.x_rows[m] - grp.x_base) + 8 * xc + 32 * (int32_t)blk0 : 0;
+            }
         }
         auto load = [&](int st) {
             uint8_t *x16 = smem + (st % WG_SLOTS) * L::SLOT, *w = x16 + L::X16;
@@ -247,8 +254,11 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
                 if (half && i >= BT / 32) break; /* the consumers read the tile's first half alone */
                 const int r = xr + 16 * i;
                 const bool ok = m0 + r < M;
-                const uint16_t *src = grp.x_rows ? xb + xoff[i] + 8 * xc + 32 * blk0 : xsrc + (int64_t)16 * i * lda;
-                di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? src + 64 * st : xb, ok);
+                if constexpr (GATHER)
+                    di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xb + xg[i] + 64 * st : xb, ok);
+                else
+                    di_cp_async16(x16 + r * 128 + ((xc ^ (r & 7)) << 4), ok ? xsrc + (int64_t)16 * i * lda + 64 * st : xb,
+                                  ok);
             }
 #pragma unroll
             for (int i = 0; i < L::BW * RCH / 128; i++) {
@@ -449,24 +459,45 @@ wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t 
     store(d);
 }
 
-template <int WT, int BT, int NC>
-static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
-                      const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
-                      int ksplit, int split_blocks, float *part, cudaStream_t s, wg_second second, bool out_bf16) {
+template <int WT, int BT, int NC, bool GATHER>
+static void wg_launch_kernel(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K,
+                             const uint8_t *wdata, const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp,
+                             unsigned slots, int64_t rows, int ksplit, int split_blocks, float *part, cudaStream_t s,
+                             wg_second second, bool out_bf16) {
     /* slots: the groups' slots, or (grp.tiles) the tile list's entries: a CTA each along z */
     typedef wg_layout<WT, BT, NC> L;
     static bool attr_set;
     if (!attr_set) {
-        DI_CUDA_CHECK(
-            cudaFuncSetAttribute(wg_gemm_kernel<WT, BT, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(wg_gemm_kernel<WT, BT, NC, GATHER>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM));
         attr_set = true;
     }
     second.nx = (int)((N + L::BW - 1) / L::BW);
     const dim3 grid((unsigned)second.nx * (second.wdata ? 2u : 1u), grp.tiles ? 1u : (unsigned)((max_rows + BT - 1) / BT),
                     slots * (unsigned)ksplit);
-    wg_gemm_kernel<WT, BT, NC><<<grid, L::THREADS, L::SMEM, s>>>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp,
-                                                               ksplit, split_blocks, part, rows * ldy, second, out_bf16);
+    wg_gemm_kernel<WT, BT, NC, GATHER><<<grid, L::THREADS, L::SMEM, s>>>(
+        xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, ksplit, split_blocks, part, rows * ldy, second, out_bf16);
     DI_CUDA_LAUNCHED();
+}
+
+/* the kernel with rows through grp.x_rows: FP4 weights alone (the routed experts' w1 / w3) */
+template <int WT, int BT, int NC>
+static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
+                      const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
+                      int ksplit, int split_blocks, float *part, cudaStream_t s, wg_second second, bool out_bf16) {
+    if constexpr (WT == WG_FP4) {
+        if (grp.x_rows) {
+            wg_launch_kernel<WT, BT, NC, true>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit,
+                                               split_blocks, part, s, second, out_bf16);
+            return;
+        }
+    }
+    if (grp.x_rows) { /* a caller's bug */
+        fprintf(stderr, "di_wg_gemm: rows through a list need FP4 weights\n");
+        abort();
+    }
+    wg_launch_kernel<WT, BT, NC, false>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit,
+                                        split_blocks, part, s, second, out_bf16);
 }
 
 /* Three consumer warpgroups (192 weight rows a CTA) for a 128-token tile of FP8 / FP4 weights with

@@ -34,9 +34,7 @@ struct norm_rope_quant {
 };
 
 /* one RMSNorm over rows of d values, x -> y [rows, d] with w [d] bf16 bits; yq / ysc (or NULL): y's
- * act_quant codes and scales too (PER > 0, d % 32 == 0); rq: the kv epilogue; yb / yqb (or NULL;
- * d % 32 == 0): y's bf16 bits and act_quant(y, 32)'s values as bf16 (the forms di_cuda_f32_to_bf16
- * and di_cuda_act_quant_bf16 make of y) */
+ * act_quant codes and scales too (PER > 0, d % 32 == 0); rq: the kv epilogue */
 struct norm_job {
     const float *x;
     const uint16_t *w;
@@ -45,16 +43,7 @@ struct norm_job {
     uint8_t *yq;
     float *ysc;
     norm_rope_quant rq;
-    uint16_t *yb, *yqb;
 };
-
-/* act_quant(y, 32)'s value of v as bf16 bits, the warp's 32 lanes holding one block (act_quant_bf16_kernel's
- * bits: the code times the block's power-of-two scale, exact) */
-static __device__ __forceinline__ uint16_t norm_qbf16(float v) {
-    float sc, q, unused;
-    di_e4m3x2_to_f32x2((uint16_t)di_act_quant_e4m3_x1(v, &sc), &q, &unused);
-    return (uint16_t)di_dev_bf16_bits(q * sc);
-}
 
 /* block b < m0: row b of job j0; else row b - m0 of job j1 (two norms of one layer in one launch) */
 template <int PER>
@@ -69,7 +58,6 @@ rmsnorm_kernel(norm_job j0, norm_job j1, unsigned m0, float eps) {
     const norm_rope_quant rq = j.rq;
     uint8_t *__restrict__ yq = j.yq;
     float *__restrict__ ysc = j.ysc;
-    uint16_t *__restrict__ yb = j.yb, *__restrict__ yqb = j.yqb;
     const float *xr = j.x + row * d;
     double ss = 0.0;
     float xv[PER ? PER : 1], wv[PER ? PER : 1];
@@ -114,16 +102,10 @@ rmsnorm_kernel(norm_job j0, norm_job j1, unsigned m0, float eps) {
                 yq[row * d + i] = di_act_quant_e4m3_x1(v, &sc);
                 if ((threadIdx.x & 31) == 0) ysc[row * (d / 32) + i / 32] = sc;
             }
-            if (yb && i < d) yb[row * d + i] = (uint16_t)di_dev_bf16_bits(v);
-            if (yqb && (i & ~31) < d) yqb[row * d + i] = norm_qbf16(v);
         }
     } else {
-        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) {
-            const float v = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
-            yr[i] = v;
-            if (yb) yb[row * d + i] = (uint16_t)di_dev_bf16_bits(v);
-            if (yqb) yqb[row * d + i] = norm_qbf16(v); /* d % 32 == 0: the warp's 32 values of this turn are one block */
-        }
+        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS)
+            yr[i] = di_dev_bf16_round(di_dev_bf16_load(w + i) * (xr[i] * inv));
     }
 }
 
@@ -155,22 +137,51 @@ extern "C" void di_cuda_rmsnorm_q(const float *x, const uint16_t *w_bf16, int64_
     DI_CUDA_LAUNCHED();
 }
 
+/* di_cuda_rmsnorm_forms: rmsnorm_kernel<0>'s sums and values (d % 32 == 0), written with y's bf16
+ * bits and act_quant(y, 32)'s values as bf16 -- act_quant_bf16_kernel's quads: a lane 4 values a
+ * turn, 8 lanes a 32-value block (d / 4 % 8 == 0: a block's lanes all in or all out). A kernel of
+ * its own: the forms' code inside rmsnorm_kernel made its other launches 8-17% slower (B = 256, H100) */
+__global__ void __launch_bounds__(NORM_THREADS)
+rmsnorm_forms_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t d, float eps,
+                     float *__restrict__ y, uint16_t *__restrict__ yb, uint16_t *__restrict__ yqb) {
+    DI_PDL_BEGIN();
+    __shared__ double warp_sum[NORM_THREADS / 32];
+    const int64_t row = blockIdx.x, quads = d / 4;
+    const float *xr = x + row * d;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) ss += (double)xr[i] * xr[i];
+    const float mean = (float)(di_dev_norm_block_sum(ss, warp_sum, NORM_THREADS / 32) / (double)d);
+    const float inv = 1.0f / sqrtf(mean + eps);
+    for (int64_t q0 = threadIdx.x & ~31; q0 < quads; q0 += NORM_THREADS) { /* warp-uniform */
+        const int64_t q = q0 + (threadIdx.x & 31), k = 4 * q;
+        const bool in = q < quads;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (in) {
+            const float4 xv = *reinterpret_cast<const float4 *>(xr + k);
+            v.x = di_dev_bf16_round(di_dev_bf16_load(w + k) * (xv.x * inv));
+            v.y = di_dev_bf16_round(di_dev_bf16_load(w + k + 1) * (xv.y * inv));
+            v.z = di_dev_bf16_round(di_dev_bf16_load(w + k + 2) * (xv.z * inv));
+            v.w = di_dev_bf16_round(di_dev_bf16_load(w + k + 3) * (xv.w * inv));
+        }
+        float sc;
+        const uint32_t codes = yqb ? di_act_quant_e4m3_x4(v, &sc) : 0u; /* every lane: the block max is a shuffle */
+        if (!in) continue;
+        *reinterpret_cast<float4 *>(y + row * d + k) = v;
+        if (yb) *reinterpret_cast<uint2 *>(yb + row * d + k) = di_dev_bf16x4_bits(v);
+        if (yqb) *reinterpret_cast<uint2 *>(yqb + row * d + k) = di_act_qbf16x4(codes, sc);
+    }
+}
+
 extern "C" bool di_cuda_rmsnorm_forms_supported(int64_t d) { return d % 32 == 0; }
 
 extern "C" void di_cuda_rmsnorm_forms(const float *x, const uint16_t *w_bf16, int64_t m, int64_t d, float eps, float *y,
                                       uint16_t *y_bf16, uint16_t *y_qbf16, cudaStream_t s) {
     if (m <= 0) return;
-    if (!di_cuda_rmsnorm_forms_supported(d)) {
-        fprintf(stderr, "di_cuda_rmsnorm_forms: rows of %lld values not supported\n", (long long)d);
+    if (!di_cuda_rmsnorm_forms_supported(d) || ((uintptr_t)x | (uintptr_t)y | (uintptr_t)y_bf16 | (uintptr_t)y_qbf16) % 16) {
+        fprintf(stderr, "di_cuda_rmsnorm_forms: rows of %lld values (or unaligned rows) not supported\n", (long long)d);
         abort();
     }
-    norm_job job = {x, w_bf16, d, y, nullptr, nullptr, norm_rope_quant{}};
-    job.yb = y_bf16;
-    job.yqb = y_qbf16;
-    if (d <= NORM_THREADS * NORM_PER)
-        rmsnorm_kernel<NORM_PER><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
-    else
-        rmsnorm_kernel<0><<<(unsigned)m, NORM_THREADS, 0, s>>>(job, job, (unsigned)m, eps);
+    rmsnorm_forms_kernel<<<(unsigned)m, NORM_THREADS, 0, s>>>(x, w_bf16, d, eps, y, y_bf16, y_qbf16);
     DI_CUDA_LAUNCHED();
 }
 
