@@ -164,8 +164,8 @@ struct wg_second {
 
 /* xb: [rows][lda] bf16 (act_quant_bf16_kernel's, or bf16 activations); y [rows][ldy] (or part[ks]),
  * rounded to bf16 where out_bf16 (and K unsplit). GATHER: the token rows through grp.x_rows (an
- * instantiation of its own: the row pointers' producer code in every kernel made all of them 3-7%
- * slower at B = 256 -- the producer's issue slots are the consumers') */
+ * instantiation of its own: the row offsets' producer code as a runtime branch made every
+ * instantiation 3-7% slower at B = 256 -- the producer's issue slots are the consumers') */
 template <int WT, int BT, int NC, bool GATHER>
 __global__ void __launch_bounds__(wg_layout<WT, BT, NC>::THREADS, wg_layout<WT, BT, NC>::CTAS_PER_SM)
 wg_gemm_kernel(const uint16_t *__restrict__ xb, int64_t lda, int64_t M, int64_t N, int64_t K,
