@@ -528,19 +528,16 @@ extern "C" void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x) {
         if (ctx->act_forms[i].x == x) ctx->act_forms[i].x = NULL;
 }
 
-/* the noted forms of x [rows, K] (rows < 0: any rows -- the buffer a row list points into), or NULL */
-static const di_cuda_act_forms *act_forms_lookup(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K) {
+/* the noted forms of x [rows, K] (rows < 0: any rows -- the buffer a row list points into), or NULL;
+ * noted_rows (or NULL): the rows they cover */
+static const di_cuda_act_forms *act_forms_lookup(const di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K,
+                                                 int64_t *noted_rows = nullptr) {
     for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
-        if (ctx->act_forms[i].x == x && (rows < 0 || ctx->act_forms[i].rows == rows) && ctx->act_forms[i].K == K)
+        if (ctx->act_forms[i].x == x && (rows < 0 || ctx->act_forms[i].rows == rows) && ctx->act_forms[i].K == K) {
+            if (noted_rows) *noted_rows = ctx->act_forms[i].rows;
             return &ctx->act_forms[i].forms;
+        }
     return NULL;
-}
-
-/* the rows x's noted forms cover (K wide), or 0 */
-static int64_t act_forms_rows(const di_cuda_ctx *ctx, const float *x, int64_t K) {
-    for (int i = 0; x && i < DI_CUDA_ACT_FORMS_SLOTS; i++)
-        if (ctx->act_forms[i].x == x && ctx->act_forms[i].K == K) return ctx->act_forms[i].rows;
-    return 0;
 }
 
 extern "C" int di_group_tiles_cap(int bt, int n_groups, int64_t rows, int64_t max_rows) {
@@ -683,11 +680,12 @@ static void linear_mma_sets(di_cuda_ctx *ctx, const di_weight *shape, int n_mats
     float *xsc = wg ? NULL : (float *)(xq + q_bytes); /* [rows, K/32]; wgmma's values carry their scales */
     /* x's forms made by its producer; through a row list its digits (the int8 twin) or its bf16
      * values (the wgmma pair launch, below) are read in place */
-    const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K);
+    int64_t made_rows = 0;
+    const di_cuda_act_forms *made = act_forms_lookup(ctx, x, x_rows ? -1 : rows, K, &made_rows);
     const float *const *digit_rows = NULL; /* the int8 twin reads made's digits through x_rows */
     const bool wg_pair = wg && n_mats == 2 && wdata_g && ksplit == 1;
     const bool wg_gather = /* the FP4 kernels alone have a gathering instantiation (the routed experts') */
-        wg_pair && fp4 && x_rows && made && made->qbf16 && act_forms_rows(ctx, x, K) * K <= INT32_MAX;
+        wg_pair && fp4 && x_rows && made && made->qbf16 && made_rows * K <= INT32_MAX;
     if (wg && made && made->qbf16 && (!x_rows || wg_gather)) xq = (uint8_t *)made->qbf16;
     else if (wg) di_cuda_act_quant_bf16(x, x_rows, nb, rows * nb, (uint16_t *)xq, s);
     else if (imma && made && made->digits) xq = made->digits, xsc = made->digit_scale, digit_rows = x_rows;

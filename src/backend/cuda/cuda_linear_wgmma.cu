@@ -480,7 +480,8 @@ static void wg_launch_kernel(const uint16_t *xb, int64_t lda, int64_t max_rows, 
     DI_CUDA_LAUNCHED();
 }
 
-/* the kernel with rows through grp.x_rows: FP4 weights alone (the routed experts' w1 / w3) */
+/* the kernel with rows through grp.x_rows: FP4 weights alone (the routed experts' w1 / w3; di_wg_gemm
+ * refuses the others) */
 template <int WT, int BT, int NC>
 static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t N, int64_t K, const uint8_t *wdata,
                       const uint8_t *wscale, float *y, int64_t ldy, const mm_groups &grp, unsigned slots, int64_t rows,
@@ -491,10 +492,6 @@ static void wg_launch(const uint16_t *xb, int64_t lda, int64_t max_rows, int64_t
                                                split_blocks, part, s, second, out_bf16);
             return;
         }
-    }
-    if (grp.x_rows) { /* a caller's bug */
-        fprintf(stderr, "di_wg_gemm: rows through a list need FP4 weights\n");
-        abort();
     }
     wg_launch_kernel<WT, BT, NC, false>(xb, lda, max_rows, N, K, wdata, wscale, y, ldy, grp, slots, rows, ksplit,
                                         split_blocks, part, s, second, out_bf16);
@@ -572,8 +569,8 @@ void di_wg_gemm(bool fp4, const uint16_t *xb, int64_t lda, int64_t max_rows, int
         fprintf(stderr, "di_wg_gemm: a second weight set needs row_off groups without a K split\n");
         abort();
     }
-    if (grp_in.x_rows && (!grp_in.row_off || !grp_in.x_base || lda != K)) { /* a caller's bug */
-        fprintf(stderr, "di_wg_gemm: rows through a list need row_off groups over a [rows, K] form\n");
+    if (grp_in.x_rows && (!fp4 || !grp_in.row_off || !grp_in.x_base || lda != K)) { /* a caller's bug */
+        fprintf(stderr, "di_wg_gemm: rows through a list need FP4 weights in row_off groups over a [rows, K] form\n");
         abort();
     }
     const wg_second second = {wdata_b, wscale_b, y_b, 0};

@@ -165,7 +165,7 @@ static void hc_sublayer_in(gpu_fwd *f, const float *X, const void *fn, const flo
         hc_mixes(f, X, fn, scale, base, pre_out, post, comb);
         if (tmp) di_cuda_hc_pre(X, f->R, n, D, p_in, tmp, f->s);
         const float *normed = pre_mixed ? pre_mixed : tmp;
-        if (yq && (yq->bf16 || yq->qbf16)) { /* sub_in_forms_past_fused's */
+        if (yq && (yq->bf16 || yq->qbf16)) { /* the forms block() asks of the norm past the fused rows */
             di_cuda_rmsnorm_forms(normed, norm, f->R, D, eps, sub_in, yq->bf16, yq->qbf16, f->s);
             sub_in_codes_made(f, sub_in, yq);
         } else {
@@ -266,7 +266,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     /* past the fused input's rows the norm makes sub_in's bf16 bits and act_quant values as bf16 (the
      * wgmma and cuBLAS linears' operands: q / kv, the shared and routed experts; the bf16 linears':
      * compressor, index weights, router), so that none of them converts sub_in itself */
-    const bool forms_past_fused = !quant_in && D % 32 == 0 && !f->cx->exact && di_cuda_rmsnorm_forms_supported(D);
+    const bool forms_past_fused = !quant_in && !f->cx->exact && di_cuda_rmsnorm_forms_supported(D);
     if (forms_past_fused) {
         sub_q.bf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D);  /* [R, D] */
         sub_q.qbf16 = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * D); /* [R, D] */
