@@ -238,6 +238,10 @@ void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_
     float *h = di_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
     gpu_download(f, h, dev, sizeof(float) * (size_t)n);
     f->b->debug_fn(f->b->debug_user, name, layer, h, n);
+    /* the hook may have replaced the values (test_fixture_debug feeds each sublayer the reference's
+     * input): forms a producer made of the old ones (act_quant codes, bf16 bits) are stale then, and
+     * the readers convert the new ones themselves */
+    di_cuda_act_forms_forget(f->cx, dev);
     GPU_CK(cudaMemcpyAsync(dev, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, f->s));
     GPU_CK(cudaStreamSynchronize(f->s));
     free(h);
