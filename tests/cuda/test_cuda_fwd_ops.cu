@@ -1912,13 +1912,15 @@ static void test_linear_bf16w8(int64_t m, int64_t K, int64_t rank, int G) {
     for (int64_t i = 0; i < m * lda; i++) x[i] = di_bf16_round(x[i]); /* attention outputs are bf16 */
     float *dx = (float *)dev_upload(x, 4 * m * lda), *dy = (float *)dev_poisoned(4 * m * ldy);
     g_cx.wgmma = true;
-    if (di_cuda_wgmma_taken(&g_cx, false, K, m)) {
+    /* past the decode twin's rows (which take the call whatever the wgmma setting) */
+    const bool tiled = di_cuda_linear_bf16w8_reads_bf16(&g_cx, &c.dw, rank, G, m) && di_cuda_wgmma_taken(&g_cx, false, K, m);
+    if (tiled) {
         di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
         dev_download(got, dy, 4 * m * ldy);
         check_bf16w8("linear_bf16w8 wgmma", c, x, got, m, K, rank, G);
     }
     /* and on cuBLAS's BF16 GEMM (a strided batch of the groups; DI_CUDA_BLAS_MIN_ROWS lowered to one) */
-    if (di_cuda_wgmma_taken(&g_cx, false, K, m)) {
+    if (tiled) {
         const int64_t before = g_cx.counts.blas;
         g_cx.blas_rows = 1;
         di_cuda_linear_bf16w8(&g_cx, &c.dw, rank, G, dx, lda, m, dy, ldy, NULL);
