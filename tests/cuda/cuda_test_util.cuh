@@ -71,6 +71,26 @@ static void dev_download(void *h, const void *d, size_t bytes) {
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
+/* d [n] <- n floats on the bf16 grid as their bf16 bits (the mHC stream's form: exact) */
+static void dev_copy_bf16(uint16_t *d, const float *x, int64_t n) {
+    uint16_t *h = (uint16_t *)malloc(2 * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) h[i] = di_f32_to_bf16(x[i]);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(d, h, 2 * (size_t)n, cudaMemcpyHostToDevice));
+    free(h);
+}
+static uint16_t *dev_upload_bf16(const float *x, int64_t n) {
+    uint16_t *d = (uint16_t *)dev_poisoned(2 * (size_t)n);
+    dev_copy_bf16(d, x, n);
+    return d;
+}
+/* h [n] <- n bf16 values on the device, widened */
+static void dev_download_bf16(float *h, const uint16_t *d, int64_t n) {
+    uint16_t *b = (uint16_t *)malloc(2 * (size_t)(n ? n : 1));
+    dev_download(b, d, 2 * (size_t)n);
+    for (int64_t i = 0; i < n; i++) h[i] = di_bf16_to_f32(b[i]);
+    free(b);
+}
 
 /* Prints the device line; false, after "SKIPPED: no CUDA device", where there is none. */
 static bool cuda_test_device(void) {

@@ -515,10 +515,11 @@ static void test_embed(int64_t V, int64_t R, int n, int64_t D) {
     }
     uint16_t *dt = (uint16_t *)dev_upload(table, 2 * V * D);
     int32_t *dtok = (int32_t *)dev_upload(tok, 4 * R);
-    float *dX = (float *)dev_poisoned(4 * R * n * D), *dpre = (float *)dev_poisoned(4 * R * n);
+    uint16_t *dX = (uint16_t *)dev_poisoned(2 * R * n * D); /* [R, n, D] bf16 */
+    float *dpre = (float *)dev_poisoned(4 * R * n);
     di_cuda_embed(dt, dtok, R, n, D, dX, dpre, 0);
     float *gX = (float *)malloc(4 * R * n * D), *gpre = (float *)malloc(4 * R * n);
-    dev_download(gX, dX, 4 * R * n * D);
+    dev_download_bf16(gX, dX, R * n * D);
     dev_download(gpre, dpre, 4 * R * n);
     char shape[64];
     snprintf(shape, sizeof shape, "V=%lld R=%lld n=%d D=%lld", (long long)V, (long long)R, n, (long long)D);
@@ -539,7 +540,8 @@ static void test_hc_mean(int64_t R, int n, int64_t D, int ntargets, int target) 
             for (int i = 0; i < n; i++) s += X[(r * n + i) * D + k];
             ref[r * W + target * D + k] = di_bf16_round(s / (float)n);
         }
-    float *dX = (float *)dev_upload(X, 4 * R * n * D), *dout = (float *)dev_poisoned(4 * R * W);
+    uint16_t *dX = dev_upload_bf16(X, R * n * D); /* fill_wide's values are on the bf16 grid */
+    float *dout = (float *)dev_poisoned(4 * R * W);
     di_cuda_hc_mean(dX, R, n, D, dout + target * D, W, 0);
     dev_download(got, dout, 4 * R * W);
     char shape[64];
@@ -1063,10 +1065,10 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     for (int64_t i = 0; i < n * D; i++) qk[i] = rnd_moderate(1.0f) * rnd_moderate(0.25f); /* q_weight * k_weight */
     memcpy(ref, X, 4 * R * n * D);
     di_cpu_engram_gate(ref, kv, qk, R, n, D, eps, isd);
-    float *dX = (float *)dev_upload(X, 4 * R * n * D), *dkv = (float *)dev_upload(kv, 4 * R * (n + 1) * D);
-    float *dqk = (float *)dev_upload(qk, 4 * n * D);
+    uint16_t *dX = dev_upload_bf16(X, R * n * D); /* the stream, bf16 (X is on the grid) */
+    float *dkv = (float *)dev_upload(kv, 4 * R * (n + 1) * D), *dqk = (float *)dev_upload(qk, 4 * n * D);
     di_cuda_engram_gate(dX, dkv, dqk, R, n, D, eps, isd, 0);
-    dev_download(got, dX, 4 * R * n * D);
+    dev_download_bf16(got, dX, R * n * D);
     char shape[64];
     snprintf(shape, sizeof shape, "R=%lld n=%d D=%lld", (long long)R, n, (long long)D);
     compare("engram_gate", shape, got, ref, R * n * D, "exact(mod)");
@@ -1076,16 +1078,16 @@ static void test_engram_gate(int64_t R, int n, int64_t D) {
     fill_wide(kv, R * (n + 1) * D, 1.0f);
     CK(cudaMemcpy(dkv, kv, 4 * R * (n + 1) * D, cudaMemcpyHostToDevice));
     float *one = (float *)malloc(4 * R * n * D);
-    CK(cudaMemcpy(dX, X, 4 * R * n * D, cudaMemcpyHostToDevice));
+    dev_copy_bf16(dX, X, R * n * D);
     for (int64_t r = 0; r < R; r++)
         di_cuda_engram_gate(dX + r * n * D, dkv + r * (n + 1) * D, dqk, 1, n, D, eps, isd, 0);
-    dev_download(one, dX, 4 * R * n * D);
+    dev_download_bf16(one, dX, R * n * D);
     static const int64_t ms[] = {3, 8, 17};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) {
         const int64_t m = ms[k] < R ? ms[k] : R, off = R - m;
-        CK(cudaMemcpy(dX, X, 4 * R * n * D, cudaMemcpyHostToDevice));
+        dev_copy_bf16(dX, X, R * n * D);
         di_cuda_engram_gate(dX + off * n * D, dkv + off * (n + 1) * D, dqk, m, n, D, eps, isd, 0);
-        dev_download(got, dX, 4 * R * n * D);
+        dev_download_bf16(got, dX, R * n * D);
         snprintf(shape, sizeof shape, "R=%lld n=%d D=%lld (alone vs batch)", (long long)m, n, (long long)D);
         compare("engram_gate batch", shape, got + off * n * D, one + off * n * D, m * n * D, "batch-inv");
     }

@@ -947,7 +947,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     for (int64_t i = 0; i < (int64_t)nm * n * d; i++) fn[i] = rnd_normalish() * 0.02f;
     float *mix_ref = (float *)malloc(4 * T * nm), *mix_got = (float *)malloc(4 * T * nm);
     for (int64_t t = 0; t < T; t++) di_cpu_hc_mix_logits(x + t * n * d, n, d, fn, 1e-6f, mix_ref + t * nm);
-    float *dx = (float *)dev_upload(x, 4 * T * n * d), *dfn = (float *)dev_upload(fn, 4 * (size_t)nm * n * d);
+    uint16_t *dx = dev_upload_bf16(x, T * n * d); /* the stream [T, n, d] bf16 (x is on the grid) */
+    float *dfn = (float *)dev_upload(fn, 4 * (size_t)nm * n * d);
     float *dmix = (float *)dev_poisoned(4 * T * nm);
     di_cuda_hc_mix_logits(dx, T, n, d, dfn, 1e-6f, dmix, NULL, 0);
     dev_download(mix_got, dmix, 4 * T * nm);
@@ -989,17 +990,18 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     for (int64_t t = 0; t < T; t++)
         di_cpu_hc_post(y + t * d, x + t * n * d, n, d, post_r + t * n, comb_r + t * n * n, post_out_r + t * n * d);
     float *dy = (float *)dev_upload(y, 4 * T * d), *dpostr = (float *)dev_upload(post_r, 4 * T * n),
-          *dcombr = (float *)dev_upload(comb_r, 4 * T * n * n), *dout = (float *)dev_poisoned(4 * T * n * d);
+          *dcombr = (float *)dev_upload(comb_r, 4 * T * n * n);
+    uint16_t *dout = (uint16_t *)dev_poisoned(2 * T * n * d); /* [T, n, d] bf16 */
     di_cuda_hc_post(dy, dx, T, n, d, dpostr, dcombr, dout, 0);
-    dev_download(post_out_g, dout, 4 * T * n * d);
+    dev_download_bf16(post_out_g, dout, T * n * d);
     compare("hc_post", shape, post_out_g, post_out_r, T, n * d, CRIT_EXACT);
     { /* hc_post with the pre-mix of its output in the same launch: hc_post's and hc_pre's bits */
-        float *dout2 = (float *)dev_poisoned(4 * T * n * d), *dpm = (float *)dev_poisoned(4 * T * d),
-              *dpm_ref = (float *)dev_poisoned(4 * T * d), *got = (float *)malloc(4 * T * n * d),
-              *ref = (float *)malloc(4 * T * d);
+        uint16_t *dout2 = (uint16_t *)dev_poisoned(2 * T * n * d);
+        float *dpm = (float *)dev_poisoned(4 * T * d), *dpm_ref = (float *)dev_poisoned(4 * T * d),
+              *got = (float *)malloc(4 * T * n * d), *ref = (float *)malloc(4 * T * d);
         di_cuda_hc_post_pre(dy, dx, T, n, d, dpostr, dcombr, dout2, dprer, dpm, 0);
         di_cuda_hc_pre(dout, T, n, d, dprer, dpm_ref, 0);
-        dev_download(got, dout2, 4 * T * n * d);
+        dev_download_bf16(got, dout2, T * n * d);
         compare("hc_post_pre.out", shape, got, post_out_r, T, n * d, CRIT_EXACT);
         dev_download(got, dpm, 4 * T * d);
         dev_download(ref, dpm_ref, 4 * T * d);
@@ -1010,9 +1012,9 @@ static void test_mhc(int64_t T, int n, int64_t d) {
     { /* y as the MoE's combine of K slots made by that launch: the bits of combining first (any T) */
         for (int K = 1; K <= 6; K += 5) {
             combine_operands co = combine_operands_make(T, K, d);
-            float *dyc = (float *)dev_poisoned(4 * T * d), *o1 = (float *)dev_poisoned(4 * T * n * d),
-                  *o2 = (float *)dev_poisoned(4 * T * n * d), *m1 = (float *)dev_poisoned(4 * T * d),
+            float *dyc = (float *)dev_poisoned(4 * T * d), *m1 = (float *)dev_poisoned(4 * T * d),
                   *m2 = (float *)dev_poisoned(4 * T * d);
+            uint16_t *o1 = (uint16_t *)dev_poisoned(2 * T * n * d), *o2 = (uint16_t *)dev_poisoned(2 * T * n * d);
             const di_cuda_hc_post_ops ops = {NULL, dx, dpostr, dcombr, o2, co.rows, co.order, co.shared, K};
             char name[64];
             snprintf(name, sizeof name, "hc_post_combine_pre K=%d", K);
@@ -1021,8 +1023,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                 di_cuda_hc_post_pre(dyc, dx, T, n, d, dpostr, dcombr, o1, dprer, m1, 0);
                 di_cuda_hc_post_combine_pre(&ops, T, n, d, dprer, m2, 0);
                 float *a = (float *)malloc(4 * T * n * d), *b = (float *)malloc(4 * T * n * d);
-                dev_download(a, o1, 4 * T * n * d);
-                dev_download(b, o2, 4 * T * n * d);
+                dev_download_bf16(a, o1, T * n * d);
+                dev_download_bf16(b, o2, T * n * d);
                 compare(name, shape, b, a, T, n * d, CRIT_EXACT);
                 dev_download(a, m1, 4 * T * d);
                 dev_download(b, m2, 4 * T * d);
@@ -1090,7 +1092,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
         }
         /* hc_post fused into the next input's mix sums: the stream and the input as the two separate steps
          * make them (dout: hc_post's, dnorm etc.: recomputed from it below) */
-        const di_cuda_hc_post_ops ops = {dy, dx, dpostr, dcombr, (float *)dev_poisoned(4 * T * n * d)};
+        const di_cuda_hc_post_ops ops = {dy, dx, dpostr, dcombr, (uint16_t *)dev_poisoned(2 * T * n * d)};
         if (di_cuda_hc_post_block_in_supported(&ops, T, n, d)) {
             di_cuda_hc_block_in(dout, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre, dpost, dcomb,
                                 dnorm, NULL, ws, 0);
@@ -1098,7 +1100,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                                      dcomb2, dy2, NULL, ws, 0);
             compare_outputs("hc_post_block_in");
             float *so = (float *)malloc(4 * T * n * d);
-            dev_download(so, ops.out, 4 * T * n * d);
+            dev_download_bf16(so, ops.out, T * n * d);
             compare("hc_post_block_in.stream", shape, so, post_out_r, T, n * d, CRIT_EXACT);
             /* y as the MoE's combine of 6 slots, made by the fused kernel: the same as combining first */
             const int K = 6;
@@ -1108,7 +1110,7 @@ static void test_mhc(int64_t T, int n, int64_t d) {
             di_cuda_hc_post_ops by_y = ops, by_comb = ops;
             by_y.y = dyc;
             by_comb.y = NULL, by_comb.slot_rows = co.rows, by_comb.order = co.order, by_comb.shared = co.shared, by_comb.K = K;
-            float *out2 = (float *)dev_poisoned(4 * T * n * d);
+            uint16_t *out2 = (uint16_t *)dev_poisoned(2 * T * n * d);
             by_comb.out = out2;
             if (di_cuda_hc_post_block_in_supported(&by_comb, T, n, d)) {
                 di_cuda_hc_post_block_in(&by_y, T, n, d, dfn, 1e-6f, dscale, dbase, 20, 1e-6f, dprer, dw, dpre, dpost,
@@ -1117,8 +1119,8 @@ static void test_mhc(int64_t T, int n, int64_t d) {
                                          dpost2, dcomb2, dy2, NULL, ws, 0);
                 compare_outputs("hc_post(combine)_block_in");
                 float *s1 = (float *)malloc(4 * T * n * d);
-                dev_download(so, by_y.out, 4 * T * n * d);
-                dev_download(s1, out2, 4 * T * n * d);
+                dev_download_bf16(so, by_y.out, T * n * d);
+                dev_download_bf16(s1, out2, T * n * d);
                 compare("hc_post(combine)_block_in.stream", shape, s1, so, T, n * d, CRIT_EXACT);
                 free(s1);
             }

@@ -86,6 +86,21 @@ static __device__ __forceinline__ uint2 di_dev_bf16x4_bits(float4 v) {
 static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
     return __uint_as_float((uint32_t)*p << 16);
 }
+/* four bf16 values at p (8-byte aligned) as floats, the lowest address first */
+static __device__ __forceinline__ float4 di_dev_bf16x4_load(const uint16_t *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+/* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
+static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+/* four floats that are bf16 values (di_dev_bf16_round's results) as their bits, in memory order: the
+ * high halves, no second rounding (an 8-byte store) */
+static __device__ __forceinline__ uint2 di_dev_bf16x4_of_exact(float4 v) {
+    return make_uint2(di_bf16x2_of_exact(v.x, v.y), di_bf16x2_of_exact(v.z, v.w));
+}
 
 /* ---- e8m0 scale byte ---- */
 static __device__ __forceinline__ float di_dev_e8m0(uint8_t b) {

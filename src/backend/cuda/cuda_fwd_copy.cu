@@ -65,22 +65,22 @@ extern "C" void di_cuda_copy_strided(float *dst, int64_t dpitch, const float *sr
     DI_CUDA_LAUNCHED();
 }
 
-/* block per (r, copy i): X [R, n, D] row (r, i) = bf16 table row tokens[r]; pre [R, n] one-hot */
+/* block per (r, copy i): X [R, n, D] bf16 row (r, i) = table row tokens[r]; pre [R, n] one-hot */
 __global__ void __launch_bounds__(COPY_THREADS)
 embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tokens, int n, int64_t D,
-             float *__restrict__ X, float *__restrict__ pre) {
+             uint16_t *__restrict__ X, float *__restrict__ pre) {
     DI_PDL_BEGIN();
     const int64_t ri = blockIdx.x; /* r * n + i */
     const int64_t r = ri / n;
     const int i = (int)(ri % n);
     const uint16_t *e = table + (int64_t)tokens[r] * D; /* [D] bf16 bits */
-    float *x = X + ri * D;
-    for (int64_t k = threadIdx.x; k < D; k += COPY_THREADS) x[k] = di_dev_bf16_load(e + k);
+    uint16_t *x = X + ri * D;
+    for (int64_t k = threadIdx.x; k < D; k += COPY_THREADS) x[k] = e[k];
     if (threadIdx.x == 0) pre[ri] = i == 0 ? 1.0f : 0.0f;
 }
 
 extern "C" void di_cuda_embed(const uint16_t *table, const int32_t *tokens, int64_t R, int n, int64_t D,
-                              float *X, float *pre, cudaStream_t s) {
+                              uint16_t *X, float *pre, cudaStream_t s) {
     if (R <= 0 || n <= 0) return;
     embed_kernel<<<(unsigned)(R * n), COPY_THREADS, 0, s>>>(table, tokens, n, D, X, pre);
     DI_CUDA_LAUNCHED();
@@ -88,18 +88,18 @@ extern "C" void di_cuda_embed(const uint16_t *table, const int32_t *tokens, int6
 
 /* block per row r: out[r * stride + k] = bf16((X[r, 0, k] + ... + X[r, n-1, k]) / n), fp32 */
 __global__ void __launch_bounds__(COPY_THREADS)
-hc_mean_kernel(const float *__restrict__ X, int n, int64_t D, float *__restrict__ out, int64_t out_stride) {
+hc_mean_kernel(const uint16_t *__restrict__ X, int n, int64_t D, float *__restrict__ out, int64_t out_stride) {
     DI_PDL_BEGIN();
     const int64_t r = blockIdx.x;
-    const float *x = X + r * n * D; /* [n, D] */
+    const uint16_t *x = X + r * n * D; /* [n, D] bf16 */
     for (int64_t k = threadIdx.x; k < D; k += COPY_THREADS) {
         float s = 0.0f;
-        for (int i = 0; i < n; i++) s += x[i * D + k];
+        for (int i = 0; i < n; i++) s += di_dev_bf16_load(x + i * D + k);
         out[r * out_stride + k] = di_dev_bf16_round(s / (float)n);
     }
 }
 
-extern "C" void di_cuda_hc_mean(const float *X, int64_t R, int n, int64_t D, float *out, int64_t out_stride,
+extern "C" void di_cuda_hc_mean(const uint16_t *X, int64_t R, int n, int64_t D, float *out, int64_t out_stride,
                                 cudaStream_t s) {
     if (R <= 0 || D <= 0) return;
     hc_mean_kernel<<<(unsigned)R, COPY_THREADS, 0, s>>>(X, n, D, out, out_stride);

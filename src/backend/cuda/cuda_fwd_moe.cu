@@ -485,21 +485,22 @@ static __device__ double gate_block_sum(double v, double *red) {
 
 /* block per (r, i) of X [R, n, D]: the gate g from x, key_i, qk_i; then x += g * value, bf16 */
 __global__ void __launch_bounds__(GATE_THREADS)
-engram_gate_kernel(float *__restrict__ X, const float *__restrict__ kv, const float *__restrict__ qk, int n,
+engram_gate_kernel(uint16_t *__restrict__ X, const float *__restrict__ kv, const float *__restrict__ qk, int n,
                    int64_t D, float eps, float inv_sqrt_d) {
     DI_PDL_BEGIN();
     __shared__ double red[GATE_THREADS / 32];
     const int64_t ri = blockIdx.x, r = ri / n;
     const int i = (int)(ri % n);
-    float *x = X + ri * D;                                     /* [D] bf16 */
+    uint16_t *x = X + ri * D;                                  /* [D] bf16 bits */
     const float *key = kv + r * (n + 1) * D + (int64_t)i * D;  /* [D] bf16 */
     const float *value = kv + r * (n + 1) * D + (int64_t)n * D; /* [D] bf16 */
     const float *w = qk + (int64_t)i * D;                      /* [D] */
     double sx = 0.0, sk = 0.0, dot = 0.0;
     for (int64_t d = threadIdx.x; d < D; d += GATE_THREADS) {
-        sx += (double)x[d] * x[d];
+        const float xd = di_dev_bf16_load(x + d);
+        sx += (double)xd * xd;
         sk += (double)key[d] * key[d];
-        dot += (double)(x[d] * w[d] * key[d]);
+        dot += (double)(xd * w[d] * key[d]);
     }
     sx = gate_block_sum(sx, red);
     sk = gate_block_sum(sk, red);
@@ -509,10 +510,11 @@ engram_gate_kernel(float *__restrict__ X, const float *__restrict__ kv, const fl
     float g = (float)dot * (rx * rk) * inv_sqrt_d;
     g = copysignf(sqrtf(fmaxf(fabsf(g), 1e-6f)), g);
     g = 1.0f / (1.0f + di_dev_expf(-g));
-    for (int64_t d = threadIdx.x; d < D; d += GATE_THREADS) x[d] = di_dev_bf16_round(x[d] + g * value[d]);
+    for (int64_t d = threadIdx.x; d < D; d += GATE_THREADS)
+        x[d] = (uint16_t)di_dev_bf16_bits(di_dev_bf16_load(x + d) + g * value[d]);
 }
 
-extern "C" void di_cuda_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D,
+extern "C" void di_cuda_engram_gate(uint16_t *X, const float *kv, const float *qk, int64_t R, int n, int64_t D,
                                     float eps, float inv_sqrt_d, cudaStream_t s) {
     if (R <= 0 || n <= 0) return;
     engram_gate_kernel<<<(unsigned)(R * n), GATE_THREADS, 0, s>>>(X, kv, qk, n, D, eps, inv_sqrt_d);

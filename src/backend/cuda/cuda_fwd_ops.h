@@ -32,13 +32,14 @@ void di_cuda_copy_rows(float *const *dst, const float *const *src, int64_t n, in
  * kernel, not a 2D copy (a graph's 2D copy nodes cannot be updated to another height) */
 void di_cuda_copy_strided(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t width,
                           int64_t rows, cudaStream_t s);
-/* X [R, n, D] = n copies of bf16 row tokens[r] of table [V, D] (bf16 bits); pre [R, n] = one-hot
- * copy 0 (forward.c, di_forward's embedding loop). tokens [R] device. */
+/* X [R, n, D] bf16 (the stream, cuda_ops.h mHC) = n copies of bf16 row tokens[r] of table [V, D]
+ * (bf16 bits); pre [R, n] = one-hot copy 0 (forward.c, di_forward's embedding loop). tokens [R]
+ * device. */
 void di_cuda_embed(const uint16_t *table, const int32_t *tokens, int64_t R, int n, int64_t D,
-                   float *X, float *pre, cudaStream_t s);
-/* out[r * out_stride + k] = bf16((sum_i X[r, i, k]) / n), the fp32 sum in i order
+                   uint16_t *X, float *pre, cudaStream_t s);
+/* out[r * out_stride + k] = bf16((sum_i X[r, i, k]) / n), the fp32 sum in i order, X bf16
  * (forward.c capture_target) */
-void di_cuda_hc_mean(const float *X, int64_t R, int n, int64_t D, float *out, int64_t out_stride,
+void di_cuda_hc_mean(const uint16_t *X, int64_t R, int n, int64_t D, float *out, int64_t out_stride,
                      cudaStream_t s);
 /* x[i] = bf16(x[i] * scale) for i < n (the indexer's head-weight scale) */
 void di_cuda_scale_bf16(float *x, int64_t n, float scale, cudaStream_t s);
@@ -353,13 +354,13 @@ void di_cuda_moe_combine(const float *const *slot_rows, const int32_t *order, co
  * (engram.c); table [T, hd] e4m3 bytes, scale [T, hd / 32] e8m0 bytes, rows [R, ncols] int64 */
 void di_cuda_engram_gather(const uint8_t *table, const uint8_t *scale, const int64_t *rows,
                            int64_t R, int ncols, int hd, float *e, cudaStream_t s);
-/* Engram gate, in place on X [R, n, D] (engram.c di_fwd_engram): per (r, i)
+/* Engram gate, in place on the stream X [R, n, D] bf16 (engram.c di_fwd_engram): per (r, i)
  *   sx = sum x^2, sk = sum key^2, dot = sum (double)(x * qk_i * key) (doubles, k order on the
  *   CPU; a fixed tree here), rx = 1/sqrtf((float)(sx/D) + eps), rk likewise,
  *   g = (float)dot * (rx * rk) * inv_sqrt_d, g = sigmoid(copysignf(sqrtf(fmaxf(|g|, 1e-6)), g)),
  *   x = bf16(x + g * value)
  * kv [R, (n + 1) * D]: n keys then the value; qk [n, D]. */
-void di_cuda_engram_gate(float *X, const float *kv, const float *qk, int64_t R, int n, int64_t D,
+void di_cuda_engram_gate(uint16_t *X, const float *kv, const float *qk, int64_t R, int n, int64_t D,
                          float eps, float inv_sqrt_d, cudaStream_t s);
 
 /* ---- sampling (cuda_sample.cu) ---- */

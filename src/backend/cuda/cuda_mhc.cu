@@ -126,8 +126,10 @@ static __device__ void mix_stage_fn_values(double *fs, const float *fn, int64_t 
  * its own quads inside the sum loop ran B = 8 1.2 ms a step slower: a turn's loads waited for the
  * previous turn's stores (out may alias r as far as the compiler knows) on one warp of eight. */
 struct hc_post_src {
-    const float *y, *r, *post, *comb; /* [T, d], [T, n, d], [T, n], [T, n, n] */
-    float *out;                       /* [T, n, d]: the new stream, the x of the mix sums */
+    const float *y;                   /* [T, d] */
+    const uint16_t *r;                /* [T, n, d] bf16: the stream */
+    const float *post, *comb;         /* [T, n], [T, n, n] */
+    uint16_t *out;                    /* [T, n, d] bf16: the new stream, the x of the mix sums */
     int n;
     int d;
     /* POST == 2: y is the MoE's combine, made here (moe_combine4_kernel's sums; y unused) */
@@ -183,7 +185,7 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
             for (int i = 0; i < HC_MAX_N; i++)
                 if (i < p.n) {
                     c[u][i] = __ldg(ct + i * p.n + j);
-                    rv[u][i] = __ldg(reinterpret_cast<const float4 *>(p.r + tok * len + i * p.d + pos));
+                    rv[u][i] = di_dev_bf16x4_load(p.r + tok * len + i * p.d + pos);
                 }
             pj[u] = __ldg(p.post + tok * p.n + j);
             yv[u] = hc_post_y<COMBINE>(p, tok, pos);
@@ -203,7 +205,7 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
             const float4 o = make_float4(di_dev_bf16_round(pj[u] * yv[u].x + s.x), di_dev_bf16_round(pj[u] * yv[u].y + s.y),
                                          di_dev_bf16_round(pj[u] * yv[u].z + s.z), di_dev_bf16_round(pj[u] * yv[u].w + s.w));
             *reinterpret_cast<float4 *>(xs + tl * xstride + k) = o;
-            *reinterpret_cast<float4 *>(p.out + (tok0 + tl) * len + i0 + k) = o;
+            *reinterpret_cast<uint2 *>(p.out + (tok0 + tl) * len + i0 + k) = di_dev_bf16x4_of_exact(o);
         }
     }
 }
@@ -221,7 +223,7 @@ template <int NFT, bool V4, int POST>
 /* POST: one token group, 80 blocks at n = 4 -- one a multiprocessor, so ptxas may use more
  * registers (at two a multiprocessor these kernels spilled) */
 __global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : 2)
-hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
+hc_mix_part_kernel(const uint16_t *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
     extern __shared__ double mix_smem[];
     double *fs = mix_smem; /* [NFT * 8][mix_stride] */
@@ -244,7 +246,8 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     const int64_t t8 = tok0 + 8 * warp;      /* the warp's first */
     if (t8 >= T) return;                     /* whole warps */
     const bool live = tok < T;
-    const float *xr = POST ? xs + (live ? tok - tok0 : 0) * xstride : x + (live ? tok : 0) * len + i0;
+    const float *xsr = xs + (live ? tok - tok0 : 0) * xstride;   /* POST: the token's staged chunk */
+    const uint16_t *xr = x + (live ? tok : 0) * len + i0; /* else its chunk of the stream */
     double d[NFT][2], ss = 0.0;
 #pragma unroll
     for (int nt = 0; nt < NFT; nt++) d[nt][0] = d[nt][1] = 0.0;
@@ -252,13 +255,15 @@ hc_mix_part_kernel(const float *__restrict__ x, int64_t T, int64_t len, const fl
     for (int k0 = 0; k0 < cl; k0 += 16) {
         const int k = k0 + 4 * tq; /* this lane's four values */
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (V4) { /* len % 4 == 0 and x 16-byte aligned (or POST's rows in shared memory): cl % 4 == 0 too */
-            if (live && k < cl) v = *reinterpret_cast<const float4 *>(xr + k);
+        if (POST) { /* d % 4 == 0: cl % 4 == 0 too */
+            if (live && k < cl) v = *reinterpret_cast<const float4 *>(xsr + k);
+        } else if (V4) { /* len % 4 == 0 and x 8-byte aligned: cl % 4 == 0 too */
+            if (live && k < cl) v = di_dev_bf16x4_load(xr + k);
         } else if (live) {
-            v.x = k < cl ? xr[k] : 0.0f;
-            v.y = k + 1 < cl ? xr[k + 1] : 0.0f;
-            v.z = k + 2 < cl ? xr[k + 2] : 0.0f;
-            v.w = k + 3 < cl ? xr[k + 3] : 0.0f;
+            v.x = k < cl ? di_dev_bf16_load(xr + k) : 0.0f;
+            v.y = k + 1 < cl ? di_dev_bf16_load(xr + k + 1) : 0.0f;
+            v.z = k + 2 < cl ? di_dev_bf16_load(xr + k + 2) : 0.0f;
+            v.w = k + 3 < cl ? di_dev_bf16_load(xr + k + 3) : 0.0f;
         }
         const double xa[4] = {(double)v.x, (double)v.y, (double)v.z, (double)v.w};
 #pragma unroll
@@ -345,7 +350,7 @@ extern "C" size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d) {
 }
 
 template <int NFT, bool V4, int POST>
-static void mix_part_launch(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix,
+static void mix_part_launch(dim3 grid, const uint16_t *x, int64_t rows, int64_t len, const float *fn, int nmix,
                             int n_chunks, double *part, const hc_post_src &ps, cudaStream_t s) {
     static size_t attr_set; /* the largest dynamic shared memory set so far */
     const int64_t post_tokens = POST ? (rows < MIX_TOKENS ? rows : MIX_TOKENS) : 0;
@@ -359,7 +364,7 @@ static void mix_part_launch(dim3 grid, const float *x, int64_t rows, int64_t len
     DI_CUDA_LAUNCHED();
 }
 template <bool V4, int POST>
-static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const float *fn, int nmix, int n_chunks,
+static void mix_part(dim3 grid, const uint16_t *x, int64_t rows, int64_t len, const float *fn, int nmix, int n_chunks,
                      double *part, const hc_post_src &ps, cudaStream_t s) {
     switch (mix_fn_rows(nmix) / 8) { /* n = 1..8: nmix 3, 8, 15, 24, 35, 48, 63, 80 */
     case 1: mix_part_launch<1, V4, POST>(grid, x, rows, len, fn, nmix, n_chunks, part, ps, s); break;
@@ -382,11 +387,11 @@ static void mix_part(dim3 grid, const float *x, int64_t rows, int64_t len, const
 
 /* part [rows, nmix + 1, n_chunks] <- the chunk sums of x's rows t0 .. t0 + rows (one slice); with post
  * (x = post->out; di_cuda_hc_post_block_in_supported holds), x made first as hc_post of post's operands */
-static void mix_part_slice(const float *x, int64_t t0, int64_t rows, int n, int64_t d, const float *fn, double *part,
+static void mix_part_slice(const uint16_t *x, int64_t t0, int64_t rows, int n, int64_t d, const float *fn, double *part,
                            cudaStream_t s, const hc_post_src *post = nullptr) {
     const int nmix = n * (n + 2);
     const int64_t len = (int64_t)n * d, n_chunks = mix_chunks(n, d);
-    const bool v4 = len % 4 == 0 && (uintptr_t)x % 16 == 0;
+    const bool v4 = len % 4 == 0 && (uintptr_t)x % 8 == 0;
     const dim3 grid((unsigned)n_chunks, (unsigned)((rows + MIX_TOKENS - 1) / MIX_TOKENS));
     if (post) { /* one slice: the fused input's T <= HB_MAX_TOKENS */
         if (post->slot_rows) mix_part<true, 2>(grid, post->out, rows, len, fn, nmix, (int)n_chunks, part, *post, s);
@@ -405,7 +410,7 @@ static void hc_check_n(const char *who, int n) {
     }
 }
 
-extern "C" void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn,
+extern "C" void di_cuda_hc_mix_logits(const uint16_t *x, int64_t T, int n, int64_t d, const float *fn,
                                       float eps, float *mix, void *ws, cudaStream_t s) {
     if (T <= 0) return;
     hc_check_n("di_cuda_hc_mix_logits", n);
@@ -550,15 +555,21 @@ extern "C" void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, 
     DI_CUDA_LAUNCHED();
 }
 
-/* V consecutive k a thread (V = 4 where d % 4 == 0 and the rows are 16-byte aligned: one vector
- * access where there were four, and the index arithmetic once for four outputs), each output the
- * same expression in the same order as with V = 1. idx / dv in 32 bits where it fits. */
+/* V consecutive k a thread (V = 4 where d % 4 == 0 and the rows are aligned -- 16 bytes for floats,
+ * 8 for the bf16 stream: one vector access where there were four, and the index arithmetic once for
+ * four outputs), each output the same expression in the same order as with V = 1. idx / dv in 32
+ * bits where it fits. The stream's values go as bf16 bits: a store takes values already rounded to
+ * bf16 (their high halves). */
 template <int V>
 struct hc_vec;
 template <>
 struct hc_vec<1> {
     static __device__ __forceinline__ void load(const float *p, float (&v)[1]) { v[0] = *p; }
+    static __device__ __forceinline__ void load(const uint16_t *p, float (&v)[1]) { v[0] = di_dev_bf16_load(p); }
     static __device__ __forceinline__ void store(float *p, const float (&v)[1]) { *p = v[0]; }
+    static __device__ __forceinline__ void store(uint16_t *p, const float (&v)[1]) {
+        *p = (uint16_t)(__float_as_uint(v[0]) >> 16);
+    }
 };
 template <>
 struct hc_vec<4> {
@@ -566,8 +577,15 @@ struct hc_vec<4> {
         const float4 q = *reinterpret_cast<const float4 *>(p);
         v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
     }
+    static __device__ __forceinline__ void load(const uint16_t *p, float (&v)[4]) {
+        const float4 q = di_dev_bf16x4_load(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
     static __device__ __forceinline__ void store(float *p, const float (&v)[4]) {
         *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+    static __device__ __forceinline__ void store(uint16_t *p, const float (&v)[4]) {
+        *reinterpret_cast<uint2 *>(p) = di_dev_bf16x4_of_exact(make_float4(v[0], v[1], v[2], v[3]));
     }
 };
 /* (token, first k) of vector idx of the [T][d / V] grid */
@@ -577,7 +595,7 @@ static __device__ __forceinline__ void hc_split(int64_t idx, int64_t dv, bool sm
 }
 
 template <int V>
-__global__ void hc_pre_kernel(const float *__restrict__ x, int64_t T, int n, int64_t d,
+__global__ void hc_pre_kernel(const uint16_t *__restrict__ x, int64_t T, int n, int64_t d,
                               const float *__restrict__ p, float *__restrict__ out) {
     DI_PDL_BEGIN();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
@@ -585,7 +603,8 @@ __global__ void hc_pre_kernel(const float *__restrict__ x, int64_t T, int n, int
     int64_t tok, kv;
     hc_split(idx, dv, T * dv <= 0x7fffffff, &tok, &kv);
     const int64_t k = kv * V;
-    const float *xt = x + tok * n * d + k, *pt = p + tok * n;
+    const uint16_t *xt = x + tok * n * d + k;
+    const float *pt = p + tok * n;
     float s[V], xv[V];
 #pragma unroll
     for (int v = 0; v < V; v++) s[v] = 0.0f;
@@ -599,15 +618,15 @@ __global__ void hc_pre_kernel(const float *__restrict__ x, int64_t T, int n, int
     hc_vec<V>::store(out + tok * d + k, s);
 }
 
-/* the vector width for rows of d floats at these bases */
-static int hc_width(int64_t d, const void *a, const void *b, const void *c) {
-    return d % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0 ? 4 : 1;
+/* the vector width for rows of d values at these bases: f32 rows a, b, bf16 rows c, e */
+static int hc_width(int64_t d, const float *a, const float *b, const uint16_t *c, const uint16_t *e) {
+    return d % 4 == 0 && ((uintptr_t)a | (uintptr_t)b) % 16 == 0 && ((uintptr_t)c | (uintptr_t)e) % 8 == 0 ? 4 : 1;
 }
 
-extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p, float *out,
+extern "C" void di_cuda_hc_pre(const uint16_t *x, int64_t T, int n, int64_t d, const float *p, float *out,
                                cudaStream_t s) {
     if (T * d <= 0) return;
-    if (hc_width(d, x, out, out) == 4)
+    if (hc_width(d, out, out, x, x) == 4)
         hc_pre_kernel<4><<<(unsigned)((T * d / 4 + 255) / 256), 256, 0, s>>>(x, T, n, d, p, out);
     else
         hc_pre_kernel<1><<<(unsigned)((T * d + 255) / 256), 256, 0, s>>>(x, T, n, d, p, out);
@@ -645,7 +664,7 @@ extern "C" void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, cons
 
 template <int NC>
 __global__ void __launch_bounds__(HB_THREADS, 1)
-hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const float *__restrict__ p_in,
+hc_block_in_kernel(const uint16_t *__restrict__ x, int n_any, int64_t d, const float *__restrict__ p_in,
                    const uint16_t *__restrict__ w, float eps, const double *__restrict__ part, int n_chunks,
                    const float *__restrict__ scale, const float *__restrict__ base, int iters, float hc_eps,
                    float *pre_out, float *post, float *comb, float *__restrict__ y, di_cuda_act_forms yf) {
@@ -676,7 +695,8 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
     }
     /* hc_pre's inputs (NC: d <= HB_MAX_D, HB_PER values a thread of each of the n copies), loaded
      * first so that they land while A's sums run */
-    const float *xt = x + tok * len, *pt = p_in + tok * n;
+    const uint16_t *xt = x + tok * len;
+    const float *pt = p_in + tok * n;
     float xv[NC ? HB_PER : 1][NC ? NC : 1], pv[NC ? NC : 1];
     if (NC) {
 #pragma unroll
@@ -685,7 +705,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
         for (int u = 0; u < HB_PER; u++) {
             const int64_t k = t + (int64_t)u * HB_WORKERS;
 #pragma unroll
-            for (int i = 0; i < (NC ? NC : 1); i++) xv[u][i] = k < d ? xt[i * d + k] : 0.0f;
+            for (int i = 0; i < (NC ? NC : 1); i++) xv[u][i] = k < d ? di_dev_bf16_load(xt + i * d + k) : 0.0f;
         }
     }
     for (int j = warp; j < nmix; j += HB_WORKERS / 32) { /* A */
@@ -716,7 +736,7 @@ hc_block_in_kernel(const float *__restrict__ x, int n_any, int64_t d, const floa
             float sum = 0.0f;
 #pragma unroll
             for (int i = 0; i < HC_MAX_N; i++)
-                if (i < n) sum += pt[i] * xt[i * d + k];
+                if (i < n) sum += pt[i] * di_dev_bf16_load(xt + i * d + k);
             row_s[k] = di_dev_bf16_round(sum);
         }
     }
@@ -779,7 +799,7 @@ extern "C" bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d) {
 }
 
 /* the fused input after its mix sums' chunk kernel (which, with post, makes x first) */
-static void hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
+static void hc_block_in(const uint16_t *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
                         const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
                         float *pre_out, float *post, float *comb, float *y, const di_cuda_act_forms *yq, void *ws,
                         cudaStream_t s, const hc_post_src *made_by) {
@@ -804,7 +824,7 @@ static void hc_block_in(const float *x, int64_t T, int n, int64_t d, const float
     DI_CUDA_LAUNCHED();
 }
 
-extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
+extern "C" void di_cuda_hc_block_in(const uint16_t *x, int64_t T, int n, int64_t d, const float *fn, float eps,
                                     const float *scale, const float *base, int iters, float hc_eps, const float *p_in,
                                     const uint16_t *norm_w, float *pre_out, float *post, float *comb, float *y,
                                     const di_cuda_act_forms *yq, void *ws, cudaStream_t s) {
@@ -814,8 +834,8 @@ extern "C" void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d,
 
 extern "C" bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d) {
     const bool combine = p->slot_rows != NULL; /* y is the MoE combine of these (di_cuda_moe_combine's operands) */
-    const uintptr_t rows = (uintptr_t)(combine ? p->shared : p->y) | (uintptr_t)p->r | (uintptr_t)p->out;
-    return di_cuda_hc_block_in_supported(T, n, d) && d % 4 == 0 && rows % 16 == 0 && p->out != p->r &&
+    const float *y = combine ? p->shared : p->y;
+    return di_cuda_hc_block_in_supported(T, n, d) && hc_width(d, y, y, p->r, p->out) == 4 && p->out != p->r &&
            (!combine || (p->K >= 1 && p->K <= DI_CUDA_COMBINE_MAX_K));
 }
 
@@ -840,9 +860,9 @@ extern "C" void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T
  * moe_combine4_kernel's) -- past the fused input's rows the deferred combine's own launch and its
  * [T, d] round trip go */
 template <int V, bool COMBINE = false>
-__global__ void hc_post_kernel(const float *__restrict__ y, const float *__restrict__ r, int64_t T, int n,
+__global__ void hc_post_kernel(const float *__restrict__ y, const uint16_t *__restrict__ r, int64_t T, int n,
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
-                               float *__restrict__ out, const float *__restrict__ p_in, float *__restrict__ pre_row,
+                               uint16_t *__restrict__ out, const float *__restrict__ p_in, float *__restrict__ pre_row,
                                hc_post_src cs) {
     static_assert(!COMBINE || V == 4, "the combine's sums go by quads");
     DI_PDL_BEGIN();
@@ -851,7 +871,8 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restr
     int64_t tok, kv;
     hc_split(idx, dv, T * dv <= 0x7fffffff, &tok, &kv);
     const int64_t k = kv * V;
-    const float *rt = r + tok * n * d + k, *ct = comb + tok * n * n;
+    const uint16_t *rt = r + tok * n * d + k;
+    const float *ct = comb + tok * n * n;
     float rv[HC_MAX_N][V], yv[V];
 #pragma unroll
     for (int i = 0; i < HC_MAX_N; i++)
@@ -892,12 +913,12 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const float *__restr
     hc_vec<V>::store(pre_row + tok * d + k, m);
 }
 
-extern "C" void di_cuda_hc_post_pre(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
-                                    const float *comb, float *out, const float *p_in, float *pre_row, cudaStream_t s) {
+extern "C" void di_cuda_hc_post_pre(const float *y, const uint16_t *r, int64_t T, int n, int64_t d, const float *post,
+                                    const float *comb, uint16_t *out, const float *p_in, float *pre_row, cudaStream_t s) {
     const int64_t total = T * d;
     if (total <= 0) return;
     hc_check_n("di_cuda_hc_post", n);
-    if (hc_width(d, y, r, out) == 4 && (!pre_row || (uintptr_t)pre_row % 16 == 0))
+    if (hc_width(d, y, pre_row, r, out) == 4)
         hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
                                                                             pre_row, hc_post_src{});
     else
@@ -908,7 +929,7 @@ extern "C" void di_cuda_hc_post_pre(const float *y, const float *r, int64_t T, i
 
 extern "C" bool di_cuda_hc_post_combine_supported(const di_cuda_hc_post_ops *p, int n, int64_t d) {
     return p->slot_rows && n >= 1 && n <= HC_MAX_N && p->K >= 1 && p->K <= DI_CUDA_COMBINE_MAX_K &&
-           hc_width(d, p->shared, p->r, p->out) == 4 && d <= INT32_MAX;
+           hc_width(d, p->shared, p->shared, p->r, p->out) == 4 && d <= INT32_MAX;
 }
 
 extern "C" void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d,
@@ -926,7 +947,7 @@ extern "C" void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_
     DI_CUDA_LAUNCHED();
 }
 
-extern "C" void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d,
-                                const float *post, const float *comb, float *out, cudaStream_t s) {
+extern "C" void di_cuda_hc_post(const float *y, const uint16_t *r, int64_t T, int n, int64_t d,
+                                const float *post, const float *comb, uint16_t *out, cudaStream_t s) {
     di_cuda_hc_post_pre(y, r, T, n, d, post, comb, out, NULL, NULL, s);
 }

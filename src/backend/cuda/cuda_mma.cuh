@@ -460,11 +460,6 @@ static __device__ __forceinline__ bool di_e8m0x4_any_odd(bool fp4, uint32_t w) {
     return (((t - 0x01010101u) & ~t & 0x80808080u) | ((lo7 + 0x07070707u) & hi)) != 0u;
 }
 
-/* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
-static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {
-    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
-}
-
 /* an act_quant lane's 4 e4m3 codes times its block's (power-of-two) scale as 4 bf16 values, the
  * CPU's act_quant values exactly (a code times a power of two is exact in fp32 and in bf16) */
 static __device__ __forceinline__ uint2 di_act_qbf16x4(uint32_t codes, float scale) {

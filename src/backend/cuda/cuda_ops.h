@@ -297,18 +297,20 @@ void di_cuda_sparse_attn_wg(const float *q, int64_t nq, int n_heads, int dim, co
                             const float *sink, float scale, float *out, uint16_t *out_bf16, di_attn_split split,
                             const di_attn_rope *rope, cudaStream_t s);
 
-/* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ---- */
+/* ---- mHC (cuda_mhc.cu); T tokens, n = hc copies, d = model dim ----
+ * The residual stream (x, r, out [T, n, d]) is bf16 bits, as the reference keeps it: every value of
+ * it is an hc_post (or embedding, Engram) output rounded to bf16, so 2 bytes a value lose nothing. */
 /* x [T, n, d] bf16; fn [n(n+2), n d] f32 -> mix [T, n(n+2)]. ws: di_cuda_hc_mix_ws_bytes of device
  * workspace, or NULL to allocate it stream-ordered (not while capturing a graph) */
-void di_cuda_hc_mix_logits(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps,
+void di_cuda_hc_mix_logits(const uint16_t *x, int64_t T, int n, int64_t d, const float *fn, float eps,
                            float *mix, void *ws, cudaStream_t s);
 size_t di_cuda_hc_mix_ws_bytes(int64_t T, int n, int64_t d);
 /* mix [T, n(n+2)]; scale [3]; base [n(n+2)] -> pre [T, n], post [T, n], comb [T, n, n] */
 void di_cuda_hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int64_t T,
                                int n, int iters, float eps, float *pre, float *post, float *comb,
                                cudaStream_t s);
-/* x [T, n, d]; p [T, n] -> out [T, d] = bf16(sum_i p_i x_i) */
-void di_cuda_hc_pre(const float *x, int64_t T, int n, int64_t d, const float *p, float *out,
+/* x [T, n, d] bf16; p [T, n] -> out [T, d] = bf16(sum_i p_i x_i) */
+void di_cuda_hc_pre(const uint16_t *x, int64_t T, int n, int64_t d, const float *p, float *out,
                     cudaStream_t s);
 /* A sublayer's mHC input, the four steps above in two launches: mix = hc_mix_logits(x, fn, eps);
  * (pre_out, post, comb) = hc_split_sinkhorn(mix, scale, base, iters, hc_eps);
@@ -319,25 +321,27 @@ bool di_cuda_hc_block_in_supported(int64_t T, int n, int64_t d);
 /* yq (NULL: none; else d % 32 == 0, y 16-byte aligned): also y's other forms where not NULL
  * (di_cuda_act_forms: act_quant(y, 32)'s codes and scales, their int8-twin digits -- only with
  * the codes --, y's bf16 bits) */
-void di_cuda_hc_block_in(const float *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
+void di_cuda_hc_block_in(const uint16_t *x, int64_t T, int n, int64_t d, const float *fn, float eps, const float *scale,
                          const float *base, int iters, float hc_eps, const float *p_in, const uint16_t *norm_w,
                          float *pre_out, float *post, float *comb, float *y, const di_cuda_act_forms *yq, void *ws,
                          cudaStream_t s);
-/* y [T, d]; r [T, n, d]; post [T, n]; comb [T, n, n] -> out [T, n, d] (may not alias r) */
-void di_cuda_hc_post(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
-                     const float *comb, float *out, cudaStream_t s);
+/* y [T, d]; r [T, n, d] bf16; post [T, n]; comb [T, n, n] -> out [T, n, d] bf16 (may not alias r) */
+void di_cuda_hc_post(const float *y, const uint16_t *r, int64_t T, int n, int64_t d, const float *post,
+                     const float *comb, uint16_t *out, cudaStream_t s);
 /* di_cuda_hc_post, and with p_in [T, n] (non-NULL) also pre_row [T, d] = di_cuda_hc_pre(out, p_in)
  * in the same launch -- the same bits (past the fused input's rows: one launch and one read of the
  * new stream less a sublayer) */
-void di_cuda_hc_post_pre(const float *y, const float *r, int64_t T, int n, int64_t d, const float *post,
-                         const float *comb, float *out, const float *p_in, float *pre_row, cudaStream_t s);
-/* hc_post's operands: out [T, n, d] = hc_post(y [T, d], r [T, n, d], post [T, n], comb [T, n, n]).
+void di_cuda_hc_post_pre(const float *y, const uint16_t *r, int64_t T, int n, int64_t d, const float *post,
+                         const float *comb, uint16_t *out, const float *p_in, float *pre_row, cudaStream_t s);
+/* hc_post's operands: out [T, n, d] bf16 = hc_post(y [T, d], r [T, n, d] bf16, post [T, n], comb [T, n, n]).
  * slot_rows non-NULL: y is the MoE's output, made from di_cuda_moe_combine's operands (slot_rows
  * [T, K], order [T, K], shared [T, d]; K <= DI_CUDA_COMBINE_MAX_K) by the kernel that reads it. */
 #define DI_CUDA_COMBINE_MAX_K 8
 typedef struct {
-    const float *y, *r, *post, *comb;
-    float *out;
+    const float *y;
+    const uint16_t *r;
+    const float *post, *comb;
+    uint16_t *out;
     const float *const *slot_rows;
     const int32_t *order;
     const float *shared;
@@ -345,14 +349,14 @@ typedef struct {
 } di_cuda_hc_post_ops;
 /* di_cuda_hc_post_pre over p's operands with y the MoE's combine (p->slot_rows) made by the same
  * launch: the bits of di_cuda_moe_combine then di_cuda_hc_post_pre, one launch and a [T, d] round
- * trip less. _supported: slot_rows set, 1 <= K <= DI_CUDA_COMBINE_MAX_K, d % 4 == 0, shared, r and
- * out 16-byte aligned (and pre_row, if any) */
+ * trip less. _supported: slot_rows set, 1 <= K <= DI_CUDA_COMBINE_MAX_K, d % 4 == 0, shared 16-byte
+ * aligned (and pre_row, if any), r and out 8-byte aligned */
 bool di_cuda_hc_post_combine_supported(const di_cuda_hc_post_ops *p, int n, int64_t d);
 void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *p_in,
                                  float *pre_row, cudaStream_t s);
 /* di_cuda_hc_post(p) then di_cuda_hc_block_in(x = p->out) in two launches (the chunk kernel of the mix
  * sums makes the stream as it reads it) -- the same bits. Supported where the fused input is, d % 4
- * == 0, the rows 16-byte aligned and out not r. */
+ * == 0, the f32 rows 16-byte aligned, the stream's 8, and out not r. */
 bool di_cuda_hc_post_block_in_supported(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d);
 void di_cuda_hc_post_block_in(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d, const float *fn, float eps,
                               const float *scale, const float *base, int iters, float hc_eps, const float *p_in,

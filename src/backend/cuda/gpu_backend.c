@@ -246,6 +246,14 @@ void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_
     GPU_CK(cudaStreamSynchronize(f->s));
     free(h);
 }
+void gpu_debug_bf16(const gpu_fwd *f, const char *name, int layer, uint16_t *dev, int64_t n) {
+    if (!f->b->debug_fn) return;
+    float *wide = gpu_alloc(f, sizeof(float) * (size_t)(n ? n : 1)); /* [n] */
+    di_cuda_bf16_to_f32(dev, 1, n, wide, n, f->s);
+    gpu_debug(f, name, layer, wide, n);
+    di_cuda_f32_to_bf16(wide, n, dev, f->s); /* values the hook wrote are bf16 values: exact */
+    gpu_free(f, wide);
+}
 
 /* ---- weight upload ---- */
 static void *dev_copy(gpu_model *g, const void *host, size_t bytes, int random_kind) {

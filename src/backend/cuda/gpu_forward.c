@@ -122,7 +122,7 @@ static void hc_mixes_join(gpu_fwd *f) {
 
 /* hc mixes of all rows: stream [R, n, D] -> pre/post [R, n], comb [R, n, n]; on the side stream
  * where hc_mixes_beside (joined by hc_mixes_join) */
-static void hc_mixes(gpu_fwd *f, const float *X, const void *fn, const float *scale,
+static void hc_mixes(gpu_fwd *f, const uint16_t *X, const void *fn, const float *scale,
                      const float *base, float *pre, float *post, float *comb) {
     const di_config *c = &f->m->cfg;
     const int n = c->hc_mult;
@@ -152,7 +152,7 @@ static void sub_in_codes_made(const gpu_fwd *f, const float *sub_in, const di_cu
  * sub_in [R, D] = RMSNorm(hc_pre(X, p_in), norm); for a few rows one fused launch after the mix
  * sums (the same bits; with yq also sub_in's other forms, sub_in_codes_made), else the four kernels
  * -- three where pre_mixed [R, D] is hc_pre(X, p_in) made already (di_cuda_hc_post_pre; else NULL). */
-static void hc_sublayer_in(gpu_fwd *f, const float *X, const void *fn, const float *scale, const float *base,
+static void hc_sublayer_in(gpu_fwd *f, const uint16_t *X, const void *fn, const float *scale, const float *base,
                            const float *p_in, const void *norm, float *pre_out, float *post, float *comb,
                            float *sub_in, const di_cuda_act_forms *yq, const float *pre_mixed) {
     hc_mixes_join(f); /* p_in */
@@ -186,7 +186,9 @@ static void hc_sublayer_in(gpu_fwd *f, const float *X, const void *fn, const flo
  * Taken where nothing reads X in between (no Engram, DSpark capture or debug dump at the next layer). */
 typedef struct {
     bool live;
-    float *sub_out, *Y, *post, *comb; /* [R, D], [R, n, D], [R, n], [R, n, n]: freed once it has run */
+    float *sub_out;       /* [R, D] */
+    uint16_t *Y;          /* [R, n, D] bf16 */
+    float *post, *comb;   /* [R, n], [R, n, n]: all four freed once it has run */
     gpu_moe_combine moe; /* slot_rows non-NULL: sub_out unwritten, the MoE's combine made by that kernel */
 } hc_post_pending;
 
@@ -240,7 +242,7 @@ static bool hc_post_defers(const gpu_fwd *f, int l) {
 /* One mHC block (forward.c di_fwd_block): X [R, n, D] in place, pre [R, n] replaced by this
  * block's FFN pre-mix. pend: the previous block's FFN hc_post if it waited for this block (X is
  * then made here); on return, this block's if `defer`, else X is final. */
-static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend, bool defer) {
+static void block(gpu_fwd *f, int l, uint16_t *X, float *pre, hc_post_pending *pend, bool defer) {
     const di_model *m = f->m;
     const di_layer *L = &f->g->layers[l], *hL = &m->layers[l];
     const gpu_layer_consts *hc = &f->g->hc[l];
@@ -253,7 +255,7 @@ static void block(gpu_fwd *f, int l, float *X, float *pre, hc_post_pending *pend
     float *f_comb = gpu_alloc(f, sizeof(float) * (size_t)R * n * n);
     float *sub_in = gpu_alloc(f, sizeof(float) * (size_t)R * D);     /* [R, D] bf16 */
     float *sub_out = gpu_alloc(f, sizeof(float) * (size_t)R * D);    /* [R, D] bf16 */
-    float *Y = gpu_alloc(f, sizeof(float) * (size_t)R * HD);         /* [R, n, D] bf16 */
+    uint16_t *Y = gpu_alloc(f, sizeof(uint16_t) * (size_t)R * HD);   /* [R, n, D] bf16 */
     /* sub_in's act_quant and bf16 bits, made by the fused input where it runs (the sublayer's linears of
      * sub_in read them: q / kv, compressor, index weights; router, shared expert) */
     di_cuda_act_forms sub_q = {NULL}; /* all NULL */
@@ -483,15 +485,14 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
     if (!f.capturing) cudaEventRecord(g->ev_start, f.s); /* else just before the graph's launch */
     const int R = f.R, n = c->hc_mult;
     const int64_t D = c->hidden_size, W = (int64_t)c->n_dspark_targets * D;
-    float *X = gpu_alloc(&f, sizeof(float) * (size_t)R * n * D); /* [R, n, D] bf16 stream */
+    uint16_t *X = gpu_alloc(&f, sizeof(uint16_t) * (size_t)R * n * D); /* [R, n, D] bf16 stream */
     float *pre = gpu_alloc(&f, sizeof(float) * (size_t)R * n);   /* [R, n] fp32 pre-mix */
     int32_t *d_tokens = gpu_upload(&f, b->tokens, sizeof(int32_t) * (size_t)R);
     di_cuda_embed(f.dm->embed, d_tokens, R, n, D, X, pre, f.s);
     gpu_free(&f, d_tokens);
-    if (b->debug_fn) {
+    if (b->debug_fn) { /* each row's copy 0, widened */
         float *e = gpu_alloc(&f, sizeof(float) * (size_t)R * D);
-        cudaMemcpy2DAsync(e, sizeof(float) * D, X, sizeof(float) * n * D, sizeof(float) * D, R,
-                          cudaMemcpyDeviceToDevice, f.s);
+        for (int r = 0; r < R; r++) di_cuda_bf16_to_f32(X + (size_t)r * n * D, 1, D, e + (size_t)r * D, D, f.s);
         gpu_debug(&f, "embed_out", -1, e, (int64_t)R * D);
         gpu_free(&f, e);
     }
@@ -502,14 +503,14 @@ di_status gpu_forward_begin(const di_model *m, di_batch *b, di_err *err) {
             gpu_stage(&f, ST_ENGRAM);
             gpu_engram(&f, L, hL, X);
             gpu_stage(&f, ST_OTHER);
-            gpu_debug(&f, "engram_out", l, X, (int64_t)R * n * D);
+            gpu_debug_bf16(&f, "engram_out", l, X, (int64_t)R * n * D);
         }
         for (int t = 0; t < c->n_dspark_targets; t++)
             if (c->dspark_target_layer_ids[t] == l) di_cuda_hc_mean(X, R, n, D, f.d_main_hidden + t * D, W, f.s);
-        gpu_debug(&f, "block_in", l, X, (int64_t)R * n * D);
+        gpu_debug_bf16(&f, "block_in", l, X, (int64_t)R * n * D);
         const bool defer = hc_post_defers(&f, l);
         block(&f, l, X, pre, &pend, defer);
-        if (!defer) gpu_debug(&f, "block_out", l, X, (int64_t)R * n * D);
+        if (!defer) gpu_debug_bf16(&f, "block_out", l, X, (int64_t)R * n * D);
         /* the first piece ends after layer 0, so the device starts sooner; then every
          * GPU_GRAPH_PIECE_LAYERS layers */
         if ((l == 0 || (l + 1) % GPU_GRAPH_PIECE_LAYERS == 0) && l + 1 < m->n_layers) gpu_graph_cut(&f, g->ev_start);

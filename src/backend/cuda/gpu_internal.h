@@ -201,6 +201,8 @@ void gpu_downloads_finish(gpu_fwd *f);               /* after the stream is idle
 void *gpu_pinned_extra(gpu_fwd *f, size_t bytes);
 /* Debug hook on a device tensor: download, call, upload back (teacher forcing may overwrite). */
 void gpu_debug(const gpu_fwd *f, const char *name, int layer, float *dev, int64_t n);
+/* gpu_debug of n bf16 values (the stream), handed to the hook as floats */
+void gpu_debug_bf16(const gpu_fwd *f, const char *name, int layer, uint16_t *dev, int64_t n);
 
 /* ---- stage profile (bench): when on, each stage boundary synchronises and charges the host
  * time since the previous boundary to the stage that ran. Off: no cost. ---- */
@@ -266,11 +268,11 @@ void gpu_moe_combine_free(gpu_fwd *f, gpu_moe_combine *c);
  * producer then makes them (di_cuda_act_forms.digits) and the twin reads them through the MoE's
  * row list, with no gathering launch */
 bool gpu_moe_input_digits(const gpu_fwd *f, const di_layer *L);
-void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X);
+void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, uint16_t *X); /* X [R, n, D] bf16 */
 
 /* The final collapse, norm, vocabulary projection and each head row's logits or token (gpu_head.c);
  * with DI_WANT_EDITED rows the token pass is left to gpu_head_finish. */
-void gpu_head(gpu_fwd *f, const float *X, const float *pre);
+void gpu_head(gpu_fwd *f, const uint16_t *X, const float *pre); /* X [R, n, D] bf16 */
 /* Enqueues the token pass gpu_head left, if any (the masks are written by now); run false: drops
  * it (a call abandoned: its batch may be gone). */
 void gpu_head_finish(gpu_fwd *f, bool run);

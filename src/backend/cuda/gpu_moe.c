@@ -430,7 +430,7 @@ void gpu_moe(gpu_fwd *f, const di_layer *L, const di_layer *hL, const float *x, 
     free(order);
 }
 
-void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, float *X) {
+void gpu_engram(gpu_fwd *f, const di_layer *L, const di_layer *hL, uint16_t *X) {
     (void)hL;
     const di_model *m = f->m;
     const di_config *cf = &m->cfg;
