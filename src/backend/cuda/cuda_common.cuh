@@ -86,11 +86,14 @@ static __device__ __forceinline__ uint2 di_dev_bf16x4_bits(float4 v) {
 static __device__ __forceinline__ float di_dev_bf16_load(const uint16_t *p) {
     return __uint_as_float((uint32_t)*p << 16);
 }
-/* four bf16 values at p (8-byte aligned) as floats, the lowest address first */
-static __device__ __forceinline__ float4 di_dev_bf16x4_load(const uint16_t *p) {
-    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+/* four bf16 values (8 bytes, the lowest address in u.x's low half) as floats */
+static __device__ __forceinline__ float4 di_dev_bf16x4_widen(uint2 u) {
     return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                        __uint_as_float(u.y & 0xffff0000u));
+}
+/* four bf16 values at p (8-byte aligned) as floats, the lowest address first */
+static __device__ __forceinline__ float4 di_dev_bf16x4_load(const uint16_t *p) {
+    return di_dev_bf16x4_widen(*reinterpret_cast<const uint2 *>(p));
 }
 /* two floats that are bf16 values (exactly) as bf16x2, lo in the low half: their high halves */
 static __device__ __forceinline__ uint32_t di_bf16x2_of_exact(float lo, float hi) {

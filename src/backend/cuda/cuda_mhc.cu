@@ -237,34 +237,37 @@ hc_mix_part_kernel(const uint16_t *__restrict__ x, int64_t T, int64_t len, const
     mix_fn_pairs<8 * NFT> fp; /* the weights' loads before the wait: nothing earlier writes them */
     fp.load(fn + i0, len, nmix, cl);
     DI_PDL_BEGIN();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */
+    const int64_t t8 = tok0 + 8 * warp;      /* the warp's first */
+    const bool live = tok < T;
+    const uint16_t *xr = x + (live ? tok : 0) * len + i0; /* (not POST) its chunk of the stream */
+    /* PREFETCH: a lane's values of the chunk (4 a step) all loaded before the fn staging, so that one
+     * round trip to memory serves the warp's whole chunk -- the sum loop issuing a step's loads then
+     * waiting for them took a round trip every step or two (ncu on an H100, us a launch: 1,024 tokens
+     * 70.7 -> 61.8, B = 256 26.7 -> 24.3) */
+    constexpr bool PREFETCH = V4 && !POST;
+    constexpr int STEPS = chunk / 16;
+    uint2 xq[PREFETCH ? STEPS : 1];
+    if constexpr (PREFETCH) {
+#pragma unroll
+        for (int st = 0; st < STEPS; st++) {
+            const int k = 16 * st + 4 * tq;
+            xq[st] = live && k < cl ? *reinterpret_cast<const uint2 *>(xr + k) : make_uint2(0u, 0u);
+        }
+    }
     if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
     if (fp.on) fp.store(fs);
     else mix_stage_fn_values<8 * NFT>(fs, fn + i0, len, nmix, cl);
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */
-    const int64_t t8 = tok0 + 8 * warp;      /* the warp's first */
     if (t8 >= T) return;                     /* whole warps */
-    const bool live = tok < T;
     const float *xsr = xs + (live ? tok - tok0 : 0) * xstride;   /* POST: the token's staged chunk */
-    const uint16_t *xr = x + (live ? tok : 0) * len + i0; /* else its chunk of the stream */
     double d[NFT][2], ss = 0.0;
 #pragma unroll
     for (int nt = 0; nt < NFT; nt++) d[nt][0] = d[nt][1] = 0.0;
-#pragma unroll 2
-    for (int k0 = 0; k0 < cl; k0 += 16) {
-        const int k = k0 + 4 * tq; /* this lane's four values */
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (POST) { /* d % 4 == 0: cl % 4 == 0 too */
-            if (live && k < cl) v = *reinterpret_cast<const float4 *>(xsr + k);
-        } else if (V4) { /* len % 4 == 0 and x 8-byte aligned: cl % 4 == 0 too */
-            if (live && k < cl) v = di_dev_bf16x4_load(xr + k);
-        } else if (live) {
-            v.x = k < cl ? di_dev_bf16_load(xr + k) : 0.0f;
-            v.y = k + 1 < cl ? di_dev_bf16_load(xr + k + 1) : 0.0f;
-            v.z = k + 2 < cl ? di_dev_bf16_load(xr + k + 2) : 0.0f;
-            v.w = k + 3 < cl ? di_dev_bf16_load(xr + k + 3) : 0.0f;
-        }
+    /* the step of values k0 .. k0 + 15 (v: this lane's four, k0 + 4 tq ..) */
+    auto sum_step = [&](int k0, const float4 &v) {
+        const int k = k0 + 4 * tq;
         const double xa[4] = {(double)v.x, (double)v.y, (double)v.z, (double)v.w};
 #pragma unroll
         for (int u = 0; u < 4; u++) ss = __fma_rn(xa[u], xa[u], ss); /* exact product */
@@ -276,6 +279,28 @@ hc_mix_part_kernel(const uint16_t *__restrict__ x, int64_t T, int64_t len, const
             di_mma_f64_884(d[nt], xa[1], b01.y, d[nt]);
             di_mma_f64_884(d[nt], xa[2], b23.x, d[nt]);
             di_mma_f64_884(d[nt], xa[3], b23.y, d[nt]);
+        }
+    };
+    if constexpr (PREFETCH) {
+#pragma unroll
+        for (int st = 0; st < STEPS; st++) {
+            if (16 * st >= cl) break;
+            sum_step(16 * st, di_dev_bf16x4_widen(xq[st]));
+        }
+    } else {
+#pragma unroll 2
+        for (int k0 = 0; k0 < cl; k0 += 16) {
+            const int k = k0 + 4 * tq; /* this lane's four values */
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (POST) { /* d % 4 == 0: cl % 4 == 0 too */
+                if (live && k < cl) v = *reinterpret_cast<const float4 *>(xsr + k);
+            } else if (live) { /* n d % 4 != 0 or x not 8-byte aligned */
+                v.x = k < cl ? di_dev_bf16_load(xr + k) : 0.0f;
+                v.y = k + 1 < cl ? di_dev_bf16_load(xr + k + 1) : 0.0f;
+                v.z = k + 2 < cl ? di_dev_bf16_load(xr + k + 2) : 0.0f;
+                v.w = k + 3 < cl ? di_dev_bf16_load(xr + k + 3) : 0.0f;
+            }
+            sum_step(k0, v);
         }
     }
     ss += __shfl_xor_sync(0xffffffffu, ss, 1);
@@ -588,6 +613,30 @@ struct hc_vec<4> {
         *reinterpret_cast<uint2 *>(p) = di_dev_bf16x4_of_exact(make_float4(v[0], v[1], v[2], v[3]));
     }
 };
+/* hc_post's width where d % 8 == 0 and the rows are 16-byte aligned: a 16-byte access of each bf16
+ * row (a lane's loads in flight twice hc_vec<4>'s) */
+template <>
+struct hc_vec<8> {
+    static __device__ __forceinline__ void put(float (&v)[8], const float4 &a, const float4 &b) {
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+    static __device__ __forceinline__ void load(const float *p, float (&v)[8]) {
+        put(v, reinterpret_cast<const float4 *>(p)[0], reinterpret_cast<const float4 *>(p)[1]);
+    }
+    static __device__ __forceinline__ void load(const uint16_t *p, float (&v)[8]) {
+        const uint4 q = *reinterpret_cast<const uint4 *>(p);
+        put(v, di_dev_bf16x4_widen(make_uint2(q.x, q.y)), di_dev_bf16x4_widen(make_uint2(q.z, q.w)));
+    }
+    static __device__ __forceinline__ void store(float *p, const float (&v)[8]) {
+        reinterpret_cast<float4 *>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4 *>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+    static __device__ __forceinline__ void store(uint16_t *p, const float (&v)[8]) {
+        const uint2 a = di_dev_bf16x4_of_exact(make_float4(v[0], v[1], v[2], v[3]));
+        const uint2 b = di_dev_bf16x4_of_exact(make_float4(v[4], v[5], v[6], v[7]));
+        *reinterpret_cast<uint4 *>(p) = make_uint4(a.x, a.y, b.x, b.y);
+    }
+};
 /* (token, first k) of vector idx of the [T][d / V] grid */
 static __device__ __forceinline__ void hc_split(int64_t idx, int64_t dv, bool small, int64_t *tok, int64_t *kv) {
     *tok = small ? (int64_t)((uint32_t)idx / (uint32_t)dv) : idx / dv;
@@ -621,6 +670,13 @@ __global__ void hc_pre_kernel(const uint16_t *__restrict__ x, int64_t T, int n, 
 /* the vector width for rows of d values at these bases: f32 rows a, b, bf16 rows c, e */
 static int hc_width(int64_t d, const float *a, const float *b, const uint16_t *c, const uint16_t *e) {
     return d % 4 == 0 && ((uintptr_t)a | (uintptr_t)b) % 16 == 0 && ((uintptr_t)c | (uintptr_t)e) % 8 == 0 ? 4 : 1;
+}
+/* hc_post's: 8 where d % 8 == 0 and the bf16 rows are 16-byte aligned too, else hc_width's (ncu on an
+ * H100, us a launch, 4 -> 8: a 4,096-token prefill 287 -> 251, its combine-fused form 470 -> 418;
+ * B = 256 19.0 -> 19.1 and 35.1 -> 33.4) */
+static int hc_post_width(int64_t d, const float *a, const float *b, const uint16_t *c, const uint16_t *e) {
+    const int w = hc_width(d, a, b, c, e);
+    return w == 4 && d % 8 == 0 && ((uintptr_t)c | (uintptr_t)e) % 16 == 0 ? 8 : w;
 }
 
 extern "C" void di_cuda_hc_pre(const uint16_t *x, int64_t T, int n, int64_t d, const float *p, float *out,
@@ -864,7 +920,7 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const uint16_t *__re
                                int64_t d, const float *__restrict__ post, const float *__restrict__ comb,
                                uint16_t *__restrict__ out, const float *__restrict__ p_in, float *__restrict__ pre_row,
                                hc_post_src cs) {
-    static_assert(!COMBINE || V == 4, "the combine's sums go by quads");
+    static_assert(!COMBINE || V % 4 == 0, "the combine's sums go by quads");
     DI_PDL_BEGIN();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, dv = d / V;
     if (idx >= T * dv) return;
@@ -878,8 +934,11 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const uint16_t *__re
     for (int i = 0; i < HC_MAX_N; i++)
         if (i < n) hc_vec<V>::load(rt + i * d, rv[i]);
     if constexpr (COMBINE) {
-        const float4 q = hc_post_y<true>(cs, tok, (int)k);
-        yv[0] = q.x, yv[1] = q.y, yv[2] = q.z, yv[3] = q.w;
+#pragma unroll
+        for (int u = 0; u < V / 4; u++) {
+            const float4 q = hc_post_y<true>(cs, tok, (int)k + 4 * u);
+            yv[4 * u] = q.x, yv[4 * u + 1] = q.y, yv[4 * u + 2] = q.z, yv[4 * u + 3] = q.w;
+        }
     } else {
         hc_vec<V>::load(y + tok * d + k, yv);
     }
@@ -918,7 +977,11 @@ extern "C" void di_cuda_hc_post_pre(const float *y, const uint16_t *r, int64_t T
     const int64_t total = T * d;
     if (total <= 0) return;
     hc_check_n("di_cuda_hc_post", n);
-    if (hc_width(d, y, pre_row, r, out) == 4)
+    const int width = hc_post_width(d, y, pre_row, r, out);
+    if (width == 8)
+        hc_post_kernel<8><<<(unsigned)((total / 8 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
+                                                                            pre_row, hc_post_src{});
+    else if (width == 4)
         hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
                                                                             pre_row, hc_post_src{});
     else
@@ -942,8 +1005,12 @@ extern "C" void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_
         abort();
     }
     const hc_post_src cs = {NULL, p->r, p->post, p->comb, p->out, n, (int)d, p->slot_rows, p->order, p->shared, p->K};
-    hc_post_kernel<4, true><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(NULL, p->r, T, n, d, p->post, p->comb,
-                                                                               p->out, p_in, pre_row, cs);
+    if (hc_post_width(d, p->shared, pre_row, p->r, p->out) == 8)
+        hc_post_kernel<8, true><<<(unsigned)((total / 8 + 255) / 256), 256, 0, s>>>(NULL, p->r, T, n, d, p->post,
+                                                                                   p->comb, p->out, p_in, pre_row, cs);
+    else
+        hc_post_kernel<4, true><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(NULL, p->r, T, n, d, p->post,
+                                                                                   p->comb, p->out, p_in, pre_row, cs);
     DI_CUDA_LAUNCHED();
 }
 
