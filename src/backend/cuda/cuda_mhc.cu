@@ -1,5 +1,7 @@
 /* mHC hyper-connection ops on the GPU (model-spec §2.0 hc_split_sinkhorn, §2.3), twins of
- * src/backend/cpu/cpu_mhc.c, batched over T tokens.
+ * src/backend/cpu/cpu_mhc.c, batched over T tokens. The residual stream (x, r, out [T, n, d]) is
+ * bf16 bits, as the reference keeps it: every value is a bf16-rounded hc_post (embedding, Engram)
+ * output, so the kernels move 2 bytes a value where the fp32 buffer took 4 (session 55).
  *
  * hc_mix_logits: the CPU's double sums (sum of squares and fn . x over the n*d values of a token)
  * are split into chunks of mix_chunk values (256; 128 for n >= 5). One thread block per (chunk,
