@@ -2340,7 +2340,34 @@ static void run_index_quick(void) {
     test_index_score_paged(9, 64, 8, 32, 4, 0, 64, false, true); /* the tiny model's heads and dims */
 }
 
+/* the noted forms' slots (host bookkeeping, no launch): a note of a new x takes a free slot before it
+ * replaces a live one, else the one noted longest ago; a re-note keeps x's slot */
+static void test_act_forms_slots(void) {
+    static_assert(DI_CUDA_ACT_FORMS_SLOTS == 2, "the case below fills the two slots");
+    di_cuda_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    static float bufs[4][32];
+    const float *a = bufs[0], *b = bufs[1], *c = bufs[2], *d = bufs[3];
+    const di_cuda_act_forms f = {NULL};
+    bool ok = true;
+    di_cuda_act_forms_note(&cx, a, 1, 32, f);
+    di_cuda_act_forms_note(&cx, b, 1, 32, f);
+    di_cuda_act_forms_forget(&cx, b);
+    di_cuda_act_forms_note(&cx, c, 1, 32, f); /* the free slot: a stays */
+    ok = ok && di_cuda_act_forms_find(&cx, a, 1, 32) && di_cuda_act_forms_find(&cx, c, 1, 32);
+    ok = ok && !di_cuda_act_forms_find(&cx, b, 1, 32);
+    di_cuda_act_forms_note(&cx, a, 1, 32, f); /* a re-noted: now c is the older */
+    di_cuda_act_forms_note(&cx, d, 1, 32, f); /* replaces c */
+    ok = ok && di_cuda_act_forms_find(&cx, a, 1, 32) && di_cuda_act_forms_find(&cx, d, 1, 32);
+    ok = ok && !di_cuda_act_forms_find(&cx, c, 1, 32);
+    ok = ok && !di_cuda_act_forms_find(&cx, a, 2, 32); /* other rows: not these forms */
+    printf("%s  act_forms slots       free slot first, then the oldest note\n", ok ? "PASS" : "FAIL");
+    if (ok) g_pass++;
+    else g_fail++;
+}
+
 static void run_quick(void) {
+    test_act_forms_slots();
     test_moe_route(5, 16, 4, 0);
     test_moe_route(37, 40, 6, 12);
     test_moe_route(9, 384, 6, 0, true);

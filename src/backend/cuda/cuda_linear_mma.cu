@@ -513,14 +513,22 @@ int di_cuda_wg_ksplit(const di_cuda_ctx *ctx, bool fp4, int64_t N, int64_t rows,
 
 extern "C" void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K,
                                        di_cuda_act_forms forms) {
-    int slot = ctx->act_forms_next;
-    for (int i = 0; i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+    int slot = -1; /* x's own, else a free one, else the one noted longest ago (the round-robin slot took a
+                    * live form where the other slot was free) */
+    for (int i = 0; i < DI_CUDA_ACT_FORMS_SLOTS && slot < 0; i++)
         if (ctx->act_forms[i].x == x) slot = i;
-    if (slot == ctx->act_forms_next) ctx->act_forms_next = (slot + 1) % DI_CUDA_ACT_FORMS_SLOTS;
+    for (int i = 0; i < DI_CUDA_ACT_FORMS_SLOTS && slot < 0; i++)
+        if (!ctx->act_forms[i].x) slot = i;
+    if (slot < 0) {
+        slot = 0;
+        for (int i = 1; i < DI_CUDA_ACT_FORMS_SLOTS; i++)
+            if (ctx->act_forms[i].noted < ctx->act_forms[slot].noted) slot = i;
+    }
     ctx->act_forms[slot].x = x;
     ctx->act_forms[slot].rows = rows;
     ctx->act_forms[slot].K = K;
     ctx->act_forms[slot].forms = forms;
+    ctx->act_forms[slot].noted = ++ctx->act_forms_clock;
 }
 
 extern "C" void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x) {

@@ -138,11 +138,12 @@ typedef struct di_cuda_ctx {
      * their own. The buffer's owner notes them (di_cuda_act_forms_note) and forgets them before x
      * is rewritten or freed. */
     struct {
-        const float *x;
+        const float *x; /* NULL: a free slot */
         int64_t rows, K;
         di_cuda_act_forms forms;
+        uint64_t noted; /* act_forms_clock at the note: the oldest is replaced first */
     } act_forms[DI_CUDA_ACT_FORMS_SLOTS];
-    int act_forms_next; /* the slot a note of a new x takes */
+    uint64_t act_forms_clock; /* notes so far */
     /* the row tiles listed for the groups of row_off (di_group_tiles): a grouped linear over row_off
      * whose kernel takes tiles of a listed bt launches over that list. Noted by row_off's owner once
      * the grouping kernel is on the stream, forgotten before row_off is rewritten or freed. */
@@ -154,7 +155,8 @@ typedef struct di_cuda_ctx {
     di_cuda_path_counts counts;
 } di_cuda_ctx;
 
-/* x [rows, K]'s other forms are in `forms` (see act_forms); a new x takes the oldest slot */
+/* x [rows, K]'s other forms are in `forms` (see act_forms); a new x takes a free slot, else the one
+ * noted longest ago */
 void di_cuda_act_forms_note(di_cuda_ctx *ctx, const float *x, int64_t rows, int64_t K, di_cuda_act_forms forms);
 /* x's forms are stale (x is about to be rewritten or freed) */
 void di_cuda_act_forms_forget(di_cuda_ctx *ctx, const float *x);

@@ -109,7 +109,7 @@ static float *moe_shared_forked(gpu_fwd *f, const di_ffn_weights *fw, const floa
     di_cuda_ctx *side = f->cx_side;
     gpu_side_fork(f);
     memcpy(side->act_forms, f->cx->act_forms, sizeof side->act_forms); /* x's forms, made on the main stream */
-    side->act_forms_next = f->cx->act_forms_next;
+    side->act_forms_clock = f->cx->act_forms_clock;
     gpu_fwd fs = *f;
     fs.s = side->stream;
     fs.cx = side;
