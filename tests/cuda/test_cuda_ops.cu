@@ -528,7 +528,6 @@ static void test_rmsnorm(int64_t m, int64_t d) {
         uint16_t *db = (uint16_t *)dev_poisoned(2 * n), *dqb = (uint16_t *)dev_poisoned(2 * n);
         uint16_t *rb = (uint16_t *)dev_poisoned(2 * n), *rqb = (uint16_t *)dev_poisoned(2 * n);
         float *dy2 = (float *)dev_poisoned(4 * n), *got2 = (float *)malloc(4 * n), *want = (float *)malloc(4 * n);
-        uint16_t *h = (uint16_t *)malloc(2 * n);
         di_cuda_rmsnorm_forms(dx, dw, m, d, 1e-20f, dy2, db, dqb, 0);
         dev_download(got2, dy2, 4 * n);
         compare("rmsnorm_forms.y", shape, got2, got, m, d, CRIT_EXACT);
@@ -536,18 +535,15 @@ static void test_rmsnorm(int64_t m, int64_t d) {
         di_cuda_act_quant_bf16(dy2, NULL, d / 32, n / 32, rqb, 0);
         const uint16_t *const pairs[2][2] = {{db, rb}, {dqb, rqb}};
         for (int f = 0; f < 2; f++) { /* the form's bits as floats against the conversion's */
-            dev_download(h, pairs[f][0], 2 * n);
-            for (int64_t i = 0; i < n; i++) got2[i] = di_bf16_to_f32(h[i]);
-            dev_download(h, pairs[f][1], 2 * n);
-            for (int64_t i = 0; i < n; i++) want[i] = di_bf16_to_f32(h[i]);
+            dev_download_bf16(got2, pairs[f][0], n);
+            dev_download_bf16(want, pairs[f][1], n);
             compare(f ? "rmsnorm_forms.qbf16" : "rmsnorm_forms.bf16", shape, got2, want, m, d, CRIT_EXACT);
         }
         di_cuda_rmsnorm_forms(dx, dw, m, d, 1e-20f, dy2, NULL, dqb, 0); /* one form alone */
-        dev_download(h, dqb, 2 * n);
-        for (int64_t i = 0; i < n; i++) got2[i] = di_bf16_to_f32(h[i]);
+        dev_download_bf16(got2, dqb, n);
         compare("rmsnorm_forms.qbf16 alone", shape, got2, want, m, d, CRIT_EXACT);
         cudaFree(db), cudaFree(dqb), cudaFree(rb), cudaFree(rqb), cudaFree(dy2);
-        free(got2), free(want), free(h);
+        free(got2), free(want);
     }
     cudaFree(dx), cudaFree(dy), cudaFree(dw);
     free(x), free(ref), free(got), free(w);
