@@ -6,9 +6,11 @@
  * hc_mix_logits: the CPU's double sums (sum of squares and fn . x over the n*d values of a token)
  * are split into chunks of mix_chunk values (256; 128 for n >= 5). One thread block per (chunk,
  * group of MIX_TOKENS tokens) stages the chunk of every fn row in shared memory as doubles, then
- * each warp streams its 8 tokens' x from global memory and the fp64 tensor cores (mma.m8n8k4, a
- * chain per 8 fn rows) sum the chunk's products, a chain a lane its squares; a second kernel adds
- * the chunk sums (a warp per output, fixed order) and applies the CPU's fp32 tail. (Earlier forms:
+ * each warp streams its tokens' x from global memory and the fp64 tensor cores (a chain per 8 fn
+ * rows: mma.m16n8k16 over 16 tokens and half the chunk for up to 24 fn rows, the model's n = 4,
+ * since session 56; mma.m8n8k4 over 8 tokens otherwise) sum the chunk's products, a chain a lane
+ * its squares; a second kernel adds the chunk sums (a warp per output, fixed order) and applies
+ * the CPU's fp32 tail. (Earlier forms:
  * a thread per token and two fn rows, bound by shared memory, 123 us a call at 512 tokens; x staged
  * as doubles too, 16 tokens and 256 values a block, 82 us: its blocks waited on their staging and a
  * warp's 64 dependent mmas.) Each fn value fetched serves MIX_TOKENS tokens. The chunking depends
@@ -40,7 +42,7 @@
 
 #define MIX_THREADS 256
 #define MIX_WARPS (MIX_THREADS / 32)
-#define MIX_TOKENS (8 * MIX_WARPS)   /* tokens per block: a warp per 8 (one m8n8k4 row tile) */
+#define MIX_TOKENS (8 * MIX_WARPS)   /* tokens per block: a warp per 8 (m8n8k4), or 16 a warp per half chunk (m16n8k16) */
 #define MIX_MAX_SLICE 1024           /* tokens per pass: bounds the partial sums' workspace */
 #define HC_MAX_N 8
 
@@ -53,7 +55,7 @@ static __host__ __device__ constexpr int mix_chunk(int nmix) { return mix_fn_row
 /* doubles per staged fn row: chunk + 2, so that the 16-byte loads of a quarter warp (rows g, g + 1
  * at 4 t..) fall on distinct banks */
 static __host__ __device__ constexpr int mix_stride(int nmix) { return mix_chunk(nmix) + 2; }
-static size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_rows(nmix) * mix_stride(nmix); }
+static __host__ __device__ size_t mix_smem_bytes(int nmix) { return sizeof(double) * (size_t)mix_fn_rows(nmix) * mix_stride(nmix); }
 
 /* fs [ROWS][mix_stride] doubles <- fn's rows (stride len floats) from i0, cl values each (mix_chunk
  * at most), zeros past cl and in rows nmix .. ROWS - 1 (the tensor-core tiles read them). A thread
@@ -214,108 +216,191 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
 
 /* part [T, nmix + 1, n_chunks] doubles: chunk sums of fn_j . x (j < nmix) and x . x (j = nmix).
  * grid (n_chunks, token groups of MIX_TOKENS). The block stages its chunk of every fn row once as
- * doubles; each warp then streams its 8 tokens' x straight from global memory, 16 values a step
- * (lane 4g + t: token g, values 4t .. 4t + 3 of the step, one 16-byte load where x's rows allow),
- * and sums on the fp64 tensor cores: in sub-step u the m8n8k4 tile's k index t stands for value
- * 4t + u of the step, for x and fn alike, so the four sub-steps cover the 16 values once (NFT
- * tiles of 8 fn rows, a chain each). The sums of squares: one chain a lane over its values, the
- * four lanes of a token added by shuffles. Each product is exact in double; the order of the
- * additions is fixed by the chunking alone, never by T. */
+ * doubles; each warp then streams its tokens' x straight from global memory, 16 values a step
+ * (lane 4g + t: values 4t .. 4t + 3 of the step of token g (and g + 8), one 8-byte load where x's
+ * rows allow), and sums on the fp64 tensor cores, a chain an 8-row tile of fn. The sums of squares:
+ * one chain a lane and token over its values, the four lanes of a token added by shuffles. Each
+ * product is exact in double; the order of the additions is fixed by the chunking alone, never by T.
+ * Two forms by the fn tiles (NFT):
+ *   MIX_T16 (NFT <= 3, the model's n = 4 among them): warp w sums the 16 tokens 16 (w % 4) .. of the
+ *     group over half w / 4 of the chunk with m16n8k16 (sm_90's fp64 shape: the flops of eight
+ *     m8n8k4 in one instruction; its k index t + 4j stands for value 4t + j of the step), and the
+ *     second half's warp hands its sums to the first through shared memory, which adds them (half
+ *     0 + half 1) and stores. (m8n8k4 ran at ~16 TFLOP/s of fp64 on an H100, a quarter of the fp64
+ *     tensor rate: docs/PERFORMANCE.md, session 56.)
+ *   else: warp w sums the 8 tokens 8 w .. over the whole chunk with m8n8k4 (sub-step u: the k
+ *     index t stands for value 4t + u) -- 10 fn tiles of m16n8 accumulators would take 160
+ *     registers. */
+static __host__ __device__ constexpr bool mix_t16(int nft) { return nft <= 3; }
+/* shared memory where the second half's warps of MIX_T16 leave their sums: [4][32 lanes][4 NFT + 2] */
+static __host__ __device__ size_t mix_half_bytes(int nmix) {
+    const int nft = mix_fn_rows(nmix) / 8;
+    return mix_t16(nft) ? sizeof(double) * 128 * (size_t)(4 * nft + 2) : 0;
+}
 template <int NFT, bool V4, int POST>
 /* POST: one token group, 80 blocks at n = 4 -- one a multiprocessor, so ptxas may use more
- * registers (at two a multiprocessor these kernels spilled) */
-__global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : 2)
+ * registers (at two a multiprocessor these kernels spilled). MIX_T16 with x's 8-byte loads: three a
+ * multiprocessor (80 registers, no spills), so that B = 256's 320 blocks run as one wave */
+__global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : (mix_t16(NFT) && V4 ? 3 : 2))
 hc_mix_part_kernel(const uint16_t *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
     extern __shared__ double mix_smem[];
     double *fs = mix_smem; /* [NFT * 8][mix_stride] */
     constexpr int chunk = mix_chunk(8 * NFT), stride = mix_stride(8 * NFT); /* nmix's: mix_fn_rows(nmix) = 8 NFT */
+    constexpr bool T16 = mix_t16(NFT);
+    constexpr int TPL = T16 ? 2 : 1;                   /* tokens a lane */
+    constexpr int SPAN = T16 ? chunk / 2 : chunk;      /* values of the chunk a warp sums */
     const int c = blockIdx.x;
     const int64_t i0 = (int64_t)c * chunk;
     const int cl = len - i0 < chunk ? (int)(len - i0) : chunk;
     const int64_t tok0 = (int64_t)blockIdx.y * MIX_TOKENS;
+    const int post_tokens = POST ? (T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS) : 0;
     float *xs = reinterpret_cast<float *>(fs + NFT * 8 * stride); /* POST: [tokens][xstride] */
     const int xstride = mix_post_stride(nmix);
     mix_fn_pairs<8 * NFT> fp; /* the weights' loads before the wait: nothing earlier writes them */
     fp.load(fn + i0, len, nmix, cl);
     DI_PDL_BEGIN();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int64_t tok = tok0 + 8 * warp + g; /* this lane's token */
-    const int64_t t8 = tok0 + 8 * warp;      /* the warp's first */
-    const bool live = tok < T;
-    const uint16_t *xr = x + (live ? tok : 0) * len + i0; /* (not POST) its chunk of the stream */
+    const int64_t tw = T16 ? tok0 + 16 * (warp & 3) : tok0 + 8 * warp; /* the warp's first token */
+    const int kb = T16 ? (warp >> 2) * SPAN : 0;                           /* its first value of the chunk */
+    int64_t tok[TPL];        /* this lane's tokens: g, g + 8 of the warp's */
+    bool live[TPL];
+    const uint16_t *xr[TPL]; /* (not POST) their values from kb of the chunk */
+#pragma unroll
+    for (int u = 0; u < TPL; u++) {
+        tok[u] = tw + g + 8 * u;
+        live[u] = tok[u] < T;
+        xr[u] = x + (live[u] ? tok[u] : 0) * len + i0 + kb;
+    }
     /* PREFETCH: a lane's values of the chunk (4 a step) all loaded before the fn staging, so that one
      * round trip to memory serves the warp's whole chunk -- the sum loop issuing a step's loads then
      * waiting for them took a round trip every step or two (ncu on an H100, us a launch: 1,024 tokens
      * 70.7 -> 61.8, B = 256 26.7 -> 24.3) */
     constexpr bool PREFETCH = V4 && !POST;
-    constexpr int STEPS = chunk / 16;
-    uint2 xq[PREFETCH ? STEPS : 1];
+    constexpr int STEPS = SPAN / 16;
+    uint2 xq[TPL][PREFETCH ? STEPS : 1];
     if constexpr (PREFETCH) {
 #pragma unroll
-        for (int st = 0; st < STEPS; st++) {
-            const int k = 16 * st + 4 * tq;
-            xq[st] = live && k < cl ? *reinterpret_cast<const uint2 *>(xr + k) : make_uint2(0u, 0u);
-        }
+        for (int u = 0; u < TPL; u++)
+#pragma unroll
+            for (int st = 0; st < STEPS; st++) {
+                const int k = 16 * st + 4 * tq;
+                xq[u][st] = live[u] && kb + k < cl ? *reinterpret_cast<const uint2 *>(xr[u] + k) : make_uint2(0u, 0u);
+            }
     }
-    if (POST) mix_post_stage<POST == 2>(ps, tok0, T - tok0 < MIX_TOKENS ? (int)(T - tok0) : MIX_TOKENS, i0, cl, xstride, xs);
+    if (POST) mix_post_stage<POST == 2>(ps, tok0, post_tokens, i0, cl, xstride, xs);
     if (fp.on) fp.store(fs);
     else mix_stage_fn_values<8 * NFT>(fs, fn + i0, len, nmix, cl);
     __syncthreads();
-    if (t8 >= T) return;                     /* whole warps */
-    const float *xsr = xs + (live ? tok - tok0 : 0) * xstride;   /* POST: the token's staged chunk */
-    double d[NFT][2], ss = 0.0;
+    const bool busy = tw < T; /* the warp has a token */
+    if (!T16 && !busy) return; /* whole warps (MIX_T16's meet at a barrier below) */
+    double d[NFT][2 * TPL], ss[TPL];
 #pragma unroll
-    for (int nt = 0; nt < NFT; nt++) d[nt][0] = d[nt][1] = 0.0;
-    /* the step of values k0 .. k0 + 15 (v: this lane's four, k0 + 4 tq ..) */
-    auto sum_step = [&](int k0, const float4 &v) {
+    for (int nt = 0; nt < NFT; nt++)
+#pragma unroll
+        for (int i = 0; i < 2 * TPL; i++) d[nt][i] = 0.0;
+#pragma unroll
+    for (int u = 0; u < TPL; u++) ss[u] = 0.0;
+    /* the step of values k0 .. k0 + 15 of the chunk (v[u]: token u's four, k0 + 4 tq ..) */
+    auto sum_step = [&](int k0, const float4 (&v)[TPL]) {
         const int k = k0 + 4 * tq;
-        const double xa[4] = {(double)v.x, (double)v.y, (double)v.z, (double)v.w};
+        double xa[TPL][4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) ss = __fma_rn(xa[u], xa[u], ss); /* exact product */
+        for (int u = 0; u < TPL; u++) {
+            xa[u][0] = v[u].x, xa[u][1] = v[u].y, xa[u][2] = v[u].z, xa[u][3] = v[u].w;
+#pragma unroll
+            for (int j = 0; j < 4; j++) ss[u] = __fma_rn(xa[u][j], xa[u][j], ss[u]); /* exact product */
+        }
+        double a[8];
+        if constexpr (T16) { /* a[2j + u] = token u's value 4 tq + j: A[g + 8 u][tq + 4 j] */
+#pragma unroll
+            for (int j = 0; j < 4; j++) a[2 * j] = xa[0][j], a[2 * j + 1] = xa[TPL - 1][j];
+        }
 #pragma unroll
         for (int nt = 0; nt < NFT; nt++) {
             const double2 *fb = reinterpret_cast<const double2 *>(fs + (8 * nt + g) * stride + k);
             const double2 b01 = fb[0], b23 = fb[1]; /* fn row 8 nt + g, values k .. k + 3 */
-            di_mma_f64_884(d[nt], xa[0], b01.x, d[nt]);
-            di_mma_f64_884(d[nt], xa[1], b01.y, d[nt]);
-            di_mma_f64_884(d[nt], xa[2], b23.x, d[nt]);
-            di_mma_f64_884(d[nt], xa[3], b23.y, d[nt]);
+            if constexpr (T16) {
+                const double b[4] = {b01.x, b01.y, b23.x, b23.y};
+                di_mma_f64_16816(d[nt], a, b, d[nt]);
+            } else {
+                di_mma_f64_884(d[nt], xa[0][0], b01.x, d[nt]);
+                di_mma_f64_884(d[nt], xa[0][1], b01.y, d[nt]);
+                di_mma_f64_884(d[nt], xa[0][2], b23.x, d[nt]);
+                di_mma_f64_884(d[nt], xa[0][3], b23.y, d[nt]);
+            }
         }
     };
-    if constexpr (PREFETCH) {
+    if (busy) {
+        if constexpr (PREFETCH) {
 #pragma unroll
-        for (int st = 0; st < STEPS; st++) {
-            if (16 * st >= cl) break;
-            sum_step(16 * st, di_dev_bf16x4_widen(xq[st]));
-        }
-    } else {
-#pragma unroll 2
-        for (int k0 = 0; k0 < cl; k0 += 16) {
-            const int k = k0 + 4 * tq; /* this lane's four values */
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (POST) { /* d % 4 == 0: cl % 4 == 0 too */
-                if (live && k < cl) v = *reinterpret_cast<const float4 *>(xsr + k);
-            } else if (live) { /* n d % 4 != 0 or x not 8-byte aligned */
-                v.x = k < cl ? di_dev_bf16_load(xr + k) : 0.0f;
-                v.y = k + 1 < cl ? di_dev_bf16_load(xr + k + 1) : 0.0f;
-                v.z = k + 2 < cl ? di_dev_bf16_load(xr + k + 2) : 0.0f;
-                v.w = k + 3 < cl ? di_dev_bf16_load(xr + k + 3) : 0.0f;
+            for (int st = 0; st < STEPS; st++) {
+                if (kb + 16 * st >= cl) break;
+                float4 v[TPL];
+#pragma unroll
+                for (int u = 0; u < TPL; u++) v[u] = di_dev_bf16x4_widen(xq[u][st]);
+                sum_step(kb + 16 * st, v);
             }
-            sum_step(k0, v);
+        } else {
+#pragma unroll 2
+            for (int k0 = kb; k0 < kb + SPAN && k0 < cl; k0 += 16) {
+                const int k = k0 + 4 * tq; /* this lane's four values */
+                float4 v[TPL];
+#pragma unroll
+                for (int u = 0; u < TPL; u++) {
+                    v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (!live[u]) continue;
+                    if (POST) { /* d % 4 == 0: cl % 4 == 0 too */
+                        if (k < cl) v[u] = *reinterpret_cast<const float4 *>(xs + (tok[u] - tok0) * xstride + k);
+                    } else { /* n d % 4 != 0 or x not 8-byte aligned */
+                        const uint16_t *xk = xr[u] - kb + k;
+                        v[u].x = k < cl ? di_dev_bf16_load(xk) : 0.0f;
+                        v[u].y = k + 1 < cl ? di_dev_bf16_load(xk + 1) : 0.0f;
+                        v[u].z = k + 2 < cl ? di_dev_bf16_load(xk + 2) : 0.0f;
+                        v[u].w = k + 3 < cl ? di_dev_bf16_load(xk + 3) : 0.0f;
+                    }
+                }
+                sum_step(k0, v);
+            }
         }
     }
-    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-    if (!live) return;
-    double *pt = part + tok * (nmix + 1) * (int64_t)n_chunks + c;
 #pragma unroll
-    for (int nt = 0; nt < NFT; nt++)
-        for (int h = 0; h < 2; h++) {
-            const int j = 8 * nt + 2 * tq + h;
-            if (j < nmix) pt[(int64_t)j * n_chunks] = d[nt][h];
+    for (int u = 0; u < TPL; u++) {
+        ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], 1);
+        ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], 2);
+    }
+    if constexpr (T16) { /* the chunk's second half (warps 4..7) into the first's sums */
+        double *hs = reinterpret_cast<double *>(reinterpret_cast<uint8_t *>(mix_smem) + mix_smem_bytes(nmix) +
+                                                sizeof(float) * (size_t)post_tokens * xstride) +
+                     ((warp & 3) * 32 + lane) * (4 * NFT + 2);
+        if (warp >= 4 && busy) {
+#pragma unroll
+            for (int nt = 0; nt < NFT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) hs[4 * nt + i] = d[nt][i];
+            hs[4 * NFT] = ss[0], hs[4 * NFT + 1] = ss[TPL - 1];
         }
-    if (tq == 0) pt[(int64_t)nmix * n_chunks] = ss;
+        __syncthreads();
+        if (warp >= 4 || !busy) return;
+#pragma unroll
+        for (int nt = 0; nt < NFT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) d[nt][i] += hs[4 * nt + i];
+        ss[0] += hs[4 * NFT], ss[TPL - 1] += hs[4 * NFT + 1];
+    }
+#pragma unroll
+    for (int u = 0; u < TPL; u++) {
+        if (!live[u]) continue;
+        double *pt = part + tok[u] * (nmix + 1) * (int64_t)n_chunks + c;
+#pragma unroll
+        for (int nt = 0; nt < NFT; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int j = 8 * nt + 2 * tq + h;
+                if (j < nmix) pt[(int64_t)j * n_chunks] = d[nt][2 * u + h];
+            }
+        if (tq == u) pt[(int64_t)nmix * n_chunks] = ss[u];
+    }
 }
 
 /* mix value j of a token from its chunk sums pt [nmix + 1][n_chunks], on one warp: lane l adds chunks
@@ -381,7 +466,8 @@ static void mix_part_launch(dim3 grid, const uint16_t *x, int64_t rows, int64_t 
                             int n_chunks, double *part, const hc_post_src &ps, cudaStream_t s) {
     static size_t attr_set; /* the largest dynamic shared memory set so far */
     const int64_t post_tokens = POST ? (rows < MIX_TOKENS ? rows : MIX_TOKENS) : 0;
-    const size_t smem = mix_smem_bytes(nmix) + sizeof(float) * (size_t)(post_tokens * mix_post_stride(nmix));
+    const size_t smem =
+        mix_smem_bytes(nmix) + sizeof(float) * (size_t)(post_tokens * mix_post_stride(nmix)) + mix_half_bytes(nmix);
     if (smem > attr_set) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_part_kernel<NFT, V4, POST>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -54,6 +54,18 @@ static __device__ __forceinline__ void di_mma_f64_884(double d[2], double a, dou
                  : "d"(a), "d"(b), "d"(c[0]), "d"(c[1]));
 }
 
+/* fp64 m16n8k16 (sm_90): d = A (16x16) B (16x8) + c. Lane 4g + t holds a[i] = A[g + 8 (i % 2)][t + 4 (i / 2)],
+ * b[i] = B[t + 4 i][g] and d[i] = D[g + 8 (i / 2)][2t + i % 2] (tools/cuda/probe_dmma.cu checks the layout).
+ * One instruction does the flops of eight m8n8k4 (docs/PERFORMANCE.md, session 56: the rates of the two) */
+static __device__ __forceinline__ void di_mma_f64_16816(double d[4], const double a[8], const double b[4],
+                                                        const double c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7,%8,%9,%10,%11}, "
+                 "{%12,%13,%14,%15}, {%16,%17,%18,%19};\n"
+                 : "=d"(d[0]), "=d"(d[1]), "=d"(d[2]), "=d"(d[3])
+                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]),
+                   "d"(b[1]), "d"(b[2]), "d"(b[3]), "d"(c[0]), "d"(c[1]), "d"(c[2]), "d"(c[3]));
+}
+
 /* d = A(16x16 bf16) * B(16x8 bf16) + c, fp32 accumulation; fragments as for k32 with 2-byte
  * elements: a0 row g, k 2t..2t+1 | a1 row g+8 | a2 row g, k 8+2t.. | a3 row g+8, k 8+2t..;
  * b0 col g, k 2t..2t+1 | b1 col g, k 8+2t.. */

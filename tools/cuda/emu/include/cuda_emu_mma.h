@@ -106,6 +106,30 @@ static inline void di_mma_f64_884(double d[2], double a, double b, const double 
     d[1] = out[1];
 }
 
+/* fp64 m16n8k16: every lane's a[8] and b[4] through the warp, then c + the sixteen products by fma in
+ * k order */
+static inline void di_mma_f64_16816(double d[4], const double a[8], const double b[4], const double c[4]) {
+    const unsigned lane = emu::flat_tid() & 31;
+    double A[8][32], B[4][32]; /* [register][lane] */
+    for (int r = 0; r < 12; r++) {
+        uint64_t u, v[32];
+        memcpy(&u, r < 8 ? &a[r] : &b[r - 8], 8);
+        emu::exchange_all(u, v);
+        memcpy(r < 8 ? A[r] : B[r - 8], v, sizeof v);
+    }
+    auto Am = [&](int row, int k) { return A[(row >> 3) + 2 * (k >> 2)][4 * (row & 7) + (k & 3)]; };
+    auto Bm = [&](int k, int col) { return B[k >> 2][4 * col + (k & 3)]; };
+    const int g = (int)lane >> 2, tq = (int)lane & 3;
+    double out[4];
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * tq + (i & 1);
+        double s = c[i];
+        for (int k = 0; k < 16; k++) s = fma(Am(row, k), Bm(k, col), s);
+        out[i] = s;
+    }
+    for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
 /* m16n8k16 with 16-bit inputs, `value` decoding one (bf16 or f16): exact products summed in double
  * with c, rounded once */
 template <class Decode>
