@@ -226,8 +226,10 @@ static __device__ void mix_post_stage(const hc_post_src &p, int64_t tok0, int to
  *     group over half w / 4 of the chunk with m16n8k16 (sm_90's fp64 shape: the flops of eight
  *     m8n8k4 in one instruction; its k index t + 4j stands for value 4t + j of the step), and the
  *     second half's warp hands its sums to the first through shared memory, which adds them (half
- *     0 + half 1) and stores. (m8n8k4 ran at ~16 TFLOP/s of fp64 on an H100, a quarter of the fp64
- *     tensor rate: docs/PERFORMANCE.md, session 56.)
+ *     0 + half 1) and stores. (tools/cuda/probe_dmma.cu on an H200: m8n8k4 reaches 33 TFLOP/s,
+ *     m16n8k16 66, and one m16n8k16 equals four chained m8n8k4 bit for bit. The kernel gained
+ *     little from the rate -- it waits on its loads: B = 256 22.2 -> 21.2 us a launch at two blocks
+ *     a multiprocessor, 19.4 at three; docs/PERFORMANCE.md, session 56.)
  *   else: warp w sums the 8 tokens 8 w .. over the whole chunk with m8n8k4 (sub-step u: the k
  *     index t stands for value 4t + u) -- 10 fn tiles of m16n8 accumulators would take 160
  *     registers. */
