@@ -1270,7 +1270,7 @@ static void run_quick(void) {
     test_mhc(2, 4, 256);
     test_mhc(1, 4, 650);  /* 11 chunks of the mix sums, the last one partial */
     test_mhc(3, 6, 64);   /* n * n > 32: the one-thread Sinkhorn */
-    test_mhc(37, 4, 300); /* a token group of the mix sums partly empty (warps 4..7 with no token) */
+    test_mhc(37, 4, 300); /* a token group of the mix sums partly empty (a 16-token tile part full, one with no token) */
     test_mhc(3, 4, 130);  /* d % 4 != 0: pre / post a value a thread */
     test_mhc(70, 3, 65);  /* n d % 4 != 0: the mix reads x a value at a time; two token groups */
     test_mhc(2, 5, 1500); /* the fused sublayer input with n at run time */
