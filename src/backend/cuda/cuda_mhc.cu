@@ -242,7 +242,8 @@ static __host__ __device__ size_t mix_half_bytes(int nmix) {
 template <int NFT, bool V4, int POST>
 /* POST: one token group, 80 blocks at n = 4 -- one a multiprocessor, so ptxas may use more
  * registers (at two a multiprocessor these kernels spilled). MIX_T16 with x's 8-byte loads: three a
- * multiprocessor (80 registers, no spills), so that B = 256's 320 blocks run as one wave */
+ * multiprocessor (80 registers; ~84 B of the fn pairs spill, tools/cuda/spills_allowed.txt), so that
+ * B = 256's 320 blocks run as one wave -- faster than two without spills (session 56) */
 __global__ void __launch_bounds__(MIX_THREADS, POST ? 1 : (mix_t16(NFT) && V4 ? 3 : 2))
 hc_mix_part_kernel(const uint16_t *__restrict__ x, int64_t T, int64_t len, const float *__restrict__ fn, int nmix,
                    int n_chunks, double *__restrict__ part, hc_post_src ps) {
@@ -1062,22 +1063,25 @@ __global__ void hc_post_kernel(const float *__restrict__ y, const uint16_t *__re
     hc_vec<V>::store(pre_row + tok * d + k, m);
 }
 
+/* hc_post_kernel<V, COMBINE> over the T * d values, V a thread, 256 threads a block */
+template <int V, bool COMBINE = false>
+static void hc_post_launch(const float *y, const uint16_t *r, int64_t T, int n, int64_t d, const float *post,
+                           const float *comb, uint16_t *out, const float *p_in, float *pre_row, const hc_post_src &cs,
+                           cudaStream_t s) {
+    hc_post_kernel<V, COMBINE><<<(unsigned)((T * d / V + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
+                                                                                   pre_row, cs);
+    DI_CUDA_LAUNCHED();
+}
+
 extern "C" void di_cuda_hc_post_pre(const float *y, const uint16_t *r, int64_t T, int n, int64_t d, const float *post,
                                     const float *comb, uint16_t *out, const float *p_in, float *pre_row, cudaStream_t s) {
-    const int64_t total = T * d;
-    if (total <= 0) return;
+    if (T * d <= 0) return;
     hc_check_n("di_cuda_hc_post", n);
-    const int width = hc_post_width(d, y, pre_row, r, out);
-    if (width == 8)
-        hc_post_kernel<8><<<(unsigned)((total / 8 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
-                                                                            pre_row, hc_post_src{});
-    else if (width == 4)
-        hc_post_kernel<4><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
-                                                                            pre_row, hc_post_src{});
-    else
-        hc_post_kernel<1><<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, r, T, n, d, post, comb, out, p_in,
-                                                                        pre_row, hc_post_src{});
-    DI_CUDA_LAUNCHED();
+    switch (hc_post_width(d, y, pre_row, r, out)) {
+    case 8: hc_post_launch<8>(y, r, T, n, d, post, comb, out, p_in, pre_row, hc_post_src{}, s); break;
+    case 4: hc_post_launch<4>(y, r, T, n, d, post, comb, out, p_in, pre_row, hc_post_src{}, s); break;
+    default: hc_post_launch<1>(y, r, T, n, d, post, comb, out, p_in, pre_row, hc_post_src{}, s); break;
+    }
 }
 
 extern "C" bool di_cuda_hc_post_combine_supported(const di_cuda_hc_post_ops *p, int n, int64_t d) {
@@ -1087,8 +1091,7 @@ extern "C" bool di_cuda_hc_post_combine_supported(const di_cuda_hc_post_ops *p, 
 
 extern "C" void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_t T, int n, int64_t d,
                                             const float *p_in, float *pre_row, cudaStream_t s) {
-    const int64_t total = T * d;
-    if (total <= 0) return;
+    if (T * d <= 0) return;
     if (!di_cuda_hc_post_combine_supported(p, n, d) || (pre_row && (uintptr_t)pre_row % 16 != 0)) {
         fprintf(stderr, "di_cuda_hc_post_combine_pre: n = %d, d = %lld, K = %d or its rows not supported\n", n,
                 (long long)d, p->K);
@@ -1096,12 +1099,9 @@ extern "C" void di_cuda_hc_post_combine_pre(const di_cuda_hc_post_ops *p, int64_
     }
     const hc_post_src cs = {NULL, p->r, p->post, p->comb, p->out, n, (int)d, p->slot_rows, p->order, p->shared, p->K};
     if (hc_post_width(d, p->shared, pre_row, p->r, p->out) == 8)
-        hc_post_kernel<8, true><<<(unsigned)((total / 8 + 255) / 256), 256, 0, s>>>(NULL, p->r, T, n, d, p->post,
-                                                                                   p->comb, p->out, p_in, pre_row, cs);
+        hc_post_launch<8, true>(NULL, p->r, T, n, d, p->post, p->comb, p->out, p_in, pre_row, cs, s);
     else
-        hc_post_kernel<4, true><<<(unsigned)((total / 4 + 255) / 256), 256, 0, s>>>(NULL, p->r, T, n, d, p->post,
-                                                                                   p->comb, p->out, p_in, pre_row, cs);
-    DI_CUDA_LAUNCHED();
+        hc_post_launch<4, true>(NULL, p->r, T, n, d, p->post, p->comb, p->out, p_in, pre_row, cs, s);
 }
 
 extern "C" void di_cuda_hc_post(const float *y, const uint16_t *r, int64_t T, int n, int64_t d,
