@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_mma.cuh" /* di_mma_f64_884 and di_mma_f64_16816: the wrappers the mix sums call */
+
 #define CK(x)                                                                                                   \
     do {                                                                                                        \
         cudaError_t e_ = (x);                                                                                   \
@@ -29,11 +31,7 @@
         }                                                                                                       \
     } while (0)
 
-static __device__ __forceinline__ void mma884(double (&d)[2], double a, double b) {
-    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+d"(d[0]), "+d"(d[1])
-                 : "d"(a), "d"(b));
-}
+/* m16n8k4 and m16n8k8 (sm_90), accumulating in place: shapes the engine does not use, timed here alone */
 static __device__ __forceinline__ void mma1684(double (&d)[4], const double (&a)[2], double b) {
     asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
                  : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
@@ -45,13 +43,6 @@ static __device__ __forceinline__ void mma1688(double (&d)[4], const double (&a)
                  : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
                  : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
 }
-static __device__ __forceinline__ void mma16816(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7,%8,%9,%10,%11}, "
-                 "{%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
-                 : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]),
-                   "d"(b[1]), "d"(b[2]), "d"(b[3]));
-}
 
 /* A [16][16], B [16][8] row-major -> D [16][8] through one m16n8k16 (the assumed layout) */
 __global__ void layout_kernel(const double *A, const double *B, double *D) {
@@ -59,7 +50,7 @@ __global__ void layout_kernel(const double *A, const double *B, double *D) {
     double a[8], b[4], d[4] = {0.0, 0.0, 0.0, 0.0};
     for (int i = 0; i < 8; i++) a[i] = A[(g + 8 * (i % 2)) * 16 + t + 4 * (i / 2)];
     for (int i = 0; i < 4; i++) b[i] = B[(t + 4 * i) * 8 + g];
-    mma16816(d, a, b);
+    di_mma_f64_16816(d, a, b, d);
     for (int i = 0; i < 4; i++) D[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
 }
 
@@ -75,11 +66,11 @@ __global__ void chain_kernel(const double *X, const double *F, double *D884, dou
         a[2 * j + 1] = x[(g + 8) * 16 + 4 * t + j];
         b[j] = f[g * 16 + 4 * t + j];
     }
-    mma16816(d, a, b);
+    di_mma_f64_16816(d, a, b, d);
     for (int i = 0; i < 4; i++) D16816[tile * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
     for (int h = 0; h < 2; h++) {
         double e[2] = {0.0, 0.0};
-        for (int u = 0; u < 4; u++) mma884(e, x[(g + 8 * h) * 16 + 4 * t + u], f[g * 16 + 4 * t + u]);
+        for (int u = 0; u < 4; u++) di_mma_f64_884(e, x[(g + 8 * h) * 16 + 4 * t + u], f[g * 16 + 4 * t + u], e);
         for (int i = 0; i < 2; i++) D884[tile * 128 + (g + 8 * h) * 8 + 2 * t + i] = e[i];
     }
 }
@@ -100,7 +91,7 @@ __global__ void rate_kernel(int iters, double seed, double *out, long long *cycl
         for (int c = 0; c < CHAINS; c++) {
             if constexpr (SHAPE == 0) {
                 double dd[2] = {d[c][0], d[c][1]};
-                mma884(dd, a[c & 7], b[c & 3]);
+                di_mma_f64_884(dd, a[c & 7], b[c & 3], dd);
                 d[c][0] = dd[0], d[c][1] = dd[1];
             } else if constexpr (SHAPE == 1) {
                 const double aa[2] = {a[0], a[1]};
@@ -109,7 +100,7 @@ __global__ void rate_kernel(int iters, double seed, double *out, long long *cycl
                 const double aa[4] = {a[0], a[1], a[2], a[3]}, bb[2] = {b[0], b[1]};
                 mma1688(d[c], aa, bb);
             } else {
-                mma16816(d[c], a, b);
+                di_mma_f64_16816(d[c], a, b, d[c]);
             }
         }
     }
@@ -130,7 +121,7 @@ __global__ void latency_kernel(int iters, double seed, double *out, long long *c
     for (int it = 0; it < iters; it++) {
         if constexpr (SHAPE == 0) {
             double dd[2] = {d[0], d[1]};
-            mma884(dd, a[0], b[0]);
+            di_mma_f64_884(dd, a[0], b[0], dd);
             d[0] = dd[0], d[1] = dd[1];
         } else if constexpr (SHAPE == 1) {
             const double aa[2] = {a[0], a[1]};
@@ -139,7 +130,7 @@ __global__ void latency_kernel(int iters, double seed, double *out, long long *c
             const double aa[4] = {a[0], a[1], a[2], a[3]}, bb[2] = {b[0], b[1]};
             mma1688(d, aa, bb);
         } else {
-            mma16816(d, a, b);
+            di_mma_f64_16816(d, a, b, d);
         }
     }
     const long long t1 = clock64();
