@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_check.cuh"
+
 extern "C" {
 #include "base/numerics.h"
 }
@@ -20,14 +22,7 @@ extern "C" {
 #error "define CUDA_TEST_SEED before including cuda_test_util.cuh"
 #endif
 
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        cudaError_t e_ = (call);                                                                    \
-        if (e_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                                \
-        }                                                                                           \
-    } while (0)
+#define CK(call) DI_CUDA_CHECK(call)
 
 /* ---- random inputs (splitmix64) ---- */
 static uint64_t g_rng = CUDA_TEST_SEED;

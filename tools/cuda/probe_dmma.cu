@@ -21,15 +21,9 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_mma.cuh" /* di_mma_f64_884 and di_mma_f64_16816: the wrappers the mix sums call */
+#include "backend/cuda/cuda_check.cuh" /* DI_CUDA_CHECK */
 
-#define CK(x)                                                                                                   \
-    do {                                                                                                        \
-        cudaError_t e_ = (x);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                  \
-            exit(1);                                                                                            \
-        }                                                                                                       \
-    } while (0)
+#define CK(call) DI_CUDA_CHECK(call)
 
 /* m16n8k4 and m16n8k8 (sm_90), accumulating in place: shapes the engine does not use, timed here alone */
 static __device__ __forceinline__ void mma1684(double (&d)[4], const double (&a)[2], double b) {

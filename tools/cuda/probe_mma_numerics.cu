@@ -23,15 +23,9 @@
 
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_wgmma.cuh"
+#include "backend/cuda/cuda_check.cuh" /* DI_CUDA_CHECK */
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CK(call) DI_CUDA_CHECK(call)
 
 /* ---- device: one trial = A [64][32] and B [64 n][32 k] codes; D [64][64] fp32 ---- */
 __global__ void probe_mma_sync(const uint8_t *a, const uint8_t *b, float *d) {

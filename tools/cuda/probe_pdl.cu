@@ -25,15 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cuda/cuda_check.cuh" /* DI_CUDA_CHECK */
 
-#define CK(x)                                                                                                   \
-    do {                                                                                                        \
-        cudaError_t e_ = (x);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-            exit(1);                                                                                            \
-        }                                                                                                       \
-    } while (0)
+#define CK(call) DI_CUDA_CHECK(call)
 
 __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }

@@ -24,20 +24,14 @@
 #include <cstring>
 
 #include <cuda_runtime.h>
+#include "backend/cuda/cuda_check.cuh" /* DI_CUDA_CHECK */
 
 #define SLOTS 6
 #define AHEAD 5
 #define THREADS 384
 #define STAGE_BYTES 4096 /* 256 16-byte chunks: 2 per producer thread */
 
-#define CK(x)                                                                                                         \
-    do {                                                                                                              \
-        cudaError_t e_ = (x);                                                                                         \
-        if (e_ != cudaSuccess) {                                                                                      \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                                  \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
+#define CK(call) DI_CUDA_CHECK(call)
 
 enum { FULL = 1, EMPTY = 1 + SLOTS }; /* named barrier ids */
 

@@ -21,20 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/cuda/cuda_check.cuh" /* DI_CUDA_CHECK */
 #include "backend/cuda/cuda_ops.h"
 extern "C" {
 #include "forward/kv_record.h" /* the compressed KV record's layout */
 }
-
-#define DI_CUDA_CHECK(call)                                                                     \
-    do {                                                                                        \
-        cudaError_t e_ = (call);                                                                \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, #call,           \
-                    cudaGetErrorString(e_));                                                    \
-            abort();                                                                            \
-        }                                                                                       \
-    } while (0)
 
 /* Checks the launch just made (configuration errors surface here, faults at the next sync). */
 #define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
