@@ -1242,6 +1242,7 @@ static void run_quick(void) {
     test_linear("linear_fp8", DI_DT_F8_E4M3, DI_LIN_QUANT, 70, 256, 200); /* + the wgmma kernel */
     test_linear("linear_fp4", DI_DT_I8, DI_LIN_QUANT, 70, 512, 96);
     test_linear("linear_fp4 odd-scales", DI_DT_I8, DI_LIN_QUANT, 70, 512, 96, true);
+    test_linear("linear_fp4 odd-scales", DI_DT_I8, DI_LIN_QUANT, 40, 512, 96, true); /* 64-token tiles, two CTAs an SM */
     test_linear("linear_fp8 odd-scales", DI_DT_F8_E4M3, DI_LIN_QUANT, 70, 256, 200, true);
     test_linear("linear_bf16", DI_DT_BF16, DI_LIN_BF16, 2, 256, 64);
     test_linear("linear_f32", DI_DT_F32, DI_LIN_F32, 2, 256, 64);
