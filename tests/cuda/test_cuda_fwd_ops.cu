@@ -16,7 +16,8 @@
  *               kernel (di_cuda_ctx.tiled_only) bit for bit; the e2m1 -> e4m3 widening and the
  *               wgmma kernel's dequantisations (e2m1 / e4m3 -> bf16 times a scale) equal the
  *               tables on every input (the wgmma kernel's sums have other bits: its grouping is
- *               checked exact here, its sums against the CPU in test_cuda_ops)
+ *               checked exact here, its sums against the CPU within test_cuda_ops's tensor-core
+ *               bound, there and here on the grouping's references)
  * Prints "SKIPPED: no CUDA device" and exits 0 without a GPU; exits 1 on any FAIL. `--quick` runs
  * small shapes only (the CPU emulator, compute-sanitizer); `--medium` the real shapes except the
  * vocab-size head linear (the emulator's full run); `--wgmma` the small wgmma cases alone, `--index`
@@ -1547,13 +1548,60 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M,
     free(hx);
 }
 
+/* The references of test_wgmma_grouping (b [M, N]: each group alone, or the two halves) against
+ * di_cpu_linear on the host copies of the groups' weights, within test_cuda_ops's tensor-core bound:
+ * each 32-product block sum within 2^-9 of its |products| (an FP8 tensor core's ~14 kept bits),
+ * act_quant's 1.07, one bf16 ulp of the final rounding. So the grouped forms, equal to these bit
+ * for bit, meet the CPU at the op level too (not only end to end). Up to 2^27 products. */
+static void grp_check_cpu(const grp_case &c, bool single, const float *hx, const float *b, const char *shp) {
+    const int64_t K = c.shape.cols, N = c.shape.rows;
+    if ((int64_t)c.M * N * K > ((int64_t)1 << 27)) return;
+    const bool fp4 = c.shape.dtype == DI_DT_I8;
+    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
+    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
+    std::vector<uint8_t> wd(dbytes), ws(sbytes);
+    std::vector<float> ref((size_t)c.M * N), bound((size_t)c.M * N);
+    int64_t ndiff = 0, nout = 0;
+    double worst = 0.0;
+    for (size_t g = 0; g < c.wd.size(); g++) {
+        const int64_t r0 = single ? 0 : c.off[g], rows = single ? c.M : c.off[g + 1] - c.off[g];
+        if (!rows) continue;
+        dev_download(wd.data(), c.wd[g], dbytes);
+        dev_download(ws.data(), c.ws[g], sbytes);
+        di_weight w = c.shape;
+        w.data = wd.data();
+        w.scale = ws.data();
+        di_cpu_linear(&w, hx + r0 * K, rows, ref.data() + r0 * N, DI_LIN_QUANT);
+        for (int64_t r = r0; r < r0 + rows; r++)
+            for (int64_t n = 0; n < N; n++) {
+                double sabs = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const double wv = fp4 ? di_e2m1_lut[(wd[(n * K + k) / 2] >> (4 * (k & 1))) & 15] *
+                                                di_e8m0_to_f32(ws[n * (K / 32) + k / 32])
+                                          : di_e4m3_to_f32(wd[n * K + k]) * di_e8m0_to_f32(ws[(n / 32) * ((K + 31) / 32) + k / 32]);
+                    sabs += fabs(hx[r * K + k] * wv);
+                }
+                const float rf = ref[r * N + n], got = b[r * N + n];
+                const double lim = 0x1p-9 * 1.07 * sabs + ldexp(1.0, ilogb(rf == 0.0f ? 1e-30f : rf) - 7);
+                const double err = fabs((double)got - rf);
+                ndiff += memcmp(&got, &rf, 4) != 0;
+                if (!(err <= lim)) nout++; /* NaN too */
+                if (err / lim > worst || err != err) worst = err != err ? INFINITY : err / lim;
+            }
+    }
+    printf("%s  %-20s %-40s worst %.3f of the bound  differing %lld / %lld  [tensor-core bound]\n", nout ? "FAIL" : "PASS",
+           "wgmma_grouping.cpu", shp, worst, (long long)ndiff, (long long)c.M * N);
+    if (nout) g_fail++;
+    else g_pass++;
+}
+
 /* ---- the wgmma GEMM (di_cuda_ctx.wgmma): its tiling and grouping, bit for bit --
  * G groups (each empty or of more than 8 rows) against one-group calls of each group and through
  * the active list and a row-tile list, and there as the w1 / w3 pair of one launch; G == 0: one
  * matrix of rows[0] rows against two calls on its two halves (both past 16 rows; 32-, 64- and
  * 128-token tiles where the halves and the whole differ). consumers 2 / 3: the calls under test take
  * that many consumer warpgroups, the references the other count (di_cuda_ctx.wg_consumers; 0: the
- * kernel's choice for both). Its sums against the CPU: test_cuda_ops "linear_* wgmma". ---- */
+ * kernel's choice for both). The references against the CPU within a bound: grp_check_cpu. ---- */
 static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *rows, int G, int consumers = 0) {
     const bool fp4 = dt == DI_DT_I8, single = G == 0;
     const int ng = single ? 1 : G;
@@ -1593,6 +1641,7 @@ static void test_wgmma_grouping(di_dtype dt, int64_t K, int64_t N, const int *ro
         }
     }
     dev_download(b, yr, sizeof(float) * (size_t)M * N);
+    grp_check_cpu(c, single, hx, b, shp);
     g_cx.wg_consumers = consumers;
     for (int variant = 0; variant < (single ? 1 : 3); variant++) { /* groups: the active list, a row-tile list */
         float *y = (float *)dev_poisoned(sizeof(float) * (size_t)M * N);
