@@ -6,6 +6,7 @@
 #ifndef DI_CUDA_TEST_UTIL_CUH
 #define DI_CUDA_TEST_UTIL_CUH
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,26 @@ static void dev_download_bf16(float *h, const uint16_t *d, int64_t n) {
     dev_download(b, d, 2 * (size_t)n);
     for (int64_t i = 0; i < n; i++) h[i] = di_bf16_to_f32(b[i]);
     free(b);
+}
+
+/* ---- the quantised linears' tensor-core bound ----
+ * Weight n, k of an FP8 (32x32 ue8m0 blocks) or FP4 (e2m1 codes two a byte, a ue8m0 scale per 32 of
+ * a row) matrix of K columns, as the CPU reads it. */
+static double quant_weight_value(bool fp4, const uint8_t *wd, const uint8_t *ws, int64_t K, int64_t n, int64_t k) {
+    return fp4 ? (double)di_e2m1_lut[(wd[(n * K + k) / 2] >> (4 * (k & 1))) & 15] * di_e8m0_to_f32(ws[n * (K / 32) + k / 32])
+               : (double)di_e4m3_to_f32(wd[n * K + k]) * di_e8m0_to_f32(ws[(n / 32) * ((K + 31) / 32) + k / 32]);
+}
+/* How far a tensor-core output may lie from the CPU's ref = y[r, n] of x [., K] times that matrix:
+ * each 32-product block sum comes from a tensor core whose accumulation keeps about 14 bits relative
+ * to the largest addend (DeepSeek-V3 report, 3.3.2): a block sum is off by less than
+ * 32 * 2^-14 * max|p| <= 2^-9 * sum|p|; over all blocks <= 2^-9 * sum_k |xq_k w_k| <=
+ * 2^-9 * 1.07 * sum_k |x_k w_k| (act_quant moves a value by at most 2^-4 of its block's max), plus
+ * one bf16 ulp where the final roundings of the two nearby sums part ways. */
+static double quant_linear_bound(bool fp4, const uint8_t *wd, const uint8_t *ws, int64_t K, const float *x_row, int64_t n,
+                                 float ref) {
+    double sabs = 0.0;
+    for (int64_t k = 0; k < K; k++) sabs += fabs(x_row[k] * quant_weight_value(fp4, wd, ws, K, n, k));
+    return 0x1p-9 * 1.07 * sabs + ldexp(1.0, ilogb(ref == 0.0f ? 1e-30f : ref) - 7);
 }
 
 /* Prints the device line; false, after "SKIPPED: no CUDA device", where there is none. */

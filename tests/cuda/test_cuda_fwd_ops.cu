@@ -1549,10 +1549,9 @@ static void test_gemv_set(di_dtype dt, int64_t K, int64_t N0, int64_t N1, int M,
 }
 
 /* The references of test_wgmma_grouping (b [M, N]: each group alone, or the two halves) against
- * di_cpu_linear on the host copies of the groups' weights, within test_cuda_ops's tensor-core bound:
- * each 32-product block sum within 2^-9 of its |products| (an FP8 tensor core's ~14 kept bits),
- * act_quant's 1.07, one bf16 ulp of the final rounding. So the grouped forms, equal to these bit
- * for bit, meet the CPU at the op level too (not only end to end). Up to 2^27 products. */
+ * di_cpu_linear on the host copies of the groups' weights, within quant_linear_bound (test_cuda_ops's
+ * tensor-core bound). So the grouped forms, equal to these bit for bit, meet the CPU at the op
+ * level too (not only end to end). Up to 2^27 products. */
 static void grp_check_cpu(const grp_case &c, bool single, const float *hx, const float *b, const char *shp) {
     const int64_t K = c.shape.cols, N = c.shape.rows;
     if ((int64_t)c.M * N * K > ((int64_t)1 << 27)) return;
@@ -1574,15 +1573,8 @@ static void grp_check_cpu(const grp_case &c, bool single, const float *hx, const
         di_cpu_linear(&w, hx + r0 * K, rows, ref.data() + r0 * N, DI_LIN_QUANT);
         for (int64_t r = r0; r < r0 + rows; r++)
             for (int64_t n = 0; n < N; n++) {
-                double sabs = 0.0;
-                for (int64_t k = 0; k < K; k++) {
-                    const double wv = fp4 ? di_e2m1_lut[(wd[(n * K + k) / 2] >> (4 * (k & 1))) & 15] *
-                                                di_e8m0_to_f32(ws[n * (K / 32) + k / 32])
-                                          : di_e4m3_to_f32(wd[n * K + k]) * di_e8m0_to_f32(ws[(n / 32) * ((K + 31) / 32) + k / 32]);
-                    sabs += fabs(hx[r * K + k] * wv);
-                }
                 const float rf = ref[r * N + n], got = b[r * N + n];
-                const double lim = 0x1p-9 * 1.07 * sabs + ldexp(1.0, ilogb(rf == 0.0f ? 1e-30f : rf) - 7);
+                const double lim = quant_linear_bound(fp4, wd.data(), ws.data(), K, hx + r * K, n, rf);
                 const double err = fabs((double)got - rf);
                 ndiff += memcmp(&got, &rf, 4) != 0;
                 if (!(err <= lim)) nout++; /* NaN too */

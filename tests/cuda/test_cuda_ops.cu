@@ -298,25 +298,11 @@ static void test_linear(const char *name, di_dtype dt, di_linear_mode mode, int6
         char nm[64];
         snprintf(nm, sizeof nm, "%s exact", name);
         compare(nm, shape, got, ref, m, N, CRIT_EXACT);
-        /* the tensor-core kernel: each 32-product block sum comes from the FP8 tensor core, whose
-         * accumulation keeps about 14 bits relative to the largest addend (DeepSeek-V3 report,
-         * §3.3.2): a block sum is off by less than 32 * 2^-14 * max|p| <= 2^-9 * sum|p|; over all
-         * blocks <= 2^-9 * sum_k |xq_k w_k| <= 2^-9 * 1.07 * sum_k |x_k w_k| (act_quant moves a
-         * value by at most 2^-4 of its block's max), plus one bf16 ulp where the final roundings
-         * of the two nearby sums part ways */
+        /* the tensor-core kernel: within quant_linear_bound (each 32-product block sum from a tensor
+         * core keeping ~14 bits, act_quant's 1.07, one bf16 ulp) */
         for (int64_t r = 0; r < m; r++)
-            for (int64_t n = 0; n < N; n++) {
-                double sabs = 0.0;
-                for (int64_t k = 0; k < K; k++) {
-                    const double wv = dt == DI_DT_F8_E4M3
-                                          ? di_e4m3_to_f32(wd[n * K + k]) * di_e8m0_to_f32(ws[(n / 32) * ((K + 31) / 32) + k / 32])
-                                          : di_e2m1_lut[(wd[(n * K + k) / 2] >> (4 * (k & 1))) & 15] *
-                                                di_e8m0_to_f32(ws[n * (K / 32) + k / 32]);
-                    sabs += fabs(x[r * K + k] * wv);
-                }
-                const float rf = ref[r * N + n];
-                bound[r * N + n] = (float)(0x1p-9 * 1.07 * sabs + ldexp(1.0, ilogb(rf == 0.0f ? 1e-30f : rf) - 7));
-            }
+            for (int64_t n = 0; n < N; n++)
+                bound[r * N + n] = (float)quant_linear_bound(dt == DI_DT_I8, wd, ws, K, x + r * K, n, ref[r * N + n]);
         di_cuda_linear(&g_ctx, &wdev, dx, m, dy, mode);
         dev_download(got, dy, 4 * m * N);
         snprintf(nm, sizeof nm, "%s mma", name);
