@@ -23,7 +23,10 @@
 #     launch, side by side -- steadier than step times for a change to a few kernels. ncu flushes
 #     the caches before each kernel by default (--cache-control all), so a kernel that reads what
 #     the one before it wrote runs L2-cold there; AB_NCU_FLAGS="--cache-control none" (any further
-#     ncu flags) keeps them as the step leaves them.
+#     ncu flags) keeps them as the step leaves them. The regex meets ncu's function base name
+#     (`wg_gemm_kernel`, no template arguments: `wg_gemm_kernel<1` matches nothing); for one
+#     instantiation add AB_NCU_FLAGS="--kernel-name-base demangled" and match the demangled name,
+#     e.g. AB_NCU='wg_gemm_kernel<\(int\)1, \(int\)64'.
 # AB_ENV: further sides that run the tree's binaries under environment settings, space-separated
 #     name:VAR=VALUE[,VAR=VALUE..] entries, e.g. AB_ENV="nopdl:DEEPINFER_GPU_PDL=0" -- a knob's
 #     two settings A / B'd within one build (AB_OLD may then be empty).
