@@ -1104,6 +1104,7 @@ typedef struct grp_case {
     di_weight shape; /* dtype and shape only */
     std::vector<void *> wd, ws;
     std::vector<int> off, act;
+    size_t dbytes, sbytes; /* a group's weight codes and scales */
     int M, max_rows;
     const uint8_t **d_wd, **d_ws;
     const uint8_t **d_rwd, **d_rws; /* [G] wd / ws reversed */
@@ -1114,6 +1115,7 @@ static grp_case grp_make(di_dtype dt, int64_t K, int64_t N, const int *rows, int
     const bool fp4 = dt == DI_DT_I8;
     const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
     const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
+    c.dbytes = dbytes, c.sbytes = sbytes;
     c.shape = di_weight{};
     c.shape.dtype = dt;
     c.shape.rows = N;
@@ -1556,17 +1558,15 @@ static void grp_check_cpu(const grp_case &c, bool single, const float *hx, const
     const int64_t K = c.shape.cols, N = c.shape.rows;
     if ((int64_t)c.M * N * K > ((int64_t)1 << 27)) return;
     const bool fp4 = c.shape.dtype == DI_DT_I8;
-    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
-    const size_t sbytes = fp4 ? (size_t)N * (K / 32) : (size_t)((N + 31) / 32) * ((K + 31) / 32);
-    std::vector<uint8_t> wd(dbytes), ws(sbytes);
-    std::vector<float> ref((size_t)c.M * N), bound((size_t)c.M * N);
+    std::vector<uint8_t> wd(c.dbytes), ws(c.sbytes);
+    std::vector<float> ref((size_t)c.M * N);
     int64_t ndiff = 0, nout = 0;
     double worst = 0.0;
     for (size_t g = 0; g < c.wd.size(); g++) {
         const int64_t r0 = single ? 0 : c.off[g], rows = single ? c.M : c.off[g + 1] - c.off[g];
         if (!rows) continue;
-        dev_download(wd.data(), c.wd[g], dbytes);
-        dev_download(ws.data(), c.ws[g], sbytes);
+        dev_download(wd.data(), c.wd[g], c.dbytes);
+        dev_download(ws.data(), c.ws[g], c.sbytes);
         di_weight w = c.shape;
         w.data = wd.data();
         w.scale = ws.data();
@@ -1575,10 +1575,10 @@ static void grp_check_cpu(const grp_case &c, bool single, const float *hx, const
             for (int64_t n = 0; n < N; n++) {
                 const float rf = ref[r * N + n], got = b[r * N + n];
                 const double lim = quant_linear_bound(fp4, wd.data(), ws.data(), K, hx + r * K, n, rf);
-                const double err = fabs((double)got - rf);
+                const double err = fabs((double)got - rf), of_bound = err != err ? INFINITY : err / lim;
                 ndiff += memcmp(&got, &rf, 4) != 0;
-                if (!(err <= lim)) nout++; /* NaN too */
-                if (err / lim > worst || err != err) worst = err != err ? INFINITY : err / lim;
+                nout += !(err <= lim); /* NaN too */
+                if (of_bound > worst) worst = of_bound;
             }
     }
     printf("%s  %-20s %-40s worst %.3f of the bound  differing %lld / %lld  [tensor-core bound]\n", nout ? "FAIL" : "PASS",
