@@ -13,10 +13,12 @@
 # --launch-skip 40 --launch-count 2") over the same range into $OUT/detail-TAG.txt, no table.
 # -k matches the function name without template arguments; one instantiation by its mangled name:
 # "--kernel-name-base mangled -k regex:ILb1ELi64E" is wg_gemm_kernel<true, 64> (a demangled regex
-# with "<" matched nothing in session 12). For stall samples per SASS instruction ncu documents
-# "--section SourceCounters --page source --print-source sass"; tools/cuda/ncu_sass_mix.py folds that
-# text into each launch's warp instructions by opcode, its most executed instructions (--top) and its
-# most stalled ones (--stalls).
+# with "<" matched nothing in session 12; with --kernel-name-base demangled the name reads
+# "wg_gemm_kernel<(int)1, (int)64, ...>", and NCU_DETAIL is split at spaces, so match a space with
+# "." -- session 60: -k regex:wg_gemm_kernel<\(int\)1,.\(int\)64,.\(int\)2,.\(bool\)1>). For stall
+# samples per SASS instruction ncu documents "--section SourceCounters --page source
+# --print-source sass"; tools/cuda/ncu_sass_mix.py folds that text into each launch's warp
+# instructions by opcode, its most executed instructions (--top) and its most stalled ones (--stalls).
 # Output: $OUT/profile-TAG.txt (the table, also on stdout) and $OUT/profile-TAG.csv.gz (ncu's rows).
 set -u
 cd "$(dirname "$0")/../.."
