@@ -10,9 +10,11 @@
  * distributed shared memory in rank order, as the mma.sync kernel does. Outside that mode, at least a
  * row a multiprocessor (AW_WHOLE_ROWS_PER_SM) takes a CTA a row (a cluster of one).
  *
- * Roles (one CTA of three warpgroups a multiprocessor):
- *   producer (warpgroup 2) stages the group's q rows once (RoPE applied there with di_attn_rope; the
- *            merge applies the inverse to the output), then each run into one of two KV tiles:
+ * Roles (one CTA of four warpgroups a multiprocessor):
+ *   producers (warpgroups 2, 3; sessions 60-61: the consumers waited on one producer for ~19% of
+ *            their stall samples) -- producer p stages heads 32 p .. 32 p + 31
+ *            of the group's q rows once (RoPE applied there with di_attn_rope; the merge applies
+ *            the inverse to the output), then the runs j with j % 2 == p into KV tile p:
  *            the run's live entries first, in list order (where a row's NULLs sit then changes no
  *            sum: a chunked prefill moves them), each fp32 value rounded to bf16 (the KV and q
  *            values are on the bf16 grid, so exact) into 64-dim slices in the 128-byte swizzle;
@@ -37,7 +39,7 @@
  * denominator's tree, the merge), within the bound test_cuda_ops checks for the mma.sync kernel;
  * each head's result depends on its row alone, so it is batch invariant.
  *
- * Shared memory: q tile 64 KiB, two KV tiles 128 KiB, P tile 8 KiB, ~4 KiB of lists, maxima and
+ * Shared memory: q tile 64 KiB, two KV tiles 128 KiB, P tile 8 KiB, ~6 KiB of lists, maxima and
  * mbarriers. After the runs the KV tiles hold the rank's acc [64][512] fp32 for the merge and the
  * P tile the merge weights.
  *
@@ -46,7 +48,9 @@
  * one CTA a row it spreads fewer CTAs over the GPU than the mma.sync kernel below ~16 rows
  * (di_cuda_sparse_attn_mma then keeps the latter outside batch-invariant mode). Session 34: runs of
  * records alone staged with 16-byte loads, all in flight at once (aw_stage_records): a launch at
- * B = 256 240.6 -> 185.2 us, a 4,096-token prefill's 3,069 -> 2,439. */
+ * B = 256 240.6 -> 185.2 us, a 4,096-token prefill's 3,069 -> 2,439. Session 61 (H100, ncu us a
+ * launch, one producer -> two): B = 256 190.3 -> 179.8, a 4,096-token prefill 2,450 -> 2,408, two
+ * ranks of B = 64 70.4 -> 58.2. */
 #include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
@@ -56,10 +60,12 @@
 #define AW_HEADS 64            /* heads of a CTA: wgmma's M */
 #define AW_DIM 512             /* the head dimension this kernel takes */
 #define AW_RUN 64              /* list entries a run */
-#define AW_THREADS 384         /* consumer warpgroups 0 and 1, then the producer */
+#define AW_PRODUCERS 2         /* producer warpgroups: producer p stages q's heads 32 p .. 32 p + 31 and the
+                                * runs j with j % 2 == p, into KV tile p */
+#define AW_THREADS (256 + 128 * AW_PRODUCERS) /* consumer warpgroups 0 and 1, then the producers */
 #define AW_SLICE 8192          /* bytes of one 64-dim slice of a 64-row tile (bf16, 128-byte swizzle) */
 #define AW_TILE (8 * AW_SLICE) /* a 64 x 512 bf16 tile */
-#define AW_BATCH 32            /* float4 loads a producer thread has in flight */
+#define AW_BATCH 8            /* float4 loads a producer thread has in flight (divides 32: q's halves) */
 /* runs a cluster rank takes (more only past AW_MAX_SPLIT ranks): V4.1's lists of 128 + 512 entries
  * make two equal ranks. (H200, the bench's 4,096-token prefill: 4 runs a rank 842 ms, 8 runs 824,
  * 5 runs 781.) */
@@ -72,20 +78,22 @@
 #define AW_MAX_SPLIT 8         /* ranks of a cluster (the portable cluster size) */
 #define AW_MAX_ROWS 65535      /* grid.y */
 /* registers a thread (setmaxnreg): the accumulators alone are 128 a consumer. The warpgroups
- * trade within the CTA's allocation, 168 a thread at __launch_bounds__(384, 1); a consumer's
- * setmaxnreg.inc beyond what the producer gave back would wait forever. */
-#define AW_PRODUCER_REGS 152
+ * trade within the CTA's allocation, 128 a thread at __launch_bounds__(512, 1); a consumer's
+ * setmaxnreg.inc beyond what the producers gave back would wait forever. */
+#define AW_PRODUCER_REGS 80
 #define AW_CONSUMER_REGS 176
+#define AW_LAUNCH_REGS (65536 / AW_THREADS)
 
-static_assert(128 * AW_PRODUCER_REGS + 256 * AW_CONSUMER_REGS <= AW_THREADS * 168, "register trade exceeds the CTA's");
+static_assert(128 * AW_PRODUCERS * AW_PRODUCER_REGS + 256 * AW_CONSUMER_REGS <= AW_THREADS * AW_LAUNCH_REGS,
+              "register trade exceeds the CTA's");
 
 /* byte offsets in the (1024-aligned) dynamic shared memory */
 enum {
     AW_Q = 0,                       /* [8 slices][64 heads][128 B] */
     AW_KV = AW_Q + AW_TILE,         /* [2][8 slices][64 entries][128 B]; after the runs [64][512] fp32 acc */
     AW_P = AW_KV + 2 * AW_TILE,     /* [64 heads][128 B] bf16(p); after the runs the merge weights */
-    AW_ROWS = AW_P + 8192,          /* [4 producer warps][64] const float *: a warp's staged rows */
-    AW_RED = AW_ROWS + 4 * 64 * 8,  /* [2 run parities][2 consumers][64] fp32 row maxima */
+    AW_ROWS = AW_P + 8192,          /* [4 * AW_PRODUCERS producer warps][64] const float *: a warp's staged rows */
+    AW_RED = AW_ROWS + 4 * AW_PRODUCERS * 64 * 8, /* [2 run parities][2 consumers][64] fp32 row maxima */
     AW_MS = AW_RED + 2 * 2 * 64 * 4, /* [64] fp32 running max (after the runs: the rank's) */
     AW_DEN = AW_MS + 64 * 4,        /* [2 consumers][64] fp32 denominators, then [64] their sum */
     AW_LIVE = AW_DEN + 3 * 64 * 4,  /* [2] int: live entries of the run in each KV tile */
@@ -151,8 +159,8 @@ static __device__ void aw_stage_records(uint8_t *tile, const float *const *rows,
  * cos NULL for KV rows) applied for query row `row` before the rounding; KV rows may be compressed
  * KV records (di_dev_load_kv4_raw), decoded to bf16 */
 template <bool ROPE> /* false: no rope code in the KV staging (the producer's registers are capped) */
-static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_live, int pt, const di_attn_rope &rope,
-                                int64_t row) {
+static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_live, int n_rows, int pt,
+                                const di_attn_rope &rope, int64_t row) {
     uint8_t *col = tile + (pt >> 4) * AW_SLICE + (pt & 1) * 8;
     const int chunk = (pt & 15) >> 1;
     const di_rope4_coef rc = ROPE ? di_dev_rope4_coef(4 * pt, AW_DIM, rope, row, false) : di_rope4_coef{}; /* one column */
@@ -162,7 +170,7 @@ static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_l
         aw_stage_records(tile, rows, n_live, pt);
         return;
     }
-    for (int r0 = 0; r0 < AW_RUN; r0 += AW_BATCH) {
+    for (int r0 = 0; r0 < n_rows; r0 += AW_BATCH) { /* n_rows: AW_RUN (a run) or 32 (a producer's half of q) */
         uint32_t recs = 0, flts = 0; /* bit u: row r0 + u is a compressed KV record / a row of floats */
 #pragma unroll
         for (int u = 0; u < AW_BATCH && !ROPE; u++) {
@@ -227,7 +235,7 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
     const int n_runs = (n_idx + AW_RUN - 1) / AW_RUN, run0 = rank * split_runs;
     const int n_my = (run0 + split_runs < n_runs ? run0 + split_runs : n_runs) - run0; /* may be <= 0 */
     if (t == 0) {
-        di_mbar_init(&bars[BAR_Q], 128);
+        di_mbar_init(&bars[BAR_Q], 128 * AW_PRODUCERS);
         di_mbar_init(&bars[BAR_FULL], 128);
         di_mbar_init(&bars[BAR_FULL + 1], 128);
         di_mbar_init(&bars[BAR_EMPTY], 256);
@@ -236,23 +244,24 @@ attn_wg_kernel(const float *__restrict__ q, int n_heads, const float *const *kv_
     }
     __syncthreads();
 
-    if (wg == 2) { /* producer */
+    if (wg >= 2) { /* producer pw: q's heads 32 pw .., then the runs j = pw, pw + 2, .. into KV tile pw */
         di_setmaxnreg_dec<AW_PRODUCER_REGS>();
-        const int pt = t - 256;
-        const float **rows_w = rows_s + (pt >> 5) * 64; /* this warp's own copy of the list */
-        for (int i = lane; i < AW_HEADS; i += 32) rows_w[i] = q + (r * n_heads + h0 + i) * AW_DIM;
+        static_assert(AW_PRODUCERS == 2 && AW_HEADS == 64, "a producer a KV tile, half of q each");
+        const int pw = wg - 2, pt = t - 256 - 128 * pw;
+        const float **rows_w = rows_s + (4 * pw + (pt >> 5)) * 64; /* this warp's own copy of the list */
+        for (int i = lane; i < AW_HEADS / 2; i += 32) rows_w[i] = q + (r * n_heads + h0 + 32 * pw + i) * AW_DIM;
         __syncwarp();
-        aw_stage<true>(q_t, rows_w, AW_HEADS, pt, rope, r);
+        aw_stage<true>(q_t + 32 * pw * 128, rows_w, AW_HEADS / 2, AW_HEADS / 2, pt, rope, r); /* rows 32 pw .. */
         di_fence_proxy_async();
         di_mbar_arrive(&bars[BAR_Q]);
-        for (int j = 0; j < n_my; j++) {
-            const int b = j & 1, r0 = (run0 + j) * AW_RUN, cnt = n_idx - r0 < AW_RUN ? n_idx - r0 : AW_RUN;
+        for (int j = pw; j < n_my; j += 2) {
+            const int b = pw, r0 = (run0 + j) * AW_RUN, cnt = n_idx - r0 < AW_RUN ? n_idx - r0 : AW_RUN;
             if (j >= 2) di_mbar_wait(&bars[BAR_EMPTY + b], ((j >> 1) - 1) & 1);
             __syncwarp(); /* every lane is done with the previous list */
             const int live = di_dev_pack_live_run(kv_rows + r * n_idx + r0, cnt, lane, rows_w);
             __syncwarp();
             if (pt == 0) live_s[b] = live;
-            aw_stage<false>(kv_t + b * AW_TILE, rows_w, live, pt, rope, r); /* an empty run: zeros, no loads */
+            aw_stage<false>(kv_t + b * AW_TILE, rows_w, live, AW_RUN, pt, rope, r); /* an empty run: zeros, no loads */
             di_fence_proxy_async();
             di_mbar_arrive(&bars[BAR_FULL + b]);
         }
