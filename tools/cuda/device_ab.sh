@@ -27,6 +27,10 @@
 #     (`wg_gemm_kernel`, no template arguments: `wg_gemm_kernel<1` matches nothing); for one
 #     instantiation add AB_NCU_FLAGS="--kernel-name-base demangled" and match the demangled name,
 #     e.g. AB_NCU='wg_gemm_kernel<\(int\)1, \(int\)64'.
+# AB_NCU_DETAIL: ncu flags for a report of each side's own (e.g. "--section WarpStateStats
+#     --section SchedulerStats -k regex:attn_wg --launch-skip 10 --launch-count 2"), over the same
+#     bench into detail-<side>.txt, packed with the logs -- warp states side by side (session 61
+#     ran this by hand to compare three attention kernels).
 # AB_ENV: further sides that run the tree's binaries under environment settings, space-separated
 #     name:VAR=VALUE[,VAR=VALUE..] entries, e.g. AB_ENV="nopdl:DEEPINFER_GPU_PDL=0" -- a knob's
 #     two settings A / B'd within one build (AB_OLD may then be empty).
@@ -95,6 +99,7 @@ side_dir() { [ -n "${side_env[$1]+x}" ] && echo "$STASH/new" || echo "$STASH/$1"
 side_vars() { echo "${side_env[$1]:-}" | tr , ' '; } # its VAR=VALUE words (none: plain `env`)
 cmake --build build-dev -j "$(nproc)" >"$OUT/build-ab-tree.log" 2>&1 || log "the tree's rebuild failed"
 export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu DEEPINFER_ACCELERATOR=nvidia
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1) # AB_NCU, AB_NCU_DETAIL
 
 for t in "${tests[@]}"; do
     read -ra words <<<"$t"
@@ -110,7 +115,6 @@ for t in "${tests[@]}"; do
 done
 
 if [ -n "${AB_NCU:-}" ]; then
-    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
         # shellcheck disable=SC2046
@@ -148,6 +152,17 @@ for key in sorted(table):
 PY
 fi
 
+if [ -n "${AB_NCU_DETAIL:-}" ]; then
+    for side in "${sides[@]}"; do
+        # shellcheck disable=SC2086
+        # shellcheck disable=SC2046
+        env $(side_vars "$side") timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off \
+            --clock-control none $AB_NCU_DETAIL "$(side_dir "$side")/deepinfer" bench --backend cuda --quick \
+            $BENCH >"$OUT/detail-$side.txt" 2>&1
+        log "ncu detail $side: exit $?"
+    done
+fi
+
 for i in $(seq "$ROUNDS"); do
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
@@ -160,7 +175,7 @@ done
 # the device tool brings back at most 8 files: this script's logs and ncu tables travel as one
 # archive (tar xzf ab-logs.tar.gz; ab-logs-2.tar.gz, ... after an earlier run of the same call)
 # unless KEEP_LOGS=1 leaves them loose
-files=$(cd "$OUT" && ls build-ab-*.log test-*.log ncu-ab-*.csv 2>/dev/null; true)
+files=$(cd "$OUT" && ls build-ab-*.log test-*.log ncu-ab-*.csv detail-*.txt 2>/dev/null; true)
 if [ "${KEEP_LOGS:-0}" != 1 ] && [ -n "$files" ]; then
     A=ab-logs.tar.gz n=2
     while [ -e "$OUT/$A" ]; do A=ab-logs-$n.tar.gz n=$((n + 1)); done
