@@ -65,7 +65,7 @@
 #define AW_THREADS (256 + 128 * AW_PRODUCERS) /* consumer warpgroups 0 and 1, then the producers */
 #define AW_SLICE 8192          /* bytes of one 64-dim slice of a 64-row tile (bf16, 128-byte swizzle) */
 #define AW_TILE (8 * AW_SLICE) /* a 64 x 512 bf16 tile */
-#define AW_BATCH 8            /* float4 loads a producer thread has in flight (divides 32: q's halves) */
+#define AW_BATCH 8             /* float4 loads a producer thread has in flight */
 /* runs a cluster rank takes (more only past AW_MAX_SPLIT ranks): V4.1's lists of 128 + 512 entries
  * make two equal ranks. (H200, the bench's 4,096-token prefill: 4 runs a rank 842 ms, 8 runs 824,
  * 5 runs 781.) */
@@ -165,6 +165,8 @@ static __device__ void aw_stage(uint8_t *tile, const float *const *rows, int n_l
     const int chunk = (pt & 15) >> 1;
     const di_rope4_coef rc = ROPE ? di_dev_rope4_coef(4 * pt, AW_DIM, rope, row, false) : di_rope4_coef{}; /* one column */
     static_assert(AW_BATCH <= 32, "a bit a row of the batch");
+    /* whole batches: a batch past n_rows would write zeros over the other producer's half of q */
+    static_assert(AW_RUN % AW_BATCH == 0 && AW_HEADS / AW_PRODUCERS % AW_BATCH == 0, "AW_BATCH divides a staging");
     auto dst = [&](int r) { return (uint2 *)(col + r * 128 + ((chunk ^ (r & 7)) << 4)); };
     if (!ROPE && aw_run_records(rows, n_live, pt & 31)) {
         aw_stage_records(tile, rows, n_live, pt);
