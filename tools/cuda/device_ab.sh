@@ -100,6 +100,14 @@ side_vars() { echo "${side_env[$1]:-}" | tr , ' '; } # its VAR=VALUE words (none
 cmake --build build-dev -j "$(nproc)" >"$OUT/build-ab-tree.log" 2>&1 || log "the tree's rebuild failed"
 export LD_LIBRARY_PATH=/tmp/di-sysroot/usr/lib/x86_64-linux-gnu DEEPINFER_ACCELERATOR=nvidia
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1) # AB_NCU, AB_NCU_DETAIL
+ncu_side() { # side, ncu flags...: that side's bench under ncu (its environment, the bench's profiler range)
+    local side=$1
+    shift
+    # shellcheck disable=SC2086
+    # shellcheck disable=SC2046
+    env $(side_vars "$side") timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off --clock-control none \
+        "$@" "$(side_dir "$side")/deepinfer" bench --backend cuda --quick $BENCH
+}
 
 for t in "${tests[@]}"; do
     read -ra words <<<"$t"
@@ -117,10 +125,8 @@ done
 if [ -n "${AB_NCU:-}" ]; then
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
-        # shellcheck disable=SC2046
-        env $(side_vars "$side") timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off \
-            --clock-control none ${AB_NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv -k "regex:$AB_NCU" \
-            "$(side_dir "$side")/deepinfer" bench --backend cuda --quick $BENCH >"$OUT/ncu-ab-$side.csv" 2>/dev/null
+        ncu_side "$side" ${AB_NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv -k "regex:$AB_NCU" \
+            >"$OUT/ncu-ab-$side.csv" 2>/dev/null
         log "ncu $side: exit $?"
     done
     python3 - "$OUT" "${sides[@]}" <<'PY'
@@ -155,10 +161,7 @@ fi
 if [ -n "${AB_NCU_DETAIL:-}" ]; then
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
-        # shellcheck disable=SC2046
-        env $(side_vars "$side") timeout "${AB_NCU_TIMEOUT:-150}" "$NCU" --profile-from-start off \
-            --clock-control none $AB_NCU_DETAIL "$(side_dir "$side")/deepinfer" bench --backend cuda --quick \
-            $BENCH >"$OUT/detail-$side.txt" 2>&1
+        ncu_side "$side" $AB_NCU_DETAIL >"$OUT/detail-$side.txt" 2>&1
         log "ncu detail $side: exit $?"
     done
 fi
