@@ -38,6 +38,38 @@ static __device__ __forceinline__ float di_cluster_merge_weights(float *m, float
     return d + di_dev_expf(sink - mx);
 }
 
+/* di_cluster_merge_weights of heads 0 .. heads - 1 at once, 16 lanes a head: lane c of a half warp
+ * reads rank c's state (n_split <= 16). m [heads], den [heads]: this rank's copies; w [heads][w_stride]
+ * <- the weights, dfin [heads] <- the final denominators. The same bits: the max is exact in any
+ * order, each weight is one expf of the same operands, and lane 0 of the head adds the products
+ * den_c w_c in rank order (shuffled to it, all issued before the first add). Every thread of the
+ * block calls (blockDim.x a multiple of 32). The one-thread-a-head form chains n_split rounds of a
+ * remote load and an expf: at B = 1 of V4.1 (ten ranks) the block's other warps waiting on it held
+ * ~14% of attn_mma_kernel's stall samples (docs/PERFORMANCE.md, session 62). */
+static __device__ __forceinline__ void di_cluster_merge_weights_lanes(float *m, float *den, int heads, int n_split,
+                                                                      const float *sink, float *w, int w_stride,
+                                                                      float *dfin) {
+    const unsigned full = 0xffffffffu;
+    const int c = (int)(threadIdx.x & 15), per = (int)(blockDim.x / 16);
+    for (int h0 = 0; h0 < heads; h0 += per) { /* uniform over the block */
+        const int h = h0 + (int)(threadIdx.x / 16);
+        const bool on = h < heads && c < n_split;
+        const float mc = on ? *di_cluster_rank_smem(m + h, c) : -1e30f;
+        const float dc = on ? *di_cluster_rank_smem(den + h, c) : 0.0f;
+        float mx = fmaxf(-1e30f, mc);
+        for (int o = 8; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(full, mx, o));
+        const float wc = on ? di_dev_expf(mc - mx) : 0.0f;
+        const float pc = dc * wc;
+        if (on) w[h * w_stride + c] = wc;
+        const float es = h < heads ? di_dev_expf(sink[h] - mx) : 0.0f;
+        float d = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const float v = __shfl_sync(full, pc, (int)(threadIdx.x & 16) | k);
+            if (k < n_split) d += v;
+        }
+        if (c == 0 && h < heads) dfin[h] = d + es;
+    }
+}
 /* The run split of a row's list: `want` runs a rank whatever the list's length (lists of one model
  * differ only in trailing NULL runs, whose ranks add exact zeros, so the split never depends on
  * the batch), more only past max_split ranks; the emulator's one rank takes every run. */
