@@ -43,8 +43,8 @@
  * fp32, p 16 HT x 72 bf16. That is 88 KiB at HT 1 and 111 KiB at HT 2: two CTAs per SM. After the
  * runs the KV buffer holds the rank's acc for the merge, and the logit buffer the merge weights. A
  * CTA stages its next run only after its PV of this one, so loads and tensor work overlap across
- * the two CTAs of an SM, not within one. The CPU emulator has no clusters: there one rank takes
- * every run. */
+ * the two CTAs of an SM, not within one. The CPU emulator runs a cluster's CTAs at once
+ * (cuda_cluster.cuh), so it splits the runs as the device does. */
 #include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"

@@ -33,7 +33,7 @@
  * Merge: den = den_0 + den_1 per rank; over the ranks in order M = max m_c, w_c = exp(m_c - M),
  * den = sum den_c w_c + exp(sink - M), out = bf16(sum acc_c w_c / den). A rank whose runs hold no
  * entry adds exact zeros, so a list that only grows by NULL runs gives the same bits; a row with
- * no entry gives 0. The CPU emulator has no clusters: there one rank takes every run.
+ * no entry gives 0. The CPU emulator runs a cluster's CTAs at once, so it splits as the device does.
  *
  * Against the CPU this differs only in summation order (the tensor core's fp32 sums, the
  * denominator's tree, the merge), within the bound test_cuda_ops checks for the mma.sync kernel;

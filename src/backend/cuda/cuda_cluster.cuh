@@ -72,7 +72,7 @@ static __device__ __forceinline__ void di_cluster_merge_weights_lanes(float *m, 
 }
 /* The run split of a row's list: `want` runs a rank whatever the list's length (lists of one model
  * differ only in trailing NULL runs, whose ranks add exact zeros, so the split never depends on
- * the batch), more only past max_split ranks; the emulator's one rank takes every run. */
+ * the batch), more only past max_split ranks. */
 static inline void di_cluster_split(int n_runs, int want, int max_split, int *split_runs, int *n_split) {
     *split_runs = n_runs > want * max_split ? (n_runs + max_split - 1) / max_split : want;
     *n_split = n_runs > 0 ? (n_runs + *split_runs - 1) / *split_runs : 1;
