@@ -2345,6 +2345,10 @@ static void run_imma_quick(void) {
     test_gemv_imma(384, 40, imma1, 6, true);
     test_gemv_imma_swiglu(256, 128, imma1, 6, true);
     test_gemv_imma_swiglu(640, 64, imma1, 6, false);
+    /* the ring depth by grid: 12 blocks take the three-quad ring (K's 12 quads in whole steps here),
+     * 420 blocks (past two a multiprocessor of 132) the two-quad one */
+    test_gemv_imma_swiglu(1536, 128, imma1, 6, true);
+    test_gemv_imma_swiglu(256, 4480, imma1, 6, true);
     test_gemv_imma_swiglu(256, 128, imma2, 6, true, true); /* one-row tiles of groups of up to 2 rows */
 }
 

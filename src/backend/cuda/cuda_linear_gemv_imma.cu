@@ -309,6 +309,11 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
  * bank conflicts (no faster). */
 #define GR_QUADS 2 /* quads a step of the weight register ring (8 K blocks, as GI_STEP; 4 with 2 blocks a
                     * multiprocessor, and loads with an L2::256B hint, were no faster: session 24) */
+/* The SwiGLU form's deeper ring, where its grid leaves at most two blocks a multiprocessor (B = 1's
+ * 216 blocks of six experts): three quads a step at launch bounds of two blocks (more registers).
+ * Session 63 (H200): three quads everywhere took B = 1's w1 + w3 launch 38.82 -> 38.00 us, w2 none
+ * faster, and B = 8's launches (three blocks a multiprocessor) 3-5% slower. */
+#define GR_QUADS_DEEP 3
 
 #define GR_SW_FEATURES (GI_WARPS * 8) /* features of both matrices a block makes the SwiGLU of (4 warps each) */
 
@@ -320,8 +325,8 @@ static __host__ __device__ size_t gr_smem_bytes(int64_t K, bool sw) {
 /* SW (a.sw.h set): warps 0-3 take 64 features of matrix 0 and warps 4-7 the same of matrix 1; the
  * block then makes their SwiGLU, h's act_quant digits and scales, as swiglu_forms_kernel does, by
  * its first warp (8 lanes a 32-value block) */
-template <bool SW>
-__global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_row_kernel(gi_args a) {
+template <bool SW, int GR_Q = GR_QUADS, int MIN_BLOCKS = GI_MIN_BLOCKS>
+__global__ void __launch_bounds__(GI_WARPS * 32, MIN_BLOCKS) gemv_fp4_imma_row_kernel(gi_args a) {
     DI_PDL_BEGIN();
     constexpr int H = 2; /* rows g, g + 8 of a lane */
     extern __shared__ int4 gi_smem[];
@@ -346,8 +351,8 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
     /* the ring: a slot holds a quad's block t of rows g, g + 8 and their scale words (rows past N
      * read row N - 1; their outputs are never stored) */
     struct gr_ring {
-        uint4 w[GR_QUADS][H];
-        uint32_t sc[GR_QUADS][H];
+        uint4 w[GR_Q][H];
+        uint32_t sc[GR_Q][H];
     };
     const uint8_t *wp[H], *sp[H];
 #pragma unroll
@@ -365,16 +370,16 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
     };
     auto advance = [&]() {
 #pragma unroll
-        for (int h = 0; h < H; h++) wp[h] += 64 * GR_QUADS, sp[h] += 4 * GR_QUADS;
+        for (int h = 0; h < H; h++) wp[h] += 64 * GR_Q, sp[h] += 4 * GR_Q;
     };
     gr_ring st;
 #pragma unroll
-    for (int j = 0; j < GR_QUADS; j++)
+    for (int j = 0; j < GR_Q; j++)
 #pragma unroll
         for (int h = 0; h < H; h++) st.sc[j][h] = 0x7f7f7f7fu; /* past K: plain */
     if (busy) {
 #pragma unroll
-        for (int j = 0; j < GR_QUADS; j++)
+        for (int j = 0; j < GR_Q; j++)
             if (j < nq) load_quad(st, j);
         advance();
     }
@@ -398,7 +403,7 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
     auto plain_step = [&]() { /* every scale byte of the step (every lane's) in 1..254 */
         uint32_t odd = 0;
 #pragma unroll
-        for (int j = 0; j < GR_QUADS; j++)
+        for (int j = 0; j < GR_Q; j++)
 #pragma unroll
             for (int h = 0; h < H; h++) {
                 const uint32_t v = st.sc[j][h];
@@ -406,12 +411,12 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
             }
         return !__ballot_sync(0xffffffffu, (odd & 0x80808080u) != 0);
     };
-    /* one step of GR_QUADS quads from quad q, refilling each slot with quad q + GR_QUADS + j while
+    /* one step of GR_Q quads from quad q, refilling each slot with quad q + GR_Q + j while
      * those exist; `full` when all its quads are in K; `plain`: plain_step() */
     auto step = [&](int q, auto full, auto plain) {
-        const int refill = decltype(full)::value ? nq - q - GR_QUADS : 0;
+        const int refill = decltype(full)::value ? nq - q - GR_Q : 0;
 #pragma unroll
-        for (int j = 0; j < GR_QUADS; j++) {
+        for (int j = 0; j < GR_Q; j++) {
             const int qj = q + j;
             if (!decltype(full)::value && qj >= nq) break; /* uniform */
             int d01[4] = {0, 0, 0, 0}, d2[4] = {0, 0, 0, 0};
@@ -451,7 +456,7 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ro
         }
         advance();
     };
-    for (int q = 0; busy && q < nq; q += GR_QUADS) gi_run_step(step, q, q + GR_QUADS <= nq, plain_step());
+    for (int q = 0; busy && q < nq; q += GR_Q) gi_run_step(step, q, q + GR_Q <= nq, plain_step());
     if (!SW) {
         if (!busy || t != 0) return;
 #pragma unroll
@@ -503,14 +508,6 @@ bool di_cuda_gemv_imma_swiglu_ok(int64_t K, int64_t N, int64_t max_rows) {
  * gemv_fp4_imma_kernel<tt> */
 template <int TT, bool SW = false>
 static void gi_launch(gi_args a, int64_t max_rows, int slots, const di_group_tiles *tiles, cudaStream_t s) {
-    void (*kernel)(gi_args);
-    if constexpr (TT == 1) kernel = gemv_fp4_imma_row_kernel<SW>;
-    else kernel = gemv_fp4_imma_kernel<TT>;
-    static bool attr_set;
-    if (!attr_set) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, GI_SMEM_MAX));
-        attr_set = true;
-    }
     unsigned blocks = 0;
     for (int i = 0; i < a.n_mats; i++) {
         a.mat[i].blocks = (int)((a.mat[i].N + 16 * GI_WARPS - 1) / (16 * GI_WARPS));
@@ -518,6 +515,16 @@ static void gi_launch(gi_args a, int64_t max_rows, int slots, const di_group_til
     }
     if (SW) blocks = (unsigned)(a.mat[0].N / GR_SW_FEATURES); /* both matrices' features a block */
     const dim3 grid(blocks, tiles ? 1u : (unsigned)((max_rows + TT - 1) / TT), tiles ? (unsigned)tiles->cap : (unsigned)slots);
+    const bool deep = SW && (int64_t)grid.x * grid.y * grid.z <= 2 * (int64_t)di_cuda_sm_count();
+    void (*kernel)(gi_args);
+    if constexpr (TT != 1) kernel = gemv_fp4_imma_kernel<TT>;
+    else if constexpr (SW) kernel = deep ? gemv_fp4_imma_row_kernel<true, GR_QUADS_DEEP, 2> : gemv_fp4_imma_row_kernel<true>;
+    else kernel = gemv_fp4_imma_row_kernel<false>;
+    static bool attr_set[2];
+    if (!attr_set[deep]) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, GI_SMEM_MAX));
+        attr_set[deep] = true;
+    }
     kernel<<<grid, GI_WARPS * 32, gi_launch_smem(TT, a.K, SW), s>>>(a);
     DI_CUDA_LAUNCHED();
 }
