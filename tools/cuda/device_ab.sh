@@ -170,15 +170,18 @@ for i in $(seq "$ROUNDS"); do
     for side in "${sides[@]}"; do
         # shellcheck disable=SC2086
         # shellcheck disable=SC2046
-        r=$(env $(side_vars "$side") "$(side_dir "$side")/deepinfer" bench --backend cuda --quick $BENCH 2>/dev/null |
-            grep "^| decode\|^| prefill" | awk -F'|' '{printf "%s%s@%s %s (%s) ", $2, $3, $4, $5, $11}')
+        # the whole table (its ceilings lines too) kept as bench-<side>-<round>.txt
+        env $(side_vars "$side") "$(side_dir "$side")/deepinfer" bench --backend cuda --quick $BENCH \
+            >"$OUT/bench-$side-$i.txt" 2>/dev/null
+        r=$(grep "^| decode\|^| prefill" "$OUT/bench-$side-$i.txt" |
+            awk -F'|' '{printf "%s%s@%s %s (%s) ", $2, $3, $4, $5, $11}')
         echo "round $i $side: $r"
     done
 done
 # the device tool brings back at most 8 files: this script's logs and ncu tables travel as one
 # archive (tar xzf ab-logs.tar.gz; ab-logs-2.tar.gz, ... after an earlier run of the same call)
 # unless KEEP_LOGS=1 leaves them loose
-files=$(cd "$OUT" && ls build-ab-*.log test-*.log ncu-ab-*.csv detail-*.txt 2>/dev/null; true)
+files=$(cd "$OUT" && ls build-ab-*.log test-*.log ncu-ab-*.csv detail-*.txt bench-*.txt 2>/dev/null; true)
 if [ "${KEEP_LOGS:-0}" != 1 ] && [ -n "$files" ]; then
     A=ab-logs.tar.gz n=2
     while [ -e "$OUT/$A" ]; do A=ab-logs-$n.tar.gz n=$((n + 1)); done
