@@ -41,6 +41,10 @@ JOBS=$(nproc)
 # ---- 1. build ----
 SR=/tmp/di-sysroot
 mkdir -p "$SR"
+if ! ls .sysroot/debs/*.deb >/dev/null 2>&1 && ! pkg-config --exists libcjson 2>/dev/null; then
+    # the GPU image has neither the CPU build's libraries nor network (session 64 lost a call to this)
+    log "no cJSON here and no .sysroot/debs: run tools/cuda/fetch_sysroot_debs.sh on the host and name .sysroot in the device tool's carry"
+fi
 for f in .sysroot/debs/*.deb; do
     [ -f "$f" ] || continue
     if command -v dpkg >/dev/null; then dpkg -x "$f" "$SR"; else
