@@ -63,9 +63,8 @@ def main():
     args = ap.parse_args()
     lines = open(args.file, errors="replace").read().split("\n")
     found = False
-    n_launches = 0
-    for k, (title, rows) in enumerate(launches(lines)):
-        n_launches += 1
+    profiled = list(launches(lines))
+    for k, (title, rows) in enumerate(profiled):
         if args.launch and k not in args.launch:
             continue
         found = True
@@ -95,8 +94,8 @@ def main():
                     ops[opcode(ins)] += n
                 top = ", ".join(f"{op} {n}" for op, n in ops.most_common(3))
                 print(f"    {a:5d}: {samples:5d} ({100.0 * samples / total:4.1f}%), {sum(r[2] for r in part):8d}  [{top}]")
-    if not found and n_launches:
-        sys.exit(f"ncu_sass_mix: the file holds {n_launches} launch(es), 0 .. {n_launches - 1}; "
+    if not found and profiled:
+        sys.exit(f"ncu_sass_mix: the file holds {len(profiled)} launch(es), 0 .. {len(profiled) - 1}; "
                  f"--launch {args.launch} names none of them")
     if not found:
         sys.exit("ncu_sass_mix: no launch found (is this ncu's --page source --print-source sass text?)")

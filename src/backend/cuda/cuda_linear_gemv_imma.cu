@@ -309,11 +309,13 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MIN_BLOCKS) gemv_fp4_imma_ke
  * bank conflicts (no faster). */
 #define GR_QUADS 2 /* quads a step of the weight register ring (8 K blocks, as GI_STEP; 4 with 2 blocks a
                     * multiprocessor, and loads with an L2::256B hint, were no faster: session 24) */
-/* The SwiGLU form's deeper ring, where its grid leaves at most two blocks a multiprocessor (B = 1's
- * 216 blocks of six experts): three quads a step at launch bounds of two blocks (more registers).
- * Session 63 (H200): three quads everywhere took B = 1's w1 + w3 launch 38.82 -> 38.00 us, w2 none
- * faster, and B = 8's launches (three blocks a multiprocessor) 3-5% slower. */
+/* The SwiGLU form's deeper ring, where its grid leaves at most GR_DEEP_BLOCKS blocks a
+ * multiprocessor (B = 1's 216 blocks of six experts): three quads a step at launch bounds of that
+ * many blocks (more registers). Session 63 (H200): three quads everywhere took B = 1's w1 + w3
+ * launch 38.82 -> 38.00 us, w2 none faster, and B = 8's launches (three blocks a multiprocessor)
+ * 3-5% slower; session 64 (H100), this form: B = 1's w1 + w3 39.90 -> 38.50 us, B = 8 unchanged. */
 #define GR_QUADS_DEEP 3
+#define GR_DEEP_BLOCKS 2
 
 #define GR_SW_FEATURES (GI_WARPS * 8) /* features of both matrices a block makes the SwiGLU of (4 warps each) */
 
@@ -515,10 +517,11 @@ static void gi_launch(gi_args a, int64_t max_rows, int slots, const di_group_til
     }
     if (SW) blocks = (unsigned)(a.mat[0].N / GR_SW_FEATURES); /* both matrices' features a block */
     const dim3 grid(blocks, tiles ? 1u : (unsigned)((max_rows + TT - 1) / TT), tiles ? (unsigned)tiles->cap : (unsigned)slots);
-    const bool deep = SW && (int64_t)grid.x * grid.y * grid.z <= 2 * (int64_t)di_cuda_sm_count();
+    const bool deep = SW && (int64_t)grid.x * grid.y * grid.z <= GR_DEEP_BLOCKS * (int64_t)di_cuda_sm_count();
     void (*kernel)(gi_args);
     if constexpr (TT != 1) kernel = gemv_fp4_imma_kernel<TT>;
-    else if constexpr (SW) kernel = deep ? gemv_fp4_imma_row_kernel<true, GR_QUADS_DEEP, 2> : gemv_fp4_imma_row_kernel<true>;
+    else if constexpr (SW)
+        kernel = deep ? gemv_fp4_imma_row_kernel<true, GR_QUADS_DEEP, GR_DEEP_BLOCKS> : gemv_fp4_imma_row_kernel<true>;
     else kernel = gemv_fp4_imma_row_kernel<false>;
     static bool attr_set[2];
     if (!attr_set[deep]) {
